@@ -1,0 +1,43 @@
+//! # asymlink-core: the sans-IO core of asymlink
+//!
+//! Everything here is a deterministic state machine. It contains no networking code, never
+//! reads a clock (time is an [`Instant`] passed into every call) and draws no randomness it
+//! was not handed (a [`rand::Rng`] or a seed). The same code runs in the discrete-event
+//! simulator (`asymlink-sim`) and in the live Linux middlebox (`asymlink-live`).
+//!
+//! ## Layers
+//!
+//! * **Quantities** — [`time`] (integer nanoseconds), [`units`] (rates in bit/s, sizes,
+//!   limits, durations as people write them), [`rand`] (seeded, value-stable PRNG).
+//! * **Packets** — [`wire`]: a compact owned form ([`wire::Headers`]) for the simulator,
+//!   parsing from bytes for the live box, byte-exact emission, in-place edits with
+//!   incremental checksums; [`packet::Pkt`], what the algorithms may ask of a packet.
+//! * **Sizes on the wire** — [`overhead`]: raw IP, Ethernet, ATM/AAL5 cells, PTM.
+//! * **Estimators** — [`estimator`]: TSW rate, EWMA, min-RTT.
+//! * **Queue disciplines** — [`qdisc`]: the [`qdisc::Qdisc`] trait with its conservation
+//!   counters, and FIFO, strict priority, DRR and TBF.
+//! * **Classification** — [`classify`]: rules → classes.
+//! * **The middlebox** — [`pipeline`]: per direction classify → rewrite → discipline, with
+//!   cross-direction observations passed explicitly.
+//!
+//! ## Contract for every stateful type
+//!
+//! `handle_*` feeds inputs, `poll_*` extracts outputs, `poll_at()` returns the next
+//! deadline at which `handle_timeout` must be called. `now` must not decrease between
+//! calls; a decrease is treated as no time passing.
+
+pub mod checksum;
+pub mod classify;
+pub mod estimator;
+pub mod overhead;
+pub mod packet;
+pub mod pipeline;
+pub mod qdisc;
+pub mod rand;
+pub mod time;
+pub mod units;
+pub mod wire;
+
+pub use packet::{ClassId, Pkt};
+pub use time::{Duration, Instant};
+pub use units::{Bytes, Limit, Rate};

@@ -1,0 +1,88 @@
+//! What a queue discipline, classifier or rewriter may ask of a packet: the [`Pkt`] trait.
+//!
+//! The simulator implements it for its compact packets (headers only, no bytes); the live
+//! box for a byte buffer parsed once on arrival. Mutators keep the two views consistent:
+//! the live implementation edits the bytes in place with incremental checksum updates.
+
+use crate::wire::{Ecn, Headers};
+
+/// A class assigned by a classifier (an index into the class table of a configuration).
+/// [`ClassId::NONE`] means "not classified".
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
+pub struct ClassId(pub u16);
+
+impl ClassId {
+    /// Not classified.
+    pub const NONE: ClassId = ClassId(u16::MAX);
+    /// Whether a class was assigned.
+    pub fn is_some(self) -> bool {
+        self != ClassId::NONE
+    }
+}
+
+/// A packet as seen by the core.
+pub trait Pkt {
+    /// Length of the IP packet in bytes (what a raw-IP link carries).
+    fn ip_len(&self) -> u32;
+    /// The parsed headers, or `None` if the packet could not be parsed (such packets are
+    /// never rewritten; disciplines treat them as opaque bulk traffic).
+    fn headers(&self) -> Option<&Headers>;
+    /// The class a classifier assigned ([`ClassId::NONE`] if none).
+    fn class(&self) -> ClassId;
+    /// Record the class a classifier assigned.
+    fn set_class(&mut self, class: ClassId);
+    /// Set the TCP window field (raw, before scaling). Returns false if not TCP or not
+    /// parsed.
+    fn set_tcp_window(&mut self, window: u16) -> bool;
+    /// Set the IP DSCP and ECN fields. Returns false if not parsed.
+    fn set_dscp_ecn(&mut self, dscp: u8, ecn: Ecn) -> bool;
+}
+
+/// A packet that is only headers: used by unit tests of disciplines and by the simulator's
+/// packet type (which wraps it with tracing metadata).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderPacket {
+    /// The headers.
+    pub hdr: Headers,
+    /// Assigned class.
+    pub class: ClassId,
+}
+
+impl HeaderPacket {
+    /// Wrap headers, unclassified.
+    pub fn new(hdr: Headers) -> HeaderPacket {
+        HeaderPacket {
+            hdr,
+            class: ClassId::NONE,
+        }
+    }
+}
+
+impl Pkt for HeaderPacket {
+    fn ip_len(&self) -> u32 {
+        self.hdr.ip_len()
+    }
+    fn headers(&self) -> Option<&Headers> {
+        Some(&self.hdr)
+    }
+    fn class(&self) -> ClassId {
+        self.class
+    }
+    fn set_class(&mut self, class: ClassId) {
+        self.class = class;
+    }
+    fn set_tcp_window(&mut self, window: u16) -> bool {
+        match self.hdr.tcp_repr_mut() {
+            Some(t) => {
+                t.window = window;
+                true
+            }
+            None => false,
+        }
+    }
+    fn set_dscp_ecn(&mut self, dscp: u8, ecn: Ecn) -> bool {
+        self.hdr.ip.dscp = dscp;
+        self.hdr.ip.ecn = ecn;
+        true
+    }
+}

@@ -1,0 +1,453 @@
+//! The middlebox pipeline: per direction, classify → rewrite → discipline.
+//!
+//! A [`Middlebox`] sits between two sides, `a` and `b`. Packets travelling to side `b`
+//! pass the rewriters (which see both directions, e.g. to learn the window scale from a
+//! handshake and rewrite the ACKs of the other direction), then the classifier of the
+//! `to_b` direction, then its discipline; the runtime drains the discipline whenever the
+//! link toward `b` can take a packet. Both directions are owned by one object so that
+//! mechanisms coupling them (ACK delay control watches the forward backlog) receive the
+//! other direction's state explicitly, as a [`PeerObservation`], after every operation.
+//!
+//! The simulator builds one per middlebox node; the live box builds one per pair of
+//! interfaces. Both use [`MiddleboxConfig`], the same TOML vocabulary:
+//!
+//! ```toml
+//! [to_b]                       # toward side b (e.g. the uplink)
+//! classifier = { default = "bulk", rules = [{ class = "ack", match = { pure_ack = true } }] }
+//! qdisc = { kind = "prio", bands = [{ classes = ["ack"] }, { classes = ["bulk"] }] }
+//! [to_a]
+//! qdisc = { kind = "fifo", limit = "100p" }
+//! ```
+
+use crate::classify::{Classifier, ClassifierConfig};
+use crate::packet::Pkt;
+use crate::qdisc::BuildCtx;
+use crate::qdisc::{
+    Backlog, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError, QdiscConfig,
+    QdiscStats, Verdict,
+};
+use crate::time::{earliest, Instant};
+use crate::units::Rate;
+use serde::Deserialize;
+
+/// A direction through a middlebox.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Dir {
+    /// Travelling from side a to side b.
+    ToB = 0,
+    /// Travelling from side b to side a.
+    ToA = 1,
+}
+
+impl Dir {
+    /// The opposite direction.
+    pub fn reverse(self) -> Dir {
+        match self {
+            Dir::ToB => Dir::ToA,
+            Dir::ToA => Dir::ToB,
+        }
+    }
+    /// 0 for `ToB`, 1 for `ToA`.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    /// The configuration key of the direction.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dir::ToB => "to_b",
+            Dir::ToA => "to_a",
+        }
+    }
+}
+
+/// What a rewriter decides about a packet.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Action {
+    /// Continue (possibly modified).
+    Pass,
+    /// Drop it, counted with this reason.
+    Drop(DropReason),
+}
+
+/// A per-packet transform that does not queue (advertised-window rewriting, DSCP
+/// marking). It sees packets of both directions before they are queued.
+pub trait Rewriter<P: Pkt>: Send {
+    /// Inspect and possibly modify a packet travelling in `dir`.
+    fn on_packet(&mut self, now: Instant, dir: Dir, pkt: &mut P) -> Action;
+    /// Earliest instant at which [`Rewriter::handle_timeout`] must run (state expiry).
+    fn poll_at(&self) -> Option<Instant> {
+        None
+    }
+    /// Advance timers.
+    fn handle_timeout(&mut self, _now: Instant) {}
+    /// Named counters for stats.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+    /// Short name.
+    fn kind(&self) -> &'static str;
+}
+
+/// Configuration of one direction's egress.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressConfig {
+    /// Classifier (none: packets stay unclassified).
+    #[serde(default)]
+    pub classifier: Option<ClassifierConfig>,
+    /// Discipline (default: a 1000-packet FIFO).
+    #[serde(default)]
+    pub qdisc: Option<QdiscConfig>,
+}
+
+/// A classifier in front of a discipline: one direction's egress.
+pub struct Egress<P> {
+    classifier: Option<Classifier>,
+    qdisc: Box<dyn Qdisc<P>>,
+    rate: Option<Rate>,
+    capacity_bytes: Option<u64>,
+}
+
+impl<P: Pkt + Send + 'static> Egress<P> {
+    /// Build from configuration. `link_rate` is the rate of the link it feeds, if known.
+    pub fn new(
+        cfg: &EgressConfig,
+        link_rate: Option<Rate>,
+        seed: u64,
+    ) -> Result<Egress<P>, QdiscBuildError> {
+        let classifier = cfg
+            .classifier
+            .as_ref()
+            .map(Classifier::new)
+            .transpose()
+            .map_err(|m| QdiscBuildError::new("classifier", m))?;
+        let ctx = BuildCtx {
+            classes: classifier
+                .as_ref()
+                .map(|c| c.class_names().to_vec())
+                .unwrap_or_default(),
+            seed,
+            link_rate,
+        };
+        let qdisc = cfg.qdisc.clone().unwrap_or_default().build(&ctx)?;
+        Ok(Egress {
+            classifier,
+            qdisc,
+            rate: link_rate,
+            capacity_bytes: None,
+        })
+    }
+
+    /// An egress around an existing discipline, without classifier.
+    pub fn from_qdisc(qdisc: Box<dyn Qdisc<P>>, link_rate: Option<Rate>) -> Egress<P> {
+        Egress {
+            classifier: None,
+            qdisc,
+            rate: link_rate,
+            capacity_bytes: None,
+        }
+    }
+
+    /// Classify (if configured) and offer to the discipline.
+    #[inline]
+    pub fn enqueue(&mut self, now: Instant, mut pkt: P, drops: &mut Drops<P>) {
+        if let Some(c) = &mut self.classifier {
+            c.classify(now, &mut pkt);
+        }
+        self.qdisc.enqueue(now, pkt, drops);
+    }
+
+    /// The next packet for the link.
+    #[inline]
+    pub fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
+        self.qdisc.dequeue(now, drops)
+    }
+
+    /// The discipline.
+    pub fn qdisc(&self) -> &dyn Qdisc<P> {
+        &*self.qdisc
+    }
+
+    /// The discipline, mutably.
+    pub fn qdisc_mut(&mut self) -> &mut dyn Qdisc<P> {
+        &mut *self.qdisc
+    }
+
+    /// The classifier, if any.
+    pub fn classifier(&self) -> Option<&Classifier> {
+        self.classifier.as_ref()
+    }
+
+    /// What this egress tells the opposite direction.
+    pub fn observation(&self) -> PeerObservation {
+        PeerObservation {
+            backlog: self.qdisc.backlog(),
+            service_rate: self.rate,
+            capacity_bytes: self.capacity_bytes,
+        }
+    }
+
+    /// Set the capacity reported to the other direction (for self-tuning mechanisms).
+    pub fn set_capacity_bytes(&mut self, c: Option<u64>) {
+        self.capacity_bytes = c;
+    }
+}
+
+/// Rewriter configuration, tagged by `kind`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RewriterConfig {
+    /// Set the DSCP of every packet travelling in `dir` (both if absent).
+    SetDscp {
+        /// The code point (0..=63).
+        dscp: u8,
+        /// Only this direction (`"to_a"` or `"to_b"`).
+        #[serde(default)]
+        dir: Option<String>,
+    },
+}
+
+/// A middlebox configuration: rewriters plus one egress per direction.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MiddleboxConfig {
+    /// Rewriters, applied in order to packets of both directions.
+    #[serde(default)]
+    pub rewrite: Vec<RewriterConfig>,
+    /// Egress toward side b.
+    #[serde(default)]
+    pub to_b: EgressConfig,
+    /// Egress toward side a.
+    #[serde(default)]
+    pub to_a: EgressConfig,
+}
+
+struct SetDscp {
+    dscp: u8,
+    dir: Option<Dir>,
+    marked: u64,
+}
+
+impl<P: Pkt> Rewriter<P> for SetDscp {
+    fn on_packet(&mut self, _now: Instant, dir: Dir, pkt: &mut P) -> Action {
+        if self.dir.is_none_or(|d| d == dir) {
+            if let Some(ecn) = pkt.headers().map(|h| h.ip.ecn) {
+                if pkt.set_dscp_ecn(self.dscp, ecn) {
+                    self.marked += 1;
+                }
+            }
+        }
+        Action::Pass
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("marked", self.marked)]
+    }
+    fn kind(&self) -> &'static str {
+        "set_dscp"
+    }
+}
+
+fn parse_dir(s: &str, key: &str) -> Result<Dir, QdiscBuildError> {
+    match s {
+        "to_b" => Ok(Dir::ToB),
+        "to_a" => Ok(Dir::ToA),
+        _ => Err(QdiscBuildError::new(key, format!("'{s}' is not a direction (to_a, to_b)"))),
+    }
+}
+
+impl RewriterConfig {
+    /// Build the rewriter.
+    pub fn build<P: Pkt + 'static>(&self) -> Result<Box<dyn Rewriter<P>>, QdiscBuildError> {
+        match self {
+            RewriterConfig::SetDscp { dscp, dir } => {
+                if *dscp > 63 {
+                    return Err(QdiscBuildError::new("rewrite.dscp", "must be 0..=63"));
+                }
+                Ok(Box::new(SetDscp {
+                    dscp: *dscp,
+                    dir: dir.as_deref().map(|d| parse_dir(d, "rewrite.dir")).transpose()?,
+                    marked: 0,
+                }))
+            }
+        }
+    }
+}
+
+/// Counters of the middlebox itself (its disciplines keep their own).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MiddleboxStats {
+    /// Packets received, per direction.
+    pub received: [u64; 2],
+    /// Packets dropped by rewriters, per direction.
+    pub rewrite_drops: [u64; 2],
+    /// Packets handed out, per direction.
+    pub sent: [u64; 2],
+}
+
+/// Two egresses plus rewriters: the sans-IO middlebox.
+pub struct Middlebox<P> {
+    rewriters: Vec<Box<dyn Rewriter<P>>>,
+    dirs: [Egress<P>; 2],
+    stats: MiddleboxStats,
+}
+
+impl<P: Pkt + Send + 'static> Middlebox<P> {
+    /// Build from configuration. `rates` are the link rates toward b and toward a, if known.
+    pub fn new(
+        cfg: &MiddleboxConfig,
+        rates: [Option<Rate>; 2],
+        seed: u64,
+    ) -> Result<Middlebox<P>, QdiscBuildError> {
+        let prefix = |d: Dir| move |e: QdiscBuildError| QdiscBuildError::new(format!("{}.{}", d.name(), e.key), e.msg);
+        let to_b = Egress::new(&cfg.to_b, rates[0], crate::rand::derive_seed(seed, "to_b"))
+            .map_err(prefix(Dir::ToB))?;
+        let to_a = Egress::new(&cfg.to_a, rates[1], crate::rand::derive_seed(seed, "to_a"))
+            .map_err(prefix(Dir::ToA))?;
+        let rewriters = cfg
+            .rewrite
+            .iter()
+            .map(|r| r.build())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Middlebox {
+            rewriters,
+            dirs: [to_b, to_a],
+            stats: MiddleboxStats::default(),
+        })
+    }
+
+    /// A middlebox from parts.
+    pub fn from_parts(rewriters: Vec<Box<dyn Rewriter<P>>>, to_b: Egress<P>, to_a: Egress<P>) -> Self {
+        Middlebox {
+            rewriters,
+            dirs: [to_b, to_a],
+            stats: MiddleboxStats::default(),
+        }
+    }
+
+    fn observe(&mut self, now: Instant, changed: Dir) {
+        let obs = self.dirs[changed.index()].observation();
+        self.dirs[changed.reverse().index()]
+            .qdisc_mut()
+            .handle_observation(now, &obs);
+    }
+
+    /// A packet arrived travelling in `dir`. Discarded packets go to `drops`.
+    pub fn handle_packet(&mut self, now: Instant, dir: Dir, mut pkt: P, drops: &mut Drops<P>) {
+        self.stats.received[dir.index()] += 1;
+        for r in self.rewriters.iter_mut() {
+            if let Action::Drop(reason) = r.on_packet(now, dir, &mut pkt) {
+                self.stats.rewrite_drops[dir.index()] += 1;
+                drops.push(pkt, Verdict::Dropped(reason), crate::qdisc::Stage::Rejected);
+                return;
+            }
+        }
+        self.dirs[dir.index()].enqueue(now, pkt, drops);
+        self.observe(now, dir);
+    }
+
+    /// The next packet that may leave in `dir` at `now` (call when that link is free).
+    pub fn poll_transmit(&mut self, now: Instant, dir: Dir, drops: &mut Drops<P>) -> Dequeued<P> {
+        let r = self.dirs[dir.index()].dequeue(now, drops);
+        if matches!(r, Dequeued::Packet(_)) {
+            self.stats.sent[dir.index()] += 1;
+        }
+        self.observe(now, dir);
+        r
+    }
+
+    /// Earliest deadline of any rewriter or discipline.
+    pub fn poll_at(&self) -> Option<Instant> {
+        let mut t = self.rewriters.iter().fold(None, |a, r| earliest(a, r.poll_at()));
+        for d in &self.dirs {
+            t = earliest(t, d.qdisc().poll_at());
+        }
+        t
+    }
+
+    /// Run timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant, drops: &mut Drops<P>) {
+        for r in self.rewriters.iter_mut() {
+            if r.poll_at().is_some_and(|t| t <= now) {
+                r.handle_timeout(now);
+            }
+        }
+        for d in [Dir::ToB, Dir::ToA] {
+            if self.dirs[d.index()].qdisc().poll_at().is_some_and(|t| t <= now) {
+                self.dirs[d.index()].qdisc_mut().handle_timeout(now, drops);
+                self.observe(now, d);
+            }
+        }
+    }
+
+    /// One direction's egress.
+    pub fn egress(&self, dir: Dir) -> &Egress<P> {
+        &self.dirs[dir.index()]
+    }
+
+    /// One direction's egress, mutably.
+    pub fn egress_mut(&mut self, dir: Dir) -> &mut Egress<P> {
+        &mut self.dirs[dir.index()]
+    }
+
+    /// Backlog of one direction.
+    pub fn backlog(&self, dir: Dir) -> Backlog {
+        self.dirs[dir.index()].qdisc().backlog()
+    }
+
+    /// Discipline counters of one direction.
+    pub fn qdisc_stats(&self, dir: Dir) -> &QdiscStats {
+        self.dirs[dir.index()].qdisc().stats()
+    }
+
+    /// The middlebox's own counters.
+    pub fn stats(&self) -> &MiddleboxStats {
+        &self.stats
+    }
+
+    /// The rewriters.
+    pub fn rewriters(&self) -> &[Box<dyn Rewriter<P>>] {
+        &self.rewriters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::HeaderPacket;
+    use crate::qdisc::testutil::*;
+
+    #[test]
+    fn classify_then_prioritise_per_direction() {
+        let cfg: MiddleboxConfig = toml::from_str(
+            r#"
+            rewrite = [{ kind = "set_dscp", dscp = 10, dir = "to_b" }]
+            [to_b]
+            classifier = { default = "bulk", rules = [{ class = "ack", match = { pure_ack = true } }] }
+            qdisc = { kind = "prio", bands = [{ classes = ["ack"] }, { classes = ["bulk"] }] }
+            "#,
+        )
+        .unwrap();
+        let mut mb: Middlebox<HeaderPacket> = Middlebox::new(&cfg, [None, None], 1).unwrap();
+        let mut d = Drops::new();
+        mb.handle_packet(ms(0), Dir::ToB, data(1, 1500), &mut d);
+        mb.handle_packet(ms(0), Dir::ToB, data(2, 40), &mut d); // pure ACK (no payload)
+        mb.handle_packet(ms(0), Dir::ToA, data(3, 1500), &mut d);
+        let first = mb.poll_transmit(ms(1), Dir::ToB, &mut d).packet().unwrap();
+        assert_eq!(tag(&first), 2, "ACK first");
+        assert_eq!(first.hdr.ip.dscp, 10);
+        let back = mb.poll_transmit(ms(1), Dir::ToA, &mut d).packet().unwrap();
+        assert_eq!(back.hdr.ip.dscp, 0, "rewriter limited to to_b");
+        assert_eq!(mb.stats().received, [2, 1]);
+        check(mb.egress(Dir::ToB).qdisc());
+    }
+
+    #[test]
+    fn errors_carry_the_direction() {
+        let cfg: MiddleboxConfig = toml::from_str(
+            "[to_a]\nqdisc = { kind = \"prio\", bands = [{ classes = [\"nope\"] }] }",
+        )
+        .unwrap();
+        let e = Middlebox::<HeaderPacket>::new(&cfg, [None, None], 1).err().unwrap();
+        assert!(e.key.starts_with("to_a."), "{e}");
+    }
+}

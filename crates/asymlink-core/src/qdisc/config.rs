@@ -1,0 +1,165 @@
+//! The configuration vocabulary of disciplines, shared by the simulator's scenario files
+//! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
+
+use super::{Drr, DrrConfig, Fifo, FifoConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig};
+use crate::packet::{ClassId, Pkt};
+use crate::units::Rate;
+use core::fmt;
+use serde::Deserialize;
+
+pub use super::fifo::DropSide;
+
+/// A discipline and its parameters, tagged by `kind`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum QdiscConfig {
+    /// [`Fifo`].
+    Fifo(FifoConfig),
+    /// [`Prio`].
+    Prio(PrioConfig),
+    /// [`Drr`].
+    Drr(DrrConfig),
+    /// [`Tbf`].
+    Tbf(TbfConfig),
+}
+
+impl Default for QdiscConfig {
+    fn default() -> Self {
+        QdiscConfig::Fifo(FifoConfig::default())
+    }
+}
+
+/// A configuration error, naming the offending key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QdiscBuildError {
+    /// The key path, e.g. `prio.bands.classes`.
+    pub key: String,
+    /// What is wrong.
+    pub msg: String,
+}
+
+impl QdiscBuildError {
+    /// An error at `key`.
+    pub fn new(key: impl Into<String>, msg: impl Into<String>) -> Self {
+        QdiscBuildError {
+            key: key.into(),
+            msg: msg.into(),
+        }
+    }
+}
+
+impl fmt::Display for QdiscBuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.msg)
+    }
+}
+
+impl std::error::Error for QdiscBuildError {}
+
+/// What building a discipline may need from its surroundings.
+#[derive(Clone, Debug, Default)]
+pub struct BuildCtx {
+    /// Class names; a class's index is its [`ClassId`].
+    pub classes: Vec<String>,
+    /// Seed for disciplines that draw random numbers (RED).
+    pub seed: u64,
+    /// Rate of the link the discipline feeds, if known.
+    pub link_rate: Option<Rate>,
+}
+
+impl BuildCtx {
+    /// A context with these class names and no link information.
+    pub fn with_classes(names: &[&str]) -> BuildCtx {
+        BuildCtx {
+            classes: names.iter().map(|s| s.to_string()).collect(),
+            ..BuildCtx::default()
+        }
+    }
+    /// Resolve a class name; the error names `key`.
+    pub fn class_id(&self, name: &str, key: &str) -> Result<ClassId, QdiscBuildError> {
+        self.classes
+            .iter()
+            .position(|c| c == name)
+            .map(|i| ClassId(i as u16))
+            .ok_or_else(|| {
+                QdiscBuildError::new(
+                    key,
+                    format!(
+                        "unknown class '{name}' (classes defined by the classifier: {})",
+                        if self.classes.is_empty() {
+                            "none".to_string()
+                        } else {
+                            self.classes.join(", ")
+                        }
+                    ),
+                )
+            })
+    }
+}
+
+impl QdiscConfig {
+    /// Build the discipline.
+    pub fn build<P: Pkt + Send + 'static>(
+        &self,
+        ctx: &BuildCtx,
+    ) -> Result<Box<dyn Qdisc<P>>, QdiscBuildError> {
+        Ok(match self {
+            QdiscConfig::Fifo(c) => {
+                if matches!(c.limit, crate::units::Limit::Packets(0) | crate::units::Limit::Bytes(0)) {
+                    return Err(QdiscBuildError::new("fifo.limit", "must be positive"));
+                }
+                Box::new(Fifo::new(*c))
+            }
+            QdiscConfig::Prio(c) => Box::new(Prio::new(c, ctx)?),
+            QdiscConfig::Drr(c) => Box::new(Drr::new(c, ctx)?),
+            QdiscConfig::Tbf(c) => Box::new(Tbf::new(c)?),
+        })
+    }
+
+    /// The discipline kind's name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            QdiscConfig::Fifo(_) => "fifo",
+            QdiscConfig::Prio(_) => "prio",
+            QdiscConfig::Drr(_) => "drr",
+            QdiscConfig::Tbf(_) => "tbf",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::HeaderPacket;
+
+    #[test]
+    fn parses_and_builds_each_kind() {
+        for src in [
+            "kind = \"fifo\"\nlimit = \"10p\"",
+            "kind = \"fifo\"\nlimit = \"64KB\"\ndrop = \"head\"",
+            "kind = \"drr\"\nquantum = \"40B\"",
+            "kind = \"tbf\"\nrate = \"1Mbit\"",
+            "kind = \"prio\"\nbands = [{}, {}]",
+        ] {
+            let c: QdiscConfig = toml::from_str(src).unwrap();
+            let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();
+            assert_eq!(q.kind(), c.kind());
+        }
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = toml::from_str::<QdiscConfig>("kind = \"fifo\"\nlimt = \"10p\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("limt"), "{e}");
+        let e = toml::from_str::<QdiscConfig>("kind = \"fofi\"").unwrap_err().to_string();
+        assert!(e.contains("fofi"), "{e}");
+        let e = toml::from_str::<QdiscConfig>("kind = \"fifo\"\nlimit = 10")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no unit"), "{e}");
+        let c: QdiscConfig = toml::from_str("kind = \"fifo\"\nlimit = \"0p\"").unwrap();
+        assert!(c.build::<HeaderPacket>(&BuildCtx::default()).is_err());
+    }
+}

@@ -1,0 +1,183 @@
+//! FIFO with a packet or byte limit, dropping at the tail or at the head.
+//!
+//! # Principles
+//!
+//! The plain buffer of a router port or a modem. With `drop = "tail"` an arriving packet
+//! that does not fit is dropped (drop-tail, the common case); with `drop = "head"` the
+//! oldest packets are dropped until it fits (lower delay of the signal to the sender, as
+//! in Linux `pfifo_head_drop`). A packet larger than a byte limit on its own is dropped as
+//! [`DropReason::TooBig`].
+
+use super::{Backlog, Dequeued, DropReason, Drops, Qdisc, QdiscStats, Stage, Verdict};
+use crate::packet::Pkt;
+use crate::time::Instant;
+use crate::units::Limit;
+use serde::Deserialize;
+use std::collections::VecDeque;
+
+/// Which end of a full FIFO loses a packet.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropSide {
+    /// Drop the arriving packet.
+    #[default]
+    Tail,
+    /// Drop the oldest queued packets.
+    Head,
+}
+
+/// FIFO parameters.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FifoConfig {
+    /// Capacity in packets (`"100p"`) or bytes (`"64KB"`).
+    pub limit: Limit,
+    /// Which end loses a packet when full.
+    #[serde(default)]
+    pub drop: DropSide,
+}
+
+impl Default for FifoConfig {
+    fn default() -> Self {
+        FifoConfig {
+            limit: Limit::Packets(1000),
+            drop: DropSide::Tail,
+        }
+    }
+}
+
+/// A FIFO queue.
+#[derive(Debug)]
+pub struct Fifo<P> {
+    cfg: FifoConfig,
+    q: VecDeque<P>,
+    stats: QdiscStats,
+}
+
+impl<P: Pkt> Fifo<P> {
+    /// A FIFO with the given parameters.
+    pub fn new(cfg: FifoConfig) -> Self {
+        Fifo {
+            cfg,
+            q: VecDeque::new(),
+            stats: QdiscStats::default(),
+        }
+    }
+
+    /// The parameters.
+    pub fn config(&self) -> &FifoConfig {
+        &self.cfg
+    }
+
+    /// Queued packets, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &P> {
+        self.q.iter()
+    }
+}
+
+impl<P: Pkt + Send> Qdisc<P> for Fifo<P> {
+    fn enqueue(&mut self, _now: Instant, pkt: P, drops: &mut Drops<P>) {
+        self.stats.on_receive();
+        let len = pkt.ip_len();
+        let b = self.stats.backlog;
+        if self.cfg.limit.admits(b.packets, b.bytes, len) {
+            self.q.push_back(pkt);
+            self.stats.on_enqueue(len);
+            return;
+        }
+        match self.cfg.drop {
+            DropSide::Tail => {
+                self.stats.on_reject(Verdict::Dropped(DropReason::QueueFull));
+                drops.reject(pkt, DropReason::QueueFull);
+            }
+            DropSide::Head => {
+                if let Limit::Bytes(max) = self.cfg.limit {
+                    if len as u64 > max {
+                        self.stats.on_reject(Verdict::Dropped(DropReason::TooBig));
+                        drops.reject(pkt, DropReason::TooBig);
+                        return;
+                    }
+                }
+                loop {
+                    let b = self.stats.backlog;
+                    if self.cfg.limit.admits(b.packets, b.bytes, len) {
+                        break;
+                    }
+                    let Some(old) = self.q.pop_front() else { break };
+                    let v = Verdict::Dropped(DropReason::HeadDrop);
+                    self.stats.on_remove(v, old.ip_len());
+                    drops.push(old, v, Stage::Removed);
+                }
+                self.q.push_back(pkt);
+                self.stats.on_enqueue(len);
+            }
+        }
+        debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
+    }
+
+    fn dequeue(&mut self, _now: Instant, _drops: &mut Drops<P>) -> Dequeued<P> {
+        match self.q.pop_front() {
+            Some(p) => {
+                self.stats.on_dequeue(p.ip_len());
+                Dequeued::Packet(p)
+            }
+            None => Dequeued::Empty,
+        }
+    }
+
+    fn backlog(&self) -> Backlog {
+        self.stats.backlog
+    }
+
+    fn stats(&self) -> &QdiscStats {
+        &self.stats
+    }
+
+    fn kind(&self) -> &'static str {
+        "fifo"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qdisc::testutil::*;
+
+    #[test]
+    fn tail_drop_by_packets() {
+        let mut q = Fifo::new(FifoConfig {
+            limit: Limit::Packets(2),
+            drop: DropSide::Tail,
+        });
+        let mut d = Drops::new();
+        for i in 0..3 {
+            q.enqueue(ms(0), data(i, 100), &mut d);
+        }
+        assert_eq!(d.len(), 1);
+        assert_eq!(tag(&d.since(0)[0].pkt), 2);
+        assert_eq!(q.stats().dropped_for(DropReason::QueueFull), 1);
+        assert_eq!(tag(&q.dequeue(ms(1), &mut d).packet().unwrap()), 0);
+        check(&q);
+    }
+
+    #[test]
+    fn head_drop_by_bytes() {
+        let mut q = Fifo::new(FifoConfig {
+            limit: Limit::Bytes(1000),
+            drop: DropSide::Head,
+        });
+        let mut d = Drops::new();
+        q.enqueue(ms(0), data(0, 400), &mut d);
+        q.enqueue(ms(0), data(1, 400), &mut d);
+        q.enqueue(ms(0), data(2, 400), &mut d); // evicts 0
+        assert_eq!(tag(&d.since(0)[0].pkt), 0);
+        assert_eq!(d.since(0)[0].stage, Stage::Removed);
+        assert_eq!(q.backlog().bytes, 800);
+        q.enqueue(ms(0), data(3, 2000), &mut d); // too big on its own
+        assert_eq!(d.since(1)[0].verdict, Verdict::Dropped(DropReason::TooBig));
+        check(&q);
+        let order: Vec<u32> = drain(&mut q, ms(1)).iter().map(tag).collect();
+        assert_eq!(order, vec![1, 2]);
+        check(&q);
+    }
+}

@@ -1,0 +1,60 @@
+//! In-place edits of real packets with incremental checksum updates (RFC 1624 eqn. 3:
+//! `HC' = ~(~HC + ~m + m')`). A packet whose checksum was wrong before an edit is still
+//! wrong after it by the same amount: an edit never turns a corrupt packet into a valid
+//! one, and never corrupts a valid one.
+//!
+//! Every function takes the [`Layout`] from [`Headers::parse`](super::Headers::parse) of
+//! the same bytes and returns `false` (changing nothing) if the layout does not fit them.
+
+use super::{Ecn, Layout};
+
+/// Replace the 16-bit word at `at` (even offset within the checksummed region) and patch
+/// the checksum stored at `csum_at`.
+fn replace_word(buf: &mut [u8], at: usize, new: u16, csum_at: usize) {
+    let old = u16::from_be_bytes([buf[at], buf[at + 1]]);
+    if old == new {
+        return;
+    }
+    buf[at..at + 2].copy_from_slice(&new.to_be_bytes());
+    let hc = u16::from_be_bytes([buf[csum_at], buf[csum_at + 1]]);
+    let hc2 = crate::checksum::update(hc, old, new);
+    buf[csum_at..csum_at + 2].copy_from_slice(&hc2.to_be_bytes());
+}
+
+/// Set the TCP window field to `window` (raw, before scaling).
+pub fn set_tcp_window(buf: &mut [u8], layout: &Layout, window: u16) -> bool {
+    let o = layout.l4_offset;
+    if layout.l4_header_len < 20 || buf.len() < o + 20 {
+        return false;
+    }
+    replace_word(buf, o + 14, window, o + 16);
+    true
+}
+
+/// Read the TCP window field.
+pub fn tcp_window(buf: &[u8], layout: &Layout) -> Option<u16> {
+    let o = layout.l4_offset;
+    if layout.l4_header_len < 20 || buf.len() < o + 20 {
+        return None;
+    }
+    Some(u16::from_be_bytes([buf[o + 14], buf[o + 15]]))
+}
+
+/// Set the DSCP and ECN bits (IPv4: TOS byte with header checksum update; IPv6: traffic
+/// class, which has no checksum).
+pub fn set_dscp_ecn(buf: &mut [u8], dscp: u8, ecn: Ecn) -> bool {
+    let tos = (dscp << 2) | ecn.bits();
+    match buf.first().map(|b| b >> 4) {
+        Some(4) if buf.len() >= 20 => {
+            let word = u16::from_be_bytes([buf[0], tos]);
+            replace_word(buf, 0, word, 10);
+            true
+        }
+        Some(6) if buf.len() >= 40 => {
+            buf[0] = (buf[0] & 0xf0) | (tos >> 4);
+            buf[1] = (buf[1] & 0x0f) | (tos << 4);
+            true
+        }
+        _ => false,
+    }
+}
