@@ -3,7 +3,9 @@
 //! (Under construction: the engine lands in the following commits. This file fixes the
 //! public API the Python front end binds to.)
 
+pub mod packet;
 pub mod results;
+pub mod tcp;
 
 pub use results::{Column, ColumnData, Results, Table};
 

@@ -1,0 +1,62 @@
+//! The simulator's packet: compact headers plus bookkeeping that real packets do not carry.
+
+use asymlink_core::packet::{ClassId, Pkt};
+use asymlink_core::wire::{Ecn, Headers};
+
+/// Index of a node in the simulation.
+pub type NodeId = u32;
+/// Index of a TCP connection endpoint in the simulation.
+pub type ConnId = u32;
+/// "No connection".
+pub const NO_CONN: ConnId = u32::MAX;
+
+/// A packet in flight in the simulator. Only `hdr` is "on the wire"; the rest is the
+/// simulator's bookkeeping (routing shortcut, demultiplexing shortcut, tracing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimPacket {
+    /// The headers (payload bytes are not simulated, only their count).
+    pub hdr: Headers,
+    /// Class assigned by a classifier on the current hop.
+    pub class: ClassId,
+    /// Destination node (routing uses it instead of looking up the address).
+    pub dst_node: NodeId,
+    /// The receiving connection endpoint if known (demultiplexing shortcut).
+    pub dst_conn: ConnId,
+    /// The sending connection endpoint (for per-flow monitors), or [`NO_CONN`].
+    pub src_conn: ConnId,
+    /// Unique id of this transmission (for traces).
+    pub uid: u64,
+}
+
+impl Pkt for SimPacket {
+    #[inline]
+    fn ip_len(&self) -> u32 {
+        self.hdr.ip_len()
+    }
+    #[inline]
+    fn headers(&self) -> Option<&Headers> {
+        Some(&self.hdr)
+    }
+    #[inline]
+    fn class(&self) -> ClassId {
+        self.class
+    }
+    #[inline]
+    fn set_class(&mut self, class: ClassId) {
+        self.class = class;
+    }
+    fn set_tcp_window(&mut self, window: u16) -> bool {
+        match self.hdr.tcp_repr_mut() {
+            Some(t) => {
+                t.window = window;
+                true
+            }
+            None => false,
+        }
+    }
+    fn set_dscp_ecn(&mut self, dscp: u8, ecn: Ecn) -> bool {
+        self.hdr.ip.dscp = dscp;
+        self.hdr.ip.ecn = ecn;
+        true
+    }
+}

@@ -1,0 +1,226 @@
+//! Congestion window arithmetic: slow start, congestion avoidance (Reno, CUBIC), and the
+//! reductions on loss and ECN. Loss *detection* and *recovery* live in the connection.
+
+use super::config::{CaIncrease, CcAlgo, SsGrowth, TcpConfig};
+use asymlink_core::time::{Duration, Instant};
+
+/// CUBIC constants (RFC 9438 §4.1): C = 0.4, β = 0.7.
+const CUBIC_C: f64 = 0.4;
+const CUBIC_BETA: f64 = 0.7;
+
+/// Window state in bytes.
+#[derive(Clone, Debug)]
+pub struct Cc {
+    algo: CcAlgo,
+    growth: SsGrowth,
+    increase: CaIncrease,
+    mss: u64,
+    /// Congestion window (bytes).
+    pub cwnd: u64,
+    /// Slow-start threshold (bytes).
+    pub ssthresh: u64,
+    /// Fractional CA growth carried between ACKs (bytes × mss, Reno).
+    ca_acc: u64,
+    // CUBIC state (segments, seconds)
+    w_max: f64,
+    w_last_max: f64,
+    epoch_start: Option<Instant>,
+    k: f64,
+    w_est: f64,
+}
+
+impl Cc {
+    /// Initial state for a connection whose effective MSS is `mss`.
+    pub fn new(cfg: &TcpConfig, mss: u32) -> Cc {
+        let mss = mss as u64;
+        Cc {
+            algo: cfg.cc,
+            growth: cfg.ss_growth,
+            increase: cfg.ca_increase,
+            mss,
+            cwnd: cfg.initial_window as u64 * mss,
+            ssthresh: cfg.initial_ssthresh.unwrap_or(u64::MAX / 4),
+            ca_acc: 0,
+            w_max: 0.0,
+            w_last_max: 0.0,
+            epoch_start: None,
+            k: 0.0,
+            w_est: 0.0,
+        }
+    }
+
+    /// Whether in slow start.
+    pub fn in_slow_start(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
+
+    /// An ACK acknowledged `acked` new bytes (outside recovery).
+    pub fn on_ack(&mut self, now: Instant, acked: u64, srtt: Option<Duration>) {
+        if acked == 0 {
+            return;
+        }
+        if self.in_slow_start() {
+            let inc = match self.growth {
+                SsGrowth::PerAck => self.mss,
+                SsGrowth::Rfc5681 => acked.min(self.mss),
+                SsGrowth::ByteCounting => acked,
+            };
+            self.cwnd = (self.cwnd + inc).min(self.ssthresh.max(self.cwnd + 1));
+            if !self.in_slow_start() {
+                // Entering congestion avoidance: (re)start the CUBIC epoch.
+                self.epoch_start = None;
+            }
+            return;
+        }
+        match (self.algo, self.increase) {
+            (CcAlgo::Cubic, CaIncrease::Standard) => self.cubic_ack(now, acked, srtt),
+            (_, CaIncrease::Standard) => self.reno_ack(acked),
+        }
+    }
+
+    //= https://www.rfc-editor.org/rfc/rfc5681#section-3.1
+    //# cwnd += SMSS*SMSS/cwnd                     (3)
+    fn reno_ack(&mut self, acked: u64) {
+        let per_ack = match self.growth {
+            // ns-2 / RFC 5681 eq. 3: one increment per ACK whatever it covers.
+            SsGrowth::PerAck | SsGrowth::Rfc5681 => self.mss,
+            // Appropriate byte counting (RFC 3465): in proportion to bytes acked.
+            SsGrowth::ByteCounting => acked,
+        };
+        self.ca_acc += per_ack * self.mss;
+        let inc = self.ca_acc / self.cwnd.max(1);
+        if inc > 0 {
+            self.ca_acc -= inc * self.cwnd;
+            self.cwnd += inc;
+        }
+    }
+
+    //= https://www.rfc-editor.org/rfc/rfc9438#section-4.2
+    //# W_cubic(t) = C * (t - K)^3 + W_max
+    fn cubic_ack(&mut self, now: Instant, acked: u64, srtt: Option<Duration>) {
+        let mss = self.mss as f64;
+        let cwnd_seg = self.cwnd as f64 / mss;
+        if self.epoch_start.is_none() {
+            // A new epoch: K is the time to climb back to W_max from the current window.
+            self.w_max = self.w_max.max(cwnd_seg);
+            self.k = ((self.w_max - cwnd_seg) / CUBIC_C).cbrt();
+            self.w_est = cwnd_seg;
+            self.epoch_start = Some(now);
+        }
+        let epoch = self.epoch_start.unwrap_or(now);
+        let rtt = srtt.map(|d| d.as_secs_f64()).unwrap_or(0.1);
+        let t = (now - epoch).as_secs_f64() + rtt;
+        let target = CUBIC_C * (t - self.k).powi(3) + self.w_max;
+        let acked_seg = acked as f64 / mss;
+        // RFC 9438 §4.3: Reno-friendly estimate.
+        let alpha = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+        self.w_est += alpha * acked_seg / cwnd_seg;
+        let mut new = cwnd_seg;
+        if target > cwnd_seg {
+            // §4.4: increase by (target - cwnd)/cwnd per segment acknowledged, capped at
+            // 1.5x per RTT.
+            let target = target.min(1.5 * cwnd_seg);
+            new += (target - cwnd_seg) / cwnd_seg * acked_seg;
+        }
+        if self.w_est > new {
+            new = self.w_est;
+        }
+        self.cwnd = ((new * mss) as u64).max(self.cwnd);
+    }
+
+    /// A congestion event (fast retransmit or ECN echo): set ssthresh and cwnd.
+    /// `flight` is the data outstanding when the loss was detected.
+    //= https://www.rfc-editor.org/rfc/rfc5681#section-3.1
+    //# ssthresh = max (FlightSize / 2, 2*SMSS)            (4)
+    pub fn on_congestion(&mut self, flight: u64) {
+        match self.algo {
+            CcAlgo::Reno | CcAlgo::NewReno => {
+                self.ssthresh = (flight / 2).max(2 * self.mss);
+            }
+            CcAlgo::Cubic => {
+                let cwnd_seg = self.cwnd as f64 / self.mss as f64;
+                // §4.7 fast convergence
+                self.w_max = if cwnd_seg < self.w_last_max {
+                    cwnd_seg * (1.0 + CUBIC_BETA) / 2.0
+                } else {
+                    cwnd_seg
+                };
+                self.w_last_max = cwnd_seg;
+                self.epoch_start = None;
+                self.k = 0.0;
+                self.ssthresh = ((self.cwnd as f64 * CUBIC_BETA) as u64).max(2 * self.mss);
+            }
+        }
+        self.cwnd = self.ssthresh;
+        self.ca_acc = 0;
+    }
+
+    /// A retransmission timeout: ssthresh as on congestion, cwnd to one segment (the loss
+    /// window, RFC 5681 §3.1).
+    pub fn on_timeout(&mut self, flight: u64) {
+        self.on_congestion(flight);
+        self.cwnd = self.mss;
+        self.epoch_start = None;
+    }
+
+    /// Effective MSS.
+    pub fn mss(&self) -> u64 {
+        self.mss
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cc(profile: &str) -> Cc {
+        Cc::new(&TcpConfig::profile(profile).unwrap(), 1000)
+    }
+
+    #[test]
+    fn slow_start_per_ack_vs_rfc() {
+        let mut c = cc("paper");
+        c.on_ack(Instant::ZERO, 2000, None); // a delayed ACK covering two segments
+        assert_eq!(c.cwnd, 2000, "ns-2: one segment per ACK");
+        let mut r = cc("rfc");
+        let w = r.cwnd;
+        r.on_ack(Instant::ZERO, 2000, None);
+        assert_eq!(r.cwnd, w + 1000, "RFC 5681: min(acked, SMSS)");
+        let mut l = cc("linux");
+        let w = l.cwnd;
+        l.on_ack(Instant::ZERO, 2000, None);
+        assert_eq!(l.cwnd, w + 2000, "byte counting");
+    }
+
+    #[test]
+    fn reno_adds_one_segment_per_window() {
+        let mut c = cc("paper");
+        c.cwnd = 10_000;
+        c.ssthresh = 5_000;
+        for _ in 0..10 {
+            c.on_ack(Instant::ZERO, 1000, None);
+        }
+        assert!((10_900..=11_000).contains(&c.cwnd), "{}", c.cwnd);
+        c.on_congestion(11_000);
+        assert_eq!(c.ssthresh, 5_500);
+        assert_eq!(c.cwnd, 5_500);
+        c.on_timeout(4_000);
+        assert_eq!(c.ssthresh, 2_000);
+        assert_eq!(c.cwnd, 1_000);
+    }
+
+    #[test]
+    fn cubic_reduces_by_beta_and_regrows_toward_wmax() {
+        let mut c = cc("linux");
+        c.cwnd = 100_000;
+        c.ssthresh = 50_000;
+        c.on_congestion(100_000);
+        assert_eq!(c.cwnd, 70_000);
+        let mut now = Instant::ZERO;
+        for _ in 0..2000 {
+            now += Duration::from_millis(1);
+            c.on_ack(now, 1000, Some(Duration::from_millis(50)));
+        }
+        assert!(c.cwnd > 90_000, "{}", c.cwnd);
+    }
+}

@@ -1,0 +1,370 @@
+//! TCP configuration and the named profiles `paper`, `rfc` and `linux`.
+//!
+//! A scenario names a profile and may override any field:
+//!
+//! ```toml
+//! tcp = "paper"
+//! tcp = { profile = "paper", mss = "536B", delayed_ack = 2, rcvbuf = "1MB" }
+//! ```
+//!
+//! | field | `paper` (ns-2 style) | `rfc` | `linux` |
+//! |---|---|---|---|
+//! | congestion control | NewReno | NewReno | CUBIC |
+//! | loss recovery | NewReno (no SACK) | SACK, RFC 6675 | SACK, RFC 6675 |
+//! | timestamps | off (40-byte ACKs) | on | on |
+//! | MSS (payload) | 1000 B | 1460 B | 1448 B |
+//! | initial window | 1 segment | 3 segments (RFC 3390) | 10 segments (RFC 6928) |
+//! | slow-start growth | +1 MSS per ACK | +min(acked, MSS) per ACK (RFC 5681) | +acked bytes |
+//! | delayed ACK | every segment (d = 1) | d = 2, 200 ms | d = 2, 40 ms, 16 quick ACKs |
+//! | minimum RTO | 1 s | 1 s | 200 ms |
+//! | initial RTO | 3 s | 1 s | 1 s |
+//! | Nagle | off | on | on |
+//! | limited transmit | off | on | on |
+//! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | 6 MB / 4 MB |
+
+use asymlink_core::time::Duration;
+use asymlink_core::units::{Bytes, Span};
+use serde::Deserialize;
+
+/// Congestion control algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CcAlgo {
+    /// Reno (RFC 5681): fast recovery ends at the first new ACK.
+    Reno,
+    /// NewReno (RFC 6582): fast recovery ends when the recovery point is acknowledged.
+    NewReno,
+    /// CUBIC (RFC 9438).
+    Cubic,
+}
+
+/// How slow start grows the window per ACK.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SsGrowth {
+    /// One segment per ACK, whatever it acknowledges (ns-2).
+    PerAck,
+    /// `min(bytes acked, MSS)` per ACK (RFC 5681 §3.1).
+    Rfc5681,
+    /// All bytes acknowledged (Linux counts acknowledged packets).
+    ByteCounting,
+}
+
+/// Congestion-avoidance increase rule (a hook for aggregate-fair window adaptation).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CaIncrease {
+    /// The algorithm's own rule.
+    Standard,
+}
+
+/// A fully resolved TCP configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TcpConfig {
+    /// Profile it derives from (for reports).
+    pub profile: String,
+    /// Congestion control.
+    pub cc: CcAlgo,
+    /// Offer SACK (RFC 2018) and use RFC 6675 recovery when both ends agree.
+    pub sack: bool,
+    /// Offer timestamps (RFC 7323).
+    pub timestamps: bool,
+    /// Offer window scaling (RFC 7323).
+    pub window_scaling: bool,
+    /// Offer ECN (RFC 3168).
+    pub ecn: bool,
+    /// Largest payload per segment, in bytes (also advertised as the MSS option).
+    pub mss: u32,
+    /// Initial window in segments.
+    pub initial_window: u32,
+    /// Initial slow-start threshold in bytes (`None`: unlimited).
+    pub initial_ssthresh: Option<u64>,
+    /// Receive buffer in bytes (bounds the advertised window).
+    pub rcvbuf: u64,
+    /// Send buffer in bytes (bounds unacknowledged + unsent data; `None`: unlimited).
+    pub sndbuf: Option<u64>,
+    /// Acknowledge every `delayed_ack` full-sized segments.
+    pub delayed_ack: u32,
+    /// Delayed-ACK timer.
+    pub delack_timeout: Duration,
+    /// Segments acknowledged immediately at connection start (Linux quick-ACK mode).
+    pub quickack: u32,
+    /// Minimum RTO.
+    pub rto_min: Duration,
+    /// RTO before any RTT sample.
+    pub rto_initial: Duration,
+    /// Maximum RTO.
+    pub rto_max: Duration,
+    /// Give up a SYN after this many retransmissions.
+    pub syn_retries: u32,
+    /// Nagle's algorithm (RFC 896).
+    pub nagle: bool,
+    /// Pace transmissions at `pacing_gain × cwnd / srtt`.
+    pub pacing: bool,
+    /// Slow-start growth rule.
+    pub ss_growth: SsGrowth,
+    /// Limited transmit (RFC 3042).
+    pub limited_transmit: bool,
+    /// Duplicate ACK threshold.
+    pub dupthresh: u32,
+    /// Congestion-avoidance increase rule.
+    pub ca_increase: CaIncrease,
+}
+
+impl TcpConfig {
+    /// A named profile.
+    pub fn profile(name: &str) -> Option<TcpConfig> {
+        let base = TcpConfig {
+            profile: name.to_string(),
+            cc: CcAlgo::NewReno,
+            sack: true,
+            timestamps: true,
+            window_scaling: true,
+            ecn: false,
+            mss: 1460,
+            initial_window: 3,
+            initial_ssthresh: None,
+            rcvbuf: 4_000_000,
+            sndbuf: Some(4_000_000),
+            delayed_ack: 2,
+            delack_timeout: Duration::from_millis(200),
+            quickack: 0,
+            rto_min: Duration::from_secs(1),
+            rto_initial: Duration::from_secs(1),
+            rto_max: Duration::from_secs(60),
+            syn_retries: 6,
+            nagle: true,
+            pacing: false,
+            ss_growth: SsGrowth::Rfc5681,
+            limited_transmit: true,
+            dupthresh: 3,
+            ca_increase: CaIncrease::Standard,
+        };
+        Some(match name {
+            "rfc" => base,
+            "paper" => TcpConfig {
+                sack: false,
+                timestamps: false,
+                mss: 1000,
+                initial_window: 1,
+                rcvbuf: 1_000_000,
+                sndbuf: None,
+                delayed_ack: 1,
+                delack_timeout: Duration::from_millis(100),
+                rto_initial: Duration::from_secs(3),
+                nagle: false,
+                ss_growth: SsGrowth::PerAck,
+                limited_transmit: false,
+                ..base
+            },
+            "linux" => TcpConfig {
+                cc: CcAlgo::Cubic,
+                mss: 1448,
+                initial_window: 10,
+                rcvbuf: 6_000_000,
+                delack_timeout: Duration::from_millis(40),
+                quickack: 16,
+                rto_min: Duration::from_millis(200),
+                ss_growth: SsGrowth::ByteCounting,
+                ..base
+            },
+            _ => return None,
+        })
+    }
+
+    /// Profile names.
+    pub const PROFILES: [&'static str; 3] = ["paper", "rfc", "linux"];
+}
+
+/// A TCP specification in a scenario: a profile name, or a table with `profile` and
+/// overrides.
+#[derive(Clone, Debug)]
+pub enum TcpSpec {
+    /// Just a profile name.
+    Name(String),
+    /// A profile with overrides.
+    Table(TcpOverrides),
+}
+
+/// Overrides of profile fields (all optional).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct TcpOverrides {
+    pub profile: Option<String>,
+    pub cc: Option<CcAlgo>,
+    pub sack: Option<bool>,
+    pub timestamps: Option<bool>,
+    pub window_scaling: Option<bool>,
+    pub ecn: Option<bool>,
+    pub mss: Option<Bytes>,
+    pub initial_window: Option<u32>,
+    pub initial_ssthresh: Option<Bytes>,
+    pub rcvbuf: Option<Bytes>,
+    pub sndbuf: Option<Bytes>,
+    pub delayed_ack: Option<u32>,
+    pub delack_timeout: Option<Span>,
+    pub quickack: Option<u32>,
+    pub rto_min: Option<Span>,
+    pub rto_initial: Option<Span>,
+    pub rto_max: Option<Span>,
+    pub syn_retries: Option<u32>,
+    pub nagle: Option<bool>,
+    pub pacing: Option<bool>,
+    pub ss_growth: Option<SsGrowth>,
+    pub limited_transmit: Option<bool>,
+    pub dupthresh: Option<u32>,
+    pub ca_increase: Option<CaIncrease>,
+}
+
+impl<'de> Deserialize<'de> for TcpSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = TcpSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a TCP profile name or a table of TCP settings")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<TcpSpec, E> {
+                Ok(TcpSpec::Name(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<TcpSpec, A::Error> {
+                TcpOverrides::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(TcpSpec::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl TcpSpec {
+    /// Resolve against `default_profile`; the error names the bad field.
+    pub fn resolve(&self, default_profile: &str) -> Result<TcpConfig, (String, String)> {
+        let (name, o) = match self {
+            TcpSpec::Name(n) => (n.as_str(), TcpOverrides::default()),
+            TcpSpec::Table(t) => (t.profile.as_deref().unwrap_or(default_profile), t.clone()),
+        };
+        let mut c = TcpConfig::profile(name).ok_or_else(|| {
+            (
+                "profile".to_string(),
+                format!("unknown TCP profile '{name}' (paper, rfc, linux)"),
+            )
+        })?;
+        macro_rules! set {
+            ($f:ident) => {
+                if let Some(v) = o.$f {
+                    c.$f = v;
+                }
+            };
+            ($f:ident, $conv:expr) => {
+                if let Some(v) = o.$f {
+                    c.$f = $conv(v);
+                }
+            };
+        }
+        set!(cc);
+        set!(sack);
+        set!(timestamps);
+        set!(window_scaling);
+        set!(ecn);
+        set!(mss, |b: Bytes| b.0 as u32);
+        set!(initial_window);
+        if let Some(b) = o.initial_ssthresh {
+            c.initial_ssthresh = Some(b.0);
+        }
+        set!(rcvbuf, |b: Bytes| b.0);
+        if let Some(b) = o.sndbuf {
+            c.sndbuf = Some(b.0);
+        }
+        set!(delayed_ack);
+        set!(delack_timeout, |s: Span| s.0);
+        set!(quickack);
+        set!(rto_min, |s: Span| s.0);
+        set!(rto_initial, |s: Span| s.0);
+        set!(rto_max, |s: Span| s.0);
+        set!(syn_retries);
+        set!(nagle);
+        set!(pacing);
+        set!(ss_growth);
+        set!(limited_transmit);
+        set!(dupthresh);
+        set!(ca_increase);
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+impl TcpConfig {
+    /// Check value ranges.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: &str| Err((k.to_string(), m.to_string()));
+        if !(64..=65_495).contains(&self.mss) {
+            return err("mss", "must be between 64B and 65495B");
+        }
+        if self.initial_window == 0 || self.initial_window > 1000 {
+            return err("initial_window", "must be 1..=1000 segments");
+        }
+        if self.delayed_ack == 0 || self.delayed_ack > 64 {
+            return err("delayed_ack", "must be 1..=64 segments");
+        }
+        if self.rcvbuf < self.mss as u64 {
+            return err("rcvbuf", "must hold at least one MSS");
+        }
+        if !self.window_scaling && self.rcvbuf > 65_535 {
+            // Not an error: the advertised window is capped at 65535.
+        }
+        if self.sndbuf.is_some_and(|s| s < self.mss as u64) {
+            return err("sndbuf", "must hold at least one MSS");
+        }
+        if self.rto_min.is_zero() || self.rto_min > self.rto_max {
+            return err("rto_min", "must be positive and at most rto_max");
+        }
+        if self.dupthresh == 0 {
+            return err("dupthresh", "must be positive");
+        }
+        Ok(())
+    }
+
+    /// The window scale this end offers: the smallest shift that lets `rcvbuf` be
+    /// advertised (RFC 7323 §2.3, at most 14).
+    pub fn wscale_shift(&self) -> u8 {
+        let mut s = 0u8;
+        while s < 14 && (self.rcvbuf >> s) > 65_535 {
+            s += 1;
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_resolve_with_overrides() {
+        let s: TcpSpec = toml::from_str::<toml::Value>("t = { profile = \"paper\", mss = \"536B\" }")
+            .unwrap()
+            .get("t")
+            .unwrap()
+            .clone()
+            .try_into()
+            .unwrap();
+        let c = s.resolve("rfc").unwrap();
+        assert_eq!(c.mss, 536);
+        assert!(!c.sack);
+        assert_eq!(c.delayed_ack, 1);
+        let bad: Result<TcpSpec, _> =
+            toml::Value::try_into(toml::from_str::<toml::Value>("mss = \"536B\"\nmsss = 1").unwrap());
+        assert!(bad.is_err());
+        assert!(TcpSpec::Name("bsd".into()).resolve("rfc").is_err());
+    }
+
+    #[test]
+    fn wscale_covers_rcvbuf() {
+        let mut c = TcpConfig::profile("rfc").unwrap();
+        c.rcvbuf = 65_535;
+        assert_eq!(c.wscale_shift(), 0);
+        c.rcvbuf = 1_000_000;
+        assert_eq!(c.wscale_shift(), 4);
+    }
+}

@@ -1,0 +1,1300 @@
+//! The TCP connection state machine.
+//!
+//! Sequence numbers are handled as 64-bit offsets from each side's initial sequence number
+//! (the SYN is offset 0, the first data byte offset 1); they are converted to and from
+//! 32-bit wire values only at the edges, so nothing inside wraps.
+
+use super::cc::Cc;
+use super::config::{CcAlgo, TcpConfig};
+use super::recv::Receiver;
+use super::rtt::RttEstimator;
+use super::scoreboard::{self, Scoreboard, SentSeg};
+use super::{Admit, ConnIo};
+use crate::packet::ConnId;
+use asymlink_core::time::{earliest, Duration, Instant};
+use asymlink_core::wire::{
+    Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp,
+    Transport,
+};
+use core::net::IpAddr;
+
+/// Connection states (RFC 9293 §3.3.2; LISTEN lives in the host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// SYN sent, waiting for SYN-ACK.
+    SynSent,
+    /// SYN received, SYN-ACK sent.
+    SynRcvd,
+    /// Data transfer.
+    Established,
+    /// Our FIN sent, not yet acknowledged.
+    FinWait1,
+    /// Our FIN acknowledged, waiting for the peer's.
+    FinWait2,
+    /// Peer's FIN received, ours not yet sent.
+    CloseWait,
+    /// Both FINs sent, ours not yet acknowledged (simultaneous close).
+    Closing,
+    /// Peer's FIN received, our FIN sent, waiting for its ACK.
+    LastAck,
+    /// Both FINs done; lingering to re-acknowledge a retransmitted FIN.
+    TimeWait,
+    /// Done.
+    Closed,
+}
+
+/// Congestion state of the sender (named after Linux's `tcp_ca_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaState {
+    /// Normal.
+    Open,
+    /// Duplicate ACKs seen, below the threshold.
+    Disorder,
+    /// Fast recovery.
+    Recovery,
+    /// After a retransmission timeout, until the recovery point is acknowledged.
+    Loss,
+}
+
+/// What happened, for the application.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnEvent {
+    /// Handshake completed.
+    Established,
+    /// This many new bytes were delivered in order to the application.
+    Delivered(u64),
+    /// This many bytes the application wrote were acknowledged by the peer.
+    Acked(u64),
+    /// The peer closed its direction (FIN received in order).
+    PeerClosed,
+    /// Both directions closed.
+    Closed,
+    /// The connection failed (handshake gave up, or reset).
+    Reset,
+    /// A fast retransmit started a recovery.
+    FastRetransmit,
+    /// A retransmission timeout fired.
+    Timeout,
+}
+
+/// Counters of one connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    /// Segments transmitted (all kinds).
+    pub segments_sent: u64,
+    /// Payload bytes transmitted, retransmissions included.
+    pub bytes_sent: u64,
+    /// Payload bytes retransmitted.
+    pub bytes_retransmitted: u64,
+    /// Segments retransmitted.
+    pub retransmits: u64,
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// Fast retransmits (recovery episodes entered by duplicate ACKs or SACK).
+    pub fast_retransmits: u64,
+    /// Payload bytes the peer acknowledged.
+    pub bytes_acked: u64,
+    /// Payload bytes delivered in order to the application.
+    pub bytes_delivered: u64,
+    /// Pure ACKs transmitted.
+    pub acks_sent: u64,
+    /// Segments received.
+    pub segments_received: u64,
+    /// ECN echoes acted upon.
+    pub ecn_reductions: u64,
+    /// Segments dropped at the source by a policing conditioner.
+    pub policed: u64,
+}
+
+/// One end of a TCP connection.
+pub struct Connection {
+    id: ConnId,
+    cfg: TcpConfig,
+    state: State,
+    local: (IpAddr, u16),
+    remote: (IpAddr, u16),
+    ip_ident: u16,
+    // negotiated
+    mss: u32,
+    sack_ok: bool,
+    ts_ok: bool,
+    ecn_ok: bool,
+    snd_wscale: u8,
+    rcv_wscale: u8,
+    peer_ws: bool,
+    iss: u32,
+    irs: u32,
+    // send side (offsets from iss)
+    snd_una: u64,
+    snd_max: u64,
+    app_end: u64,
+    fin_queued: bool,
+    fin_off: Option<u64>,
+    snd_wnd: u64,
+    snd_wl1: u64,
+    snd_wl2: u64,
+    max_snd_wnd: u64,
+    sb: Scoreboard,
+    cc: Cc,
+    rtt: RttEstimator,
+    ca_state: CaState,
+    dupacks: u32,
+    recover: u64,
+    ecn_recover: u64,
+    cwr_pending: bool,
+    // receive side (offsets from irs)
+    rcv: Receiver,
+    rcv_edge: u64,
+    ack_pending: u32,
+    ack_now: bool,
+    quickack_left: u32,
+    ece_pending: bool,
+    ts_recent: u32,
+    last_ack_sent: u64,
+    peer_fin: bool,
+    // timers
+    rto_at: Option<Instant>,
+    delack_at: Option<Instant>,
+    persist_at: Option<Instant>,
+    wake_at: Option<Instant>,
+    linger_at: Option<Instant>,
+    next_send: Instant,
+    syn_tries: u32,
+    /// Engine bookkeeping: the deadline currently scheduled for this connection.
+    pub scheduled: Option<Instant>,
+    stats: ConnStats,
+}
+
+fn seq_of(base: u32, off: u64) -> SeqNumber {
+    SeqNumber(base.wrapping_add(off as u32))
+}
+
+/// Unwrap a 32-bit wire value near a known 64-bit offset.
+fn unwrap(base: u32, near: u64, v: SeqNumber) -> u64 {
+    let d = v.diff(seq_of(base, near)) as i64;
+    (near as i64 + d).max(0) as u64
+}
+
+impl Connection {
+    fn blank(id: ConnId, cfg: &TcpConfig, local: (IpAddr, u16), remote: (IpAddr, u16), iss: u32) -> Self {
+        let mss = cfg.mss;
+        Connection {
+            id,
+            cfg: cfg.clone(),
+            state: State::Closed,
+            local,
+            remote,
+            ip_ident: (iss >> 16) as u16,
+            mss,
+            sack_ok: false,
+            ts_ok: false,
+            ecn_ok: false,
+            snd_wscale: 0,
+            rcv_wscale: 0,
+            peer_ws: false,
+            iss,
+            irs: 0,
+            snd_una: 0,
+            snd_max: 0,
+            app_end: 1,
+            fin_queued: false,
+            fin_off: None,
+            snd_wnd: 0,
+            snd_wl1: 0,
+            snd_wl2: 0,
+            max_snd_wnd: 0,
+            sb: Scoreboard::default(),
+            cc: Cc::new(cfg, mss),
+            rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
+            ca_state: CaState::Open,
+            dupacks: 0,
+            recover: 0,
+            ecn_recover: 0,
+            cwr_pending: false,
+            rcv: Receiver::new(0),
+            rcv_edge: 0,
+            ack_pending: 0,
+            ack_now: false,
+            quickack_left: cfg.quickack,
+            ece_pending: false,
+            ts_recent: 0,
+            last_ack_sent: 0,
+            peer_fin: false,
+            rto_at: None,
+            delack_at: None,
+            persist_at: None,
+            wake_at: None,
+            linger_at: None,
+            next_send: Instant::ZERO,
+            syn_tries: 0,
+            scheduled: None,
+            stats: ConnStats::default(),
+        }
+    }
+
+    /// Open a connection actively: emits the SYN.
+    pub fn connect(
+        now: Instant,
+        id: ConnId,
+        cfg: &TcpConfig,
+        local: (IpAddr, u16),
+        remote: (IpAddr, u16),
+        iss: u32,
+        io: &mut ConnIo<'_>,
+    ) -> Connection {
+        let mut c = Connection::blank(id, cfg, local, remote, iss);
+        c.state = State::SynSent;
+        c.rcv_wscale = if cfg.window_scaling { cfg.wscale_shift() } else { 0 };
+        c.send_syn(now, io);
+        c
+    }
+
+    /// Accept a connection from a received SYN: emits the SYN-ACK. Returns `None` if the
+    /// segment is not a plain SYN.
+    pub fn accept(
+        now: Instant,
+        id: ConnId,
+        cfg: &TcpConfig,
+        local: (IpAddr, u16),
+        syn: &Headers,
+        iss: u32,
+        io: &mut ConnIo<'_>,
+    ) -> Option<Connection> {
+        let t = syn.tcp_repr()?;
+        if !t.flags.contains(TcpFlags::SYN) || t.flags.intersects(TcpFlags::ACK | TcpFlags::RST) {
+            return None;
+        }
+        let mut c = Connection::blank(id, cfg, local, (syn.ip.src, t.src_port), iss);
+        c.state = State::SynRcvd;
+        c.irs = t.seq.0;
+        c.rcv = Receiver::new(1);
+        c.negotiate(t, true);
+        c.snd_wnd = t.window as u64; // never scaled in a SYN
+        c.max_snd_wnd = c.snd_wnd;
+        c.ecn_ok = cfg.ecn && t.flags.contains(TcpFlags::ECE | TcpFlags::CWR);
+        if let Some(ts) = t.opts.timestamp {
+            c.ts_recent = ts.val;
+        }
+        c.send_syn(now, io);
+        Some(c)
+    }
+
+    /// Apply the peer's SYN options.
+    fn negotiate(&mut self, t: &TcpRepr, we_offer_later: bool) {
+        let peer_mss = t.opts.mss.map(u32::from).unwrap_or(536);
+        self.mss = self.cfg.mss.min(peer_mss).max(64);
+        self.sack_ok = self.cfg.sack && t.opts.sack_permitted;
+        self.ts_ok = self.cfg.timestamps && t.opts.timestamp.is_some();
+        self.peer_ws = t.opts.wscale.is_some();
+        match (self.cfg.window_scaling, t.opts.wscale) {
+            (true, Some(ws)) => {
+                self.snd_wscale = ws.min(14);
+                if we_offer_later {
+                    self.rcv_wscale = self.cfg.wscale_shift();
+                }
+            }
+            _ => {
+                self.snd_wscale = 0;
+                self.rcv_wscale = 0;
+            }
+        }
+        self.cc = Cc::new(&self.cfg, self.mss);
+        self.quickack_left = self.cfg.quickack;
+    }
+
+    fn send_syn(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        let mut opts = TcpOptions {
+            mss: Some(self.cfg.mss.min(65_535) as u16),
+            ..TcpOptions::default()
+        };
+        let syn_ack = self.state == State::SynRcvd;
+        //= https://www.rfc-editor.org/rfc/rfc7323#section-2.2
+        //# A TCP MAY send the Window Scale option in a <SYN,ACK> segment only if
+        //# it has received a Window Scale option in the initial <SYN> segment.
+        if self.cfg.window_scaling && (!syn_ack || self.peer_ws) {
+            opts.wscale = Some(self.rcv_wscale);
+        }
+        if self.cfg.sack && (!syn_ack || self.sack_ok) {
+            opts.sack_permitted = true;
+        }
+        if self.cfg.timestamps && (!syn_ack || self.ts_ok) {
+            opts.timestamp = Some(Timestamp {
+                val: ts_clock(now),
+                ecr: if syn_ack { self.ts_recent } else { 0 },
+            });
+        }
+        let mut flags = TcpFlags::SYN;
+        if syn_ack {
+            flags = flags | TcpFlags::ACK;
+            if self.ecn_ok {
+                flags = flags | TcpFlags::ECE;
+            }
+        } else if self.cfg.ecn {
+            flags = flags | TcpFlags::ECE | TcpFlags::CWR;
+        }
+        let tcp = TcpRepr {
+            src_port: self.local.1,
+            dst_port: self.remote.1,
+            seq: seq_of(self.iss, 0),
+            ack: if syn_ack { seq_of(self.irs, self.rcv.rcv_nxt()) } else { SeqNumber(0) },
+            flags,
+            window: self.cfg.rcvbuf.min(65_535) as u16,
+            urgent: 0,
+            opts,
+        };
+        if self.snd_max == 0 {
+            self.snd_max = 1;
+            self.sb.push(SentSeg {
+                start: 0,
+                end: 1,
+                sent_at: now,
+                flags: scoreboard::SYN,
+            });
+        }
+        if syn_ack {
+            self.rcv_edge = self.rcv.rcv_nxt() + tcp.window as u64;
+            self.last_ack_sent = self.rcv.rcv_nxt();
+        }
+        self.push_out(now, tcp, 0, Ecn::NotEct, io);
+        self.rto_at = Some(now + self.rtt.rto());
+    }
+
+    // ---------------------------------------------------------------- accessors
+
+    /// Connection id.
+    pub fn id(&self) -> ConnId {
+        self.id
+    }
+    /// State.
+    pub fn state(&self) -> State {
+        self.state
+    }
+    /// Congestion state.
+    pub fn ca_state(&self) -> CaState {
+        self.ca_state
+    }
+    /// Local address and port.
+    pub fn local(&self) -> (IpAddr, u16) {
+        self.local
+    }
+    /// Remote address and port.
+    pub fn remote(&self) -> (IpAddr, u16) {
+        self.remote
+    }
+    /// Counters.
+    pub fn stats(&self) -> &ConnStats {
+        &self.stats
+    }
+    /// Congestion window (bytes).
+    pub fn cwnd(&self) -> u64 {
+        self.cc.cwnd
+    }
+    /// Slow-start threshold (bytes).
+    pub fn ssthresh(&self) -> u64 {
+        self.cc.ssthresh
+    }
+    /// Smoothed RTT.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt.srtt()
+    }
+    /// Minimum RTT seen.
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.rtt.min_rtt()
+    }
+    /// Current RTO.
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto()
+    }
+    /// Bytes in flight (RFC 6675 pipe).
+    pub fn inflight(&self) -> u64 {
+        self.sb.pipe(self.snd_max - self.snd_una)
+    }
+    /// The peer's advertised window (bytes, scaled).
+    pub fn snd_wnd(&self) -> u64 {
+        self.snd_wnd
+    }
+    /// Effective MSS.
+    pub fn mss(&self) -> u32 {
+        self.mss
+    }
+    /// Whether SACK, timestamps and ECN were negotiated.
+    pub fn negotiated(&self) -> (bool, bool, bool) {
+        (self.sack_ok, self.ts_ok, self.ecn_ok)
+    }
+    /// Window scale shifts (ours, the peer's).
+    pub fn wscales(&self) -> (u8, u8) {
+        (self.rcv_wscale, self.snd_wscale)
+    }
+    /// Bytes the application wrote that are not yet acknowledged.
+    pub fn unacked_app_bytes(&self) -> u64 {
+        self.app_end.saturating_sub(self.snd_una.max(1))
+    }
+    /// The configuration.
+    pub fn config(&self) -> &TcpConfig {
+        &self.cfg
+    }
+
+    /// The earliest deadline of any timer.
+    pub fn poll_at(&self) -> Option<Instant> {
+        let mut t = earliest(self.rto_at, self.delack_at);
+        t = earliest(t, self.persist_at);
+        t = earliest(t, self.wake_at);
+        earliest(t, self.linger_at)
+    }
+
+    // ---------------------------------------------------------------- application API
+
+    /// The application writes `n` more bytes (`u64::MAX / 4` or more: an endless source).
+    pub fn write(&mut self, now: Instant, n: u64, io: &mut ConnIo<'_>) {
+        if self.fin_queued || matches!(self.state, State::Closed | State::TimeWait) {
+            return;
+        }
+        self.app_end = self.app_end.saturating_add(n).min(u64::MAX / 2);
+        self.try_send(now, io);
+    }
+
+    /// The application closes its direction: a FIN follows the written data.
+    pub fn close(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        if self.fin_queued {
+            return;
+        }
+        self.fin_queued = true;
+        match self.state {
+            State::SynSent | State::SynRcvd | State::Established | State::CloseWait => {
+                self.try_send(now, io)
+            }
+            _ => {}
+        }
+    }
+
+    // ---------------------------------------------------------------- input
+
+    /// A segment for this connection arrived.
+    pub fn on_segment(&mut self, now: Instant, h: &Headers, io: &mut ConnIo<'_>) {
+        let Transport::Tcp(t) = &h.transport else { return };
+        self.stats.segments_received += 1;
+        if t.flags.contains(TcpFlags::RST) {
+            if self.state != State::Closed {
+                self.enter_closed(now, io, true);
+            }
+            return;
+        }
+        match self.state {
+            State::Closed => return,
+            State::SynSent => {
+                if !self.on_syn_ack(now, t, io) {
+                    return;
+                }
+            }
+            State::SynRcvd => {
+                if t.flags.contains(TcpFlags::SYN) {
+                    // Our SYN-ACK was lost: the peer retransmitted its SYN.
+                    self.send_syn(now, io);
+                    return;
+                }
+                if !t.flags.contains(TcpFlags::ACK) || unwrap(self.iss, 0, t.ack) != 1 {
+                    return;
+                }
+                self.snd_una = 1;
+                if let Some(sent) = self.sb.ack_to(1).rtt_from {
+                    self.rtt.sample(now - sent);
+                }
+                self.rtt.reset_backoff();
+                self.rto_at = None;
+                self.state = State::Established;
+                self.snd_wnd = (t.window as u64) << self.snd_wscale;
+                self.snd_wl1 = 1;
+                self.snd_wl2 = 1;
+                self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+                io.events.push(ConnEvent::Established);
+            }
+            _ => {
+                if t.flags.contains(TcpFlags::SYN) {
+                    // A retransmitted SYN-ACK after we established: re-acknowledge.
+                    self.ack_now = true;
+                    self.flush_ack(now, io);
+                    return;
+                }
+            }
+        }
+        if let Some(ts) = t.opts.timestamp.filter(|_| self.ts_ok) {
+            let seg_off = unwrap(self.irs, self.rcv.rcv_nxt(), t.seq);
+            //= https://www.rfc-editor.org/rfc/rfc7323#section-4.3
+            //# If SEG.TSval >= TS.Recent and SEG.SEQ <= Last.ACK.sent
+            //# then SEG.TSval is copied to TS.Recent
+            if seg_off <= self.last_ack_sent && SeqNumber(ts.val) >= SeqNumber(self.ts_recent) {
+                self.ts_recent = ts.val;
+            }
+        }
+        if t.flags.contains(TcpFlags::ACK) {
+            self.on_ack(now, h, t, io);
+        }
+        if matches!(self.state, State::Closed) {
+            return;
+        }
+        self.on_data(now, h, t, io);
+        self.try_send(now, io);
+        self.flush_ack(now, io);
+    }
+
+    fn on_syn_ack(&mut self, now: Instant, t: &TcpRepr, io: &mut ConnIo<'_>) -> bool {
+        if !t.flags.contains(TcpFlags::SYN | TcpFlags::ACK) || unwrap(self.iss, 0, t.ack) != 1 {
+            return false;
+        }
+        self.irs = t.seq.0;
+        self.rcv = Receiver::new(1);
+        self.negotiate(t, false);
+        self.ecn_ok = self.cfg.ecn && t.flags.contains(TcpFlags::ECE);
+        if let Some(ts) = t.opts.timestamp {
+            self.ts_recent = ts.val;
+        }
+        let acked = self.sb.ack_to(1);
+        if let Some(sent) = acked.rtt_from {
+            self.rtt.sample(now - sent);
+        }
+        self.rtt.reset_backoff();
+        self.snd_una = 1;
+        self.snd_wnd = t.window as u64; // SYN-ACK windows are not scaled
+        self.snd_wl1 = 0;
+        self.snd_wl2 = 1;
+        self.max_snd_wnd = self.snd_wnd;
+        self.rto_at = None;
+        self.state = State::Established;
+        self.ack_now = true;
+        io.events.push(ConnEvent::Established);
+        true
+    }
+
+    fn flight(&self) -> u64 {
+        self.snd_max - self.snd_una
+    }
+
+    fn on_ack(&mut self, now: Instant, h: &Headers, t: &TcpRepr, io: &mut ConnIo<'_>) {
+        let ack = unwrap(self.iss, self.snd_una, t.ack);
+        if ack > self.snd_max {
+            // Acknowledges data never sent: ignore (RFC 9293 says ACK and drop).
+            self.ack_now = true;
+            return;
+        }
+        let seg_off = unwrap(self.irs, self.rcv.rcv_nxt(), t.seq);
+        let wnd = (t.window as u64) << self.snd_wscale;
+        let window_changed = wnd != self.snd_wnd;
+        //= https://www.rfc-editor.org/rfc/rfc9293#section-3.10.7.4
+        //# If SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and SND.WL2 =< SEG.ACK), set
+        //# SND.WND <- SEG.WND, set SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK.
+        if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
+            self.snd_wnd = wnd;
+            self.snd_wl1 = seg_off;
+            self.snd_wl2 = ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
+        }
+        let mut new_sack = false;
+        if self.sack_ok {
+            for b in t.opts.sack.iter() {
+                let l = unwrap(self.iss, self.snd_una, b.left).max(self.snd_una);
+                let r = unwrap(self.iss, self.snd_una, b.right).min(self.snd_max);
+                new_sack |= self.sb.sack(l, r) > 0;
+            }
+        }
+        let ece = self.ecn_ok && t.flags.contains(TcpFlags::ECE);
+
+        if ack > self.snd_una {
+            let acked = self.sb.ack_to(ack);
+            // RTT sample (Karn): from a never-retransmitted segment, else from the echoed
+            // timestamp when timestamps are on.
+            if let Some(sent) = acked.rtt_from {
+                self.rtt.sample(now - sent);
+            } else if let Some(ts) = t.opts.timestamp.filter(|ts| self.ts_ok && ts.ecr != 0) {
+                let ms = ts_clock(now).wrapping_sub(ts.ecr);
+                if ms < 60_000 {
+                    self.rtt.sample(Duration::from_millis(ms.max(1) as u64));
+                }
+            }
+            self.rtt.reset_backoff();
+            let data_acked = data_bytes_between(self.snd_una, ack, self.fin_off);
+            self.snd_una = ack;
+            self.stats.bytes_acked += data_acked;
+            if data_acked > 0 {
+                io.events.push(ConnEvent::Acked(data_acked));
+            }
+            match self.ca_state {
+                CaState::Recovery => {
+                    if ack >= self.recover || self.cfg.cc == CcAlgo::Reno && !self.sack_ok {
+                        self.exit_recovery();
+                    } else if !self.sack_ok {
+                        //= https://www.rfc-editor.org/rfc/rfc6582#section-3.2
+                        //# If this ACK does *not* acknowledge all of the data up to and
+                        //# including recover, then this is a partial ACK.  In this case,
+                        //# retransmit the first unacknowledged segment.  Deflate the
+                        //# congestion window by the amount of new data acknowledged by
+                        //# the Cumulative Acknowledgment field.  If the partial ACK
+                        //# acknowledges at least one SMSS of new data, then add back
+                        //# SMSS bytes to the congestion window.
+                        self.sb.mark_head_lost();
+                        self.cc.cwnd = self.cc.cwnd.saturating_sub(acked.bytes);
+                        if acked.bytes >= self.mss as u64 {
+                            self.cc.cwnd += self.mss as u64;
+                        }
+                        self.cc.cwnd = self.cc.cwnd.max(self.mss as u64);
+                        self.retransmit_head(now, io);
+                    }
+                }
+                CaState::Loss => {
+                    if ack >= self.recover {
+                        self.ca_state = CaState::Open;
+                    }
+                    self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
+                }
+                CaState::Open | CaState::Disorder => {
+                    self.ca_state = CaState::Open;
+                    self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
+                }
+            }
+            self.dupacks = 0;
+            if acked.fin {
+                self.on_fin_acked(now, io);
+            }
+            self.rto_at = if self.snd_una < self.snd_max {
+                Some(now + self.rtt.rto())
+            } else {
+                None
+            };
+        } else if ack == self.snd_una
+            && h.payload_len == 0
+            && !t.flags.intersects(TcpFlags::SYN | TcpFlags::FIN)
+            && self.snd_max > self.snd_una
+            && (!window_changed || new_sack)
+        {
+            //= https://www.rfc-editor.org/rfc/rfc5681#section-2
+            //# DUPLICATE ACKNOWLEDGMENT: An acknowledgment is considered a
+            //# "duplicate" in the following algorithms when (a) the receiver of
+            //# the ACK has outstanding data, (b) the incoming acknowledgment
+            //# carries no data, (c) the SYN and FIN bits are both off, (d) the
+            //# acknowledgment number is equal to the greatest acknowledgment
+            //# received on the given connection (TCP.UNA from [RFC793]) and (e)
+            //# the advertised window in the incoming acknowledgment equals the
+            //# advertised window in the last incoming acknowledgment.
+            self.dupacks += 1;
+            match self.ca_state {
+                CaState::Open | CaState::Disorder => {
+                    self.ca_state = CaState::Disorder;
+                    if self.dupacks >= self.cfg.dupthresh {
+                        self.maybe_enter_recovery(now, io);
+                    }
+                }
+                CaState::Recovery if !self.sack_ok => {
+                    // Reno/NewReno window inflation.
+                    self.cc.cwnd += self.mss as u64;
+                }
+                _ => {}
+            }
+        }
+        if self.sack_ok {
+            if matches!(self.ca_state, CaState::Open | CaState::Disorder)
+                && new_sack
+                && self.sb.head_is_lost(self.cfg.dupthresh, self.mss as u64)
+            {
+                self.maybe_enter_recovery(now, io);
+            }
+            if matches!(self.ca_state, CaState::Recovery | CaState::Loss) {
+                self.sb.mark_lost(self.cfg.dupthresh, self.mss as u64);
+            }
+        }
+        //= https://www.rfc-editor.org/rfc/rfc3168#section-6.1.2
+        //# If the sender receives an ECN-Echo (ECE) ACK
+        //# packet (that is, an ACK packet with the ECN-Echo flag set in the TCP
+        //# header), then the sender knows that congestion was encountered in the
+        //# network on the path from the sender to the receiver.  The indication
+        //# of congestion should be treated just as a congestion loss in non-
+        //# ECN-Capable TCP.
+        if ece
+            && ack > self.ecn_recover
+            && matches!(self.ca_state, CaState::Open | CaState::Disorder)
+        {
+            self.cc.on_congestion(self.flight());
+            self.ecn_recover = self.snd_max;
+            self.cwr_pending = true;
+            self.stats.ecn_reductions += 1;
+        }
+    }
+
+    fn maybe_enter_recovery(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        //= https://www.rfc-editor.org/rfc/rfc6582#section-3.2
+        //# the TCP sender SHOULD invoke Fast Retransmit and Fast Recovery
+        //# only if the Cumulative Acknowledgment field covers more than "recover"
+        if self.snd_una <= self.recover && self.recover > 1 && self.cfg.cc != CcAlgo::Reno {
+            return;
+        }
+        let flight = self.flight();
+        self.cc.on_congestion(flight);
+        self.recover = self.snd_max;
+        self.ca_state = CaState::Recovery;
+        self.stats.fast_retransmits += 1;
+        io.events.push(ConnEvent::FastRetransmit);
+        self.sb.mark_head_lost();
+        if self.sack_ok {
+            self.sb.mark_lost(self.cfg.dupthresh, self.mss as u64);
+        } else {
+            //= https://www.rfc-editor.org/rfc/rfc5681#section-3.2
+            //# 4.  The lost segment starting at SND.UNA MUST be retransmitted and
+            //#     cwnd set to ssthresh plus 3*SMSS.
+            self.cc.cwnd = self.cc.ssthresh + self.cfg.dupthresh as u64 * self.mss as u64;
+        }
+        self.retransmit_head(now, io);
+    }
+
+    fn exit_recovery(&mut self) {
+        self.ca_state = CaState::Open;
+        if !self.sack_ok && self.cfg.cc != CcAlgo::Cubic {
+            //= https://www.rfc-editor.org/rfc/rfc6582#section-3.2
+            //# Set cwnd to either (1) min (ssthresh, max(FlightSize, SMSS) + SMSS)
+            //# or (2) ssthresh
+            let f = self.flight().max(self.mss as u64) + self.mss as u64;
+            self.cc.cwnd = self.cc.ssthresh.min(f);
+        } else {
+            self.cc.cwnd = self.cc.ssthresh;
+        }
+    }
+
+    fn on_data(&mut self, now: Instant, h: &Headers, t: &TcpRepr, io: &mut ConnIo<'_>) {
+        if matches!(self.state, State::SynSent | State::SynRcvd) {
+            return;
+        }
+        let fin = t.flags.contains(TcpFlags::FIN);
+        let len = h.payload_len as u64;
+        if len == 0 && !fin {
+            return;
+        }
+        if self.ecn_ok {
+            if h.ip.ecn == Ecn::Ce && !self.ece_pending {
+                self.ece_pending = true;
+                self.ack_now = true;
+            }
+            if t.flags.contains(TcpFlags::CWR) && len > 0 {
+                self.ece_pending = h.ip.ecn == Ecn::Ce;
+            }
+        }
+        let start = unwrap(self.irs, self.rcv.rcv_nxt(), t.seq);
+        let end = start + len;
+        if let Some(p) = io.rwnd.as_deref_mut() {
+            if len > 0 {
+                p.on_data(now, self.id, len as u32);
+            }
+        }
+        let a = if len > 0 { self.rcv.on_data(start, end) } else { Default::default() };
+        if a.delivered > 0 {
+            self.stats.bytes_delivered += a.delivered;
+            io.events.push(ConnEvent::Delivered(a.delivered));
+        }
+        if fin && !self.peer_fin && self.rcv.rcv_nxt() == end {
+            self.rcv.advance_control();
+            self.peer_fin = true;
+            self.ack_now = true;
+            io.events.push(ConnEvent::PeerClosed);
+            self.state = match self.state {
+                State::Established => State::CloseWait,
+                State::FinWait1 => State::Closing,
+                State::FinWait2 => {
+                    self.enter_time_wait(now);
+                    State::TimeWait
+                }
+                s => s,
+            };
+        } else if fin && self.peer_fin {
+            self.ack_now = true; // retransmitted FIN
+        }
+        if a.out_of_order || a.filled_gap || a.duplicate {
+            //= https://www.rfc-editor.org/rfc/rfc5681#section-4.2
+            //# A TCP receiver SHOULD send an immediate duplicate ACK when an out-
+            //# of-order segment arrives. [...] A TCP receiver SHOULD send an
+            //# immediate ACK when the incoming segment fills in all or part of a
+            //# gap in the sequence space.
+            self.ack_now = true;
+        } else if len > 0 {
+            if self.quickack_left > 0 {
+                self.quickack_left -= 1;
+                self.ack_now = true;
+            } else {
+                self.ack_pending += 1;
+                if self.ack_pending >= self.cfg.delayed_ack {
+                    self.ack_now = true;
+                } else if self.delack_at.is_none() {
+                    self.delack_at = Some(now + self.cfg.delack_timeout);
+                }
+            }
+        }
+    }
+
+    fn flush_ack(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        if self.ack_now && !matches!(self.state, State::SynSent | State::SynRcvd | State::Closed) {
+            self.send_pure_ack(now, io);
+        }
+    }
+
+    // ---------------------------------------------------------------- timers
+
+    /// Run the timers due at `now`.
+    pub fn on_timer(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        if self.linger_at.is_some_and(|t| t <= now) {
+            self.linger_at = None;
+            self.enter_closed(now, io, false);
+            return;
+        }
+        if self.delack_at.is_some_and(|t| t <= now) {
+            self.delack_at = None;
+            if self.ack_pending > 0 {
+                self.send_pure_ack(now, io);
+            }
+        }
+        if self.rto_at.is_some_and(|t| t <= now) {
+            self.rto_at = None;
+            self.on_rto(now, io);
+        }
+        if self.persist_at.is_some_and(|t| t <= now) {
+            self.persist_at = None;
+            self.send_probe(now, io);
+        }
+        if self.wake_at.is_some_and(|t| t <= now) {
+            self.wake_at = None;
+            self.try_send(now, io);
+        }
+    }
+
+    /// Try to send again (a conditioner's shaping timer woke the host).
+    pub fn wake(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        self.try_send(now, io);
+    }
+
+    fn on_rto(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        match self.state {
+            State::SynSent | State::SynRcvd => {
+                self.syn_tries += 1;
+                if self.syn_tries > self.cfg.syn_retries {
+                    self.enter_closed(now, io, true);
+                    return;
+                }
+                self.rtt.back_off();
+                self.stats.timeouts += 1;
+                self.stats.retransmits += 1;
+                self.sb.mark_all_lost();
+                self.sb.retransmitted(0, now);
+                self.send_syn(now, io);
+                return;
+            }
+            State::Closed | State::TimeWait => return,
+            _ => {}
+        }
+        if self.snd_una >= self.snd_max {
+            return;
+        }
+        self.stats.timeouts += 1;
+        io.events.push(ConnEvent::Timeout);
+        //= https://www.rfc-editor.org/rfc/rfc5681#section-3.1
+        //# When a TCP sender detects segment loss using the retransmission timer
+        //# and the given segment has not yet been resent by way of the
+        //# retransmission timer, the value of ssthresh MUST be set to no more
+        //# than the value given in equation (4).
+        if self.ca_state != CaState::Loss {
+            self.cc.on_timeout(self.flight());
+        } else {
+            self.cc.cwnd = self.mss as u64;
+        }
+        self.ca_state = CaState::Loss;
+        self.recover = self.snd_max;
+        self.dupacks = 0;
+        self.sb.mark_all_lost();
+        //= https://www.rfc-editor.org/rfc/rfc6298#section-5
+        //# (5.5) The host MUST set RTO <- RTO * 2 ("back off the timer").
+        self.rtt.back_off();
+        self.retransmit_head(now, io);
+        self.try_send(now, io);
+    }
+
+    fn send_probe(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        // Zero-window probe: one byte beyond the window (RFC 9293 §3.8.6.1).
+        let data_end = self.data_end();
+        if self.snd_wnd > 0 || self.snd_max >= data_end || self.snd_una < self.snd_max {
+            self.try_send(now, io);
+            return;
+        }
+        self.transmit_new(now, self.snd_max, 1, false, io);
+        self.rtt.back_off();
+        self.rto_at = Some(now + self.rtt.rto());
+    }
+
+    // ---------------------------------------------------------------- output
+
+    fn data_end(&self) -> u64 {
+        let buffered = match self.cfg.sndbuf {
+            Some(b) => self.app_end.min(self.snd_una.max(1) + b),
+            None => self.app_end,
+        };
+        buffered
+    }
+
+    fn can_send_data(&self) -> bool {
+        matches!(
+            self.state,
+            State::Established | State::CloseWait | State::FinWait1 | State::Closing | State::LastAck
+        )
+    }
+
+    fn try_send(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        if !self.can_send_data() {
+            return;
+        }
+        loop {
+            if self.cfg.pacing && now < self.next_send {
+                self.wake_at = earliest(self.wake_at, Some(self.next_send));
+                break;
+            }
+            if let Some(i) = self.sb.next_retransmit() {
+                let s = *self.sb.get(i);
+                let ok = match (self.ca_state, self.sack_ok) {
+                    (CaState::Recovery, false) => true,
+                    _ => self.inflight() + s.len() <= self.cc.cwnd,
+                };
+                if !ok {
+                    break;
+                }
+                if !self.retransmit(now, i, io) {
+                    break;
+                }
+                continue;
+            }
+            let Some((start, len, fin)) = self.next_new_segment() else {
+                break;
+            };
+            if !self.transmit_new(now, start, len, fin, io) {
+                break;
+            }
+        }
+        self.arm_persist(now);
+    }
+
+    /// The next new segment allowed by the windows, Nagle and SWS avoidance.
+    fn next_new_segment(&self) -> Option<(u64, u64, bool)> {
+        let data_end = self.data_end();
+        let fin_pending = self.fin_queued && self.fin_off.is_none() && data_end == self.app_end;
+        if self.snd_max >= data_end {
+            return fin_pending.then_some((self.snd_max, 0, true));
+        }
+        let avail = data_end - self.snd_max;
+        let wnd_room = (self.snd_una + self.snd_wnd).saturating_sub(self.snd_max);
+        let flight = match (self.ca_state, self.sack_ok) {
+            (CaState::Recovery, false) => self.flight(),
+            _ => self.inflight(),
+        };
+        let mut cwnd = self.cc.cwnd;
+        if self.cfg.limited_transmit && self.ca_state == CaState::Disorder && self.dupacks <= 2 {
+            //= https://www.rfc-editor.org/rfc/rfc3042#section-2
+            //# the sender can only send two segments beyond the congestion window
+            cwnd += self.dupacks as u64 * self.mss as u64;
+        }
+        let cwnd_room = cwnd.saturating_sub(flight);
+        let mss = self.mss as u64;
+        let len = mss.min(avail).min(wnd_room).min(cwnd_room);
+        if len == 0 {
+            return None;
+        }
+        if len < mss {
+            //= https://www.rfc-editor.org/rfc/rfc9293#section-3.8.6.2.1
+            //# Send data [...] if a maximum-sized segment can be sent [...] or if the data
+            //# is pushed and all queued data can be sent now, or if at least a fraction
+            //# Fs of the maximum window can be sent now
+            let all_queued = len == avail;
+            let nagle_ok = !self.cfg.nagle || self.snd_max == self.snd_una;
+            let fs = self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2;
+            if !((all_queued && nagle_ok) || fs) {
+                return None;
+            }
+        }
+        let fin = self.fin_queued && self.snd_max + len == self.app_end && data_end == self.app_end;
+        Some((self.snd_max, len, fin))
+    }
+
+    fn arm_persist(&mut self, now: Instant) {
+        let waiting = self.data_end() > self.snd_max;
+        if self.can_send_data()
+            && waiting
+            && self.snd_una == self.snd_max
+            && (self.snd_una + self.snd_wnd) <= self.snd_max
+        {
+            if self.persist_at.is_none() {
+                self.persist_at = Some(now + self.rtt.rto());
+            }
+        } else {
+            self.persist_at = None;
+        }
+    }
+
+    /// Ask the conditioner; returns Some(dscp override) to go, None to stop.
+    fn admit(&mut self, now: Instant, ip_len: u32, io: &mut ConnIo<'_>) -> Option<Result<Option<u8>, ()>> {
+        match io.conditioner.as_deref_mut() {
+            None => Some(Ok(None)),
+            Some(c) => match c.admit(now, self.id, ip_len) {
+                Admit::Send => Some(Ok(None)),
+                Admit::Mark(d) => Some(Ok(Some(d))),
+                Admit::Drop => Some(Err(())),
+                Admit::Wait(t) => {
+                    self.wake_at = earliest(self.wake_at, Some(t));
+                    None
+                }
+            },
+        }
+    }
+
+    fn transmit_new(&mut self, now: Instant, start: u64, len: u64, fin: bool, io: &mut ConnIo<'_>) -> bool {
+        let mut tcp = self.base_header(now, start);
+        if fin {
+            tcp.flags = tcp.flags | TcpFlags::FIN;
+        }
+        if len > 0 && start + len >= self.app_end {
+            tcp.flags = tcp.flags | TcpFlags::PSH;
+        }
+        if self.cwr_pending && len > 0 {
+            tcp.flags = tcp.flags | TcpFlags::CWR;
+        }
+        let ip_len = ip_len_for(&self.local.0, &tcp, len);
+        let verdict = match self.admit(now, ip_len, io) {
+            None => return false,
+            Some(v) => v,
+        };
+        if tcp.flags.contains(TcpFlags::CWR) {
+            self.cwr_pending = false;
+        }
+        let end = start + len + fin as u64;
+        self.sb.push(SentSeg {
+            start,
+            end,
+            sent_at: now,
+            flags: if fin { scoreboard::FIN } else { 0 },
+        });
+        self.snd_max = end;
+        if fin {
+            self.fin_off = Some(start + len);
+            self.state = match self.state {
+                State::Established | State::SynRcvd => State::FinWait1,
+                State::CloseWait => State::LastAck,
+                s => s,
+            };
+        }
+        if self.rto_at.is_none() {
+            self.rto_at = Some(now + self.rtt.rto());
+        }
+        self.stats.bytes_sent += len;
+        let ecn = if self.ecn_ok && len > 0 { Ecn::Ect0 } else { Ecn::NotEct };
+        match verdict {
+            Ok(dscp) => {
+                self.push_out_marked(now, tcp, len as u32, ecn, dscp, io);
+                self.note_sent(now, len);
+            }
+            Err(()) => {
+                self.stats.policed += 1;
+                self.note_sent(now, len);
+            }
+        }
+        true
+    }
+
+    fn retransmit_head(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        if let Some(i) = self.sb.next_retransmit() {
+            self.retransmit(now, i, io);
+        }
+    }
+
+    fn retransmit(&mut self, now: Instant, i: usize, io: &mut ConnIo<'_>) -> bool {
+        let s = *self.sb.get(i);
+        if s.flags & scoreboard::SYN != 0 {
+            self.sb.retransmitted(i, now);
+            self.send_syn(now, io);
+            return true;
+        }
+        let fin = s.flags & scoreboard::FIN != 0;
+        let len = s.len() - fin as u64;
+        let mut tcp = self.base_header(now, s.start);
+        if fin {
+            tcp.flags = tcp.flags | TcpFlags::FIN;
+        }
+        let ip_len = ip_len_for(&self.local.0, &tcp, len);
+        let verdict = match self.admit(now, ip_len, io) {
+            None => return false,
+            Some(v) => v,
+        };
+        self.sb.retransmitted(i, now);
+        self.stats.retransmits += 1;
+        self.stats.bytes_retransmitted += len;
+        self.stats.bytes_sent += len;
+        if self.rto_at.is_none() {
+            self.rto_at = Some(now + self.rtt.rto());
+        }
+        if let Ok(dscp) = verdict {
+            // RFC 3168 §6.1.5: retransmissions are not ECN-capable.
+            self.push_out_marked(now, tcp, len as u32, Ecn::NotEct, dscp, io);
+        } else {
+            self.stats.policed += 1;
+        }
+        self.note_sent(now, len);
+        true
+    }
+
+    fn note_sent(&mut self, now: Instant, len: u64) {
+        if self.cfg.pacing && len > 0 {
+            if let Some(srtt) = self.rtt.srtt() {
+                let gain = if self.cc.in_slow_start() { 2.0 } else { 1.2 };
+                let rate = gain * self.cc.cwnd as f64 / srtt.as_secs_f64().max(1e-6);
+                let gap = (len as f64 + 40.0) / rate;
+                self.next_send = now + Duration::from_secs_f64(gap.min(1.0));
+            }
+        }
+    }
+
+    fn send_pure_ack(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        let tcp = self.base_header(now, self.snd_max);
+        self.stats.acks_sent += 1;
+        self.push_out(now, tcp, 0, Ecn::NotEct, io);
+    }
+
+    /// The advertised window field for the current state.
+    fn window_field(&mut self, now: Instant, io: &mut ConnIo<'_>) -> u16 {
+        let rcv_nxt = self.rcv.rcv_nxt();
+        let free = self.cfg.rcvbuf.saturating_sub(self.rcv.ooo_bytes());
+        let mut wnd = free;
+        if let Some(p) = io.rwnd.as_deref_mut() {
+            wnd = wnd.min(p.window(now, self.id, free, self.mss).max(self.mss as u64));
+        }
+        // The right edge never moves left (RFC 9293 §3.8.6.2.2 discourages shrinking).
+        let edge = (rcv_nxt + wnd).max(self.rcv_edge);
+        let wnd = edge - rcv_nxt;
+        let shift = self.rcv_wscale as u32;
+        // Round up so the advertised edge does not fall below `edge` when scaled.
+        let field = wnd.div_ceil(1u64 << shift).min(65_535);
+        self.rcv_edge = rcv_nxt + (field << shift);
+        field as u16
+    }
+
+    fn base_header(&mut self, now: Instant, seq_off: u64) -> TcpRepr {
+        let mut flags = TcpFlags::ACK;
+        if self.ece_pending {
+            flags = flags | TcpFlags::ECE;
+        }
+        let mut opts = TcpOptions::default();
+        if self.ts_ok {
+            opts.timestamp = Some(Timestamp {
+                val: ts_clock(now),
+                ecr: self.ts_recent,
+            });
+        }
+        if self.sack_ok && self.rcv.has_gap() {
+            let max = if self.ts_ok { 3 } else { 4 };
+            for (l, r) in self.rcv.sack_blocks(max) {
+                opts.sack.push(SackBlock {
+                    left: seq_of(self.irs, l),
+                    right: seq_of(self.irs, r),
+                });
+            }
+        }
+        TcpRepr {
+            src_port: self.local.1,
+            dst_port: self.remote.1,
+            seq: seq_of(self.iss, seq_off),
+            ack: seq_of(self.irs, self.rcv.rcv_nxt()),
+            flags,
+            window: 0,
+            urgent: 0,
+            opts,
+        }
+    }
+
+    fn push_out(&mut self, now: Instant, tcp: TcpRepr, payload: u32, ecn: Ecn, io: &mut ConnIo<'_>) {
+        self.push_out_marked(now, tcp, payload, ecn, None, io)
+    }
+
+    fn push_out_marked(
+        &mut self,
+        now: Instant,
+        mut tcp: TcpRepr,
+        payload: u32,
+        ecn: Ecn,
+        dscp: Option<u8>,
+        io: &mut ConnIo<'_>,
+    ) {
+        if !tcp.flags.contains(TcpFlags::SYN) {
+            // The window is computed last, when the segment is final.
+            tcp.window = self.window_field(now, io);
+            // Any segment carrying ACK acknowledges everything received so far.
+            self.ack_pending = 0;
+            self.ack_now = false;
+            self.delack_at = None;
+            self.last_ack_sent = self.rcv.rcv_nxt();
+        }
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let mut ip = IpRepr::new(self.local.0, self.remote.0);
+        ip.ident = self.ip_ident;
+        ip.ecn = ecn;
+        if let Some(d) = dscp {
+            ip.dscp = d;
+        }
+        if let Some(p) = io.rwnd.as_deref_mut() {
+            p.on_send(now, self.id, payload);
+        }
+        self.stats.segments_sent += 1;
+        io.out.push(Headers::tcp(ip, tcp, payload));
+    }
+
+    fn on_fin_acked(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        match self.state {
+            State::FinWait1 => self.state = State::FinWait2,
+            State::Closing => {
+                self.enter_time_wait(now);
+                self.state = State::TimeWait;
+            }
+            State::LastAck => self.enter_closed(now, io, false),
+            _ => {}
+        }
+    }
+
+    fn enter_time_wait(&mut self, now: Instant) {
+        // Linger long enough to re-acknowledge a retransmitted FIN (not 2 MSL: the
+        // simulator never reuses a port pair).
+        let linger = self
+            .rtt
+            .rto()
+            .max(Duration::from_secs(1))
+            .saturating_mul(2);
+        self.linger_at = Some(now + linger);
+        self.rto_at = None;
+        self.persist_at = None;
+        self.wake_at = None;
+    }
+
+    fn enter_closed(&mut self, _now: Instant, io: &mut ConnIo<'_>, reset: bool) {
+        self.state = State::Closed;
+        self.rto_at = None;
+        self.delack_at = None;
+        self.persist_at = None;
+        self.wake_at = None;
+        self.linger_at = None;
+        io.events.push(if reset { ConnEvent::Reset } else { ConnEvent::Closed });
+    }
+}
+
+/// Data bytes (excluding SYN and FIN) between two offsets.
+fn data_bytes_between(from: u64, to: u64, fin_off: Option<u64>) -> u64 {
+    let lo = from.max(1);
+    let mut hi = to;
+    if let Some(f) = fin_off {
+        hi = hi.min(f);
+    }
+    hi.saturating_sub(lo)
+}
+
+/// The timestamp clock: milliseconds (RFC 7323 recommends 1 ms to 1 s per tick).
+fn ts_clock(now: Instant) -> u32 {
+    ((now.as_nanos() / 1_000_000) as u32).wrapping_add(1)
+}
+
+fn ip_len_for(src: &IpAddr, tcp: &TcpRepr, payload: u64) -> u32 {
+    let ip = if src.is_ipv4() { 20 } else { 40 };
+    (ip + tcp.header_len() as u64 + payload) as u32
+}

@@ -1,0 +1,393 @@
+//! The sender's record of outstanding segments: what was sent when, what the receiver
+//! SACKed, what is presumed lost and what was retransmitted (RFC 6675 §2–§4 state).
+//!
+//! Offsets are 64-bit positions in the connection's sequence space counted from the ISS
+//! (the SYN is offset 0), so nothing here wraps.
+
+use asymlink_core::time::Instant;
+use std::collections::VecDeque;
+
+/// The receiver has SACKed the segment.
+pub const SACKED: u8 = 1;
+/// The segment is presumed lost (RFC 6675 IsLost, or an RTO).
+pub const LOST: u8 = 2;
+/// The segment was retransmitted at least once (no RTT sample from it: Karn).
+pub const RETRANS: u8 = 4;
+/// A retransmission of the segment is in flight (counted in pipe).
+pub const RETX_OUT: u8 = 8;
+/// The segment carries SYN.
+pub const SYN: u8 = 16;
+/// The segment carries FIN.
+pub const FIN: u8 = 32;
+
+/// One outstanding segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SentSeg {
+    /// First offset.
+    pub start: u64,
+    /// Offset after the last.
+    pub end: u64,
+    /// Last (re)transmission time.
+    pub sent_at: Instant,
+    /// Flag bits above.
+    pub flags: u8,
+}
+
+impl SentSeg {
+    /// Length in sequence space.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+    #[inline]
+    fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+}
+
+/// What a cumulative ACK removed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Acked {
+    /// Bytes of sequence space newly acknowledged.
+    pub bytes: u64,
+    /// Send time of the newest fully acknowledged segment, if it was never retransmitted
+    /// (an RTT sample per Karn's algorithm).
+    pub rtt_from: Option<Instant>,
+    /// Whether any acknowledged segment had been retransmitted.
+    pub any_retransmitted: bool,
+    /// Whether a FIN was acknowledged.
+    pub fin: bool,
+}
+
+/// The scoreboard.
+#[derive(Clone, Debug, Default)]
+pub struct Scoreboard {
+    segs: VecDeque<SentSeg>,
+    sacked: u64,
+    lost: u64,
+    retx_out: u64,
+    high_sacked: u64,
+}
+
+impl Scoreboard {
+    /// Record a new transmission.
+    pub fn push(&mut self, seg: SentSeg) {
+        debug_assert!(self.segs.back().is_none_or(|b| b.end <= seg.start));
+        self.segs.push_back(seg);
+    }
+
+    /// Outstanding segments.
+    pub fn len(&self) -> usize {
+        self.segs.len()
+    }
+
+    /// Whether nothing is outstanding.
+    pub fn is_empty(&self) -> bool {
+        self.segs.is_empty()
+    }
+
+    /// A segment by index.
+    pub fn get(&self, i: usize) -> &SentSeg {
+        &self.segs[i]
+    }
+
+    fn forget(&mut self, s: &SentSeg) {
+        let l = s.len();
+        if s.has(SACKED) {
+            self.sacked -= l;
+        } else {
+            if s.has(LOST) {
+                self.lost -= l;
+            }
+            if s.has(RETX_OUT) {
+                self.retx_out -= l;
+            }
+        }
+    }
+
+    /// Remove everything below `ack`.
+    pub fn ack_to(&mut self, ack: u64) -> Acked {
+        let mut r = Acked::default();
+        while let Some(front) = self.segs.front().copied() {
+            if front.end <= ack {
+                self.segs.pop_front();
+                self.forget(&front);
+                r.bytes += front.len();
+                r.any_retransmitted |= front.has(RETRANS);
+                r.fin |= front.has(FIN);
+                r.rtt_from = (!front.has(RETRANS)).then_some(front.sent_at);
+            } else if front.start < ack {
+                // Partial acknowledgment of a segment: trim it.
+                let f = self.segs.front_mut().expect("front exists");
+                let cut = ack - f.start;
+                if f.has(SACKED) {
+                    self.sacked -= cut;
+                } else {
+                    if f.has(LOST) {
+                        self.lost -= cut;
+                    }
+                    if f.has(RETX_OUT) {
+                        self.retx_out -= cut;
+                    }
+                }
+                f.start = ack;
+                r.bytes += cut;
+                break;
+            } else {
+                break;
+            }
+        }
+        r
+    }
+
+    /// Mark segments fully inside [left, right) as SACKed. Returns bytes newly SACKed.
+    pub fn sack(&mut self, left: u64, right: u64) -> u64 {
+        if right <= left {
+            return 0;
+        }
+        let mut newly = 0;
+        // Segments are sorted by start: binary search the first that may overlap.
+        let first = self.segs.partition_point(|s| s.end <= left);
+        for i in first..self.segs.len() {
+            let s = self.segs[i];
+            if s.start >= right {
+                break;
+            }
+            if s.start >= left && s.end <= right && !s.has(SACKED) {
+                let l = s.len();
+                if s.has(LOST) {
+                    self.lost -= l;
+                }
+                if s.has(RETX_OUT) {
+                    self.retx_out -= l;
+                }
+                self.segs[i].flags = (s.flags | SACKED) & !(LOST | RETX_OUT);
+                self.sacked += l;
+                newly += l;
+            }
+        }
+        if newly > 0 {
+            self.high_sacked = self.high_sacked.max(right);
+        }
+        newly
+    }
+
+    /// RFC 6675 IsLost over the whole board: mark as lost every un-SACKed, not
+    /// retransmitted segment below the point where `dupthresh` SACKed segments, or more than
+    /// `(dupthresh - 1) * mss` SACKed bytes, lie above it. Returns bytes newly marked.
+    pub fn mark_lost(&mut self, dupthresh: u32, mss: u64) -> u64 {
+        if self.sacked == 0 {
+            return 0;
+        }
+        let mut count = 0u32;
+        let mut bytes = 0u64;
+        let mut boundary = None;
+        for i in (0..self.segs.len()).rev() {
+            let s = &self.segs[i];
+            if s.has(SACKED) {
+                count += 1;
+                bytes += s.len();
+                if count >= dupthresh || bytes > (dupthresh as u64 - 1) * mss {
+                    boundary = Some(i);
+                    break;
+                }
+            }
+        }
+        let Some(b) = boundary else { return 0 };
+        let mut newly = 0;
+        for i in 0..b {
+            let s = self.segs[i];
+            if !s.has(SACKED | LOST | RETX_OUT) {
+                self.segs[i].flags |= LOST;
+                self.lost += s.len();
+                newly += s.len();
+            }
+        }
+        newly
+    }
+
+    /// Whether the first outstanding segment is presumed lost by the SACK rule.
+    pub fn head_is_lost(&self, dupthresh: u32, mss: u64) -> bool {
+        let Some(head) = self.segs.front() else { return false };
+        if head.has(SACKED) {
+            return false;
+        }
+        let mut count = 0u32;
+        let mut bytes = 0u64;
+        for s in self.segs.iter().skip(1) {
+            if s.has(SACKED) {
+                count += 1;
+                bytes += s.len();
+                if count >= dupthresh || bytes > (dupthresh as u64 - 1) * mss {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Mark the first outstanding segment lost (fast retransmit / NewReno partial ACK).
+    pub fn mark_head_lost(&mut self) {
+        if let Some(s) = self.segs.front().copied() {
+            if !s.has(SACKED | LOST) {
+                self.lost += s.len();
+                let f = self.segs.front_mut().expect("front exists");
+                f.flags |= LOST;
+                if f.has(RETX_OUT) {
+                    // Its retransmission is presumed lost too: allow another.
+                    f.flags &= !RETX_OUT;
+                    self.retx_out -= s.len();
+                }
+            }
+        }
+    }
+
+    /// After a retransmission timeout: everything not SACKed is lost and no retransmission
+    /// is in flight any more.
+    pub fn mark_all_lost(&mut self) {
+        self.retx_out = 0;
+        self.lost = 0;
+        for s in self.segs.iter_mut() {
+            if !s.has(SACKED) {
+                s.flags = (s.flags | LOST) & !RETX_OUT;
+                self.lost += s.len();
+            }
+        }
+    }
+
+    /// The first segment to retransmit: lost, not SACKed, no retransmission in flight.
+    pub fn next_retransmit(&self) -> Option<usize> {
+        if self.lost == 0 {
+            return None;
+        }
+        self.segs
+            .iter()
+            .position(|s| s.has(LOST) && !s.has(SACKED | RETX_OUT))
+    }
+
+    /// Record the retransmission of segment `i` at `now`.
+    pub fn retransmitted(&mut self, i: usize, now: Instant) {
+        let s = &mut self.segs[i];
+        if !s.has(RETX_OUT) && !s.has(SACKED) {
+            self.retx_out += s.end - s.start;
+        }
+        s.flags |= RETRANS | RETX_OUT;
+        s.sent_at = now;
+    }
+
+    /// RFC 6675 pipe: outstanding bytes not SACKed and not lost, plus retransmissions in
+    /// flight.
+    pub fn pipe(&self, outstanding: u64) -> u64 {
+        outstanding
+            .saturating_sub(self.sacked)
+            .saturating_sub(self.lost)
+            + self.retx_out
+    }
+
+    /// Bytes SACKed.
+    pub fn sacked_bytes(&self) -> u64 {
+        self.sacked
+    }
+
+    /// Bytes presumed lost and not yet retransmitted-in-flight.
+    pub fn lost_bytes(&self) -> u64 {
+        self.lost
+    }
+
+    /// Highest SACKed offset.
+    pub fn high_sacked(&self) -> u64 {
+        self.high_sacked
+    }
+
+    /// Clear SACK state (the receiver reneged or recovery restarted from scratch).
+    pub fn clear_sacks(&mut self) {
+        for s in self.segs.iter_mut() {
+            s.flags &= !SACKED;
+        }
+        self.sacked = 0;
+        self.high_sacked = 0;
+    }
+
+    /// Check the byte counters against the flags (tests).
+    #[cfg(test)]
+    pub fn check(&self) {
+        let mut sacked = 0;
+        let mut lost = 0;
+        let mut retx = 0;
+        for s in &self.segs {
+            if s.has(SACKED) {
+                sacked += s.len();
+            } else {
+                if s.has(LOST) {
+                    lost += s.len();
+                }
+                if s.has(RETX_OUT) {
+                    retx += s.len();
+                }
+            }
+        }
+        assert_eq!((sacked, lost, retx), (self.sacked, self.lost, self.retx_out));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn board(n: u64) -> Scoreboard {
+        let mut b = Scoreboard::default();
+        for i in 0..n {
+            b.push(SentSeg {
+                start: 1 + i * 100,
+                end: 1 + (i + 1) * 100,
+                sent_at: Instant::from_millis(i),
+                flags: 0,
+            });
+        }
+        b
+    }
+
+    #[test]
+    fn sack_and_islost() {
+        let mut b = board(10);
+        let out = 1000;
+        assert_eq!(b.pipe(out), 1000);
+        // segment 0 lost; 1..=3 SACKed
+        assert_eq!(b.sack(101, 401), 300);
+        assert!(b.head_is_lost(3, 100));
+        assert_eq!(b.mark_lost(3, 100), 100);
+        assert_eq!(b.pipe(out), 1000 - 300 - 100);
+        assert_eq!(b.next_retransmit(), Some(0));
+        b.retransmitted(0, Instant::from_millis(20));
+        assert_eq!(b.pipe(out), 700);
+        assert_eq!(b.next_retransmit(), None);
+        b.check();
+        let a = b.ack_to(401);
+        assert_eq!(a.bytes, 400);
+        assert!(a.any_retransmitted);
+        assert_eq!(b.pipe(600), 600);
+        b.check();
+    }
+
+    #[test]
+    fn rtt_sample_only_from_clean_segments() {
+        let mut b = board(3);
+        let a = b.ack_to(201);
+        assert_eq!(a.rtt_from, Some(Instant::from_millis(1)));
+        b.mark_all_lost();
+        b.retransmitted(0, Instant::from_millis(9));
+        let a = b.ack_to(301);
+        assert_eq!(a.rtt_from, None);
+        b.check();
+    }
+
+    #[test]
+    fn partial_ack_trims() {
+        let mut b = board(2);
+        b.mark_all_lost();
+        let a = b.ack_to(51);
+        assert_eq!(a.bytes, 50);
+        assert_eq!(b.lost_bytes(), 150);
+        b.check();
+    }
+}

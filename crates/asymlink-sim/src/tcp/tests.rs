@@ -1,0 +1,305 @@
+//! Two endpoints over a scripted pipe (a quinn-style `Pair`): handshake, transfer, loss
+//! recovery and timers on explicit time.
+
+use super::*;
+use asymlink_core::time::{Duration, Instant};
+use asymlink_core::units::Rate;
+use core::net::{IpAddr, Ipv4Addr};
+use std::collections::VecDeque;
+
+struct Pipe {
+    delay: Duration,
+    rate: Rate,
+    busy_until: Instant,
+    q: VecDeque<(Instant, Headers)>,
+}
+
+impl Pipe {
+    fn send(&mut self, now: Instant, h: Headers) {
+        let start = now.max(self.busy_until);
+        let done = start + self.rate.tx_time(h.ip_len() as u64);
+        self.busy_until = done;
+        self.q.push_back((done + self.delay, h));
+    }
+}
+
+/// Client (index 0) and server (index 1) joined by two pipes.
+struct Pair {
+    now: Instant,
+    c: [Option<Connection>; 2],
+    pipes: [Pipe; 2],
+    events: [Vec<ConnEvent>; 2],
+    /// Return true to drop the n-th data segment sent by the client (0-based).
+    drop: Box<dyn FnMut(usize, &Headers) -> bool>,
+    data_sent: usize,
+    dropped: usize,
+    log: Vec<(Instant, usize, Headers)>,
+    server_cfg: Option<TcpConfig>,
+}
+
+fn addr(i: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, i))
+}
+
+impl Pair {
+    fn new(cfg: &TcpConfig, rate: Rate, delay: Duration) -> Pair {
+        let pipe = || Pipe {
+            delay,
+            rate,
+            busy_until: Instant::ZERO,
+            q: VecDeque::new(),
+        };
+        let mut p = Pair {
+            now: Instant::ZERO,
+            c: [None, None],
+            pipes: [pipe(), pipe()],
+            events: [Vec::new(), Vec::new()],
+            drop: Box::new(|_, _| false),
+            data_sent: 0,
+            dropped: 0,
+            log: Vec::new(),
+            server_cfg: None,
+        };
+        let mut out = Vec::new();
+        let mut ev = Vec::new();
+        let mut io = ConnIo {
+            out: &mut out,
+            events: &mut ev,
+            conditioner: None,
+            rwnd: None,
+        };
+        p.c[0] = Some(Connection::connect(
+            Instant::ZERO,
+            0,
+            cfg,
+            (addr(1), 40000),
+            (addr(2), 80),
+            1_000,
+            &mut io,
+        ));
+        p.deliver_out(0, out);
+        p.server_cfg = Some(cfg.clone());
+        p
+    }
+
+    fn deliver_out(&mut self, from: usize, out: Vec<Headers>) {
+        for h in out {
+            self.log.push((self.now, from, h));
+            if from == 0 && h.payload_len > 0 {
+                let n = self.data_sent;
+                self.data_sent += 1;
+                if (self.drop)(n, &h) {
+                    self.dropped += 1;
+                    continue;
+                }
+            }
+            self.pipes[from].send(self.now, h);
+        }
+    }
+
+    fn with<F: FnOnce(&mut Connection, Instant, &mut ConnIo<'_>)>(&mut self, i: usize, f: F) {
+        let mut out = Vec::new();
+        let mut ev = Vec::new();
+        {
+            let mut io = ConnIo {
+                out: &mut out,
+                events: &mut ev,
+                conditioner: None,
+                rwnd: None,
+            };
+            let now = self.now;
+            f(self.c[i].as_mut().expect("connection exists"), now, &mut io);
+        }
+        self.events[i].extend(ev);
+        self.deliver_out(i, out);
+    }
+
+    /// Run until `until` or until nothing is pending.
+    fn run(&mut self, until: Instant) {
+        loop {
+            let mut next: Option<(Instant, u8, usize)> = None;
+            for d in 0..2 {
+                if let Some((t, _)) = self.pipes[d].q.front() {
+                    if next.is_none_or(|n| *t < n.0) {
+                        next = Some((*t, 0, d));
+                    }
+                }
+                if let Some(c) = &self.c[d] {
+                    if let Some(t) = c.poll_at() {
+                        if next.is_none_or(|n| t < n.0) {
+                            next = Some((t, 1, d));
+                        }
+                    }
+                }
+            }
+            let Some((t, kind, d)) = next else { break };
+            if t > until {
+                break;
+            }
+            self.now = t;
+            if kind == 0 {
+                let (_, h) = self.pipes[d].q.pop_front().unwrap();
+                let to = 1 - d;
+                if self.c[to].is_none() {
+                    let mut out = Vec::new();
+                    let mut ev = Vec::new();
+                    let mut io = ConnIo {
+                        out: &mut out,
+                        events: &mut ev,
+                        conditioner: None,
+                        rwnd: None,
+                    };
+                    let cfg = self.server_cfg.clone().unwrap();
+                    self.c[to] = Connection::accept(self.now, 1, &cfg, (addr(2), 80), &h, 7_000_000, &mut io);
+                    self.events[to].extend(ev);
+                    self.deliver_out(to, out);
+                } else {
+                    self.with(to, |c, now, io| c.on_segment(now, &h, io));
+                }
+            } else {
+                self.with(d, |c, now, io| c.on_timer(now, io));
+            }
+        }
+        self.now = self.now.max(until.min(self.now));
+    }
+
+    fn delivered(&self) -> u64 {
+        self.c[1].as_ref().map(|c| c.stats().bytes_delivered).unwrap_or(0)
+    }
+}
+
+fn paper() -> TcpConfig {
+    TcpConfig::profile("paper").unwrap()
+}
+
+#[test]
+fn handshake_and_bulk_transfer() {
+    for profile in ["paper", "rfc", "linux"] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(10));
+        p.run(Instant::from_millis(100));
+        assert_eq!(p.c[0].as_ref().unwrap().state(), State::Established, "{profile}");
+        assert_eq!(p.c[1].as_ref().unwrap().state(), State::Established, "{profile}");
+        let (sack, ts, _) = p.c[0].as_ref().unwrap().negotiated();
+        assert_eq!(sack, cfg.sack);
+        assert_eq!(ts, cfg.timestamps);
+        p.with(0, |c, now, io| {
+            c.write(now, 1_000_000, io);
+            c.close(now, io);
+        });
+        p.run(Instant::from_secs(30));
+        assert_eq!(p.delivered(), 1_000_000, "{profile}");
+        assert!(p.events[1].contains(&ConnEvent::PeerClosed), "{profile}");
+        assert_eq!(p.c[0].as_ref().unwrap().stats().retransmits, 0, "{profile}");
+        // the server closes too; both end closed
+        p.with(1, |c, now, io| c.close(now, io));
+        p.run(Instant::from_secs(60));
+        assert_eq!(p.c[1].as_ref().unwrap().state(), State::Closed, "{profile}");
+        assert_eq!(p.c[0].as_ref().unwrap().state(), State::Closed, "{profile}");
+    }
+}
+
+#[test]
+fn fast_retransmit_recovers_a_single_loss_without_timeout() {
+    for profile in ["paper", "rfc", "linux"] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = Box::new(|n, _| n == 30);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 500_000, io));
+        p.run(Instant::from_secs(20));
+        assert_eq!(p.dropped, 1);
+        assert_eq!(p.delivered(), 500_000, "{profile}");
+        let s = *p.c[0].as_ref().unwrap().stats();
+        assert_eq!(s.fast_retransmits, 1, "{profile}: {s:?}");
+        assert_eq!(s.timeouts, 0, "{profile}: {s:?}");
+        assert_eq!(s.retransmits, 1, "{profile}: {s:?}");
+    }
+}
+
+#[test]
+fn newreno_recovers_multiple_losses_in_one_window() {
+    let cfg = paper();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = Box::new(|n, _| n == 40 || n == 43 || n == 47);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 300_000, io));
+    p.run(Instant::from_secs(30));
+    assert_eq!(p.delivered(), 300_000);
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert_eq!(s.fast_retransmits, 1, "one recovery episode: {s:?}");
+    assert_eq!(s.timeouts, 0, "{s:?}");
+    assert_eq!(s.retransmits, 3, "{s:?}");
+}
+
+#[test]
+fn sack_recovers_multiple_losses_in_about_one_rtt() {
+    let cfg = TcpConfig::profile("rfc").unwrap();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = Box::new(|n, _| n == 40 || n == 43 || n == 47);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 300_000, io));
+    p.run(Instant::from_secs(30));
+    assert_eq!(p.delivered(), 300_000);
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert_eq!(s.fast_retransmits, 1, "{s:?}");
+    assert_eq!(s.timeouts, 0, "{s:?}");
+    assert_eq!(s.retransmits, 3, "{s:?}");
+}
+
+#[test]
+fn rto_fires_when_the_tail_is_lost() {
+    let cfg = paper();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    // Lose the last segment of a 10-segment write: no dupacks can follow.
+    p.drop = Box::new(|n, _| n == 9);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 10_000, io));
+    p.run(Instant::from_secs(10));
+    assert_eq!(p.delivered(), 10_000);
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert_eq!(s.timeouts, 1, "{s:?}");
+    assert_eq!(s.fast_retransmits, 0, "{s:?}");
+    // The retransmission happened one RTO (>= 1 s minimum) after the original.
+    let sends: Vec<Instant> = p
+        .log
+        .iter()
+        .filter(|(_, from, h)| *from == 0 && h.payload_len > 0)
+        .map(|(t, _, _)| *t)
+        .collect();
+    let gap = *sends.last().unwrap() - sends[sends.len() - 2];
+    assert!(gap >= Duration::from_secs(1), "{gap:?}");
+}
+
+#[test]
+fn delayed_ack_every_second_segment_and_timer() {
+    let mut cfg = TcpConfig::profile("rfc").unwrap();
+    cfg.delayed_ack = 2;
+    let mut p = Pair::new(&cfg, Rate::mbps(100), Duration::from_millis(5));
+    p.run(Instant::from_millis(50));
+    let acks_before = p.c[1].as_ref().unwrap().stats().acks_sent;
+    // Three segments: one ACK after the second, one by the 200 ms timer for the third.
+    p.with(0, |c, now, io| c.write(now, 3 * 1460, io));
+    p.run(Instant::from_millis(120));
+    assert_eq!(p.c[1].as_ref().unwrap().stats().acks_sent - acks_before, 1);
+    p.run(Instant::from_millis(400));
+    assert_eq!(p.c[1].as_ref().unwrap().stats().acks_sent - acks_before, 2);
+}
+
+#[test]
+fn window_scaling_and_receive_window_limit() {
+    let mut cfg = paper();
+    cfg.rcvbuf = 20_000;
+    cfg.initial_window = 100;
+    let mut p = Pair::new(&cfg, Rate::mbps(100), Duration::from_millis(50));
+    p.run(Instant::from_millis(200));
+    assert_eq!(p.c[0].as_ref().unwrap().wscales(), (0, 0));
+    p.with(0, |c, now, io| c.write(now, 200_000, io));
+    p.run(Instant::from_millis(260));
+    // Never more than the 20 kB window in flight.
+    assert!(p.c[0].as_ref().unwrap().inflight() <= 20_000);
+    let mut big = paper();
+    big.rcvbuf = 1_000_000;
+    let p = Pair::new(&big, Rate::mbps(100), Duration::from_millis(5));
+    let _ = p;
+}
