@@ -70,7 +70,9 @@ mod tests {
 
     #[test]
     fn incremental_matches_full() {
-        let mut d = [0x45u8, 0, 0, 40, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        let mut d = [
+            0x45u8, 0, 0, 40, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
         let c = finish(sum(&d, 0));
         d[10..12].copy_from_slice(&c.to_be_bytes());
         let old = u16::from_be_bytes([d[4], d[5]]);

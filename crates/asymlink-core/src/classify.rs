@@ -39,11 +39,19 @@ impl Cidr {
     pub fn contains(&self, a: IpAddr) -> bool {
         match (self.addr, a) {
             (IpAddr::V4(n), IpAddr::V4(x)) => {
-                let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - self.len as u32) };
+                let mask = if self.len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.len as u32)
+                };
                 (u32::from(n) & mask) == (u32::from(x) & mask)
             }
             (IpAddr::V6(n), IpAddr::V6(x)) => {
-                let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - self.len as u32) };
+                let mask = if self.len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.len as u32)
+                };
                 (u128::from(n) & mask) == (u128::from(x) & mask)
             }
             _ => false,
@@ -358,7 +366,11 @@ impl Classifier {
             }
         }
         Ok(Classifier {
-            rules: cfg.rules.iter().map(|r| (r.when.clone(), id(&r.class))).collect(),
+            rules: cfg
+                .rules
+                .iter()
+                .map(|r| (r.when.clone(), id(&r.class)))
+                .collect(),
             default: cfg.default.as_deref().map(id).unwrap_or(ClassId::NONE),
             counts: vec![0; names.len() + 1],
             names,
@@ -380,7 +392,11 @@ impl Classifier {
             .find(|(m, _)| m.matches(h, len))
             .map(|(_, c)| *c)
             .unwrap_or(self.default);
-        let slot = if c.is_some() { c.0 as usize } else { self.names.len() };
+        let slot = if c.is_some() {
+            c.0 as usize
+        } else {
+            self.names.len()
+        };
         self.counts[slot] += 1;
         pkt.set_class(c);
         c
@@ -439,10 +455,17 @@ mod tests {
              { class = \"small\", match = { max_len = 64 } }]",
         );
         let mut sack_ack = tcp(TcpFlags::ACK, 0, 80, true);
-        assert!(sack_ack.ip_len() > 64, "a SACK ACK is bigger than the old 64-byte match");
+        assert!(
+            sack_ack.ip_len() > 64,
+            "a SACK ACK is bigger than the old 64-byte match"
+        );
         assert_eq!(c.classify(Instant::ZERO, &mut sack_ack), ClassId(0));
         let mut syn = tcp(TcpFlags::SYN | TcpFlags::ACK, 0, 80, false);
-        assert_eq!(c.classify(Instant::ZERO, &mut syn), ClassId(1), "SYN-ACK is not a pure ACK");
+        assert_eq!(
+            c.classify(Instant::ZERO, &mut syn),
+            ClassId(1),
+            "SYN-ACK is not a pure ACK"
+        );
         let mut data = tcp(TcpFlags::ACK, 1000, 80, false);
         assert_eq!(c.classify(Instant::ZERO, &mut data), ClassId(2));
         assert_eq!(c.counts(), &[1, 1, 1, 0]);
@@ -450,15 +473,22 @@ mod tests {
 
     #[test]
     fn ports_prefixes_flags() {
-        let mut c = cls(
-            "rules = [\
+        let mut c = cls("rules = [\
              { class = \"p2p\", match = { port = [\"6881-6889\"] } },\
              { class = \"ssh\", match = { proto = \"tcp\", dst_port = [22] } },\
-             { class = \"lan\", match = { dst = [\"192.0.2.0/24\"], flags = [\"syn\"] } }]",
+             { class = \"lan\", match = { dst = [\"192.0.2.0/24\"], flags = [\"syn\"] } }]");
+        assert_eq!(
+            c.classify(Instant::ZERO, &mut tcp(TcpFlags::ACK, 10, 6885, false)),
+            ClassId(0)
         );
-        assert_eq!(c.classify(Instant::ZERO, &mut tcp(TcpFlags::ACK, 10, 6885, false)), ClassId(0));
-        assert_eq!(c.classify(Instant::ZERO, &mut tcp(TcpFlags::ACK, 10, 22, false)), ClassId(1));
-        assert_eq!(c.classify(Instant::ZERO, &mut tcp(TcpFlags::SYN, 0, 80, false)), ClassId(2));
+        assert_eq!(
+            c.classify(Instant::ZERO, &mut tcp(TcpFlags::ACK, 10, 22, false)),
+            ClassId(1)
+        );
+        assert_eq!(
+            c.classify(Instant::ZERO, &mut tcp(TcpFlags::SYN, 0, 80, false)),
+            ClassId(2)
+        );
         assert_eq!(
             c.classify(Instant::ZERO, &mut tcp(TcpFlags::ACK, 0, 80, false)),
             ClassId::NONE
@@ -468,12 +498,26 @@ mod tests {
     #[test]
     fn bad_config_is_reported() {
         for (src, needle) in [
-            ("rules = [{ class = \"x\", match = { port = [\"70000\"] } }]", "70000"),
-            ("rules = [{ class = \"x\", match = { dst = [\"10.0.0.0/40\"] } }]", "prefix"),
-            ("rules = [{ class = \"x\", match = { proto = \"sctpp\" } }]", "sctpp"),
-            ("rules = [{ class = \"x\", match = { prot = \"tcp\" } }]", "prot"),
+            (
+                "rules = [{ class = \"x\", match = { port = [\"70000\"] } }]",
+                "70000",
+            ),
+            (
+                "rules = [{ class = \"x\", match = { dst = [\"10.0.0.0/40\"] } }]",
+                "prefix",
+            ),
+            (
+                "rules = [{ class = \"x\", match = { proto = \"sctpp\" } }]",
+                "sctpp",
+            ),
+            (
+                "rules = [{ class = \"x\", match = { prot = \"tcp\" } }]",
+                "prot",
+            ),
         ] {
-            let e = toml::from_str::<ClassifierConfig>(src).unwrap_err().to_string();
+            let e = toml::from_str::<ClassifierConfig>(src)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(needle), "{e}");
         }
     }

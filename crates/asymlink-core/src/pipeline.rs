@@ -251,7 +251,10 @@ fn parse_dir(s: &str, key: &str) -> Result<Dir, QdiscBuildError> {
     match s {
         "to_b" => Ok(Dir::ToB),
         "to_a" => Ok(Dir::ToA),
-        _ => Err(QdiscBuildError::new(key, format!("'{s}' is not a direction (to_a, to_b)"))),
+        _ => Err(QdiscBuildError::new(
+            key,
+            format!("'{s}' is not a direction (to_a, to_b)"),
+        )),
     }
 }
 
@@ -265,7 +268,10 @@ impl RewriterConfig {
                 }
                 Ok(Box::new(SetDscp {
                     dscp: *dscp,
-                    dir: dir.as_deref().map(|d| parse_dir(d, "rewrite.dir")).transpose()?,
+                    dir: dir
+                        .as_deref()
+                        .map(|d| parse_dir(d, "rewrite.dir"))
+                        .transpose()?,
                     marked: 0,
                 }))
             }
@@ -298,7 +304,9 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
         rates: [Option<Rate>; 2],
         seed: u64,
     ) -> Result<Middlebox<P>, QdiscBuildError> {
-        let prefix = |d: Dir| move |e: QdiscBuildError| QdiscBuildError::new(format!("{}.{}", d.name(), e.key), e.msg);
+        let prefix = |d: Dir| {
+            move |e: QdiscBuildError| QdiscBuildError::new(format!("{}.{}", d.name(), e.key), e.msg)
+        };
         let to_b = Egress::new(&cfg.to_b, rates[0], crate::rand::derive_seed(seed, "to_b"))
             .map_err(prefix(Dir::ToB))?;
         let to_a = Egress::new(&cfg.to_a, rates[1], crate::rand::derive_seed(seed, "to_a"))
@@ -316,7 +324,11 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
     }
 
     /// A middlebox from parts.
-    pub fn from_parts(rewriters: Vec<Box<dyn Rewriter<P>>>, to_b: Egress<P>, to_a: Egress<P>) -> Self {
+    pub fn from_parts(
+        rewriters: Vec<Box<dyn Rewriter<P>>>,
+        to_b: Egress<P>,
+        to_a: Egress<P>,
+    ) -> Self {
         Middlebox {
             rewriters,
             dirs: [to_b, to_a],
@@ -357,7 +369,10 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
 
     /// Earliest deadline of any rewriter or discipline.
     pub fn poll_at(&self) -> Option<Instant> {
-        let mut t = self.rewriters.iter().fold(None, |a, r| earliest(a, r.poll_at()));
+        let mut t = self
+            .rewriters
+            .iter()
+            .fold(None, |a, r| earliest(a, r.poll_at()));
         for d in &self.dirs {
             t = earliest(t, d.qdisc().poll_at());
         }
@@ -372,7 +387,11 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
             }
         }
         for d in [Dir::ToB, Dir::ToA] {
-            if self.dirs[d.index()].qdisc().poll_at().is_some_and(|t| t <= now) {
+            if self.dirs[d.index()]
+                .qdisc()
+                .poll_at()
+                .is_some_and(|t| t <= now)
+            {
                 self.dirs[d.index()].qdisc_mut().handle_timeout(now, drops);
                 self.observe(now, d);
             }
@@ -447,7 +466,9 @@ mod tests {
             "[to_a]\nqdisc = { kind = \"prio\", bands = [{ classes = [\"nope\"] }] }",
         )
         .unwrap();
-        let e = Middlebox::<HeaderPacket>::new(&cfg, [None, None], 1).err().unwrap();
+        let e = Middlebox::<HeaderPacket>::new(&cfg, [None, None], 1)
+            .err()
+            .unwrap();
         assert!(e.key.starts_with("to_a."), "{e}");
     }
 }

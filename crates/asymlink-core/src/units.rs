@@ -56,7 +56,11 @@ fn scale(mantissa: &str, multiplier: u128, divisor: u128) -> Option<u128> {
         return None;
     }
     let int_v: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-    let frac_v: u128 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+    let frac_v: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
     let frac_den = 10u128.checked_pow(frac.len() as u32)?;
     let num = int_v
         .checked_mul(frac_den)?
@@ -423,8 +427,16 @@ mod tests {
         assert_eq!("28.8kbit".parse::<Rate>().unwrap(), Rate(28_800));
         assert_eq!("1Kibit".parse::<Rate>().unwrap(), Rate(1024));
         assert!("512".parse::<Rate>().unwrap_err().0.contains("no unit"));
-        assert!("512kbps".parse::<Rate>().unwrap_err().0.contains("ambiguous"));
-        assert!("5furlong".parse::<Rate>().unwrap_err().0.contains("unknown unit"));
+        assert!("512kbps"
+            .parse::<Rate>()
+            .unwrap_err()
+            .0
+            .contains("ambiguous"));
+        assert!("5furlong"
+            .parse::<Rate>()
+            .unwrap_err()
+            .0
+            .contains("unknown unit"));
         assert!("1.2.3Mbit".parse::<Rate>().is_err());
     }
 

@@ -3,8 +3,14 @@
 //! (Under construction: the engine lands in the following commits. This file fixes the
 //! public API the Python front end binds to.)
 
+pub mod apps;
+mod engine;
+pub mod monitor;
 pub mod packet;
+pub mod pcap;
 pub mod results;
+pub mod scenario;
+mod summary;
 pub mod tcp;
 
 pub use results::{Column, ColumnData, Results, Table};
@@ -46,58 +52,83 @@ impl std::error::Error for ScenarioError {}
 
 /// A simulation built from a scenario, advanced in steps.
 pub struct Simulation {
-    name: String,
-    now: Instant,
-    end: Instant,
+    world: engine::World,
+    wall: std::time::Duration,
 }
 
 impl Simulation {
     /// Parse and validate a TOML scenario and build the simulation. `origin` names the
     /// source in error messages.
-    pub fn from_toml(src: &str, origin: &str, _opts: RunOptions) -> Result<Simulation, ScenarioError> {
-        let v: toml::Table = toml::from_str(src).map_err(|e| ScenarioError {
+    pub fn from_toml(
+        src: &str,
+        origin: &str,
+        opts: RunOptions,
+    ) -> Result<Simulation, ScenarioError> {
+        let spec = scenario::Spec::parse(src).map_err(|e| ScenarioError {
             origin: origin.to_string(),
-            key: String::new(),
-            msg: e.to_string(),
+            key: e.key,
+            msg: e.msg,
         })?;
-        let name = v.get("name").and_then(|n| n.as_str()).unwrap_or("scenario").to_string();
+        Simulation::from_spec(spec, origin, opts)
+    }
+
+    /// Build from an already validated scenario.
+    pub fn from_spec(
+        spec: scenario::Spec,
+        origin: &str,
+        opts: RunOptions,
+    ) -> Result<Simulation, ScenarioError> {
+        let world = engine::World::build(spec, &opts).map_err(|(key, msg)| ScenarioError {
+            origin: origin.to_string(),
+            key,
+            msg,
+        })?;
         Ok(Simulation {
-            name,
-            now: Instant::ZERO,
-            end: Instant::from_secs(1),
+            world,
+            wall: std::time::Duration::ZERO,
         })
     }
 
     /// Current simulated time.
     pub fn now(&self) -> Instant {
-        self.now
+        self.world.now
     }
 
     /// The end of the run.
     pub fn end(&self) -> Instant {
-        self.end
+        self.world.end
     }
 
     /// Whether the run reached its end.
     pub fn is_finished(&self) -> bool {
-        self.now >= self.end
+        self.world.now >= self.world.end
     }
 
     /// Process events up to and including `t` (capped at the end).
     pub fn run_until(&mut self, t: Instant) {
-        self.now = t.min(self.end);
+        let start = std::time::Instant::now();
+        self.world.run_until(t);
+        self.wall += start.elapsed();
     }
 
     /// Run to the end.
     pub fn run(&mut self) {
-        self.run_until(self.end);
+        let end = self.world.end;
+        self.run_until(end);
+    }
+
+    /// Events processed so far.
+    pub fn events(&self) -> u64 {
+        self.world.events
+    }
+
+    /// Packet transmissions so far.
+    pub fn packet_hops(&self) -> u64 {
+        self.world.packet_hops
     }
 
     /// Results so far.
     pub fn results(&self) -> Results {
-        Results {
-            scenario: self.name.clone(),
-            ..Results::default()
-        }
+        summary::results(&self.world, self.wall.as_secs_f64())
     }
 }

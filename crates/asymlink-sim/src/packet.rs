@@ -20,12 +20,16 @@ pub struct SimPacket {
     pub class: ClassId,
     /// Destination node (routing uses it instead of looking up the address).
     pub dst_node: NodeId,
+    /// Source node.
+    pub src_node: NodeId,
     /// The receiving connection endpoint if known (demultiplexing shortcut).
     pub dst_conn: ConnId,
     /// The sending connection endpoint (for per-flow monitors), or [`NO_CONN`].
     pub src_conn: ConnId,
-    /// Unique id of this transmission (for traces).
+    /// Unique id of this packet (for traces).
     pub uid: u64,
+    /// Application data the simulator does not carry as bytes (e.g. a probe's send time).
+    pub tag: u64,
 }
 
 impl Pkt for SimPacket {

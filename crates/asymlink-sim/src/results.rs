@@ -81,7 +81,10 @@ impl Table {
     }
     /// A column by name.
     pub fn column(&self, name: &str) -> Option<&ColumnData> {
-        self.columns.iter().find(|c| c.name == name).map(|c| &c.data)
+        self.columns
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| &c.data)
     }
 }
 

@@ -105,7 +105,10 @@ impl QdiscConfig {
     ) -> Result<Box<dyn Qdisc<P>>, QdiscBuildError> {
         Ok(match self {
             QdiscConfig::Fifo(c) => {
-                if matches!(c.limit, crate::units::Limit::Packets(0) | crate::units::Limit::Bytes(0)) {
+                if matches!(
+                    c.limit,
+                    crate::units::Limit::Packets(0) | crate::units::Limit::Bytes(0)
+                ) {
                     return Err(QdiscBuildError::new("fifo.limit", "must be positive"));
                 }
                 Box::new(Fifo::new(*c))
@@ -153,7 +156,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("limt"), "{e}");
-        let e = toml::from_str::<QdiscConfig>("kind = \"fofi\"").unwrap_err().to_string();
+        let e = toml::from_str::<QdiscConfig>("kind = \"fofi\"")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("fofi"), "{e}");
         let e = toml::from_str::<QdiscConfig>("kind = \"fifo\"\nlimit = 10")
             .unwrap_err()

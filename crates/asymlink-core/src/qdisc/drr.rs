@@ -11,7 +11,9 @@
 //! dropped (`drop = "tail"`) or the longest queue loses its oldest packet
 //! (`drop = "longest"`, longest-queue-drop).
 
-use super::{Backlog, Dequeued, DropReason, Drops, Qdisc, QdiscBuildError, QdiscStats, Stage, Verdict};
+use super::{
+    Backlog, Dequeued, DropReason, Drops, Qdisc, QdiscBuildError, QdiscStats, Stage, Verdict,
+};
 use crate::packet::Pkt;
 use crate::qdisc::BuildCtx;
 use crate::time::Instant;
@@ -96,7 +98,10 @@ impl<P: Pkt + Send> Drr<P> {
         let n = match cfg.by {
             DrrKey::Flow => {
                 if cfg.buckets == 0 || cfg.buckets > 1 << 20 {
-                    return Err(QdiscBuildError::new("drr.buckets", "must be in 1..=1048576"));
+                    return Err(QdiscBuildError::new(
+                        "drr.buckets",
+                        "must be in 1..=1048576",
+                    ));
                 }
                 cfg.buckets as usize
             }
@@ -143,7 +148,8 @@ impl<P: Pkt + Send> Qdisc<P> for Drr<P> {
         if !self.cfg.limit.admits(b.packets, b.bytes, len) {
             match self.cfg.drop {
                 DrrDrop::Tail => {
-                    self.stats.on_reject(Verdict::Dropped(DropReason::QueueFull));
+                    self.stats
+                        .on_reject(Verdict::Dropped(DropReason::QueueFull));
                     drops.reject(pkt, DropReason::QueueFull);
                     return;
                 }
@@ -157,7 +163,9 @@ impl<P: Pkt + Send> Qdisc<P> for Drr<P> {
                         .map(|i| i as usize);
                     // The arriving packet's own queue counts as if it were already in it.
                     match longest {
-                        Some(l) if self.queues[l].bytes >= self.queues[target].bytes + len as u64 => {
+                        Some(l)
+                            if self.queues[l].bytes >= self.queues[target].bytes + len as u64 =>
+                        {
                             let sq = &mut self.queues[l];
                             let old = sq.q.pop_front().expect("active queue is non-empty");
                             sq.bytes -= old.ip_len() as u64;
@@ -167,7 +175,8 @@ impl<P: Pkt + Send> Qdisc<P> for Drr<P> {
                             // an emptied queue stays in the active list until its turn
                         }
                         _ => {
-                            self.stats.on_reject(Verdict::Dropped(DropReason::LongestQueue));
+                            self.stats
+                                .on_reject(Verdict::Dropped(DropReason::LongestQueue));
                             drops.reject(pkt, DropReason::LongestQueue);
                             return;
                         }

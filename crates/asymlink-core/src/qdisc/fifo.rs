@@ -87,7 +87,8 @@ impl<P: Pkt + Send> Qdisc<P> for Fifo<P> {
         }
         match self.cfg.drop {
             DropSide::Tail => {
-                self.stats.on_reject(Verdict::Dropped(DropReason::QueueFull));
+                self.stats
+                    .on_reject(Verdict::Dropped(DropReason::QueueFull));
                 drops.reject(pkt, DropReason::QueueFull);
             }
             DropSide::Head => {

@@ -274,7 +274,10 @@ impl Backlog {
     /// Remove a packet of `len` bytes.
     #[inline]
     pub fn sub(&mut self, len: u32) {
-        debug_assert!(self.packets > 0 && self.bytes >= len as u64, "backlog underflow");
+        debug_assert!(
+            self.packets > 0 && self.bytes >= len as u64,
+            "backlog underflow"
+        );
         self.packets = self.packets.saturating_sub(1);
         self.bytes = self.bytes.saturating_sub(len as u64);
     }

@@ -53,7 +53,10 @@ impl<P: Pkt + Send + 'static> Prio<P> {
     /// Build from configuration; class names are resolved through `ctx`.
     pub fn new(cfg: &PrioConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
         if cfg.bands.is_empty() || cfg.bands.len() > 64 {
-            return Err(QdiscBuildError::new("prio.bands", "needs between 1 and 64 bands"));
+            return Err(QdiscBuildError::new(
+                "prio.bands",
+                "needs between 1 and 64 bands",
+            ));
         }
         let default = cfg.default.unwrap_or(cfg.bands.len() - 1);
         if default >= cfg.bands.len() {
@@ -128,7 +131,9 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Prio<P> {
     }
 
     fn poll_at(&self) -> Option<Instant> {
-        self.bands.iter().fold(None, |a, b| earliest(a, b.poll_at()))
+        self.bands
+            .iter()
+            .fold(None, |a, b| earliest(a, b.poll_at()))
     }
 
     fn handle_timeout(&mut self, now: Instant, drops: &mut Drops<P>) {
@@ -192,7 +197,9 @@ mod tests {
     fn unknown_class_is_an_error() {
         let ctx = BuildCtx::with_classes(&["ack"]);
         let cfg: PrioConfig = toml::from_str("bands = [{ classes = [\"akc\"] }]").unwrap();
-        let e = Prio::<crate::packet::HeaderPacket>::new(&cfg, &ctx).err().unwrap();
+        let e = Prio::<crate::packet::HeaderPacket>::new(&cfg, &ctx)
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("akc"), "{e}");
     }
 }

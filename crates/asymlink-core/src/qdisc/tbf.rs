@@ -59,10 +59,11 @@ impl<P: Pkt> Tbf<P> {
         if cfg.rate.0 == 0 {
             return Err(QdiscBuildError::new("tbf.rate", "must be positive"));
         }
-        let burst = cfg
-            .burst
-            .map(|b| b.0)
-            .unwrap_or_else(|| cfg.rate.bytes_in(crate::time::Duration::from_millis(10)).max(3000));
+        let burst = cfg.burst.map(|b| b.0).unwrap_or_else(|| {
+            cfg.rate
+                .bytes_in(crate::time::Duration::from_millis(10))
+                .max(3000)
+        });
         let burst_ns = cfg.rate.tx_nanos(burst);
         Ok(Tbf {
             rate: cfg.rate,
@@ -102,7 +103,8 @@ impl<P: Pkt + Send> Qdisc<P> for Tbf<P> {
         }
         let b = self.stats.backlog;
         if !self.limit.admits(b.packets, b.bytes, len) {
-            self.stats.on_reject(Verdict::Dropped(DropReason::QueueFull));
+            self.stats
+                .on_reject(Verdict::Dropped(DropReason::QueueFull));
             drops.reject(pkt, DropReason::QueueFull);
             return;
         }

@@ -497,8 +497,10 @@ impl Headers {
 
     /// Whether SYN, FIN or RST is set.
     pub fn is_syn_fin_rst(&self) -> bool {
-        self.tcp_repr()
-            .is_some_and(|t| t.flags.intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST))
+        self.tcp_repr().is_some_and(|t| {
+            t.flags
+                .intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
+        })
     }
 
     /// Whether ECE or CWR is set.

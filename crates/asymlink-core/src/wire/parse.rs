@@ -4,8 +4,8 @@
 //! length instead of failing the packet.
 
 use super::{
-    Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr,
-    Timestamp, Transport, UdpRepr,
+    Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp,
+    Transport, UdpRepr,
 };
 use core::fmt;
 use core::net::IpAddr;

@@ -342,19 +342,21 @@ mod tests {
 
     #[test]
     fn profiles_resolve_with_overrides() {
-        let s: TcpSpec = toml::from_str::<toml::Value>("t = { profile = \"paper\", mss = \"536B\" }")
-            .unwrap()
-            .get("t")
-            .unwrap()
-            .clone()
-            .try_into()
-            .unwrap();
+        let s: TcpSpec =
+            toml::from_str::<toml::Value>("t = { profile = \"paper\", mss = \"536B\" }")
+                .unwrap()
+                .get("t")
+                .unwrap()
+                .clone()
+                .try_into()
+                .unwrap();
         let c = s.resolve("rfc").unwrap();
         assert_eq!(c.mss, 536);
         assert!(!c.sack);
         assert_eq!(c.delayed_ack, 1);
-        let bad: Result<TcpSpec, _> =
-            toml::Value::try_into(toml::from_str::<toml::Value>("mss = \"536B\"\nmsss = 1").unwrap());
+        let bad: Result<TcpSpec, _> = toml::Value::try_into(
+            toml::from_str::<toml::Value>("mss = \"536B\"\nmsss = 1").unwrap(),
+        );
         assert!(bad.is_err());
         assert!(TcpSpec::Name("bsd".into()).resolve("rfc").is_err());
     }

@@ -13,8 +13,7 @@ use super::{Admit, ConnIo};
 use crate::packet::ConnId;
 use asymlink_core::time::{earliest, Duration, Instant};
 use asymlink_core::wire::{
-    Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp,
-    Transport,
+    Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp, Transport,
 };
 use core::net::IpAddr;
 
@@ -176,7 +175,13 @@ fn unwrap(base: u32, near: u64, v: SeqNumber) -> u64 {
 }
 
 impl Connection {
-    fn blank(id: ConnId, cfg: &TcpConfig, local: (IpAddr, u16), remote: (IpAddr, u16), iss: u32) -> Self {
+    fn blank(
+        id: ConnId,
+        cfg: &TcpConfig,
+        local: (IpAddr, u16),
+        remote: (IpAddr, u16),
+        iss: u32,
+    ) -> Self {
         let mss = cfg.mss;
         Connection {
             id,
@@ -244,7 +249,11 @@ impl Connection {
     ) -> Connection {
         let mut c = Connection::blank(id, cfg, local, remote, iss);
         c.state = State::SynSent;
-        c.rcv_wscale = if cfg.window_scaling { cfg.wscale_shift() } else { 0 };
+        c.rcv_wscale = if cfg.window_scaling {
+            cfg.wscale_shift()
+        } else {
+            0
+        };
         c.send_syn(now, io);
         c
     }
@@ -336,7 +345,11 @@ impl Connection {
             src_port: self.local.1,
             dst_port: self.remote.1,
             seq: seq_of(self.iss, 0),
-            ack: if syn_ack { seq_of(self.irs, self.rcv.rcv_nxt()) } else { SeqNumber(0) },
+            ack: if syn_ack {
+                seq_of(self.irs, self.rcv.rcv_nxt())
+            } else {
+                SeqNumber(0)
+            },
             flags,
             window: self.cfg.rcvbuf.min(65_535) as u16,
             urgent: 0,
@@ -467,11 +480,19 @@ impl Connection {
         }
     }
 
+    /// Stop writing: data not yet sent is forgotten and a FIN follows what was sent.
+    pub fn stop_writing(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        self.app_end = self.app_end.min(self.snd_max.max(1));
+        self.close(now, io);
+    }
+
     // ---------------------------------------------------------------- input
 
     /// A segment for this connection arrived.
     pub fn on_segment(&mut self, now: Instant, h: &Headers, io: &mut ConnIo<'_>) {
-        let Transport::Tcp(t) = &h.transport else { return };
+        let Transport::Tcp(t) = &h.transport else {
+            return;
+        };
         self.stats.segments_received += 1;
         if t.flags.contains(TcpFlags::RST) {
             if self.state != State::Closed {
@@ -781,7 +802,11 @@ impl Connection {
                 p.on_data(now, self.id, len as u32);
             }
         }
-        let a = if len > 0 { self.rcv.on_data(start, end) } else { Default::default() };
+        let a = if len > 0 {
+            self.rcv.on_data(start, end)
+        } else {
+            Default::default()
+        };
         if a.delivered > 0 {
             self.stats.bytes_delivered += a.delivered;
             io.events.push(ConnEvent::Delivered(a.delivered));
@@ -935,7 +960,11 @@ impl Connection {
     fn can_send_data(&self) -> bool {
         matches!(
             self.state,
-            State::Established | State::CloseWait | State::FinWait1 | State::Closing | State::LastAck
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::Closing
+                | State::LastAck
         )
     }
 
@@ -1029,7 +1058,12 @@ impl Connection {
     }
 
     /// Ask the conditioner; returns Some(dscp override) to go, None to stop.
-    fn admit(&mut self, now: Instant, ip_len: u32, io: &mut ConnIo<'_>) -> Option<Result<Option<u8>, ()>> {
+    fn admit(
+        &mut self,
+        now: Instant,
+        ip_len: u32,
+        io: &mut ConnIo<'_>,
+    ) -> Option<Result<Option<u8>, ()>> {
         match io.conditioner.as_deref_mut() {
             None => Some(Ok(None)),
             Some(c) => match c.admit(now, self.id, ip_len) {
@@ -1044,7 +1078,14 @@ impl Connection {
         }
     }
 
-    fn transmit_new(&mut self, now: Instant, start: u64, len: u64, fin: bool, io: &mut ConnIo<'_>) -> bool {
+    fn transmit_new(
+        &mut self,
+        now: Instant,
+        start: u64,
+        len: u64,
+        fin: bool,
+        io: &mut ConnIo<'_>,
+    ) -> bool {
         let mut tcp = self.base_header(now, start);
         if fin {
             tcp.flags = tcp.flags | TcpFlags::FIN;
@@ -1083,7 +1124,11 @@ impl Connection {
             self.rto_at = Some(now + self.rtt.rto());
         }
         self.stats.bytes_sent += len;
-        let ecn = if self.ecn_ok && len > 0 { Ecn::Ect0 } else { Ecn::NotEct };
+        let ecn = if self.ecn_ok && len > 0 {
+            Ecn::Ect0
+        } else {
+            Ecn::NotEct
+        };
         match verdict {
             Ok(dscp) => {
                 self.push_out_marked(now, tcp, len as u32, ecn, dscp, io);
@@ -1206,7 +1251,14 @@ impl Connection {
         }
     }
 
-    fn push_out(&mut self, now: Instant, tcp: TcpRepr, payload: u32, ecn: Ecn, io: &mut ConnIo<'_>) {
+    fn push_out(
+        &mut self,
+        now: Instant,
+        tcp: TcpRepr,
+        payload: u32,
+        ecn: Ecn,
+        io: &mut ConnIo<'_>,
+    ) {
         self.push_out_marked(now, tcp, payload, ecn, None, io)
     }
 
@@ -1257,11 +1309,7 @@ impl Connection {
     fn enter_time_wait(&mut self, now: Instant) {
         // Linger long enough to re-acknowledge a retransmitted FIN (not 2 MSL: the
         // simulator never reuses a port pair).
-        let linger = self
-            .rtt
-            .rto()
-            .max(Duration::from_secs(1))
-            .saturating_mul(2);
+        let linger = self.rtt.rto().max(Duration::from_secs(1)).saturating_mul(2);
         self.linger_at = Some(now + linger);
         self.rto_at = None;
         self.persist_at = None;
@@ -1275,7 +1323,11 @@ impl Connection {
         self.persist_at = None;
         self.wake_at = None;
         self.linger_at = None;
-        io.events.push(if reset { ConnEvent::Reset } else { ConnEvent::Closed });
+        io.events.push(if reset {
+            ConnEvent::Reset
+        } else {
+            ConnEvent::Closed
+        });
     }
 }
 

@@ -118,7 +118,14 @@ impl Receiver {
             self.ooo.remove(i);
         }
         let pos = self.ooo.partition_point(|r| r.start < s);
-        self.ooo.insert(pos, Range { start: s, end: e, stamp });
+        self.ooo.insert(
+            pos,
+            Range {
+                start: s,
+                end: e,
+                stamp,
+            },
+        );
         self.ooo_bytes += e - s;
     }
 

@@ -101,7 +101,11 @@ mod tests {
 
     #[test]
     fn rfc6298_first_and_later_samples() {
-        let mut e = RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60));
+        let mut e = RttEstimator::new(
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+        );
         assert_eq!(e.rto(), Duration::from_secs(1));
         e.sample(Duration::from_millis(100));
         // SRTT 100, RTTVAR 50, RTO = 100 + 200 = 300 ms
@@ -115,6 +119,10 @@ mod tests {
         for _ in 0..50 {
             e.sample(Duration::from_millis(100));
         }
-        assert_eq!(e.rto(), Duration::from_millis(200), "clamped at the minimum");
+        assert_eq!(
+            e.rto(),
+            Duration::from_millis(200),
+            "clamped at the minimum"
+        );
     }
 }

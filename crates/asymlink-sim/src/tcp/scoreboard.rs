@@ -208,7 +208,9 @@ impl Scoreboard {
 
     /// Whether the first outstanding segment is presumed lost by the SACK rule.
     pub fn head_is_lost(&self, dupthresh: u32, mss: u64) -> bool {
-        let Some(head) = self.segs.front() else { return false };
+        let Some(head) = self.segs.front() else {
+            return false;
+        };
         if head.has(SACKED) {
             return false;
         }
@@ -326,7 +328,10 @@ impl Scoreboard {
                 }
             }
         }
-        assert_eq!((sacked, lost, retx), (self.sacked, self.lost, self.retx_out));
+        assert_eq!(
+            (sacked, lost, retx),
+            (self.sacked, self.lost, self.retx_out)
+        );
     }
 }
 

@@ -150,7 +150,15 @@ impl Pair {
                         rwnd: None,
                     };
                     let cfg = self.server_cfg.clone().unwrap();
-                    self.c[to] = Connection::accept(self.now, 1, &cfg, (addr(2), 80), &h, 7_000_000, &mut io);
+                    self.c[to] = Connection::accept(
+                        self.now,
+                        1,
+                        &cfg,
+                        (addr(2), 80),
+                        &h,
+                        7_000_000,
+                        &mut io,
+                    );
                     self.events[to].extend(ev);
                     self.deliver_out(to, out);
                 } else {
@@ -164,7 +172,10 @@ impl Pair {
     }
 
     fn delivered(&self) -> u64 {
-        self.c[1].as_ref().map(|c| c.stats().bytes_delivered).unwrap_or(0)
+        self.c[1]
+            .as_ref()
+            .map(|c| c.stats().bytes_delivered)
+            .unwrap_or(0)
     }
 }
 
@@ -178,8 +189,16 @@ fn handshake_and_bulk_transfer() {
         let cfg = TcpConfig::profile(profile).unwrap();
         let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(10));
         p.run(Instant::from_millis(100));
-        assert_eq!(p.c[0].as_ref().unwrap().state(), State::Established, "{profile}");
-        assert_eq!(p.c[1].as_ref().unwrap().state(), State::Established, "{profile}");
+        assert_eq!(
+            p.c[0].as_ref().unwrap().state(),
+            State::Established,
+            "{profile}"
+        );
+        assert_eq!(
+            p.c[1].as_ref().unwrap().state(),
+            State::Established,
+            "{profile}"
+        );
         let (sack, ts, _) = p.c[0].as_ref().unwrap().negotiated();
         assert_eq!(sack, cfg.sack);
         assert_eq!(ts, cfg.timestamps);

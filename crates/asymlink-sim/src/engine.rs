@@ -1,0 +1,1160 @@
+//! The discrete-event engine: nodes, links, hosts, routing and the event loop.
+//!
+//! # Event scheduling
+//!
+//! One binary heap of `(time, sequence, event)`; the sequence number breaks ties in
+//! insertion order, so runs are deterministic. The pending set is kept small and its cost
+//! flat, as the design notes ask:
+//!
+//! * a link direction is a transmitter followed by a FIFO "wire"; only the head of the
+//!   wire is scheduled (`Arrive`), the rest wait in a plain queue;
+//! * a TCP connection has at most one live heap entry. Its timers (RTO, delayed ACK, ...)
+//!   are deadlines inside the connection; the engine schedules the earliest one lazily: a
+//!   deadline that moves *later* costs nothing (the entry fires, finds nothing due, and is
+//!   re-armed), and only a deadline that moves *earlier* pushes a new entry. Stale entries
+//!   are recognised by comparing with the connection's `scheduled` time.
+
+use crate::apps::{self, Api, App, Cmd};
+use crate::monitor::Monitor;
+use crate::packet::{ConnId, NodeId, SimPacket, NO_CONN};
+use crate::pcap::Capture;
+use crate::scenario::{NodeKind, Spec};
+use crate::tcp::{ConnEvent, ConnIo, Connection, State, TcpConfig};
+use crate::RunOptions;
+use asymlink_core::overhead::LinkLayer;
+use asymlink_core::packet::ClassId;
+use asymlink_core::pipeline::{Dir, Egress, Middlebox};
+use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats, Verdict};
+use asymlink_core::rand::{derive_seed, Rng};
+use asymlink_core::time::{dur_ns, Duration, Instant};
+use asymlink_core::units::Rate;
+use asymlink_core::wire::{Headers, IpRepr, Transport, UdpRepr};
+use core::net::{IpAddr, Ipv4Addr};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+/// A scheduled event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Ev {
+    /// A link direction finished serialising its current packet.
+    TxDone(u32),
+    /// The head of a link direction's wire arrives at the far end.
+    Arrive(u32),
+    /// A link direction's discipline said "not before now".
+    Wake(u32),
+    /// A connection's timer.
+    Conn(u32),
+    /// An application timer (app, token).
+    App(u32, u32),
+    /// A middlebox timer.
+    Mb(u32),
+    /// A flow starts.
+    FlowStart(u32),
+    /// A flow stops.
+    FlowStop(u32),
+    /// Monitor sampling.
+    Sample,
+}
+
+/// Where a link direction takes its packets from.
+pub(crate) enum Source {
+    /// Its own classifier + discipline.
+    Own(Egress<SimPacket>),
+    /// A middlebox direction.
+    Mb(u32, Dir),
+}
+
+/// One direction of a link.
+pub(crate) struct LinkDir {
+    pub name: String,
+    pub link: String,
+    pub dir_name: &'static str,
+    pub to: NodeId,
+    pub rate: Rate,
+    pub delay_ns: u64,
+    pub loss: f64,
+    pub rng: Rng,
+    pub ll: LinkLayer,
+    pub source: Source,
+    pub tx: Option<SimPacket>,
+    pub wire: VecDeque<(u64, SimPacket)>,
+    pub wake_at: Option<Instant>,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub busy_ns: u64,
+    pub lost: u64,
+    pub captures: Vec<usize>,
+}
+
+/// A connection endpoint and its bookkeeping.
+pub(crate) struct ConnSlot {
+    pub conn: Option<Connection>,
+    pub host: u32,
+    pub remote_node: NodeId,
+    pub peer: ConnId,
+    pub app: u32,
+    pub primary: bool,
+    pub label: u32,
+}
+
+pub(crate) struct Host {
+    pub node: NodeId,
+    pub addr: IpAddr,
+    pub out_dir: u32,
+    pub listeners: HashMap<u16, u32>,
+    pub udp: HashMap<u16, u32>,
+    pub demux: HashMap<(IpAddr, u16, u16), ConnId>,
+    pub next_port: u16,
+}
+
+pub(crate) enum NodeRole {
+    Host(u32),
+    Router(u32),
+}
+
+pub(crate) struct Node {
+    pub role: NodeRole,
+}
+
+pub(crate) struct MbState {
+    pub name: String,
+    pub mb: Middlebox<SimPacket>,
+    pub dirs: [u32; 2],
+    pub sched: Option<Instant>,
+}
+
+pub(crate) struct FlowState {
+    pub name: String,
+    pub app: u32,
+    pub tcp: TcpConfig,
+    pub from: usize,
+    pub to: usize,
+    pub start: f64,
+}
+
+/// The simulation world.
+pub(crate) struct World {
+    pub spec: Spec,
+    pub now: Instant,
+    pub end: Instant,
+    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    seq: u64,
+    pub nodes: Vec<Node>,
+    pub hosts: Vec<Host>,
+    pub routes: Vec<Vec<u32>>,
+    pub dirs: Vec<LinkDir>,
+    pub mbs: Vec<MbState>,
+    pub conns: Vec<ConnSlot>,
+    next_conn: ConnId,
+    pub apps: Vec<Box<dyn App>>,
+    app_rngs: Vec<Rng>,
+    pub flows: Vec<FlowState>,
+    pub labels: Vec<String>,
+    pub monitor: Monitor,
+    pub captures: Vec<Capture>,
+    iss_rng: Rng,
+    next_uid: u64,
+    pub events: u64,
+    pub packet_hops: u64,
+    pub trace_hash: u64,
+    pool_out: Vec<Vec<Headers>>,
+    pool_ev: Vec<Vec<ConnEvent>>,
+    pool_cmd: Vec<Vec<Cmd>>,
+    drops: Drops<SimPacket>,
+    /// Outputs of connection calls not yet flushed (a stack: calls nest).
+    pending_out: Vec<(Vec<Headers>, Vec<ConnEvent>)>,
+    pub unroutable: u64,
+    pub no_listener: u64,
+}
+
+const NO_ROUTE: u32 = u32::MAX;
+
+fn host_addr(k: usize) -> IpAddr {
+    let k = k as u32 + 1;
+    IpAddr::V4(Ipv4Addr::new(10, (k >> 16) as u8, (k >> 8) as u8, k as u8))
+}
+
+impl World {
+    pub fn build(spec: Spec, opts: &RunOptions) -> Result<World, (String, String)> {
+        let seed = opts.seed.unwrap_or(spec.seed);
+        let end = Instant::ZERO + spec.duration;
+        // Nodes and hosts.
+        let mut nodes = Vec::new();
+        let mut hosts = Vec::new();
+        let mut routers = 0u32;
+        let mut used: HashMap<IpAddr, ()> = spec
+            .nodes
+            .iter()
+            .filter_map(|n| n.addr.map(|a| (a, ())))
+            .collect();
+        let mut auto = 0usize;
+        for n in &spec.nodes {
+            let role = match n.kind {
+                NodeKind::Host => {
+                    let addr = match n.addr {
+                        Some(a) => a,
+                        None => loop {
+                            let a = host_addr(auto);
+                            auto += 1;
+                            if used.insert(a, ()).is_none() {
+                                break a;
+                            }
+                        },
+                    };
+                    hosts.push(Host {
+                        node: nodes.len() as NodeId,
+                        addr,
+                        out_dir: u32::MAX,
+                        listeners: HashMap::new(),
+                        udp: HashMap::new(),
+                        demux: HashMap::new(),
+                        next_port: 40_000,
+                    });
+                    NodeRole::Host(hosts.len() as u32 - 1)
+                }
+                NodeKind::Router => {
+                    routers += 1;
+                    NodeRole::Router(routers - 1)
+                }
+            };
+            nodes.push(Node { role });
+        }
+        // Link directions: 2i = a→b (to_b), 2i+1 = b→a (to_a).
+        let mut dirs = Vec::new();
+        let mut adj: Vec<Vec<(usize, u32)>> = vec![Vec::new(); nodes.len()];
+        for (i, l) in spec.links.iter().enumerate() {
+            for (d, (from, to, ds, dname)) in
+                [(l.a, l.b, &l.to_b, "to_b"), (l.b, l.a, &l.to_a, "to_a")]
+                    .into_iter()
+                    .enumerate()
+            {
+                let id = (2 * i + d) as u32;
+                let egress = Egress::new(
+                    &ds.egress,
+                    Some(ds.rate),
+                    derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
+                )
+                .map_err(|e| (format!("links[{i}].{dname}.{}", e.key), e.msg))?;
+                dirs.push(LinkDir {
+                    name: format!("{}:{dname}", l.name),
+                    link: l.name.clone(),
+                    dir_name: dname,
+                    to: to as NodeId,
+                    rate: ds.rate,
+                    delay_ns: dur_ns(ds.delay),
+                    loss: ds.loss,
+                    rng: Rng::child(seed, &format!("loss:{}:{dname}", l.name)),
+                    ll: ds.linklayer.build(),
+                    source: Source::Own(egress),
+                    tx: None,
+                    wire: VecDeque::new(),
+                    wake_at: None,
+                    tx_packets: 0,
+                    tx_bytes: 0,
+                    busy_ns: 0,
+                    lost: 0,
+                    captures: Vec::new(),
+                });
+                adj[from].push((to, id));
+                if let NodeRole::Host(h) = nodes[from].role {
+                    hosts[h as usize].out_dir = id;
+                }
+            }
+        }
+        // Middleboxes replace the router's egress on their two links.
+        let mut mbs = Vec::new();
+        for (i, m) in spec.middleboxes.iter().enumerate() {
+            let out_dir = |li: usize| -> u32 {
+                let l = &spec.links[li];
+                if l.a == m.node {
+                    (2 * li) as u32
+                } else {
+                    (2 * li + 1) as u32
+                }
+            };
+            // Side a's link carries traffic *to* a: the router's egress onto link a.
+            let to_a = out_dir(m.a);
+            let to_b = out_dir(m.b);
+            let rates = [
+                Some(dirs[to_b as usize].rate),
+                Some(dirs[to_a as usize].rate),
+            ];
+            let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
+                .map_err(|e| (format!("middleboxes[{i}].{}", e.key), e.msg))?;
+            for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
+                dirs[id as usize].source = Source::Mb(i as u32, d);
+            }
+            mbs.push(MbState {
+                name: format!(
+                    "{}[{}|{}]",
+                    spec.nodes[m.node].name, spec.links[m.a].name, spec.links[m.b].name
+                ),
+                mb,
+                dirs: [to_b, to_a],
+                sched: None,
+            });
+        }
+        // Static routes: BFS from every host over the link graph (hop count, ties broken
+        // by link order), giving each router its next hop toward each host.
+        let mut routes = vec![vec![NO_ROUTE; hosts.len()]; routers as usize];
+        for (hi, h) in hosts.iter().enumerate() {
+            let target = h.node as usize;
+            let mut dist = vec![u32::MAX; nodes.len()];
+            dist[target] = 0;
+            let mut q = VecDeque::from([target]);
+            while let Some(u) = q.pop_front() {
+                for &(v, _) in &adj[u] {
+                    if dist[v] == u32::MAX {
+                        dist[v] = dist[u] + 1;
+                        // Hosts do not forward.
+                        if matches!(nodes[v].role, NodeRole::Router(_)) {
+                            q.push_back(v);
+                        }
+                    }
+                }
+            }
+            for (u, n) in nodes.iter().enumerate() {
+                if let NodeRole::Router(r) = n.role {
+                    if dist[u] == u32::MAX || u == target {
+                        continue;
+                    }
+                    let best = adj[u]
+                        .iter()
+                        .filter(|(v, _)| dist[*v] != u32::MAX && dist[*v] + 1 == dist[u])
+                        .map(|&(_, d)| d)
+                        .next();
+                    if let Some(d) = best {
+                        routes[r as usize][hi] = d;
+                    }
+                }
+            }
+        }
+        // Flows must be routable.
+        for (i, f) in spec.flows.iter().enumerate() {
+            let (a, b) = (f.from, f.to);
+            if !reachable(&nodes, &adj, a, b) {
+                return Err((
+                    format!("flows[{i}]"),
+                    format!(
+                        "no path from '{}' to '{}'",
+                        spec.nodes[a].name, spec.nodes[b].name
+                    ),
+                ));
+            }
+        }
+        let mut w = World {
+            now: Instant::ZERO,
+            end,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            nodes,
+            hosts,
+            routes,
+            dirs,
+            mbs,
+            conns: Vec::new(),
+            next_conn: 0,
+            apps: Vec::new(),
+            app_rngs: Vec::new(),
+            flows: Vec::new(),
+            labels: Vec::new(),
+            monitor: Monitor::new(&spec.monitor),
+            captures: Vec::new(),
+            iss_rng: Rng::child(seed, "tcp:iss"),
+            next_uid: 0,
+            events: 0,
+            packet_hops: 0,
+            trace_hash: 0xcbf2_9ce4_8422_2325,
+            pool_out: Vec::new(),
+            pool_ev: Vec::new(),
+            pool_cmd: Vec::new(),
+            drops: Drops::new(),
+            pending_out: Vec::new(),
+            unroutable: 0,
+            no_listener: 0,
+            spec,
+        };
+        // Flows and their applications.
+        for (i, f) in w.spec.flows.clone().iter().enumerate() {
+            let app = w.apps.len() as u32;
+            w.apps.push(apps::build(f));
+            w.app_rngs
+                .push(Rng::child(seed, &format!("app:{}", f.name)));
+            w.flows.push(FlowState {
+                name: f.name.clone(),
+                app,
+                tcp: f.tcp.clone(),
+                from: f.from,
+                to: f.to,
+                start: f.start,
+            });
+            // Listeners: both hosts accept on the flow's port for its app (the app knows
+            // which end opens); UDP likewise.
+            for n in [f.from, f.to] {
+                let NodeRole::Host(h) = w.nodes[n].role else {
+                    continue;
+                };
+                w.hosts[h as usize].listeners.insert(f.port, app);
+                w.hosts[h as usize].udp.insert(f.port, app);
+            }
+            w.schedule(
+                Instant::ZERO + Duration::from_secs_f64(f.start),
+                Ev::FlowStart(i as u32),
+            );
+            if let Some(s) = f.stop {
+                w.schedule(
+                    Instant::ZERO + Duration::from_secs_f64(s),
+                    Ev::FlowStop(i as u32),
+                );
+            }
+        }
+        // Captures.
+        for c in w.spec.monitor.capture.clone() {
+            let Some(dir) = &opts.out_dir else {
+                return Err((
+                    "monitor.capture".into(),
+                    "captures need an output directory (asymlink run --out DIR)".into(),
+                ));
+            };
+            let idx = w.captures.len();
+            let path = dir.join(&c.file);
+            w.captures.push(
+                Capture::create(&path, c.snaplen.unwrap_or(65_535)).map_err(|e| {
+                    (
+                        "monitor.capture".to_string(),
+                        format!("{}: {e}", path.display()),
+                    )
+                })?,
+            );
+            for (i, l) in w.spec.links.iter().enumerate() {
+                if l.name == c.link {
+                    if c.dir != "to_a" {
+                        w.dirs[2 * i].captures.push(idx);
+                    }
+                    if c.dir != "to_b" {
+                        w.dirs[2 * i + 1].captures.push(idx);
+                    }
+                }
+            }
+        }
+        w.schedule(Instant::ZERO, Ev::Sample);
+        Ok(w)
+    }
+
+    // ------------------------------------------------------------------ scheduling
+
+    #[inline]
+    fn schedule(&mut self, t: Instant, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t.as_nanos(), self.seq, ev)));
+    }
+
+    /// Process events up to `t` (inclusive, capped at the end).
+    pub fn run_until(&mut self, t: Instant) {
+        let limit = t.min(self.end);
+        while let Some(&Reverse((at, _, ev))) = self.heap.peek() {
+            if at > limit.as_nanos() {
+                break;
+            }
+            self.heap.pop();
+            self.now = Instant(at);
+            self.events += 1;
+            self.dispatch(ev);
+        }
+        self.now = self.now.max(limit);
+        if self.now >= self.end {
+            for c in self.captures.iter_mut() {
+                c.flush();
+            }
+        }
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::TxDone(d) => self.tx_done(d),
+            Ev::Arrive(d) => self.arrive(d),
+            Ev::Wake(d) => {
+                if self.dirs[d as usize].wake_at == Some(self.now) {
+                    self.dirs[d as usize].wake_at = None;
+                    self.kick(d);
+                }
+            }
+            Ev::Conn(c) => {
+                let slot = &mut self.conns[c as usize];
+                if slot.conn.as_ref().and_then(|x| x.scheduled) != Some(self.now) {
+                    return; // stale entry
+                }
+                if let Some(x) = slot.conn.as_mut() {
+                    x.scheduled = None;
+                }
+                let due = slot
+                    .conn
+                    .as_ref()
+                    .and_then(|x| x.poll_at())
+                    .is_some_and(|t| t <= self.now);
+                if due {
+                    self.conn_call(c, |x, now, io| x.on_timer(now, io));
+                } else {
+                    self.schedule_conn(c);
+                }
+            }
+            Ev::App(a, token) => self.app_call(a, |app, api| app.on_timer(token, api)),
+            Ev::Mb(m) => {
+                if self.mbs[m as usize].sched != Some(self.now) {
+                    return;
+                }
+                self.mbs[m as usize].sched = None;
+                let now = self.now;
+                let mut drops = std::mem::take(&mut self.drops);
+                self.mbs[m as usize].mb.handle_timeout(now, &mut drops);
+                self.drops = drops;
+                self.handle_drops(&format!("mb:{}", self.mbs[m as usize].name));
+                self.after_mb(m);
+            }
+            Ev::FlowStart(f) => {
+                let a = self.flows[f as usize].app;
+                self.app_call(a, |app, api| app.start(api));
+            }
+            Ev::FlowStop(f) => {
+                let a = self.flows[f as usize].app;
+                self.app_call(a, |app, api| app.stop(api));
+            }
+            Ev::Sample => {
+                self.sample();
+                let next = self.now + self.monitor.interval;
+                if next <= self.end {
+                    self.schedule(next, Ev::Sample);
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ links
+
+    fn kick(&mut self, d: u32) {
+        let di = d as usize;
+        if self.dirs[di].tx.is_some() {
+            return;
+        }
+        let now = self.now;
+        let mut drops = std::mem::take(&mut self.drops);
+        let r = match &mut self.dirs[di].source {
+            Source::Own(e) => e.dequeue(now, &mut drops),
+            Source::Mb(m, md) => self.mbs[*m as usize].mb.poll_transmit(now, *md, &mut drops),
+        };
+        self.drops = drops;
+        if !self.drops.is_empty() {
+            let name = self.dirs[di].name.clone();
+            self.handle_drops(&name);
+        }
+        match r {
+            Dequeued::Packet(p) => self.start_tx(d, p),
+            Dequeued::NotBefore(t) => {
+                let dir = &mut self.dirs[di];
+                if dir.wake_at.is_none_or(|w| t < w) {
+                    dir.wake_at = Some(t);
+                    self.schedule(t.max(now), Ev::Wake(d));
+                    if t < now {
+                        self.dirs[di].wake_at = Some(now);
+                    }
+                }
+            }
+            Dequeued::Empty => {}
+        }
+        if let Source::Mb(m, _) = self.dirs[di].source {
+            self.schedule_mb(m);
+        }
+    }
+
+    fn start_tx(&mut self, d: u32, p: SimPacket) {
+        let now = self.now;
+        let dir = &mut self.dirs[d as usize];
+        let ip_len = p.hdr.ip_len();
+        let tx_ns = dir.rate.tx_nanos(dir.ll.wire_len(ip_len) as u64);
+        dir.tx_packets += 1;
+        dir.tx_bytes += ip_len as u64;
+        dir.busy_ns += tx_ns;
+        self.packet_hops += 1;
+        self.trace_hash = trace_mix(self.trace_hash, now.as_nanos(), d, &p);
+        for &c in &dir.captures {
+            self.captures[c].write(now, &p.hdr);
+        }
+        dir.tx = Some(p);
+        self.schedule(Instant(now.as_nanos() + tx_ns), Ev::TxDone(d));
+    }
+
+    fn tx_done(&mut self, d: u32) {
+        let now = self.now;
+        let dir = &mut self.dirs[d as usize];
+        let Some(p) = dir.tx.take() else { return };
+        if dir.loss > 0.0 && dir.rng.bernoulli(dir.loss) {
+            dir.lost += 1;
+            if self.monitor.events_on() {
+                let label = self.label_of(p.src_conn);
+                let name = self.dirs[d as usize].name.clone();
+                self.monitor.event(now, "drop", &name, label, "link_loss");
+            }
+        } else {
+            let at = now.as_nanos() + dir.delay_ns;
+            dir.wire.push_back((at, p));
+            if dir.wire.len() == 1 {
+                self.schedule(Instant(at), Ev::Arrive(d));
+            }
+        }
+        self.kick(d);
+    }
+
+    fn arrive(&mut self, d: u32) {
+        let dir = &mut self.dirs[d as usize];
+        let Some((_, p)) = dir.wire.pop_front() else {
+            return;
+        };
+        let next = dir.wire.front().map(|&(t, _)| t);
+        let to = dir.to;
+        if let Some(next) = next {
+            self.schedule(Instant(next), Ev::Arrive(d));
+        }
+        self.deliver(to, p);
+    }
+
+    fn enqueue(&mut self, d: u32, mut p: SimPacket) {
+        let now = self.now;
+        p.class = ClassId::NONE;
+        let mut drops = std::mem::take(&mut self.drops);
+        let mb = match &mut self.dirs[d as usize].source {
+            Source::Own(e) => {
+                e.enqueue(now, p, &mut drops);
+                None
+            }
+            Source::Mb(m, md) => {
+                self.mbs[*m as usize]
+                    .mb
+                    .handle_packet(now, *md, p, &mut drops);
+                Some(*m)
+            }
+        };
+        self.drops = drops;
+        if !self.drops.is_empty() {
+            let name = self.dirs[d as usize].name.clone();
+            self.handle_drops(&name);
+        }
+        self.kick(d);
+        if let Some(m) = mb {
+            self.after_mb(m);
+        }
+    }
+
+    /// A middlebox changed: the other direction may release packets earlier.
+    fn after_mb(&mut self, m: u32) {
+        for d in self.mbs[m as usize].dirs {
+            self.kick(d);
+        }
+        self.schedule_mb(m);
+    }
+
+    fn schedule_mb(&mut self, m: u32) {
+        let t = self.mbs[m as usize].mb.poll_at();
+        if let Some(t) = t {
+            let t = t.max(self.now);
+            if self.mbs[m as usize].sched.is_none_or(|s| t < s) {
+                self.mbs[m as usize].sched = Some(t);
+                self.schedule(t, Ev::Mb(m));
+            }
+        }
+    }
+
+    fn handle_drops(&mut self, at: &str) {
+        let now = self.now;
+        let mut drops = std::mem::take(&mut self.drops);
+        for dsc in drops.drain() {
+            if self.monitor.events_on() {
+                let (kind, reason) = match dsc.verdict {
+                    Verdict::Dropped(r) => ("drop", r.name()),
+                    Verdict::Filtered(r) => ("filter", r.name()),
+                };
+                let label = self.label_of(dsc.pkt.src_conn);
+                self.monitor.event(now, kind, at, label, reason);
+            }
+        }
+        self.drops = drops;
+    }
+
+    fn label_of(&self, c: ConnId) -> Option<u32> {
+        self.conns.get(c as usize).map(|s| s.label)
+    }
+
+    // ------------------------------------------------------------------ nodes
+
+    fn deliver(&mut self, node: NodeId, p: SimPacket) {
+        match self.nodes[node as usize].role {
+            NodeRole::Router(r) => {
+                let NodeRole::Host(h) = self.nodes[p.dst_node as usize].role else {
+                    self.unroutable += 1;
+                    return;
+                };
+                let d = self.routes[r as usize][h as usize];
+                if d == NO_ROUTE {
+                    self.unroutable += 1;
+                    return;
+                }
+                self.enqueue(d, p);
+            }
+            NodeRole::Host(h) => {
+                if p.dst_node != node {
+                    self.unroutable += 1;
+                    return;
+                }
+                self.host_receive(h, p);
+            }
+        }
+    }
+
+    fn host_receive(&mut self, h: u32, p: SimPacket) {
+        match p.hdr.transport {
+            Transport::Tcp(t) => {
+                let mut cid = p.dst_conn;
+                if cid == NO_CONN
+                    || self
+                        .conns
+                        .get(cid as usize)
+                        .is_none_or(|s| s.host != h || s.conn.is_none())
+                {
+                    cid = self.hosts[h as usize]
+                        .demux
+                        .get(&(p.hdr.ip.src, t.src_port, t.dst_port))
+                        .copied()
+                        .unwrap_or(NO_CONN);
+                }
+                if cid != NO_CONN {
+                    let slot = &mut self.conns[cid as usize];
+                    if slot.peer == NO_CONN {
+                        slot.peer = p.src_conn;
+                    }
+                    let hdr = p.hdr;
+                    self.conn_call(cid, move |c, now, io| c.on_segment(now, &hdr, io));
+                    return;
+                }
+                let syn = t.flags.contains(asymlink_core::wire::TcpFlags::SYN)
+                    && !t.flags.contains(asymlink_core::wire::TcpFlags::ACK);
+                let Some(&app) = self.hosts[h as usize]
+                    .listeners
+                    .get(&t.dst_port)
+                    .filter(|_| syn)
+                else {
+                    self.no_listener += 1;
+                    return;
+                };
+                self.accept(h, app, &p);
+            }
+            Transport::Udp(u) => {
+                if let Some(&app) = self.hosts[h as usize].udp.get(&u.dst_port) {
+                    let node = self.hosts[h as usize].node as usize;
+                    let size = p.hdr.ip_len();
+                    let tag = p.tag;
+                    self.app_call(app, |a, api| a.on_udp(node, size, tag, api));
+                }
+            }
+            Transport::Other(_) => {}
+        }
+    }
+
+    fn flow_of_app(&self, app: u32) -> usize {
+        self.flows
+            .iter()
+            .position(|f| f.app == app)
+            .expect("every app has a flow")
+    }
+
+    fn new_slot(&mut self, id: ConnId, host: u32, remote_node: NodeId, app: u32, primary: bool) {
+        let idx = id as usize;
+        while self.conns.len() <= idx {
+            self.conns.push(ConnSlot {
+                conn: None,
+                host: u32::MAX,
+                remote_node: 0,
+                peer: NO_CONN,
+                app: u32::MAX,
+                primary: false,
+                label: 0,
+            });
+        }
+        let f = self.flow_of_app(app);
+        let label = {
+            let n = self
+                .conns
+                .iter()
+                .filter(|s| s.app == app && s.primary == primary && s.conn.is_some())
+                .count();
+            let base = &self.flows[f].name;
+            let name = if n == 0 {
+                base.clone()
+            } else {
+                format!("{base}#{n}")
+            };
+            self.labels.push(name);
+            self.labels.len() as u32 - 1
+        };
+        self.conns[idx] = ConnSlot {
+            conn: None,
+            host,
+            remote_node,
+            peer: NO_CONN,
+            app,
+            primary,
+            label,
+        };
+    }
+
+    fn accept(&mut self, h: u32, app: u32, p: &SimPacket) {
+        let id = self.next_conn;
+        self.next_conn += 1;
+        let flow = self.flow_of_app(app);
+        let cfg = self.flows[flow].tcp.clone();
+        let iss = self.iss_rng.next_u64() as u32;
+        self.new_slot(id, h, p.src_node, app, false);
+        self.conns[id as usize].peer = p.src_conn;
+        let local = (
+            self.hosts[h as usize].addr,
+            p.hdr.tcp_repr().map(|t| t.dst_port).unwrap_or(0),
+        );
+        let hdr = p.hdr;
+        let mut made = None;
+        self.with_io(h, |now, io| {
+            made = Connection::accept(now, id, &cfg, local, &hdr, iss, io);
+        });
+        let Some(conn) = made else { return };
+        let remote = conn.remote();
+        self.hosts[h as usize]
+            .demux
+            .insert((remote.0, remote.1, local.1), id);
+        self.conns[id as usize].conn = Some(conn);
+        let peer = p.src_conn;
+        let mut primary = false;
+        self.app_call(app, |a, api| primary = a.on_accept(id, peer, api));
+        self.conns[id as usize].primary = primary;
+        if primary {
+            self.relabel(id);
+        }
+        self.flush_io(id);
+        self.schedule_conn(id);
+    }
+
+    fn relabel(&mut self, id: ConnId) {
+        let app = self.conns[id as usize].app;
+        let f = self.flow_of_app(app);
+        let n = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| *i != id as usize && s.app == app && s.primary && s.conn.is_some())
+            .count();
+        let base = &self.flows[f].name;
+        self.labels[self.conns[id as usize].label as usize] = if n == 0 {
+            base.clone()
+        } else {
+            format!("{base}#{n}")
+        };
+    }
+
+    // ------------------------------------------------------------------ connections
+
+    /// Scratch I/O buffers for a call that creates a connection; the outputs wait on the
+    /// `pending_out` stack for [`World::flush_io`] (buffers come from pools, so nesting is
+    /// safe).
+    fn with_io(&mut self, _h: u32, f: impl FnOnce(Instant, &mut ConnIo<'_>)) {
+        let mut out = self.pool_out.pop().unwrap_or_default();
+        let mut ev = self.pool_ev.pop().unwrap_or_default();
+        {
+            let mut io = ConnIo {
+                out: &mut out,
+                events: &mut ev,
+                conditioner: None,
+                rwnd: None,
+            };
+            f(self.now, &mut io);
+        }
+        self.pending_out.push((out, ev));
+    }
+
+    fn conn_call(
+        &mut self,
+        cid: ConnId,
+        f: impl FnOnce(&mut Connection, Instant, &mut ConnIo<'_>),
+    ) {
+        let mut out = self.pool_out.pop().unwrap_or_default();
+        let mut ev = self.pool_ev.pop().unwrap_or_default();
+        {
+            let slot = &mut self.conns[cid as usize];
+            let Some(conn) = slot.conn.as_mut() else {
+                self.pool_out.push(out);
+                self.pool_ev.push(ev);
+                return;
+            };
+            let mut io = ConnIo {
+                out: &mut out,
+                events: &mut ev,
+                conditioner: None,
+                rwnd: None,
+            };
+            f(conn, self.now, &mut io);
+        }
+        self.pending_out.push((out, ev));
+        self.flush_io(cid);
+        self.schedule_conn(cid);
+    }
+
+    /// Transmit what the last call produced and hand its events to the application.
+    fn flush_io(&mut self, cid: ConnId) {
+        let Some((mut out, mut ev)) = self.pending_out.pop() else {
+            return;
+        };
+        let h = self.conns[cid as usize].host;
+        for hdr in out.drain(..) {
+            self.host_send(h, cid, hdr);
+        }
+        let app = self.conns[cid as usize].app;
+        for e in ev.drain(..) {
+            match e {
+                ConnEvent::Closed | ConnEvent::Reset => {
+                    if let Some(c) = &self.conns[cid as usize].conn {
+                        let (r, l) = (c.remote(), c.local());
+                        self.hosts[h as usize].demux.remove(&(r.0, r.1, l.1));
+                    }
+                }
+                ConnEvent::FastRetransmit | ConnEvent::Timeout => {
+                    if self.monitor.events_on() {
+                        let label = self.conns[cid as usize].label;
+                        let kind = if e == ConnEvent::Timeout {
+                            "timeout"
+                        } else {
+                            "fast_retransmit"
+                        };
+                        let now = self.now;
+                        self.monitor.event(now, kind, "tcp", Some(label), "");
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            self.app_call(app, |a, api| a.on_event(cid, e, api));
+        }
+        self.pool_out.push(out);
+        self.pool_ev.push(ev);
+    }
+
+    fn schedule_conn(&mut self, cid: ConnId) {
+        let Some(c) = self.conns[cid as usize].conn.as_mut() else {
+            return;
+        };
+        if let Some(t) = c.poll_at() {
+            let t = t.max(self.now);
+            if c.scheduled.is_none_or(|s| t < s) {
+                c.scheduled = Some(t);
+                self.schedule(t, Ev::Conn(cid));
+            }
+        }
+    }
+
+    fn host_send(&mut self, h: u32, cid: ConnId, hdr: Headers) {
+        let slot = &self.conns[cid as usize];
+        self.next_uid += 1;
+        let p = SimPacket {
+            hdr,
+            class: ClassId::NONE,
+            dst_node: slot.remote_node,
+            src_node: self.hosts[h as usize].node,
+            dst_conn: slot.peer,
+            src_conn: cid,
+            uid: self.next_uid,
+            tag: 0,
+        };
+        let d = self.hosts[h as usize].out_dir;
+        self.enqueue(d, p);
+    }
+
+    // ------------------------------------------------------------------ applications
+
+    fn app_call(&mut self, a: u32, f: impl FnOnce(&mut dyn App, &mut Api<'_>)) {
+        let mut cmds = self.pool_cmd.pop().unwrap_or_default();
+        {
+            let mut api = Api {
+                now: self.now,
+                cmds: &mut cmds,
+                next_conn: &mut self.next_conn,
+                rng: &mut self.app_rngs[a as usize],
+            };
+            f(&mut *self.apps[a as usize], &mut api);
+        }
+        for c in cmds.drain(..) {
+            self.exec(a, c);
+        }
+        self.pool_cmd.push(cmds);
+    }
+
+    fn exec(&mut self, app: u32, c: Cmd) {
+        match c {
+            Cmd::Connect {
+                conn,
+                from,
+                to,
+                port,
+                primary,
+            } => {
+                let (NodeRole::Host(h), NodeRole::Host(th)) =
+                    (&self.nodes[from].role, &self.nodes[to].role)
+                else {
+                    return;
+                };
+                let (h, th) = (*h, *th);
+                let flow = self.flow_of_app(app);
+                let cfg = self.flows[flow].tcp.clone();
+                let iss = self.iss_rng.next_u64() as u32;
+                let port_local = {
+                    let host = &mut self.hosts[h as usize];
+                    host.next_port = host.next_port.checked_add(1).unwrap_or(40_000);
+                    host.next_port
+                };
+                let local = (self.hosts[h as usize].addr, port_local);
+                let remote = (self.hosts[th as usize].addr, port);
+                self.new_slot(conn, h, to as NodeId, app, primary);
+                self.hosts[h as usize]
+                    .demux
+                    .insert((remote.0, remote.1, local.1), conn);
+                let mut made = None;
+                self.with_io(h, |now, io| {
+                    made = Some(Connection::connect(now, conn, &cfg, local, remote, iss, io));
+                });
+                self.conns[conn as usize].conn = made;
+                self.flush_io(conn);
+                self.schedule_conn(conn);
+            }
+            Cmd::Write(cid, n) => self.conn_call(cid, |c, now, io| c.write(now, n, io)),
+            Cmd::Close(cid) => self.conn_call(cid, |c, now, io| c.close(now, io)),
+            Cmd::Stop(cid) => self.conn_call(cid, |c, now, io| c.stop_writing(now, io)),
+            Cmd::Timer(at, token) => self.schedule(at.max(self.now), Ev::App(app, token)),
+            Cmd::Measure(metric, value) => {
+                let f = self.flow_of_app(app);
+                let now = self.now;
+                self.monitor.measure(now, f as u32, metric, value);
+            }
+            Cmd::Udp {
+                from,
+                to,
+                src_port,
+                dst_port,
+                size,
+                dscp,
+                tag,
+            } => {
+                let (NodeRole::Host(h), NodeRole::Host(th)) =
+                    (&self.nodes[from].role, &self.nodes[to].role)
+                else {
+                    return;
+                };
+                let (h, th) = (*h, *th);
+                let mut ip = IpRepr::new(self.hosts[h as usize].addr, self.hosts[th as usize].addr);
+                ip.dscp = dscp;
+                let hdr = Headers {
+                    ip,
+                    transport: Transport::Udp(UdpRepr { src_port, dst_port }),
+                    payload_len: size.saturating_sub(ip.header_len() as u32 + 8),
+                };
+                self.next_uid += 1;
+                let p = SimPacket {
+                    hdr,
+                    class: ClassId::NONE,
+                    dst_node: to as NodeId,
+                    src_node: from as NodeId,
+                    dst_conn: NO_CONN,
+                    src_conn: NO_CONN,
+                    uid: self.next_uid,
+                    tag,
+                };
+                let d = self.hosts[h as usize].out_dir;
+                self.enqueue(d, p);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ monitoring
+
+    fn sample(&mut self) {
+        let now = self.now;
+        if self.monitor.flows_on() {
+            for slot in self.conns.iter() {
+                let Some(c) = &slot.conn else { continue };
+                if !slot.primary || c.state() == State::Closed {
+                    continue;
+                }
+                let delivered = self
+                    .conns
+                    .get(slot.peer as usize)
+                    .and_then(|p| p.conn.as_ref())
+                    .map(|p| p.stats().bytes_delivered)
+                    .unwrap_or(0);
+                self.monitor.flow_row(now, slot.label, c, delivered);
+            }
+        }
+        if self.monitor.queues_on() || self.monitor.links_on() {
+            for (i, d) in self.dirs.iter().enumerate() {
+                let st = dir_stats(&self.mbs, d);
+                self.monitor.queue_row(now, i, st);
+                self.monitor.link_row(now, i, d.busy_ns, d.tx_bytes);
+            }
+        }
+    }
+}
+
+/// The counters of the discipline feeding a link direction.
+pub(crate) fn dir_stats<'a>(mbs: &'a [MbState], d: &'a LinkDir) -> &'a QdiscStats {
+    match &d.source {
+        Source::Own(e) => e.qdisc().stats(),
+        Source::Mb(m, md) => mbs[*m as usize].mb.qdisc_stats(*md),
+    }
+}
+
+fn reachable(nodes: &[Node], adj: &[Vec<(usize, u32)>], a: usize, b: usize) -> bool {
+    let mut seen = vec![false; nodes.len()];
+    let mut q = VecDeque::from([a]);
+    seen[a] = true;
+    while let Some(u) = q.pop_front() {
+        if u == b {
+            return true;
+        }
+        if u != a && !matches!(nodes[u].role, NodeRole::Router(_)) {
+            continue;
+        }
+        for &(v, _) in &adj[u] {
+            if !seen[v] {
+                seen[v] = true;
+                q.push_back(v);
+            }
+        }
+    }
+    false
+}
+
+#[inline]
+fn trace_mix(mut h: u64, t: u64, dir: u32, p: &SimPacket) -> u64 {
+    const K: u64 = 0x100_0000_01B3;
+    let (seq, ack, flags) = match &p.hdr.transport {
+        Transport::Tcp(t) => (
+            t.seq.0 as u64,
+            t.ack.0 as u64,
+            t.flags.0 as u64 | (t.window as u64) << 16,
+        ),
+        Transport::Udp(u) => (u.src_port as u64, u.dst_port as u64, 0),
+        Transport::Other(x) => (*x as u64, 0, 0),
+    };
+    for w in [
+        t,
+        dir as u64,
+        seq | ack << 32,
+        flags,
+        p.hdr.payload_len as u64 | (p.src_conn as u64) << 32,
+    ] {
+        h = (h ^ w).wrapping_mul(K);
+        h ^= h >> 29;
+    }
+    h
+}
