@@ -1078,6 +1078,20 @@ impl World {
 
     // ------------------------------------------------------------------ monitoring
 
+    pub fn check_conservation(&self) -> Result<(), String> {
+        for d in &self.dirs {
+            let (st, backlog) = match &d.source {
+                Source::Own(e) => (e.qdisc().stats(), e.qdisc().backlog()),
+                Source::Mb(m, md) => {
+                    let mb = &self.mbs[*m as usize].mb;
+                    (mb.qdisc_stats(*md), mb.backlog(*md))
+                }
+            };
+            st.check(backlog).map_err(|e| format!("{}: {e}", d.name))?;
+        }
+        Ok(())
+    }
+
     fn sample(&mut self) {
         let now = self.now;
         if self.monitor.flows_on() {

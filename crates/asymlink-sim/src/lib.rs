@@ -127,6 +127,12 @@ impl Simulation {
         self.world.packet_hops
     }
 
+    /// Check the conservation identities of every discipline (see
+    /// `asymlink_core::qdisc::QdiscStats::check`). Returns the first violation.
+    pub fn check_conservation(&self) -> Result<(), String> {
+        self.world.check_conservation()
+    }
+
     /// Results so far.
     pub fn results(&self) -> Results {
         summary::results(&self.world, self.wall.as_secs_f64())
