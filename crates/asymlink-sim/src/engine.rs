@@ -76,7 +76,8 @@ pub(crate) struct LinkDir {
     pub rng: Rng,
     pub ll: LinkLayer,
     pub source: Source,
-    pub tx: Option<SimPacket>,
+    /// The transmitter is serialising a packet (it is already on `wire`, arriving later).
+    pub busy: bool,
     pub wire: VecDeque<(u64, SimPacket)>,
     pub wake_at: Option<Instant>,
     pub tx_packets: u64,
@@ -246,7 +247,7 @@ impl World {
                     rng: Rng::child(seed, &format!("loss:{}:{dname}", l.name)),
                     ll: ds.linklayer.build(),
                     source: Source::Own(egress),
-                    tx: None,
+                    busy: false,
                     wire: VecDeque::new(),
                     wake_at: None,
                     tx_packets: 0,
@@ -533,7 +534,7 @@ impl World {
 
     fn kick(&mut self, d: u32) {
         let di = d as usize;
-        if self.dirs[di].tx.is_some() {
+        if self.dirs[di].busy {
             return;
         }
         let now = self.now;
@@ -566,6 +567,9 @@ impl World {
         }
     }
 
+    /// Serialise `p`: the transmitter is busy until it is done; the packet then propagates.
+    /// Since the wire is FIFO, the packet joins it at once with its arrival time, and only
+    /// the wire's head is scheduled.
     fn start_tx(&mut self, d: u32, p: SimPacket) {
         let now = self.now;
         let dir = &mut self.dirs[d as usize];
@@ -574,19 +578,13 @@ impl World {
         dir.tx_packets += 1;
         dir.tx_bytes += ip_len as u64;
         dir.busy_ns += tx_ns;
+        dir.busy = true;
         self.packet_hops += 1;
         self.trace_hash = trace_mix(self.trace_hash, now.as_nanos(), d, &p);
         for &c in &dir.captures {
             self.captures[c].write(now, &p.hdr);
         }
-        dir.tx = Some(p);
-        self.schedule(Instant(now.as_nanos() + tx_ns), Ev::TxDone(d));
-    }
-
-    fn tx_done(&mut self, d: u32) {
-        let now = self.now;
-        let dir = &mut self.dirs[d as usize];
-        let Some(p) = dir.tx.take() else { return };
+        let done = now.as_nanos() + tx_ns;
         if dir.loss > 0.0 && dir.rng.bernoulli(dir.loss) {
             dir.lost += 1;
             if self.monitor.events_on() {
@@ -595,12 +593,17 @@ impl World {
                 self.monitor.event(now, "drop", &name, label, "link_loss");
             }
         } else {
-            let at = now.as_nanos() + dir.delay_ns;
+            let at = done + dir.delay_ns;
             dir.wire.push_back((at, p));
             if dir.wire.len() == 1 {
                 self.schedule(Instant(at), Ev::Arrive(d));
             }
         }
+        self.schedule(Instant(done), Ev::TxDone(d));
+    }
+
+    fn tx_done(&mut self, d: u32) {
+        self.dirs[d as usize].busy = false;
         self.kick(d);
     }
 

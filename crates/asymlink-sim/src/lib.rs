@@ -4,6 +4,7 @@
 //! public API the Python front end binds to.)
 
 pub mod apps;
+pub mod bench;
 mod engine;
 pub mod monitor;
 pub mod packet;

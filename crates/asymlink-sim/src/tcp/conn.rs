@@ -977,7 +977,7 @@ impl Connection {
                 self.wake_at = earliest(self.wake_at, Some(self.next_send));
                 break;
             }
-            if let Some(i) = self.sb.next_retransmit() {
+            if let Some(i) = self.sb.next_retransmit_mut() {
                 let s = *self.sb.get(i);
                 let ok = match (self.ca_state, self.sack_ok) {
                     (CaState::Recovery, false) => true,

@@ -67,6 +67,13 @@ pub struct Scoreboard {
     lost: u64,
     retx_out: u64,
     high_sacked: u64,
+    /// Segments ending at or below this offset were already considered by `mark_lost`.
+    lost_scanned: u64,
+    /// No segment starting below this offset is a retransmission candidate.
+    retx_hint: u64,
+    /// SACKed ranges already applied (sorted, merged), so a SACK block repeated on every
+    /// ACK costs only a lookup, not a walk over its segments.
+    sacked_ranges: Vec<(u64, u64)>,
 }
 
 impl Scoreboard {
@@ -108,6 +115,8 @@ impl Scoreboard {
     /// Remove everything below `ack`.
     pub fn ack_to(&mut self, ack: u64) -> Acked {
         let mut r = Acked::default();
+        let drop_n = self.sacked_ranges.partition_point(|x| x.1 <= ack);
+        self.sacked_ranges.drain(..drop_n);
         while let Some(front) = self.segs.front().copied() {
             if front.end <= ack {
                 self.segs.pop_front();
@@ -145,8 +154,41 @@ impl Scoreboard {
         if right <= left {
             return 0;
         }
+        // The parts of [left, right) not already applied.
+        let mut pieces: [(u64, u64); 8] = [(0, 0); 8];
+        let mut n = 0;
+        let mut cur = left;
+        let first = self.sacked_ranges.partition_point(|r| r.1 < left);
+        for &(a, b) in &self.sacked_ranges[first..] {
+            if a >= right {
+                break;
+            }
+            if a > cur && n < pieces.len() {
+                pieces[n] = (cur, a.min(right));
+                n += 1;
+            }
+            cur = cur.max(b);
+            if cur >= right {
+                break;
+            }
+        }
+        if cur < right && n < pieces.len() {
+            pieces[n] = (cur, right);
+            n += 1;
+        }
         let mut newly = 0;
-        // Segments are sorted by start: binary search the first that may overlap.
+        for &(l, r) in &pieces[..n] {
+            newly += self.mark_sacked(l, r);
+        }
+        self.insert_range(left, right);
+        if newly > 0 {
+            self.high_sacked = self.high_sacked.max(right);
+        }
+        newly
+    }
+
+    fn mark_sacked(&mut self, left: u64, right: u64) -> u64 {
+        let mut newly = 0;
         let first = self.segs.partition_point(|s| s.end <= left);
         for i in first..self.segs.len() {
             let s = self.segs[i];
@@ -166,10 +208,20 @@ impl Scoreboard {
                 newly += l;
             }
         }
-        if newly > 0 {
-            self.high_sacked = self.high_sacked.max(right);
-        }
         newly
+    }
+
+    fn insert_range(&mut self, left: u64, right: u64) {
+        let v = &mut self.sacked_ranges;
+        let i = v.partition_point(|r| r.1 < left);
+        let mut j = i;
+        let (mut l, mut r) = (left, right);
+        while j < v.len() && v[j].0 <= r {
+            l = l.min(v[j].0);
+            r = r.max(v[j].1);
+            j += 1;
+        }
+        v.splice(i..j, [(l, r)]);
     }
 
     /// RFC 6675 IsLost over the whole board: mark as lost every un-SACKed, not
@@ -195,7 +247,13 @@ impl Scoreboard {
         }
         let Some(b) = boundary else { return 0 };
         let mut newly = 0;
-        for i in 0..b {
+        // Segments below the previous boundary were handled by an earlier call.
+        let from = self.segs.partition_point(|s| s.end <= self.lost_scanned);
+        if from < b {
+            self.lost_scanned = self.segs[b - 1].end;
+            self.retx_hint = self.retx_hint.min(self.segs[from].start);
+        }
+        for i in from..b {
             let s = self.segs[i];
             if !s.has(SACKED | LOST | RETX_OUT) {
                 self.segs[i].flags |= LOST;
@@ -231,6 +289,7 @@ impl Scoreboard {
     /// Mark the first outstanding segment lost (fast retransmit / NewReno partial ACK).
     pub fn mark_head_lost(&mut self) {
         if let Some(s) = self.segs.front().copied() {
+            self.retx_hint = self.retx_hint.min(s.start);
             if !s.has(SACKED | LOST) {
                 self.lost += s.len();
                 let f = self.segs.front_mut().expect("front exists");
@@ -249,6 +308,8 @@ impl Scoreboard {
     pub fn mark_all_lost(&mut self) {
         self.retx_out = 0;
         self.lost = 0;
+        self.retx_hint = 0;
+        self.lost_scanned = self.segs.back().map_or(0, |s| s.end);
         for s in self.segs.iter_mut() {
             if !s.has(SACKED) {
                 s.flags = (s.flags | LOST) & !RETX_OUT;
@@ -262,14 +323,27 @@ impl Scoreboard {
         if self.lost == 0 {
             return None;
         }
+        let from = self.segs.partition_point(|s| s.end <= self.retx_hint);
         self.segs
-            .iter()
+            .range(from..)
             .position(|s| s.has(LOST) && !s.has(SACKED | RETX_OUT))
+            .map(|i| i + from)
+    }
+
+    /// [`Scoreboard::next_retransmit`], remembering a fruitless search so that the next one
+    /// starts where this one ended (any new candidate lowers the hint again).
+    pub fn next_retransmit_mut(&mut self) -> Option<usize> {
+        let r = self.next_retransmit();
+        if r.is_none() {
+            self.retx_hint = self.segs.back().map_or(0, |s| s.end);
+        }
+        r
     }
 
     /// Record the retransmission of segment `i` at `now`.
     pub fn retransmitted(&mut self, i: usize, now: Instant) {
         let s = &mut self.segs[i];
+        self.retx_hint = self.retx_hint.max(s.start);
         if !s.has(RETX_OUT) && !s.has(SACKED) {
             self.retx_out += s.end - s.start;
         }
@@ -308,6 +382,8 @@ impl Scoreboard {
         }
         self.sacked = 0;
         self.high_sacked = 0;
+        self.lost_scanned = 0;
+        self.sacked_ranges.clear();
     }
 
     /// Check the byte counters against the flags (tests).
