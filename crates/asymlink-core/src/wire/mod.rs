@@ -269,7 +269,8 @@ pub struct TcpRepr {
 }
 
 impl TcpRepr {
-    /// Length of the options as [`Headers::emit`] lays them out (a multiple of 4).
+    /// Length of the options as [`Headers::emit`] lays them out (a multiple of 4; above 40
+    /// when they cannot be emitted).
     pub fn options_len(&self) -> usize {
         emit::tcp_options_len(&self.opts)
     }
@@ -306,7 +307,7 @@ pub struct IpRepr {
     pub src: IpAddr,
     /// Destination address.
     pub dst: IpAddr,
-    /// Differentiated services code point (6 bits).
+    /// Differentiated services code point (6 bits; [`Headers::emit`] ignores higher bits).
     pub dscp: u8,
     /// ECN field.
     pub ecn: Ecn,
@@ -429,7 +430,9 @@ impl Headers {
             Transport::Udp(_) => 8,
             Transport::Other(_) => 0,
         };
-        (self.ip.header_len() + l4) as u32 + self.payload_len
+        // Saturating: a `payload_len` near `u32::MAX` must give `EmitError::TooLong`, not
+        // an overflow.
+        ((self.ip.header_len() + l4) as u32).saturating_add(self.payload_len)
     }
 
     /// The TCP header, if this is TCP.
