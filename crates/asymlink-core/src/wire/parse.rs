@@ -4,8 +4,8 @@
 //! length instead of failing the packet.
 
 use super::{
-    Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr,
-    Timestamp, Transport, UdpRepr,
+    Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp,
+    Transport, UdpRepr,
 };
 use core::fmt;
 use core::net::IpAddr;
@@ -134,8 +134,8 @@ impl Headers {
     ///
     /// Never panics, whatever the input (fuzzed: see `fuzz/`).
     pub fn parse(bytes: &[u8]) -> Result<(Headers, Layout), ParseError> {
-        let sliced = IpSlice::from_slice(ip_extent(bytes)?)
-            .map_err(|e| ParseError::Ip(e.to_string()))?;
+        let sliced =
+            IpSlice::from_slice(ip_extent(bytes)?).map_err(|e| ParseError::Ip(e.to_string()))?;
         let (ip, ip_len) = match &sliced {
             IpSlice::Ipv4(v4) => {
                 let h = v4.header();
