@@ -13,6 +13,8 @@ use super::{Ecn, Layout};
 fn replace_word(buf: &mut [u8], at: usize, new: u16, csum_at: usize) {
     let old = u16::from_be_bytes([buf[at], buf[at + 1]]);
     if old == new {
+        // Not only a shortcut: with m == m' and HC == 0, eqn. 3 would turn the checksum
+        // into 0xFFFF (RFC 1624 erratum 4782).
         return;
     }
     buf[at..at + 2].copy_from_slice(&new.to_be_bytes());

@@ -35,11 +35,13 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-/// Where the layers start in the original bytes (for in-place mutation).
+/// Where the layers start in the original bytes (for in-place mutation). For a successful
+/// parse, `l4_offset + l4_header_len <= ip_len <= bytes.len()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// Offset of the transport header (after IPv4 options / IPv6 extension headers); equal
-    /// to the IP length for [`Transport::Other`].
+    /// Offset of the transport header (after IPv4 options / IPv6 extension headers); for
+    /// [`Transport::Other`], where the IP payload starts (so that
+    /// `payload_len == ip_len - l4_offset`).
     pub l4_offset: usize,
     /// Length of the transport header (TCP: data offset × 4; UDP: 8; other: 0).
     pub l4_header_len: usize,
