@@ -69,6 +69,28 @@ mod tests {
     }
 
     #[test]
+    fn rfc1624_section4_example() {
+        //= https://www.rfc-editor.org/rfc/rfc1624#section-4
+        //# Consider an IP packet header in which a 16-bit field m = 0x5555
+        //# changes to m' = 0x3285.  Also, the one's complement sum of all other
+        //# header octets is 0xCD7A.
+        //# [...]
+        //# Applying [Eqn. 3] to the example above, we get the correct result:
+        //#
+        //#    HC' = ~(C + (-m) + m')
+        //#        = ~(0x22D0 + ~0x5555 + 0x3285)
+        //#        = ~0xFFFF
+        //#        =  0x0000
+        let (m, m2, rest) = (0x5555u16, 0x3285u16, 0xcd7au16);
+        let hc = finish(sum(&[rest.to_be_bytes(), m.to_be_bytes()].concat(), 0));
+        assert_eq!(hc, 0xdd2f);
+        let full = finish(sum(&[rest.to_be_bytes(), m2.to_be_bytes()].concat(), 0));
+        assert_eq!(full, 0x0000);
+        // Eqn. 3 gives the recomputed value, not eqn. 2's 0xFFFF.
+        assert_eq!(update(hc, m, m2), full);
+    }
+
+    #[test]
     fn incremental_matches_full() {
         let mut d = [
             0x45u8, 0, 0, 40, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,

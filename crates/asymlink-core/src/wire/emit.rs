@@ -7,6 +7,11 @@
 //! * other segments: `NOP NOP TS`, then `NOP NOP SACK(n)`.
 //!
 //! Every group is a multiple of four bytes, so no end-of-list padding is needed.
+//!
+//! Option sets whose Linux layout would exceed 40 bytes (for example MSS + timestamps + three
+//! SACK blocks, which other stacks can send and [`Headers::parse`] accepts) are written
+//! packed, without NOPs, and padded with end-of-list to a multiple of four; only sets that
+//! do not fit even then are refused ([`EmitError::OptionsTooLong`]).
 
 use super::{Headers, TcpOptions, TcpRepr, Transport};
 use crate::checksum;
@@ -36,14 +41,14 @@ impl fmt::Display for EmitError {
 
 impl std::error::Error for EmitError {}
 
-pub(super) fn tcp_options_len(o: &TcpOptions) -> usize {
+/// Length of the Linux layout (see the module comment).
+fn linux_options_len(o: &TcpOptions) -> usize {
     let mut n = 0;
     if o.mss.is_some() {
         n += 4;
     }
     n += match (o.sack_permitted, o.timestamp.is_some()) {
-        (true, true) => 12,
-        (false, true) => 12,
+        (_, true) => 12,
         (true, false) => 4,
         (false, false) => 0,
     };
@@ -56,7 +61,55 @@ pub(super) fn tcp_options_len(o: &TcpOptions) -> usize {
     n
 }
 
+/// Length of the options without any NOP, before padding.
+fn packed_options_len(o: &TcpOptions) -> usize {
+    let mut n = 0;
+    if o.mss.is_some() {
+        n += 4;
+    }
+    if o.sack_permitted {
+        n += 2;
+    }
+    if o.timestamp.is_some() {
+        n += 10;
+    }
+    if o.wscale.is_some() {
+        n += 3;
+    }
+    if !o.sack.is_empty() {
+        n += 2 + 8 * o.sack.len();
+    }
+    n
+}
+
+/// The options length [`Headers::emit`] writes: the Linux layout when it fits in 40 bytes,
+/// else the packed layout rounded up to a multiple of 4 (which may still exceed 40).
+pub(super) fn tcp_options_len(o: &TcpOptions) -> usize {
+    let linux = linux_options_len(o);
+    if linux <= 40 {
+        linux
+    } else {
+        packed_options_len(o).div_ceil(4) * 4
+    }
+}
+
 fn write_tcp_options(o: &TcpOptions, out: &mut Vec<u8>) {
+    if linux_options_len(o) <= 40 {
+        write_linux_options(o, out)
+    } else {
+        write_packed_options(o, out)
+    }
+}
+
+fn write_sack(o: &TcpOptions, out: &mut Vec<u8>) {
+    out.extend_from_slice(&[5, 2 + 8 * o.sack.len() as u8]);
+    for b in o.sack.iter() {
+        out.extend_from_slice(&b.left.0.to_be_bytes());
+        out.extend_from_slice(&b.right.0.to_be_bytes());
+    }
+}
+
+fn write_linux_options(o: &TcpOptions, out: &mut Vec<u8>) {
     if let Some(mss) = o.mss {
         out.extend_from_slice(&[2, 4]);
         out.extend_from_slice(&mss.to_be_bytes());
@@ -79,12 +132,35 @@ fn write_tcp_options(o: &TcpOptions, out: &mut Vec<u8>) {
         out.extend_from_slice(&[1, 3, 3, ws]);
     }
     if !o.sack.is_empty() {
-        out.extend_from_slice(&[1, 1, 5, 2 + 8 * o.sack.len() as u8]);
-        for b in o.sack.iter() {
-            out.extend_from_slice(&b.left.0.to_be_bytes());
-            out.extend_from_slice(&b.right.0.to_be_bytes());
-        }
+        out.extend_from_slice(&[1, 1]);
+        write_sack(o, out);
     }
+}
+
+/// No NOPs, end-of-list padding. Linux never sends such a combination; parsed packets
+/// from other stacks can carry one, and this keeps every parsed option set emittable.
+fn write_packed_options(o: &TcpOptions, out: &mut Vec<u8>) {
+    let start = out.len();
+    if let Some(mss) = o.mss {
+        out.extend_from_slice(&[2, 4]);
+        out.extend_from_slice(&mss.to_be_bytes());
+    }
+    if o.sack_permitted {
+        out.extend_from_slice(&[4, 2]);
+    }
+    if let Some(ts) = o.timestamp {
+        out.extend_from_slice(&[8, 10]);
+        out.extend_from_slice(&ts.val.to_be_bytes());
+        out.extend_from_slice(&ts.ecr.to_be_bytes());
+    }
+    if let Some(ws) = o.wscale {
+        out.extend_from_slice(&[3, 3, ws]);
+    }
+    if !o.sack.is_empty() {
+        write_sack(o, out);
+    }
+    let padded = start + (out.len() - start).div_ceil(4) * 4;
+    out.resize(padded, 0); // end of option list, then zero padding (RFC 9293 §3.1)
 }
 
 fn write_tcp_header(t: &TcpRepr, out: &mut Vec<u8>) {
@@ -124,7 +200,7 @@ impl Headers {
                     return Err(EmitError::TooLong(total));
                 }
                 out.push(0x45);
-                out.push((ip.dscp << 2) | ip.ecn.bits());
+                out.push(((ip.dscp & 0x3f) << 2) | ip.ecn.bits());
                 out.extend_from_slice(&(total as u16).to_be_bytes());
                 out.extend_from_slice(&ip.ident.to_be_bytes());
                 out.extend_from_slice(&(if ip.dont_frag { 0x4000u16 } else { 0 }).to_be_bytes());
@@ -141,7 +217,7 @@ impl Headers {
                 if plen > u16::MAX as u32 {
                     return Err(EmitError::TooLong(total));
                 }
-                let tc = (ip.dscp << 2) | ip.ecn.bits();
+                let tc = ((ip.dscp & 0x3f) << 2) | ip.ecn.bits();
                 let word: u32 = (6 << 28) | ((tc as u32) << 20) | (ip.flow_label & 0xf_ffff);
                 out.extend_from_slice(&word.to_be_bytes());
                 out.extend_from_slice(&(plen as u16).to_be_bytes());

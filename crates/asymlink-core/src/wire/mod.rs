@@ -10,8 +10,16 @@
 //! original bytes, so nothing is lost there, and [`TcpOptions::other`] records that unknown
 //! options were present (the ACK filter refuses to filter such ACKs).
 //!
-//! Round trips: `parse(emit(h)) == h` for every valid `h` (property-tested), and
-//! `emit(parse(b)) == b` for packets in the canonical option layout that Linux emits.
+//! Round trips (tested in `tests/wire_props.rs` and `tests/wire_linux.rs`, fuzzed in
+//! `fuzz/`):
+//! * `parse(emit(h)) == h` for every valid `h`: both addresses of one family, `dscp` below
+//!   64, IPv6 headers with `ident` 0 and `dont_frag` false, IPv4 headers with `flow_label`
+//!   0, `opts.other` false, options that fit ([`TcpRepr::options_len`] ≤ 40), and
+//!   [`Transport::Other`] only for protocols that are neither TCP, UDP nor IP extension
+//!   headers (a fragment parses as `Other(6)`, but emits as an unfragmented packet);
+//! * `emit(parse(b)) == b` for packets in the canonical option layout that Linux emits
+//!   (checked against real captures), and `parse(emit(parse(b))) == parse(b)` for every
+//!   packet that parses without IPv4 options, IPv6 extension headers or unknown options.
 
 mod emit;
 pub mod mutate;
@@ -35,6 +43,8 @@ pub mod proto {
     pub const ICMP: u8 = 1;
     /// ICMPv6.
     pub const ICMPV6: u8 = 58;
+    /// IPv6 hop-by-hop options header.
+    pub const IPV6_HOP_BY_HOP: u8 = 0;
 }
 
 /// The ECN field of the IP header (RFC 3168).
@@ -269,7 +279,8 @@ pub struct TcpRepr {
 }
 
 impl TcpRepr {
-    /// Length of the options as [`Headers::emit`] lays them out (a multiple of 4).
+    /// Length of the options as [`Headers::emit`] lays them out (a multiple of 4; above 40
+    /// when they cannot be emitted).
     pub fn options_len(&self) -> usize {
         emit::tcp_options_len(&self.opts)
     }
@@ -306,7 +317,7 @@ pub struct IpRepr {
     pub src: IpAddr,
     /// Destination address.
     pub dst: IpAddr,
-    /// Differentiated services code point (6 bits).
+    /// Differentiated services code point (6 bits; [`Headers::emit`] ignores higher bits).
     pub dscp: u8,
     /// ECN field.
     pub ecn: Ecn,
@@ -429,7 +440,9 @@ impl Headers {
             Transport::Udp(_) => 8,
             Transport::Other(_) => 0,
         };
-        (self.ip.header_len() + l4) as u32 + self.payload_len
+        // Saturating: a `payload_len` near `u32::MAX` must give `EmitError::TooLong`, not
+        // an overflow.
+        ((self.ip.header_len() + l4) as u32).saturating_add(self.payload_len)
     }
 
     /// The TCP header, if this is TCP.

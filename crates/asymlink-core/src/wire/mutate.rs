@@ -13,6 +13,8 @@ use super::{Ecn, Layout};
 fn replace_word(buf: &mut [u8], at: usize, new: u16, csum_at: usize) {
     let old = u16::from_be_bytes([buf[at], buf[at + 1]]);
     if old == new {
+        // Not only a shortcut: with m == m' and HC == 0, eqn. 3 would turn the checksum
+        // into 0xFFFF (RFC 1624 erratum 4782).
         return;
     }
     buf[at..at + 2].copy_from_slice(&new.to_be_bytes());
@@ -21,36 +23,59 @@ fn replace_word(buf: &mut [u8], at: usize, new: u16, csum_at: usize) {
     buf[csum_at..csum_at + 2].copy_from_slice(&hc2.to_be_bytes());
 }
 
-/// Set the TCP window field to `window` (raw, before scaling).
+/// Whether `layout` describes a TCP header that lies wholly inside the IP packet and the
+/// IP packet wholly inside `buf`.
+fn tcp_fits(buf: &[u8], layout: &Layout) -> bool {
+    layout.l4_header_len >= 20
+        && layout.ip_len <= buf.len()
+        && layout
+            .l4_offset
+            .checked_add(layout.l4_header_len)
+            .is_some_and(|end| end <= layout.ip_len)
+}
+
+/// Set the TCP window field to `window` (raw, before scaling) and patch the TCP checksum.
+///
+/// Returns `false` and changes nothing when `layout` is not a TCP layout that fits `buf`.
 pub fn set_tcp_window(buf: &mut [u8], layout: &Layout, window: u16) -> bool {
-    let o = layout.l4_offset;
-    if layout.l4_header_len < 20 || buf.len() < o + 20 {
+    if !tcp_fits(buf, layout) {
         return false;
     }
+    let o = layout.l4_offset;
     replace_word(buf, o + 14, window, o + 16);
     true
 }
 
-/// Read the TCP window field.
+/// Read the TCP window field (`None` when `layout` is not a TCP layout that fits `buf`).
 pub fn tcp_window(buf: &[u8], layout: &Layout) -> Option<u16> {
-    let o = layout.l4_offset;
-    if layout.l4_header_len < 20 || buf.len() < o + 20 {
+    if !tcp_fits(buf, layout) {
         return None;
     }
+    let o = layout.l4_offset;
     Some(u16::from_be_bytes([buf[o + 14], buf[o + 15]]))
 }
 
-/// Set the DSCP and ECN bits (IPv4: TOS byte with header checksum update; IPv6: traffic
-/// class, which has no checksum).
+/// Set the DSCP (6 bits; higher bits ignored) and ECN bits: IPv4 TOS byte with a header
+/// checksum update, or IPv6 traffic class (no checksum).
+///
+/// Returns `false` and changes nothing unless `buf` starts with a whole IP header: version
+/// 4 with IHL ≥ 5 and IHL × 4 bytes present, or version 6 with 40 bytes present.
 pub fn set_dscp_ecn(buf: &mut [u8], dscp: u8, ecn: Ecn) -> bool {
-    let tos = (dscp << 2) | ecn.bits();
-    match buf.first().map(|b| b >> 4) {
-        Some(4) if buf.len() >= 20 => {
+    let tos = ((dscp & 0x3f) << 2) | ecn.bits();
+    let Some(&first) = buf.first() else {
+        return false;
+    };
+    match first >> 4 {
+        4 => {
+            let ihl = (first & 0x0f) as usize * 4;
+            if ihl < 20 || buf.len() < ihl {
+                return false;
+            }
             let word = u16::from_be_bytes([buf[0], tos]);
             replace_word(buf, 0, word, 10);
             true
         }
-        Some(6) if buf.len() >= 40 => {
+        6 if buf.len() >= 40 => {
             buf[0] = (buf[0] & 0xf0) | (tos >> 4);
             buf[1] = (buf[1] & 0x0f) | (tos << 4);
             true

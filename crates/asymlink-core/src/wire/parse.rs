@@ -9,7 +9,7 @@ use super::{
 };
 use core::fmt;
 use core::net::IpAddr;
-use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use etherparse::{IpSlice, TcpSlice, UdpSlice};
 
 /// Why bytes are not a packet asymlink can interpret. A middlebox forwards such packets
 /// untouched (or drops them, counted); it never rewrites them.
@@ -35,11 +35,13 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-/// Where the layers start in the original bytes (for in-place mutation).
+/// Where the layers start in the original bytes (for in-place mutation). For a successful
+/// parse, `l4_offset + l4_header_len <= ip_len <= bytes.len()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// Offset of the transport header (after IPv4 options / IPv6 extension headers); equal
-    /// to the IP length for [`Transport::Other`].
+    /// Offset of the transport header (after IPv4 options / IPv6 extension headers); for
+    /// [`Transport::Other`], where the IP payload starts (so that
+    /// `payload_len == ip_len - l4_offset`).
     pub l4_offset: usize,
     /// Length of the transport header (TCP: data offset × 4; UDP: 8; other: 0).
     pub l4_header_len: usize,
@@ -105,15 +107,39 @@ pub(crate) fn parse_tcp_options(mut b: &[u8]) -> Result<TcpOptions, ParseError> 
     Ok(o)
 }
 
+/// Where the IP header says the packet ends: IPv6 packets whose payload length is zero are
+/// cut to their 40-byte header (what follows is link padding), except jumbograms (RFC 2675),
+/// which are refused. IPv4 total lengths are checked by `etherparse`.
+fn ip_extent(bytes: &[u8]) -> Result<&[u8], ParseError> {
+    if bytes.len() > 40 && bytes[0] >> 4 == 6 && bytes[4] == 0 && bytes[5] == 0 {
+        if bytes[6] == super::proto::IPV6_HOP_BY_HOP {
+            return Err(ParseError::Ip(
+                "IPv6 payload length 0 with a hop-by-hop header (jumbogram) is not supported"
+                    .into(),
+            ));
+        }
+        return Ok(&bytes[..40]);
+    }
+    Ok(bytes)
+}
+
 impl Headers {
     /// Parse an IP packet (IPv4 or IPv6, starting at the IP header, as read from a TUN
-    /// device or after the Ethernet header).
+    /// device or after the Ethernet header). Bytes beyond the length the IP header states
+    /// (link padding) are ignored; [`Layout::ip_len`] says where the packet ends.
     ///
-    /// Non-first fragments and protocols other than TCP/UDP give [`Transport::Other`].
+    /// IPv4 options and IPv6 extension headers are skipped ([`Layout::l4_offset`] points
+    /// past them). Fragments (first or not) and protocols other than TCP/UDP give
+    /// [`Transport::Other`], whatever their payload. A TCP or UDP header that is truncated
+    /// or inconsistent, or TCP options that overrun the header or have impossible lengths,
+    /// are errors: such a packet must be forwarded untouched, never rewritten.
+    ///
+    /// Never panics, whatever the input (fuzzed: see `fuzz/`).
     pub fn parse(bytes: &[u8]) -> Result<(Headers, Layout), ParseError> {
-        let sliced = SlicedPacket::from_ip(bytes).map_err(|e| ParseError::Ip(e.to_string()))?;
-        let (ip, ip_len, l4_start, proto, fragmented) = match &sliced.net {
-            Some(NetSlice::Ipv4(v4)) => {
+        let sliced =
+            IpSlice::from_slice(ip_extent(bytes)?).map_err(|e| ParseError::Ip(e.to_string()))?;
+        let (ip, ip_len) = match &sliced {
+            IpSlice::Ipv4(v4) => {
                 let h = v4.header();
                 let repr = IpRepr {
                     src: IpAddr::V4(h.source_addr()),
@@ -125,16 +151,9 @@ impl Headers {
                     dont_frag: h.dont_fragment(),
                     flow_label: 0,
                 };
-                let payload = v4.payload();
-                (
-                    repr,
-                    h.total_len() as usize,
-                    offset_in(bytes, payload.payload),
-                    payload.ip_number.0,
-                    v4.is_payload_fragmented(),
-                )
+                (repr, h.total_len() as usize)
             }
-            Some(NetSlice::Ipv6(v6)) => {
+            IpSlice::Ipv6(v6) => {
                 let h = v6.header();
                 let repr = IpRepr {
                     src: IpAddr::V6(h.source_addr()),
@@ -146,37 +165,31 @@ impl Headers {
                     dont_frag: false,
                     flow_label: h.flow_label().value(),
                 };
-                let payload = v6.payload();
-                (
-                    repr,
-                    40 + h.payload_length() as usize,
-                    offset_in(bytes, payload.payload),
-                    payload.ip_number.0,
-                    v6.is_payload_fragmented(),
-                )
+                (repr, 40 + h.payload_length() as usize)
             }
-            _ => return Err(ParseError::Ip("not an IPv4 or IPv6 packet".into())),
         };
-        let other = |p: u8| {
-            Ok((
-                Headers {
-                    ip,
-                    transport: Transport::Other(p),
-                    payload_len: ip_len.saturating_sub(l4_start) as u32,
-                },
-                Layout {
-                    l4_offset: l4_start,
-                    l4_header_len: 0,
-                    ip_len,
-                },
-            ))
+        let payload = sliced.payload();
+        let l4_start = offset_in(bytes, payload.payload);
+        let proto = payload.ip_number.0;
+        let seg = payload.payload;
+        let layout = |l4_header_len| Layout {
+            l4_offset: l4_start,
+            l4_header_len,
+            ip_len,
         };
-        if fragmented {
+        let headers = |transport, payload_len: usize| Headers {
+            ip,
+            transport,
+            payload_len: payload_len as u32,
+        };
+        if payload.fragmented {
             // A fragment's transport header is absent or incomplete: treat as opaque.
-            return other(proto);
+            return Ok((headers(Transport::Other(proto), seg.len()), layout(0)));
         }
-        match &sliced.transport {
-            Some(TransportSlice::Tcp(t)) => {
+        match proto {
+            super::proto::TCP => {
+                let t = TcpSlice::from_slice(seg)
+                    .map_err(|e| ParseError::Transport(format!("TCP: {e}")))?;
                 let opts = parse_tcp_options(t.options())?;
                 let mut flags = TcpFlags::NONE;
                 flags.set(TcpFlags::FIN, t.fin());
@@ -188,7 +201,6 @@ impl Headers {
                 flags.set(TcpFlags::ECE, t.ece());
                 flags.set(TcpFlags::CWR, t.cwr());
                 flags.set(TcpFlags::NS, t.ns());
-                let hl = t.data_offset() as usize * 4;
                 let tcp = TcpRepr {
                     src_port: t.source_port(),
                     dst_port: t.destination_port(),
@@ -199,38 +211,23 @@ impl Headers {
                     urgent: t.urgent_pointer(),
                     opts,
                 };
-                Ok((
-                    Headers {
-                        ip,
-                        transport: Transport::Tcp(tcp),
-                        payload_len: t.payload().len() as u32,
-                    },
-                    Layout {
-                        l4_offset: l4_start,
-                        l4_header_len: hl,
-                        ip_len,
-                    },
-                ))
+                let hl = t.header_len();
+                Ok((headers(Transport::Tcp(tcp), seg.len() - hl), layout(hl)))
             }
-            Some(TransportSlice::Udp(u)) => Ok((
-                Headers {
-                    ip,
-                    transport: Transport::Udp(UdpRepr {
-                        src_port: u.source_port(),
-                        dst_port: u.destination_port(),
-                    }),
-                    payload_len: u.payload().len() as u32,
-                },
-                Layout {
-                    l4_offset: l4_start,
-                    l4_header_len: 8,
-                    ip_len,
-                },
-            )),
-            None if proto == super::proto::TCP || proto == super::proto::UDP => Err(
-                ParseError::Transport("transport header missing or truncated".into()),
-            ),
-            _ => other(proto),
+            super::proto::UDP => {
+                let u = UdpSlice::from_slice(seg)
+                    .map_err(|e| ParseError::Transport(format!("UDP: {e}")))?;
+                if u.length() == 0 {
+                    // Only IPv6 jumbograms may say 0 (RFC 2675 §4), and those are refused.
+                    return Err(ParseError::Transport("UDP: length field is 0".into()));
+                }
+                let udp = UdpRepr {
+                    src_port: u.source_port(),
+                    dst_port: u.destination_port(),
+                };
+                Ok((headers(Transport::Udp(udp), u.payload().len()), layout(8)))
+            }
+            p => Ok((headers(Transport::Other(p), seg.len()), layout(0))),
         }
     }
 }
