@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from asymlink import _native
@@ -71,3 +74,12 @@ def test_results_dict_shape(scenario_toml: str) -> None:
 def test_negative_seed_is_refused(scenario_toml: str) -> None:
     with pytest.raises(OverflowError):
         Simulation(scenario_toml, "tiny.toml", seed=-1)
+
+
+def test_stubs_match_the_native_module() -> None:
+    stubtest = pytest.importorskip("mypy.stubtest")
+    proc = subprocess.run(
+        [sys.executable, "-m", stubtest.__name__, "asymlink._native"],
+        capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

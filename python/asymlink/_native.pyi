@@ -1,10 +1,12 @@
 """Type stubs of the private native module (crates/asymlink-py)."""
 
 from os import PathLike
-from typing import TypedDict
+from typing import TypedDict, final, type_check_only
 
 import numpy as np
 import numpy.typing as npt
+
+__all__ = ["__version__", "Simulation", "ScenarioError", "scenario_error"]
 
 __version__: str
 
@@ -19,6 +21,7 @@ class ScenarioError(ValueError):
 def scenario_error(origin: str, key: str, msg: str) -> ScenarioError:
     """Build (not raise) a ScenarioError exactly as the engine would."""
 
+@type_check_only
 class Meta(TypedDict):
     scenario: str
     seed: int
@@ -28,12 +31,14 @@ class Meta(TypedDict):
     packet_hops: int
     trace_hash: int
 
-Column = npt.NDArray[np.float64] | npt.NDArray[np.int64] | list[str]
+_Column = npt.NDArray[np.float64] | npt.NDArray[np.int64] | list[str]
 
+@type_check_only
 class NativeResults(TypedDict):
     meta: Meta
-    tables: dict[str, dict[str, Column]]
+    tables: dict[str, dict[str, _Column]]
 
+@final
 class Simulation:
     """A simulation built from a TOML scenario, advanced in steps."""
 

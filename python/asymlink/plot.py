@@ -7,12 +7,13 @@ onto a new Figure, and returns the Axes. Nothing here touches pyplot's global st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from os import PathLike
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
 
 from asymlink.analysis import throughput
 from asymlink.results import Results
@@ -26,11 +27,13 @@ def new_axes() -> Axes:
     return Figure(figsize=FIGSIZE, layout="constrained").add_subplot()
 
 
-def save(fig: Figure, path: str | PathLike[str]) -> Path:
-    """Write `fig` as PNG, creating parent directories; returns the path."""
+def save(fig: Figure | SubFigure, path: str | PathLike[str]) -> Path:
+    """Write `fig` (a subfigure: its whole figure) as PNG, creating parent directories;
+    returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=DPI, format="png")
+    root = fig if isinstance(fig, Figure) else fig.figure
+    root.savefig(p, dpi=DPI, format="png")
     return p
 
 
@@ -91,7 +94,7 @@ def standard_figures(
     """Write `cwnd.png`, `throughput.png`, `queues.png`, `utilization.png` into `out_dir`,
     each only if its table has rows. Returns the files written."""
     out = Path(out_dir)
-    figures = [
+    figures: list[tuple[str, pd.DataFrame, Callable[[Axes], Axes]]] = [
         ("cwnd.png", results.flows, lambda ax: plot_cwnd(results, ax)),
         ("throughput.png", results.flows, lambda ax: plot_throughput(results, interval, ax)),
         ("queues.png", results.queues, lambda ax: plot_queues(results, ax)),

@@ -62,15 +62,27 @@ def run_tables(results: Results) -> list[TextTable]:
             "Flows",
             ["flow", "delivered", "mean throughput"],
             [
-                [str(r.flow), fmt_number(r.delivered_bytes, "MB", 1e-6),
-                 fmt_number(r.throughput_bps, "Mbit/s", 1e-6)]
-                for r in flows.itertuples()
+                [str(flow), fmt_number(delivered, "MB", 1e-6), fmt_number(rate, "Mbit/s", 1e-6)]
+                for flow, delivered, rate in zip(
+                    flows["flow"],
+                    flows["delivered_bytes"].to_numpy(dtype=float),
+                    flows["throughput_bps"].to_numpy(dtype=float),
+                    strict=True,
+                )
             ],
         ),
         TextTable(
             "Queues",
             ["queue", "drops", "filtered"],
-            [[str(r.queue), str(int(r.drops)), str(int(r.filtered))] for r in queues.itertuples()],
+            [
+                [str(queue), str(drops), str(filtered)]
+                for queue, drops, filtered in zip(
+                    queues["queue"],
+                    queues["drops"].to_numpy(dtype=int),
+                    queues["filtered"].to_numpy(dtype=int),
+                    strict=True,
+                )
+            ],
         ),
     ]
 
