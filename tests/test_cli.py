@@ -92,8 +92,10 @@ def test_run_unknown_example(tmp_path: Path) -> None:
 
 
 def test_parse_set_reads_toml_values_else_strings() -> None:
-    assert parse_set(["a=3", "b=true", "c=1.5", 'd="x y"', "e=1Mbit", "f.g=[1, 2]", "h=a=b"]) == {
-        "a": 3, "b": True, "c": 1.5, "d": "x y", "e": "1Mbit", "f.g": [1, 2], "h": "a=b"
+    assert parse_set(["a=3", "b=true", "c=1.5", 'd="x y"', "e=1Mbit", "f.g=[1, 2]", "h=a=b",
+                      "i=1\nj=2"]) == {
+        "a": 3, "b": True, "c": 1.5, "d": "x y", "e": "1Mbit", "f.g": [1, 2], "h": "a=b",
+        "i": "1\nj=2",
     }
 
 

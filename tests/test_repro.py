@@ -127,6 +127,7 @@ def test_paper_toml_drives_the_verdicts() -> None:
         ('[[paper]]\nmetric = "a"\nvalue = "1"\ntolerance = 1', "value must be a number"),
         ('[[paper]]\nmetric = "a"\nvalue = 1\ntolerence = 1', "unknown key(s) tolerence"),
         ('[[fixed]]\nkey = "a"\nreason = " "', "non-empty 'reason'"),
+        ('[[fixed]]\nkey = "a"\nreason = "r"\nscenarios = "on"', "non-empty list of scenario"),
         ("[extra]", "unknown key(s) extra"),
     ],
 )

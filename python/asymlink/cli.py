@@ -40,11 +40,9 @@ class _Cli(click.Group):
     """The command group; turns the library's user-facing errors into `UserError`."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from asymlink.repro.base import PaperDataError
-
         try:
             return super().invoke(ctx)
-        except (ScenarioError, PaperDataError) as e:
+        except ScenarioError as e:
             raise UserError(str(e)) from None
         except OSError as e:
             raise UserError(_os_message(e)) from None
@@ -77,10 +75,10 @@ def parse_set(assignments: Sequence[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise UserError(f"--set expects KEY=VALUE (e.g. links.0.rate=1Mbit), got {item!r}")
         try:
-            value = tomllib.loads(f"v = {raw}")["v"]
+            doc = tomllib.loads(f"v = {raw}")
         except tomllib.TOMLDecodeError:
-            value = raw
-        overrides[key.strip()] = value
+            doc = {}
+        overrides[key.strip()] = doc["v"] if list(doc) == ["v"] else raw
     return overrides
 
 

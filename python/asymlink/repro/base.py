@@ -47,6 +47,7 @@ import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -219,6 +220,10 @@ def _fixed(item: Mapping[str, Any], where: str) -> FixedParameter:
     if not (isinstance(key, str) and key and isinstance(reason, str) and reason.strip()):
         raise PaperDataError(f"{where}: 'key' and a non-empty 'reason' are required")
     scenarios = item.get("scenarios")
+    if scenarios is not None and not (
+        isinstance(scenarios, list) and scenarios and all(isinstance(n, str) for n in scenarios)
+    ):
+        raise PaperDataError(f"{where}: 'scenarios' must be a non-empty list of scenario names")
     return FixedParameter(key, reason.strip(), None if scenarios is None else tuple(scenarios))
 
 
@@ -352,15 +357,16 @@ class Entry:
             if f.name.endswith(".toml") and f.name != PAPER_FILE
         )
 
+    @cached_property
     def paper_data(self) -> PaperData:
-        """The entry's `paper.toml`."""
+        """The entry's `paper.toml` (read once)."""
         return PaperData.load(self.scenario_dir.joinpath(PAPER_FILE))
 
     def scenario(self, name: str, quick: bool) -> Scenario:
         """A scenario file of the entry, with its `[quick]` overrides when `quick`."""
         f = self.scenario_dir.joinpath(f"{name}.toml")
         scenario = Scenario.from_toml(f.read_text(encoding="utf-8"), origin=f"{self.id}/{f.name}")
-        overrides = self.paper_data().overrides(name, quick)
+        overrides = self.paper_data.overrides(name, quick)
         return scenario.with_overrides(overrides) if overrides else scenario
 
     def check(self) -> None:
@@ -368,7 +374,7 @@ class Entry:
         existing scenarios, every scenario (full and quick) passes the engine's
         validation, and every fixed parameter exists where it is listed. Raises
         `PaperDataError` or `ScenarioError`."""
-        paper, names = self.paper_data(), self.scenario_names()
+        paper, names = self.paper_data, self.scenario_names()
         if not names:
             raise PaperDataError(f"{self.id}: no scenario files in {self.scenario_dir}")
         listed = set(paper.quick_scenario_overrides).union(
@@ -385,14 +391,19 @@ class Entry:
                 self.scenario(name, quick=False).get(p.key)
 
     def run_scenario(
-        self, name: str, out_dir: Path, quick: bool, overrides: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        out_dir: Path,
+        quick: bool,
+        overrides: Mapping[str, Any] | None = None,
+        label: str | None = None,
     ) -> Results:
-        """Run one scenario (plus `overrides`) and keep its tables in
-        `out_dir/runs/<name>` (Parquet)."""
+        """Run one scenario (plus `overrides`, e.g. a point of a sensitivity sweep) and
+        keep its tables in `out_dir/runs/<label or name>` (Parquet)."""
         scenario = self.scenario(name, quick)
         if overrides:
             scenario = scenario.with_overrides(overrides)
-        run_dir = out_dir / "runs" / name
+        run_dir = out_dir / "runs" / (label or name)
         results = run_scenario_file(scenario, out_dir=run_dir)
         results.to_parquet(run_dir)
         return results
@@ -450,7 +461,7 @@ class Report:
 def reproduce(entry: Entry | str, out_dir: Path, quick: bool = False) -> Report:
     """Run an entry and write `metrics.json`, its figures and `summary.md` in `out_dir`."""
     entry = get(entry) if isinstance(entry, str) else entry
-    paper = entry.paper_data()
+    paper = entry.paper_data
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     metrics = plain_metrics(entry.run(out_dir, quick))
