@@ -47,7 +47,7 @@ def _md_escape(cell: str) -> str:
 
 
 def fmt_number(x: float | None, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
-    """`x × scale` with `digits` significant digits and a unit; "n/a" for NaN."""
+    """`x × scale` with `digits` significant digits and a unit; "n/a" for None or NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return f"{x * scale:.{digits}g}{(' ' + unit) if unit else ''}"

@@ -46,8 +46,14 @@ def _progress(enabled: bool, name: str, end: float) -> Iterator[Callable[[float]
         yield lambda _now: None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-    from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     columns = (
         TextColumn("[bold]{task.description}"),

@@ -81,11 +81,7 @@ class Scenario:
     def get(self, path: str) -> Any:
         """The value at a dotted path such as `links.0.rate`. Raises `ScenarioError`
         naming the path when it does not exist."""
-        node: Any = self._data
-        parts = _split(path, self._origin)
-        for depth, part in enumerate(parts):
-            node = _child(node, part, ".".join(parts[: depth + 1]), self._origin)
-        return copy.deepcopy(node)
+        return copy.deepcopy(_walk(self._data, _split(path, self._origin), self._origin))
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Scenario:
         """A copy with values replaced at dotted paths such as `links.0.rate` or
@@ -118,11 +114,17 @@ def _split(path: str, origin: str) -> list[str]:
     return parts
 
 
+def _walk(data: dict[str, Any], parts: list[str], origin: str) -> Any:
+    """The value at `parts`; the error names the prefix of the path that failed."""
+    node: Any = data
+    for depth, part in enumerate(parts):
+        node = _child(node, part, ".".join(parts[: depth + 1]), origin)
+    return node
+
+
 def _set_path(data: dict[str, Any], path: str, value: Any, origin: str) -> None:
     parts = _split(path, origin)
-    node: Any = data
-    for depth, part in enumerate(parts[:-1]):
-        node = _child(node, part, ".".join(parts[: depth + 1]), origin)
+    node = _walk(data, parts[:-1], origin)
     last = parts[-1]
     if isinstance(node, list):
         node[_index(node, last, path, origin)] = value
@@ -147,9 +149,11 @@ def _child(node: Any, part: str, prefix: str, origin: str) -> Any:
 
 
 def _index(node: list[Any], part: str, prefix: str, origin: str) -> int:
-    if not part.isdigit():
+    if not (part.isascii() and part.isdigit()):
         raise _native.scenario_error(
-            origin, prefix, f"expected an array index, got {part!r} (the array has {len(node)} elements)"
+            origin,
+            prefix,
+            f"expected an array index, got {part!r} (the array has {len(node)} elements)",
         )
     i = int(part)
     if i >= len(node):
