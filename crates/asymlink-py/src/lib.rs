@@ -1,1 +1,123 @@
+//! # asymlink-py: thin Python bindings of the simulator
+//!
+//! This crate only converts: Python arguments into [`asymlink_sim`] calls, results into
+//! plain Python objects (dicts of 1-D numpy arrays), and errors into exceptions
+//! (all of that in [`error`]). Everything else lives in the pure-Python package
+//! `asymlink`, which wraps this private module `asymlink._native`.
 
+mod error;
+
+use asymlink_core::time::Instant;
+use asymlink_sim::{ColumnData, Results, RunOptions};
+use numpy::IntoPyArray;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::path::PathBuf;
+
+/// A simulation built from a TOML scenario, advanced in steps.
+#[pyclass(module = "asymlink._native")]
+struct Simulation {
+    inner: asymlink_sim::Simulation,
+}
+
+#[pymethods]
+impl Simulation {
+    /// Parse, validate and build. Raises `ScenarioError` naming `origin` and the key.
+    #[new]
+    #[pyo3(signature = (toml_text, origin, out_dir=None, seed=None))]
+    fn py_new(
+        py: Python<'_>,
+        toml_text: &str,
+        origin: &str,
+        out_dir: Option<PathBuf>,
+        seed: Option<u64>,
+    ) -> PyResult<Self> {
+        let opts = RunOptions { out_dir, seed };
+        asymlink_sim::Simulation::from_toml(toml_text, origin, opts)
+            .map(|inner| Simulation { inner })
+            .map_err(|e| error::scenario_error(py, &e))
+    }
+
+    /// Current simulated time in seconds.
+    #[getter]
+    fn now(&self) -> f64 {
+        self.inner.now().as_secs_f64()
+    }
+
+    /// End of the run in seconds.
+    #[getter]
+    fn end(&self) -> f64 {
+        self.inner.end().as_secs_f64()
+    }
+
+    /// Whether the run reached its end.
+    #[getter]
+    fn finished(&self) -> bool {
+        self.inner.is_finished()
+    }
+
+    /// Process events up to and including `t_seconds` (capped at the end), without the GIL.
+    fn run_until(&mut self, py: Python<'_>, t_seconds: f64) -> PyResult<()> {
+        let t = seconds_to_instant(t_seconds)?;
+        py.detach(|| self.inner.run_until(t));
+        Ok(())
+    }
+
+    /// Run to the end, without the GIL.
+    fn run(&mut self, py: Python<'_>) {
+        py.detach(|| self.inner.run());
+    }
+
+    /// Results so far: `{"meta": {...}, "tables": {name: {column: ndarray | list[str]}}}`.
+    fn results<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        results_to_dict(py, self.inner.results())
+    }
+}
+
+fn seconds_to_instant(t: f64) -> PyResult<Instant> {
+    if !(t.is_finite() && t >= 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "time must be a finite number of seconds >= 0, got {t}"
+        )));
+    }
+    // Saturating float-to-int cast: times beyond 584 years become Instant::MAX.
+    Ok(Instant::from_nanos((t * 1e9).round() as u64))
+}
+
+fn results_to_dict(py: Python<'_>, r: Results) -> PyResult<Bound<'_, PyDict>> {
+    let meta = PyDict::new(py);
+    meta.set_item("scenario", r.scenario)?;
+    meta.set_item("seed", r.seed)?;
+    meta.set_item("duration_s", r.duration_s)?;
+    meta.set_item("wall_s", r.wall_s)?;
+    meta.set_item("events", r.events)?;
+    meta.set_item("packet_hops", r.packet_hops)?;
+    meta.set_item("trace_hash", r.trace_hash)?;
+    let tables = PyDict::new(py);
+    for table in r.tables {
+        let columns = PyDict::new(py);
+        for column in table.columns {
+            match column.data {
+                ColumnData::F64(v) => columns.set_item(column.name, v.into_pyarray(py))?,
+                ColumnData::I64(v) => columns.set_item(column.name, v.into_pyarray(py))?,
+                ColumnData::Str(v) => columns.set_item(column.name, v)?,
+            }
+        }
+        tables.set_item(table.name, columns)?;
+    }
+    let out = PyDict::new(py);
+    out.set_item("meta", meta)?;
+    out.set_item("tables", tables)?;
+    Ok(out)
+}
+
+/// The private native module behind the `asymlink` package.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Simulation>()?;
+    m.add("ScenarioError", m.py().get_type::<error::ScenarioError>())?;
+    m.add_function(wrap_pyfunction!(error::py_scenario_error, m)?)?;
+    Ok(())
+}

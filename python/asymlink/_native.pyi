@@ -1,0 +1,68 @@
+"""Type stubs of the private native module (crates/asymlink-py)."""
+
+from os import PathLike
+from typing import TypedDict, final, type_check_only
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["__version__", "Simulation", "ScenarioError", "scenario_error"]
+
+__version__: str
+
+class ScenarioError(ValueError):
+    """A scenario is invalid: `origin` (file or "<string>"), `key` (key path, may be
+    empty) and `msg` (what is wrong). `str(e)` is "origin: key: msg"."""
+
+    origin: str
+    key: str
+    msg: str
+
+def scenario_error(origin: str, key: str, msg: str) -> ScenarioError:
+    """Build (not raise) a ScenarioError exactly as the engine would."""
+
+@type_check_only
+class Meta(TypedDict):
+    scenario: str
+    seed: int
+    duration_s: float
+    wall_s: float
+    events: int
+    packet_hops: int
+    trace_hash: int
+
+_Column = npt.NDArray[np.float64] | npt.NDArray[np.int64] | list[str]
+
+@type_check_only
+class NativeResults(TypedDict):
+    meta: Meta
+    tables: dict[str, dict[str, _Column]]
+
+@final
+class Simulation:
+    """A simulation built from a TOML scenario, advanced in steps."""
+
+    def __new__(
+        cls,
+        toml_text: str,
+        origin: str,
+        out_dir: str | PathLike[str] | None = None,
+        seed: int | None = None,
+    ) -> Simulation: ...
+    @property
+    def now(self) -> float:
+        """Current simulated time in seconds."""
+    @property
+    def end(self) -> float:
+        """End of the run in seconds."""
+    @property
+    def finished(self) -> bool:
+        """Whether the run reached its end."""
+    def run_until(self, t_seconds: float) -> None:
+        """Process events up to and including `t_seconds` (capped at the end); releases
+        the GIL. Raises ValueError for a negative or non-finite time."""
+    def run(self) -> None:
+        """Run to the end; releases the GIL."""
+    def results(self) -> NativeResults:
+        """Results so far."""
+

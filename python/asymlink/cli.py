@@ -1,0 +1,247 @@
+"""The `asymlink` command.
+
+User errors (an invalid scenario, a missing file, a bad `--set`) print one line to stderr
+and exit with status 2; click's own usage errors exit with 2 as well.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+
+from asymlink import __version__, examples
+from asymlink._native import ScenarioError
+from asymlink.report import TextTable, fmt_number
+from asymlink.scenario import Scenario
+
+if TYPE_CHECKING:
+    from asymlink.repro import Report
+
+USER_ERROR = 2
+
+
+class UserError(click.ClickException):
+    """A mistake in what the user asked for: one line on stderr, exit status 2."""
+
+    exit_code = USER_ERROR
+
+
+def _os_message(e: OSError) -> str:
+    return f"{e.filename}: {e.strerror}" if e.filename else str(e)
+
+
+class _Cli(click.Group):
+    """The command group; turns the library's user-facing errors into `UserError`."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ScenarioError as e:
+            raise UserError(str(e)) from None
+        except OSError as e:
+            raise UserError(_os_message(e)) from None
+
+
+def _stdout() -> Console:
+    return Console()
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="asymlink")
+def cli() -> None:
+    """Simulate, reproduce and analyse TCP over asymmetric links."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="asymlink")
+
+
+# --- run ---------------------------------------------------------------------------------
+
+
+def parse_set(assignments: Sequence[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs; a VALUE that is a TOML value (`3`, `true`, `"x"`, `[1, 2]`) is
+    taken as such, anything else (`1Mbit`, `10s`) as a string."""
+    overrides: dict[str, Any] = {}
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set expects KEY=VALUE (e.g. links.0.rate=1Mbit), got {item!r}")
+        try:
+            doc = tomllib.loads(f"v = {raw}")
+        except tomllib.TOMLDecodeError:
+            doc = {}
+        overrides[key.strip()] = doc["v"] if list(doc) == ["v"] else raw
+    return overrides
+
+
+def _load(path: Path | None, example: str | None) -> Scenario:
+    if (path is None) == (example is None):
+        raise UserError("give either a SCENARIO file or --example NAME (not both)")
+    if example is None:
+        assert path is not None
+        return Scenario.from_file(path)
+    try:
+        return examples.load(example)
+    except KeyError as e:
+        raise UserError(e.args[0]) from None
+
+
+@cli.command("run")
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--example", metavar="NAME", help="Run a shipped example (see `asymlink examples`).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory (tables, figures/, summary.md, captures).")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), help="Override the scenario's seed.")
+@click.option("--csv", "as_csv", is_flag=True, help="Write tables as CSV instead of Parquet.")
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
+              help="Override a scenario value, e.g. --set links.0.rate=1Mbit (repeatable).")
+@click.option("--interval", default=1.0, type=click.FloatRange(min=0, min_open=True),
+              show_default=True, help="Throughput bin width in seconds (figures).")
+@click.option("--no-progress", is_flag=True, help="Do not show a progress bar.")
+def run_cmd(scenario: Path | None, example: str | None, out_dir: Path, seed: int | None,
+            as_csv: bool, assignments: tuple[str, ...], interval: float,
+            no_progress: bool) -> None:
+    """Run SCENARIO (a TOML file) and write its results to --out."""
+    from asymlink.plot import standard_figures
+    from asymlink.report import print_run_summary, run_summary_markdown
+    from asymlink.runner import run
+
+    overrides = parse_set(assignments)
+    sc = _load(scenario, example)
+    if overrides:
+        sc = sc.with_overrides(overrides)
+    results = run(sc, seed=seed, out_dir=out_dir, progress=not no_progress)
+    (results.to_csv if as_csv else results.to_parquet)(out_dir)
+    standard_figures(results, out_dir / "figures", interval)
+    (out_dir / "summary.md").write_text(run_summary_markdown(results))
+    console = _stdout()
+    print_run_summary(results, console)
+    console.print(f"results in {out_dir}")
+
+
+@cli.command("examples")
+def examples_cmd() -> None:
+    """List the shipped example scenarios."""
+    rows = [[name, examples.describe(name)] for name in examples.names()]
+    _stdout().print(TextTable("Examples", ["name", "description"], rows).rich())
+
+
+@cli.command("plot")
+@click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write the PNGs [default: RESULTS_DIR/figures].")
+@click.option("--interval", default=1.0, type=click.FloatRange(min=0, min_open=True),
+              show_default=True, help="Throughput bin width in seconds.")
+def plot_cmd(results_dir: Path, out_dir: Path | None, interval: float) -> None:
+    """Draw the standard figures of a results directory."""
+    from asymlink.plot import standard_figures
+    from asymlink.results import Results
+
+    written = standard_figures(Results.load(results_dir), out_dir or results_dir / "figures",
+                               interval)
+    for path in written:
+        click.echo(path)
+    if not written:
+        click.echo("no figures: the results have no time series", err=True)
+
+
+@cli.command("validate")
+@click.argument("scenarios", nargs=-1, required=True,
+                type=click.Path(dir_okay=False, path_type=Path))
+def validate_cmd(scenarios: tuple[Path, ...]) -> None:
+    """Check scenario files with the engine (exit status 2 if any is invalid)."""
+    failed = 0
+    for path in scenarios:
+        try:
+            Scenario.from_file(path).validate()
+        except ScenarioError as e:
+            click.echo(f"Error: {e}", err=True)
+            failed += 1
+        except OSError as e:
+            click.echo(f"Error: {_os_message(e)}", err=True)
+            failed += 1
+        else:
+            click.echo(f"ok: {path}")
+    if failed:
+        raise click.exceptions.Exit(USER_ERROR)
+
+
+# --- bench -------------------------------------------------------------------------------
+
+
+@cli.group("bench")
+def bench_group() -> None:
+    """Benchmarks."""
+
+
+@bench_group.command("sim")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--flows", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Number of bulk flows.")
+@click.option("--duration", default=10.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), help="Simulated seconds.")
+def bench_sim_cmd(as_json: bool, flows: int, duration: float) -> None:
+    """Time the simulator: packet hops and events per wall-clock second."""
+    from asymlink.bench import run_sim
+
+    result = run_sim(flows=flows, duration=duration)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    rows = [[key, v if isinstance(v, str) else fmt_number(v, digits=6)] for key, v in
+            result.items()]
+    _stdout().print(TextTable("Simulator benchmark", ["metric", "value"], rows).rich())
+
+
+# --- reproduce ---------------------------------------------------------------------------
+
+
+@cli.command("reproduce")
+@click.argument("entry_id", metavar="ID|all", required=False)
+@click.option("--list", "list_only", is_flag=True, help="List the catalog.")
+@click.option("--quick", is_flag=True, help="Shorter runs, same qualitative outcome.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory (with `all`: one subdirectory per entry).")
+def reproduce_cmd(entry_id: str | None, list_only: bool, quick: bool,
+                  out_dir: Path | None) -> None:
+    """Reproduce a paper's result (ID), or every catalog entry (all)."""
+    from asymlink import repro
+
+    if list_only:
+        rows = [[e.id, e.paper, e.title] for e in repro.entries()]
+        if rows:
+            _stdout().print(TextTable("Reproductions", ["id", "paper", "title"], rows).rich())
+        else:
+            click.echo("no reproductions registered yet")
+        return
+    if entry_id is None or out_dir is None:
+        raise UserError("give an ID (or `all`) and --out DIR, or use --list")
+    if entry_id == "all":
+        targets = [(e, out_dir / e.id) for e in repro.entries()]
+    else:
+        try:
+            targets = [(repro.get(entry_id), out_dir)]
+        except KeyError as e:
+            raise UserError(e.args[0]) from None
+    for entry, directory in targets:
+        _print_report(repro.reproduce(entry, directory, quick=quick))
+    if not targets:
+        click.echo("no reproductions registered yet")
+
+
+def _print_report(report: Report) -> None:
+    console = _stdout()
+    rows = [[c.metric, c.paper, c.measured, c.status] for c in report.checks]
+    console.print(TextTable(f"{report.entry.id}: {report.entry.title}",
+                            ["metric", "paper", "measured", "match?"], rows).rich())
+    matched = sum(c.ok for c in report.checks)
+    console.print(f"{matched} of {len(report.checks)} checks match; "
+                  f"{report.wall_s:.1f} s; see {report.out_dir / 'summary.md'}")

@@ -1,0 +1,109 @@
+"""Standard figures of a run, written as PNG with matplotlib's Agg canvas.
+
+Each `plot_*` function draws onto a given Axes (so reproductions can compose figures) or
+onto a new Figure, and returns the Axes. Nothing here touches pyplot's global state.
+`standard_figures` writes the set `asymlink run` produces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from os import PathLike
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure, SubFigure
+
+from asymlink.analysis import throughput
+from asymlink.results import Results
+
+DPI = 120
+FIGSIZE = (8.0, 4.5)
+
+
+def new_axes() -> Axes:
+    """Axes on a new Figure (Agg canvas); save with `save(ax.figure, path)`."""
+    return Figure(figsize=FIGSIZE, layout="constrained").add_subplot()
+
+
+def save(fig: Figure | SubFigure, path: str | PathLike[str]) -> Path:
+    """Write `fig` (a subfigure: its whole figure) as PNG, creating parent directories;
+    returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    root = fig if isinstance(fig, Figure) else fig.figure
+    root.savefig(p, dpi=DPI, format="png")
+    return p
+
+
+def plot_series(
+    table: pd.DataFrame, key: str, column: str, ax: Axes, *, scale: float = 1.0
+) -> Axes:
+    """One line per value of `key`: `column` × `scale` against `t`."""
+    for name, rows in table.groupby(key, sort=True):
+        rows = rows.sort_values("t")
+        ax.plot(rows["t"], rows[column] * scale, label=str(name), drawstyle="steps-post")
+    ax.set_xlabel("time (s)")
+    if table[key].nunique() > 1:
+        ax.legend(title=key, fontsize="small")
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_cwnd(results: Results, ax: Axes | None = None) -> Axes:
+    """Congestion window (KB) of each flow against time."""
+    ax = ax or new_axes()
+    plot_series(results.flows, "flow", "cwnd_bytes", ax, scale=1e-3)
+    ax.set_ylabel("cwnd (KB)")
+    ax.set_title(f"{results.meta.get('scenario', '')}: congestion window")
+    return ax
+
+
+def plot_throughput(results: Results, interval: float = 1.0, ax: Axes | None = None) -> Axes:
+    """Delivered throughput (Mbit/s) of each flow over `interval`-second bins."""
+    ax = ax or new_axes()
+    plot_series(throughput(results.flows, interval), "flow", "throughput_bps", ax, scale=1e-6)
+    ax.set_ylabel(f"throughput (Mbit/s, {interval:g} s bins)")
+    ax.set_title(f"{results.meta.get('scenario', '')}: throughput")
+    return ax
+
+
+def plot_queues(results: Results, ax: Axes | None = None) -> Axes:
+    """Occupancy (packets) of each queue against time."""
+    ax = ax or new_axes()
+    plot_series(results.queues, "queue", "packets", ax)
+    ax.set_ylabel("queue (packets)")
+    ax.set_title(f"{results.meta.get('scenario', '')}: queue occupancy")
+    return ax
+
+
+def plot_utilization(results: Results, ax: Axes | None = None) -> Axes:
+    """Utilization (%) of each link direction against time."""
+    ax = ax or new_axes()
+    plot_series(results.links, "link", "utilization", ax, scale=100.0)
+    ax.set_ylabel("utilization (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title(f"{results.meta.get('scenario', '')}: link utilization")
+    return ax
+
+
+def standard_figures(
+    results: Results, out_dir: str | PathLike[str], interval: float = 1.0
+) -> list[Path]:
+    """Write `cwnd.png`, `throughput.png`, `queues.png`, `utilization.png` into `out_dir`,
+    each only if its table has rows. Returns the files written."""
+    out = Path(out_dir)
+    figures: list[tuple[str, pd.DataFrame, Callable[[Axes], Axes]]] = [
+        ("cwnd.png", results.flows, lambda ax: plot_cwnd(results, ax)),
+        ("throughput.png", results.flows, lambda ax: plot_throughput(results, interval, ax)),
+        ("queues.png", results.queues, lambda ax: plot_queues(results, ax)),
+        ("utilization.png", results.links, lambda ax: plot_utilization(results, ax)),
+    ]
+    written = []
+    for name, table, draw in figures:
+        if table.empty:
+            continue
+        ax = draw(new_axes())
+        written.append(save(ax.figure, out / name))
+    return written

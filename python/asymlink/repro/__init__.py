@@ -1,0 +1,48 @@
+"""Reproductions of the papers' headline results (`asymlink reproduce`).
+
+Each catalog entry lives in a module of this package that calls `register(Entry(...))`;
+its scenario files and `paper.toml` are package data under `scenarios/<id>/`. See
+`asymlink.repro.base` for the format and the contract.
+"""
+
+from asymlink.repro import _selftest  # noqa: F401  (registers the internal self-test)
+from asymlink.repro.base import (
+    Check,
+    Entry,
+    Expectation,
+    FixedParameter,
+    PaperData,
+    PaperDataError,
+    PaperValue,
+    Report,
+    assert_expectations,
+    check_expectations,
+    entries,
+    evaluate,
+    get,
+    plain_metrics,
+    register,
+    reproduce,
+)
+
+# Catalog entries: import each entry's module above, e.g. `from asymlink.repro import
+# ackfilter`, so that it registers itself.
+
+__all__ = [
+    "Check",
+    "Entry",
+    "Expectation",
+    "FixedParameter",
+    "PaperData",
+    "PaperDataError",
+    "PaperValue",
+    "Report",
+    "assert_expectations",
+    "check_expectations",
+    "entries",
+    "evaluate",
+    "get",
+    "plain_metrics",
+    "register",
+    "reproduce",
+]

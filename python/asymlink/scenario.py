@@ -1,0 +1,169 @@
+"""Scenarios: TOML text plus the parsed data, with dotted-path overrides.
+
+The schema belongs to the Rust engine; this module only reads, edits and writes TOML and
+asks the engine to validate.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from collections.abc import Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from asymlink import _native
+from asymlink._native import ScenarioError
+
+STRING_ORIGIN = "<string>"
+
+
+class Scenario:
+    """An immutable scenario: its TOML text, the parsed data and where it came from."""
+
+    __slots__ = ("_data", "_origin", "_text")
+
+    def __init__(self, text: str, data: dict[str, Any], origin: str) -> None:
+        """Prefer the `from_*` constructors; `data` must be what `text` parses to."""
+        self._text = text
+        self._data = data
+        self._origin = origin
+
+    @classmethod
+    def from_toml(cls, text: str, origin: str = STRING_ORIGIN) -> Scenario:
+        """Parse TOML text. Raises `ScenarioError` for invalid TOML."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise _native.scenario_error(origin, "", str(e)) from None
+        return cls(text, data, origin)
+
+    @classmethod
+    def from_file(cls, path: str | PathLike[str]) -> Scenario:
+        """Read a TOML file (UTF-8). Raises `OSError` if unreadable, `ScenarioError`
+        if not TOML."""
+        p = Path(path)
+        return cls.from_toml(p.read_text(encoding="utf-8"), origin=str(p))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], origin: str = STRING_ORIGIN) -> Scenario:
+        """Serialise `data` to TOML (tomli-w). Raises `TypeError` for values TOML
+        cannot hold."""
+        plain = copy.deepcopy(dict(data))
+        return cls(tomli_w.dumps(plain), plain, origin)
+
+    @property
+    def name(self) -> str:
+        """The scenario's `name`, else the file name without extension."""
+        name = self._data.get("name")
+        if isinstance(name, str) and name:
+            return name
+        return Path(self._origin).stem if self._origin != STRING_ORIGIN else "scenario"
+
+    @property
+    def origin(self) -> str:
+        """The file it was read from, or "<string>"."""
+        return self._origin
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """A copy of the parsed data (editing it does not change the scenario)."""
+        return copy.deepcopy(self._data)
+
+    def to_toml(self) -> str:
+        """The TOML text: the original for a parsed scenario (comments kept), tomli-w
+        output after `from_dict` or `with_overrides`."""
+        return self._text
+
+    def get(self, path: str) -> Any:
+        """The value at a dotted path such as `links.0.rate`. Raises `ScenarioError`
+        naming the path when it does not exist."""
+        return copy.deepcopy(_walk(self._data, _split(path, self._origin), self._origin))
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Scenario:
+        """A copy with values replaced at dotted paths such as `links.0.rate` or
+        `flows.1.tcp.mss` (integers index arrays). Every container on the path must
+        exist; the last key of a table may be new. Raises `ScenarioError` naming the
+        path otherwise."""
+        data = copy.deepcopy(self._data)
+        for path, value in overrides.items():
+            _set_path(data, path, value, self._origin)
+        return Scenario(tomli_w.dumps(data), data, self._origin)
+
+    def simulation(
+        self, *, seed: int | None = None, out_dir: str | PathLike[str] | None = None
+    ) -> _native.Simulation:
+        """Build the native simulation. Raises `ScenarioError`."""
+        return _native.Simulation(self._text, self._origin, out_dir, seed)
+
+    def validate(self) -> None:
+        """Check the scenario with the engine (builds and discards a simulation)."""
+        self.simulation()
+
+    def __repr__(self) -> str:
+        return f"Scenario(name={self.name!r}, origin={self._origin!r})"
+
+
+def _split(path: str, origin: str) -> list[str]:
+    parts = path.split(".")
+    if any(not p for p in parts):
+        raise _native.scenario_error(origin, path, "empty component in key path")
+    return parts
+
+
+def _walk(data: dict[str, Any], parts: list[str], origin: str) -> Any:
+    """The value at `parts`; the error names the prefix of the path that failed."""
+    node: Any = data
+    for depth, part in enumerate(parts):
+        node = _child(node, part, ".".join(parts[: depth + 1]), origin)
+    return node
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any, origin: str) -> None:
+    parts = _split(path, origin)
+    node = _walk(data, parts[:-1], origin)
+    last = parts[-1]
+    if isinstance(node, list):
+        node[_index(node, last, path, origin)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise _not_container(origin, path, ".".join(parts[:-1]), node)
+
+
+def _child(node: Any, part: str, prefix: str, origin: str) -> Any:
+    if isinstance(node, list):
+        return node[_index(node, part, prefix, origin)]
+    if isinstance(node, dict):
+        if part not in node:
+            keys = ", ".join(sorted(node)) or "none"
+            raise _native.scenario_error(
+                origin, prefix, f"no such key (existing keys: {keys})"
+            )
+        return node[part]
+    parent = prefix.rpartition(".")[0]
+    raise _not_container(origin, prefix, parent, node)
+
+
+def _index(node: list[Any], part: str, prefix: str, origin: str) -> int:
+    if not (part.isascii() and part.isdigit()):
+        raise _native.scenario_error(
+            origin,
+            prefix,
+            f"expected an array index, got {part!r} (the array has {len(node)} elements)",
+        )
+    i = int(part)
+    if i >= len(node):
+        raise _native.scenario_error(
+            origin, prefix, f"index out of range (the array has {len(node)} elements)"
+        )
+    return i
+
+
+def _not_container(origin: str, path: str, parent: str, value: Any) -> ScenarioError:
+    return _native.scenario_error(
+        origin, path, f"{parent} is a {type(value).__name__} ({value!r}), not a table or array"
+    )

@@ -1,0 +1,101 @@
+"""Shared fixtures. Everything here passes against the simulator stub: nothing asserts
+simulation numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asymlink import Results, Scenario, examples
+
+SCENARIO_TOML = """\
+# A small scenario for the tests.
+name = "tiny"
+duration = "2s"
+seed = 7
+
+[[links]]
+name = "access"
+rate = "8Mbit"
+reverse_rate = "512kbit"
+delay = "20ms"
+
+[[flows]]
+name = "down"
+kind = "bulk"
+
+[flows.tcp]
+mss = "1460B"
+
+[[flows]]
+name = "up"
+kind = "bulk"
+
+[flows.tcp]
+mss = "1460B"
+"""
+
+
+@pytest.fixture
+def scenario_toml() -> str:
+    return SCENARIO_TOML
+
+
+@pytest.fixture
+def scenario() -> Scenario:
+    return Scenario.from_toml(SCENARIO_TOML, origin="tiny.toml")
+
+
+@pytest.fixture
+def scenario_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(SCENARIO_TOML)
+    return path
+
+
+@pytest.fixture
+def showcase() -> Scenario:
+    return examples.load("showcase")
+
+
+def synthetic_results() -> Results:
+    """Results shaped like the engine's: two flows sampled every 0.5 s for 4 s, one
+    queue, one link, a few string-valued events (with an empty string), a NaN."""
+    t = np.arange(0.5, 4.01, 0.5)
+    n = len(t)
+    flows = {
+        "t": np.concatenate([t, t]),
+        "flow": ["down"] * n + ["up"] * n,
+        "cwnd_bytes": np.linspace(1460, 20000, 2 * n),
+        "srtt_ms": np.concatenate([np.full(n, 40.0), np.full(n, np.nan)]),
+        # 125 000 B/s for "down" = 1 Mbit/s; 12 500 B/s for "up" = 100 kbit/s
+        "bytes_delivered": np.concatenate([t * 125_000, t * 12_500]).astype(np.int64),
+        "retransmits": np.zeros(2 * n, dtype=np.int64),
+    }
+    queues = {
+        "t": t,
+        "queue": ["access.up"] * n,
+        "packets": np.arange(n, dtype=np.int64),
+        "bytes": np.arange(n, dtype=np.int64) * 1500,
+        "drops": np.minimum(np.arange(n), 3).astype(np.int64),
+        "filtered": np.arange(n, dtype=np.int64) * 2,
+        "dequeued": np.arange(n, dtype=np.int64) * 10,
+    }
+    links = {"t": t, "link": ["access.down"] * n, "utilization": np.full(n, 0.5),
+             "tx_bytes": (t * 1e5).astype(np.int64)}
+    events = {"t": np.array([0.1, 0.2, 0.3]), "kind": ["drop", "rto", "drop"],
+              "where": ["access.up", "", "NaN"], "flow": ["up", "down", ""],
+              "detail": ["overflow", "", "a|b"]}
+    native = {
+        "meta": {"scenario": "synthetic", "seed": 3, "duration_s": 4.0, "wall_s": 0.25,
+                 "events": 1234, "packet_hops": 5678, "trace_hash": 2**63 + 5},
+        "tables": {"flows": flows, "queues": queues, "links": links, "events": events},
+    }
+    return Results.from_native(native)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def results() -> Results:
+    return synthetic_results()

@@ -1,0 +1,188 @@
+"""The `asymlink` command: outputs, exit codes and one-line error messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from asymlink import Results, __version__
+from asymlink.cli import cli, parse_set
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def assert_user_error(code: int, stderr: str, fragment: str) -> None:
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("Error: ")
+    assert fragment in lines[0]
+    assert "Traceback" not in stderr
+
+
+def test_version() -> None:
+    code, out, _ = invoke("--version")
+    assert code == 0
+    assert __version__ in out
+
+
+def test_examples_lists_showcase() -> None:
+    code, out, _ = invoke("examples")
+    assert code == 0
+    assert "showcase" in out
+
+
+def test_run_scenario_writes_tables_summary(scenario_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, stdout, _ = invoke("run", str(scenario_file), "--out", str(out), "--seed", "3",
+                             "--set", "duration=1s", "--set", "flows.0.tcp.mss=536B",
+                             "--no-progress")
+    assert code == 0, stdout
+    assert (out / "summary.md").read_text().startswith("# tiny\n")
+    assert Results.load(out).meta["scenario"] == "tiny"
+    assert json.loads((out / "meta.json").read_text())["format"] == "parquet"
+
+
+def test_run_example_as_csv(tmp_path: Path) -> None:
+    code, _, _ = invoke("run", "--example", "showcase", "--out", str(tmp_path), "--csv")
+    assert code == 0
+    assert json.loads((tmp_path / "meta.json").read_text())["format"] == "csv"
+
+
+def test_run_missing_file(tmp_path: Path) -> None:
+    code, _, err = invoke("run", str(tmp_path / "absent.toml"), "--out", str(tmp_path))
+    assert_user_error(code, err, "absent.toml: No such file or directory")
+
+
+def test_run_invalid_scenario(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("rate = [\n")
+    code, _, err = invoke("run", str(bad), "--out", str(tmp_path / "o"))
+    assert_user_error(code, err, str(bad))
+
+
+@pytest.mark.parametrize(
+    ("assignment", "fragment"),
+    [("nokey", "--set expects KEY=VALUE"), ("=3", "--set expects KEY=VALUE"),
+     ("links.9.rate=1Mbit", "links.9: index out of range")],
+)
+def test_run_bad_set(scenario_file: Path, tmp_path: Path, assignment: str, fragment: str) -> None:
+    code, _, err = invoke("run", str(scenario_file), "--out", str(tmp_path), "--set", assignment)
+    assert_user_error(code, err, fragment)
+
+
+@pytest.mark.parametrize("args", [[], ["SCENARIO", "--example", "showcase"]])
+def test_run_needs_exactly_one_source(scenario_file: Path, tmp_path: Path, args: list[str]) -> None:
+    args = [str(scenario_file) if a == "SCENARIO" else a for a in args]
+    code, _, err = invoke("run", *args, "--out", str(tmp_path))
+    assert_user_error(code, err, "either a SCENARIO file or --example NAME")
+
+
+def test_run_unknown_example(tmp_path: Path) -> None:
+    code, _, err = invoke("run", "--example", "nope", "--out", str(tmp_path))
+    assert_user_error(code, err, "no example named 'nope' (available: showcase")
+
+
+def test_parse_set_reads_toml_values_else_strings() -> None:
+    assert parse_set(["a=3", "b=true", "c=1.5", 'd="x y"', "e=1Mbit", "f.g=[1, 2]", "h=a=b",
+                      "i=1\nj=2"]) == {
+        "a": 3, "b": True, "c": 1.5, "d": "x y", "e": "1Mbit", "f.g": [1, 2], "h": "a=b",
+        "i": "1\nj=2",
+    }
+
+
+def test_validate(scenario_file: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("x = [")
+    code, out, err = invoke("validate", str(scenario_file), str(bad), str(tmp_path / "no.toml"))
+    assert code == 2
+    assert f"ok: {scenario_file}" in out
+    assert len(err.strip().splitlines()) == 2
+    assert "Traceback" not in err
+    assert invoke("validate", str(scenario_file))[0] == 0
+
+
+def test_plot_results_dir(results: Results, tmp_path: Path) -> None:
+    results.to_parquet(tmp_path / "r")
+    code, out, _ = invoke("plot", str(tmp_path / "r"), "--out", str(tmp_path / "figs"))
+    assert code == 0
+    assert len(list((tmp_path / "figs").glob("*.png"))) == 4
+    assert "cwnd.png" in out
+
+
+def test_plot_of_a_non_results_dir(tmp_path: Path) -> None:
+    code, _, err = invoke("plot", str(tmp_path))
+    assert_user_error(code, err, "not a results directory")
+
+
+def test_bench_sim_json() -> None:
+    code, out, _ = invoke("bench", "sim", "--json", "--flows", "3", "--duration", "1")
+    assert code == 0
+    result = json.loads(out)
+    assert result["flows"] == 3
+    assert {"packet_hops_per_sec", "events_per_sec", "wall_s", "peak_rss_mb"} <= set(result)
+    assert result["peak_rss_mb"] > 0
+
+
+def test_bench_sim_table() -> None:
+    code, out, _ = invoke("bench", "sim", "--flows", "1", "--duration", "0.5")
+    assert code == 0
+    assert "packet_hops_per_sec" in out
+
+
+def test_reproduce_list_hides_internal_entries() -> None:
+    code, out, _ = invoke("reproduce", "--list")
+    assert code == 0
+    assert "_selftest" not in out
+
+
+def test_reproduce_internal_entry_by_id(tmp_path: Path) -> None:
+    code, out, _ = invoke("reproduce", "_selftest", "--quick", "--out", str(tmp_path))
+    assert code == 0, out
+    assert "3 of 3 checks match" in out
+    assert (tmp_path / "summary.md").is_file()
+    assert (tmp_path / "metrics.json").is_file()
+
+
+def test_reproduce_all_runs_only_the_catalog(tmp_path: Path) -> None:
+    code, _, _ = invoke("reproduce", "all", "--quick", "--out", str(tmp_path))
+    assert code == 0
+    assert not (tmp_path / "_selftest").exists()
+
+
+def test_reproduce_unknown_id(tmp_path: Path) -> None:
+    code, _, err = invoke("reproduce", "nope", "--out", str(tmp_path))
+    assert_user_error(code, err, "no reproduction 'nope'")
+
+
+def test_reproduce_needs_out() -> None:
+    code, _, err = invoke("reproduce", "_selftest")
+    assert_user_error(code, err, "--out DIR")
+
+
+@pytest.fixture(scope="module")
+def installed() -> str:
+    exe = Path(sys.executable).with_name("asymlink")
+    if not exe.is_file():
+        pytest.skip(f"no {exe}: install the package (pip install -e .)")
+    return str(exe)
+
+
+def test_installed_command_version(installed: str) -> None:
+    proc = subprocess.run([installed, "--version"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0
+    assert __version__ in proc.stdout
+
+
+def test_installed_command_user_error(installed: str, tmp_path: Path) -> None:
+    proc = subprocess.run([installed, "run", str(tmp_path / "x.toml"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, check=False)
+    assert_user_error(proc.returncode, proc.stderr, "x.toml: No such file or directory")
