@@ -16,25 +16,42 @@ name = "tiny"
 duration = "2s"
 seed = 7
 
+[[nodes]]
+name = "server"
+[[nodes]]
+name = "isp"
+kind = "router"
+[[nodes]]
+name = "client"
+
+[[links]]
+name = "core"
+a = "server"
+b = "isp"
+rate = "100Mbit"
+delay = "1ms"
+
 [[links]]
 name = "access"
+a = "isp"
+b = "client"
 rate = "8Mbit"
-reverse_rate = "512kbit"
 delay = "20ms"
+to_a = { rate = "512kbit" }
 
 [[flows]]
 name = "down"
-kind = "bulk"
-
-[flows.tcp]
-mss = "1460B"
+from = "server"
+to = "client"
+tcp = { profile = "rfc", mss = "1460B" }
+app = { kind = "bulk" }
 
 [[flows]]
 name = "up"
-kind = "bulk"
-
-[flows.tcp]
-mss = "1460B"
+from = "client"
+to = "server"
+tcp = { profile = "rfc", mss = "1460B" }
+app = { kind = "bulk" }
 """
 
 

@@ -186,7 +186,7 @@ def test_selftest_reproduces_and_reports(tmp_path: Path) -> None:
     summary = (tmp_path / "summary.md").read_text()
     assert "| metric | paper | measured | match? |" in summary
     assert "| runs | 2 ± 0 | 2 | yes |" in summary
-    assert "| links.0.reverse_buffer | 10p | all | small enough" in summary
+    assert "| links.1.to_a.rate | 512kbit | all | slow enough" in summary
     assert "| duration | 2s | long |" in summary  # the quick value, as run
     assert "![events](figures/events.png)" in summary
     assert (tmp_path / "figures" / "events.png").is_file()

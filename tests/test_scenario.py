@@ -18,7 +18,7 @@ def test_from_file_keeps_text_origin_and_name(scenario_file: Path) -> None:
     assert sc.origin == str(scenario_file)
     assert sc.name == "tiny"
     assert sc.to_toml() == scenario_file.read_text()
-    assert sc.data["links"][0]["rate"] == "8Mbit"
+    assert sc.data["links"][1]["rate"] == "8Mbit"
 
 
 def test_name_falls_back_to_the_file_stem(tmp_path: Path) -> None:
@@ -48,19 +48,19 @@ def test_from_dict_round_trips_through_toml() -> None:
 
 
 def test_data_is_a_copy(scenario: Scenario) -> None:
-    scenario.data["links"][0]["rate"] = "1bit"
-    assert scenario.get("links.0.rate") == "8Mbit"
+    scenario.data["links"][1]["rate"] = "1bit"
+    assert scenario.get("links.1.rate") == "8Mbit"
 
 
 def test_overrides_set_nested_values_and_leave_the_original(scenario: Scenario) -> None:
     new = scenario.with_overrides(
-        {"links.0.rate": "1Mbit", "duration": "10s", "flows.1.tcp.mss": "536B"}
+        {"links.1.rate": "1Mbit", "duration": "10s", "flows.1.tcp.mss": "536B"}
     )
-    assert new.get("links.0.rate") == "1Mbit"
+    assert new.get("links.1.rate") == "1Mbit"
     assert new.get("duration") == "10s"
     assert new.get("flows.1.tcp.mss") == "536B"
     assert new.get("flows.0.tcp.mss") == "1460B"
-    assert scenario.get("links.0.rate") == "8Mbit"
+    assert scenario.get("links.1.rate") == "8Mbit"
     assert tomllib.loads(new.to_toml()) == new.data
     assert new.origin == scenario.origin
 
@@ -78,10 +78,10 @@ def test_override_may_replace_a_whole_table(scenario: Scenario) -> None:
 @pytest.mark.parametrize(
     ("path", "key", "fragment"),
     [
-        ("links.1.rate", "links.1", "index out of range (the array has 1 elements)"),
+        ("links.2.rate", "links.2", "index out of range (the array has 2 elements)"),
         ("flows.x.tcp", "flows.x", "expected an array index, got 'x'"),
         ("flows.0.tpc.mss", "flows.0.tpc", "no such key"),
-        ("link.0.rate", "link", "existing keys: duration, flows, links, name, seed"),
+        ("link.0.rate", "link", "existing keys: duration, flows, links, name, nodes, seed"),
         ("duration.unit", "duration.unit", "duration is a str ('2s'), not a table or array"),
         ("links..rate", "links..rate", "empty component"),
         ("flows.5", "flows.5", "index out of range"),

@@ -14,11 +14,22 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 /// A simulation built from a TOML scenario, advanced in steps.
+///
+/// The engine is `Send` but not `Sync` (it owns trait objects); the mutex makes the Python
+/// object shareable as pyo3 requires. Calls never contend: Python serialises them.
 #[pyclass(module = "asymlink._native")]
 struct Simulation {
-    inner: asymlink_sim::Simulation,
+    inner: Mutex<asymlink_sim::Simulation>,
+}
+
+impl Simulation {
+    fn sim(&self) -> std::sync::MutexGuard<'_, asymlink_sim::Simulation> {
+        // A panic inside the engine poisons the lock; the state is still readable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[pymethods]
@@ -35,43 +46,46 @@ impl Simulation {
     ) -> PyResult<Self> {
         let opts = RunOptions { out_dir, seed };
         asymlink_sim::Simulation::from_toml(toml_text, origin, opts)
-            .map(|inner| Simulation { inner })
+            .map(|inner| Simulation {
+                inner: Mutex::new(inner),
+            })
             .map_err(|e| error::scenario_error(py, &e))
     }
 
     /// Current simulated time in seconds.
     #[getter]
     fn now(&self) -> f64 {
-        self.inner.now().as_secs_f64()
+        self.sim().now().as_secs_f64()
     }
 
     /// End of the run in seconds.
     #[getter]
     fn end(&self) -> f64 {
-        self.inner.end().as_secs_f64()
+        self.sim().end().as_secs_f64()
     }
 
     /// Whether the run reached its end.
     #[getter]
     fn finished(&self) -> bool {
-        self.inner.is_finished()
+        self.sim().is_finished()
     }
 
     /// Process events up to and including `t_seconds` (capped at the end), without the GIL.
     fn run_until(&mut self, py: Python<'_>, t_seconds: f64) -> PyResult<()> {
         let t = seconds_to_instant(t_seconds)?;
-        py.detach(|| self.inner.run_until(t));
+        py.detach(|| self.sim().run_until(t));
         Ok(())
     }
 
     /// Run to the end, without the GIL.
     fn run(&mut self, py: Python<'_>) {
-        py.detach(|| self.inner.run());
+        py.detach(|| self.sim().run());
     }
 
     /// Results so far: `{"meta": {...}, "tables": {name: {column: ndarray | list[str]}}}`.
     fn results<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        results_to_dict(py, self.inner.results())
+        let r = self.sim().results();
+        results_to_dict(py, r)
     }
 }
 

@@ -113,7 +113,7 @@ impl Api<'_> {
 }
 
 /// An application.
-pub trait App {
+pub trait App: Send {
     /// The flow starts.
     fn start(&mut self, api: &mut Api<'_>);
     /// The flow's stop time arrived.

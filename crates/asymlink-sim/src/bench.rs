@@ -66,7 +66,11 @@ impl BenchSpec {
         let access_ms = (one_way_ms * 0.1).max(0.0);
         let core_ms = one_way_ms - 2.0 * access_ms;
         let mut s = String::new();
-        let _ = writeln!(s, "name = \"bench-dumbbell-{}\"\nduration = \"{}s\"\nseed = 1", self.flows, self.duration_s);
+        let _ = writeln!(
+            s,
+            "name = \"bench-dumbbell-{}\"\nduration = \"{}s\"\nseed = 1",
+            self.flows, self.duration_s
+        );
         let _ = writeln!(
             s,
             "tcp = {{ profile = \"{}\", mss = \"1460B\", timestamps = false, rcvbuf = \"64MB\", sndbuf = \"64MB\" }}",
@@ -133,7 +137,10 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult, crate::ScenarioError> {
     let setup_s = t0.elapsed().as_secs_f64();
     sim.run();
     let r = sim.results();
-    let delivered: i64 = match r.table("flow_summary").and_then(|t| t.column("bytes_delivered")) {
+    let delivered: i64 = match r
+        .table("flow_summary")
+        .and_then(|t| t.column("bytes_delivered"))
+    {
         Some(crate::ColumnData::I64(v)) => v.iter().sum(),
         _ => 0,
     };

@@ -352,32 +352,33 @@ fn parse_app(v: &toml::Value, key: &str) -> Result<AppSpec, SpecError> {
         return err(key, "must be a table with a 'kind'");
     };
     let kind = t.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-    let allowed: &[&str] =
-        match kind {
-            "bulk" => &["kind", "bytes", "open"],
-            "file_transfers" => &["kind", "size", "gap", "count"],
-            "telnet" => &["kind", "interval", "bytes"],
-            "web" => &[
-                "kind",
-                "request",
-                "main",
-                "objects",
-                "object_count",
-                "object_size",
-                "parallel",
-                "persistent",
-                "pages",
-                "think",
-            ],
-            "cbr" => &["kind", "rate", "size"],
-            "ping" => &["kind", "interval", "size", "dscp", "port"],
-            _ => return err(
+    let allowed: &[&str] = match kind {
+        "bulk" => &["kind", "bytes", "open"],
+        "file_transfers" => &["kind", "size", "gap", "count"],
+        "telnet" => &["kind", "interval", "bytes"],
+        "web" => &[
+            "kind",
+            "request",
+            "main",
+            "objects",
+            "object_count",
+            "object_size",
+            "parallel",
+            "persistent",
+            "pages",
+            "think",
+        ],
+        "cbr" => &["kind", "rate", "size"],
+        "ping" => &["kind", "interval", "size", "dscp", "port"],
+        _ => {
+            return err(
                 format!("{key}.kind"),
                 format!(
                     "unknown application '{kind}' (bulk, file_transfers, telnet, web, cbr, ping)"
                 ),
-            ),
-        };
+            )
+        }
+    };
     if let Some(k) = t.keys().find(|k| !allowed.contains(&k.as_str())) {
         return err(
             format!("{key}.{k}"),

@@ -5,7 +5,8 @@ use asymlink_sim::results::{ColumnData, Results};
 use asymlink_sim::{RunOptions, Simulation};
 
 fn run(src: &str) -> (Results, Simulation) {
-    let mut sim = Simulation::from_toml(src, "validation", RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut sim = Simulation::from_toml(src, "validation", RunOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
     sim.run();
     sim.check_conservation().unwrap();
     (sim.results(), sim)
@@ -23,19 +24,33 @@ fn col_f64(r: &Results, table: &str, col: &str) -> Vec<f64> {
 fn delivered_at(r: &Results, t: f64) -> f64 {
     let ts = col_f64(r, "flows", "t");
     let d = col_f64(r, "flows", "bytes_delivered");
-    let i = ts.iter().position(|&x| (x - t).abs() < 1e-9).unwrap_or_else(|| panic!("no sample at {t}"));
+    let i = ts
+        .iter()
+        .position(|&x| (x - t).abs() < 1e-9)
+        .unwrap_or_else(|| panic!("no sample at {t}"));
     d[i]
 }
 
 fn cwnd_at(r: &Results, t: f64) -> f64 {
     let ts = col_f64(r, "flows", "t");
     let c = col_f64(r, "flows", "cwnd_bytes");
-    let i = ts.iter().position(|&x| (x - t).abs() < 1e-9).unwrap_or_else(|| panic!("no sample at {t}"));
+    let i = ts
+        .iter()
+        .position(|&x| (x - t).abs() < 1e-9)
+        .unwrap_or_else(|| panic!("no sample at {t}"));
     c[i]
 }
 
 /// Sender — router — receiver with the given forward/reverse rates and one-way delay.
-fn dumbbell(dur: &str, fwd: &str, rev: &str, one_way_ms: f64, tcp: &str, extra_flow: &str, extra_link: &str) -> String {
+fn dumbbell(
+    dur: &str,
+    fwd: &str,
+    rev: &str,
+    one_way_ms: f64,
+    tcp: &str,
+    extra_flow: &str,
+    extra_link: &str,
+) -> String {
     format!(
         r#"
         duration = "{dur}"
@@ -100,7 +115,10 @@ fn slow_start_grows_by_one_plus_one_over_d_per_rtt() {
         }
         assert!(ratios.len() >= 6, "d={d}: {ratios:?}");
         let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
-        assert!((mean - alpha).abs() / alpha < 0.05, "d={d}: ratios {ratios:?}, expected {alpha}");
+        assert!(
+            (mean - alpha).abs() / alpha < 0.05,
+            "d={d}: ratios {ratios:?}, expected {alpha}"
+        );
     }
 }
 
@@ -118,19 +136,36 @@ fn slow_reverse_link_clocks_the_sender() {
         let bytes = delivered_at(&r, 40.0) - delivered_at(&r, 20.0);
         let measured = bytes * 8.0 / 20.0;
         let expected = 100_000.0 / (40.0 * 8.0) * d as f64 * 1000.0 * 8.0;
-        assert!((measured - expected).abs() / expected < 0.03, "d={d}: {measured} vs {expected}");
+        assert!(
+            (measured - expected).abs() / expected < 0.03,
+            "d={d}: {measured} vs {expected}"
+        );
     }
 }
 
 #[test]
 fn a_long_flow_saturates_the_bottleneck() {
     // 10 Mbit/s, 50 ms RTT, buffer of one BDP (62.5 kB = 60 packets of 1040 B).
-    let src = dumbbell("60s", "10Mbit", "10Mbit", 25.0, "{ profile = \"paper\", rcvbuf = \"100MB\" }", "", "")
-        .replace("queue = { kind = \"fifo\", limit = \"100000p\" }\n        to_a", "queue = { kind = \"fifo\", limit = \"60p\" }\n        to_a");
+    let src = dumbbell(
+        "60s",
+        "10Mbit",
+        "10Mbit",
+        25.0,
+        "{ profile = \"paper\", rcvbuf = \"100MB\" }",
+        "",
+        "",
+    )
+    .replace(
+        "queue = { kind = \"fifo\", limit = \"100000p\" }\n        to_a",
+        "queue = { kind = \"fifo\", limit = \"60p\" }\n        to_a",
+    );
     let (r, _) = run(&src);
     let goodput = (delivered_at(&r, 60.0) - delivered_at(&r, 10.0)) * 8.0 / 50.0;
     let capacity = 10e6 * 1000.0 / 1040.0;
-    assert!(goodput > 0.95 * capacity && goodput <= capacity * 1.001, "{goodput} of {capacity}");
+    assert!(
+        goodput > 0.95 * capacity && goodput <= capacity * 1.001,
+        "{goodput} of {capacity}"
+    );
     let drops = col_f64(&r, "queue_summary", "dropped").iter().sum::<f64>();
     assert!(drops > 0.0, "the sawtooth overflows the buffer");
 }
@@ -138,12 +173,23 @@ fn a_long_flow_saturates_the_bottleneck() {
 #[test]
 fn window_limited_throughput_is_w_over_rtt() {
     // 20 000-byte window, 100 ms RTT, fast links: 200 kB/s.
-    let src = dumbbell("20s", "100Mbit", "100Mbit", 50.0, "{ profile = \"paper\", rcvbuf = \"20000B\" }", "", "");
+    let src = dumbbell(
+        "20s",
+        "100Mbit",
+        "100Mbit",
+        50.0,
+        "{ profile = \"paper\", rcvbuf = \"20000B\" }",
+        "",
+        "",
+    );
     let (r, _) = run(&src);
     let rate = (delivered_at(&r, 20.0) - delivered_at(&r, 5.0)) / 15.0;
     let rtt = 0.1 + 2.0 * 1040.0 * 8.0 / 100e6; // plus serialisation of a segment and an ACK
     let expected = 20_000.0 / rtt;
-    assert!((rate - expected).abs() / expected < 0.02, "{rate} vs {expected}");
+    assert!(
+        (rate - expected).abs() / expected < 0.02,
+        "{rate} vs {expected}"
+    );
 }
 
 #[test]
@@ -160,27 +206,53 @@ fn random_loss_matches_the_mathis_formula() {
             "",
             "",
         )
-        .replace("to_a = { rate = \"100Mbit\" }", &format!("to_a = {{ rate = \"100Mbit\" }}\n        to_b = {{ loss = {p} }}"));
+        .replace(
+            "to_a = { rate = \"100Mbit\" }",
+            &format!("to_a = {{ rate = \"100Mbit\" }}\n        to_b = {{ loss = {p} }}"),
+        );
         let (r, _) = run(&src);
         let end: f64 = dur.trim_end_matches('s').parse().unwrap();
         let bps = (delivered_at(&r, end) - delivered_at(&r, 20.0)) * 8.0 / (end - 20.0);
         let expected = 1000.0 * 8.0 / 0.1 * (1.5f64).sqrt() / p.sqrt();
         let err = (bps - expected) / expected;
-        eprintln!("mathis p={p}: measured {bps:.0} bit/s, formula {expected:.0} ({:+.1} %)", err * 100.0);
-        assert!(err.abs() < 0.20, "p={p}: {bps:.0} bit/s vs Mathis {expected:.0} ({:+.1} %)", err * 100.0);
+        eprintln!(
+            "mathis p={p}: measured {bps:.0} bit/s, formula {expected:.0} ({:+.1} %)",
+            err * 100.0
+        );
+        assert!(
+            err.abs() < 0.20,
+            "p={p}: {bps:.0} bit/s vs Mathis {expected:.0} ({:+.1} %)",
+            err * 100.0
+        );
     }
 }
 
 #[test]
 fn same_seed_same_trace_different_seed_different_trace() {
-    let src = dumbbell("10s", "10Mbit", "1Mbit", 20.0, "\"rfc\"", "", "")
-        .replace("to_a = { rate = \"1Mbit\" }", "to_a = { rate = \"1Mbit\" }\n        loss = 0.01");
+    let src = dumbbell("10s", "10Mbit", "1Mbit", 20.0, "\"rfc\"", "", "").replace(
+        "to_a = { rate = \"1Mbit\" }",
+        "to_a = { rate = \"1Mbit\" }\n        loss = 0.01",
+    );
     let (a, _) = run(&src);
     let (b, _) = run(&src);
     assert_eq!(a.trace_hash, b.trace_hash);
     assert_eq!(a.packet_hops, b.packet_hops);
-    assert_eq!(a, Results { wall_s: a.wall_s, ..b.clone() });
-    let mut sim = Simulation::from_toml(&src, "v", RunOptions { seed: Some(2), ..RunOptions::default() }).unwrap();
+    assert_eq!(
+        a,
+        Results {
+            wall_s: a.wall_s,
+            ..b.clone()
+        }
+    );
+    let mut sim = Simulation::from_toml(
+        &src,
+        "v",
+        RunOptions {
+            seed: Some(2),
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
     sim.run();
     assert_ne!(sim.results().trace_hash, a.trace_hash);
 }
@@ -188,8 +260,10 @@ fn same_seed_same_trace_different_seed_different_trace() {
 #[test]
 fn conservation_holds_on_every_queue_under_overload() {
     // Many flows into a small buffer: lots of drops, identities must hold.
-    let mut src = dumbbell("10s", "2Mbit", "2Mbit", 10.0, "\"rfc\"", "", "")
-        .replace("limit = \"100000p\" }\n        to_a", "limit = \"10p\" }\n        to_a");
+    let mut src = dumbbell("10s", "2Mbit", "2Mbit", 10.0, "\"rfc\"", "", "").replace(
+        "limit = \"100000p\" }\n        to_a",
+        "limit = \"10p\" }\n        to_a",
+    );
     for i in 0..5 {
         src.push_str(&format!(
             "[[flows]]\nname = \"x{i}\"\nfrom = \"s\"\nto = \"c\"\nstart = \"{}ms\"\napp = {{ kind = \"bulk\" }}\n",
