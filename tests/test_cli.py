@@ -124,16 +124,20 @@ def test_plot_of_a_non_results_dir(tmp_path: Path) -> None:
 
 
 def test_bench_sim_json() -> None:
-    code, out, _ = invoke("bench", "sim", "--json", "--flows", "3", "--duration", "1")
+    code, out, _ = invoke("bench", "sim", "--json", "--flows", "3", "--duration", "1",
+                          "--bottleneck", "10000000")
     assert code == 0
     result = json.loads(out)
     assert result["flows"] == 3
     assert {"packet_hops_per_sec", "events_per_sec", "wall_s", "peak_rss_mb"} <= set(result)
     assert result["peak_rss_mb"] > 0
+    # 3 flows for 1 s over 10 Mbit/s: about 830 data packets on each of 3 links.
+    assert result["packet_hops"] > 2000
 
 
 def test_bench_sim_table() -> None:
-    code, out, _ = invoke("bench", "sim", "--flows", "1", "--duration", "0.5")
+    code, out, _ = invoke("bench", "sim", "--flows", "1", "--duration", "0.5",
+                          "--bottleneck", "10000000")
     assert code == 0
     assert "packet_hops_per_sec" in out
 

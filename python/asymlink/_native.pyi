@@ -1,12 +1,12 @@
 """Type stubs of the private native module (crates/asymlink-py)."""
 
 from os import PathLike
-from typing import TypedDict, final, type_check_only
+from typing import Any, TypedDict, final, type_check_only
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["__version__", "Simulation", "ScenarioError", "scenario_error"]
+__all__ = ["__version__", "Simulation", "ScenarioError", "scenario_error", "bench_sim"]
 
 __version__: str
 
@@ -66,3 +66,15 @@ class Simulation:
     def results(self) -> NativeResults:
         """Results so far."""
 
+
+def bench_sim(
+    flows: int,
+    duration_s: float,
+    bottleneck_bps: int,
+    access_bps: int = 1_000_000_000,
+    rtt_s: float = 0.02,
+    profile: str = "rfc",
+) -> dict[str, Any]:
+    """Run the simulator benchmark (dumbbell, one-BDP buffer) without the GIL; returns
+    flows, sim_s, wall_s, setup_s, packet_hops, events, packet_hops_per_sec,
+    events_per_sec, ns_per_hop, bottleneck_utilization."""

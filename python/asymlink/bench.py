@@ -1,54 +1,62 @@
 """Simulator benchmark behind `asymlink bench sim`.
 
-# BENCH HOOK: `run_sim` is the one function the CLI calls. Once the engine exposes
-# `asymlink_sim::bench::run(&BenchSpec) -> BenchResult`, bind it in
-# `crates/asymlink-py/src/lib.rs` and call it from here, keeping the keys of the returned
-# dict. Until then it times a run of the shipped `showcase` example with its first flow
-# replicated `flows` times.
+The benchmark itself is in Rust (`asymlink_sim::bench`): a dumbbell of long-lived flows,
+each sender on its own 1 Gbit/s access link, a bottleneck with a one-BDP drop-tail buffer,
+20 ms RTT, 1500-byte packets, monitors off. `packet_hops` counts every transmission of a
+data or ACK packet on every link.
+
+Each configuration runs in a fresh Python process so that `peak_rss_mb` is the peak
+resident memory of that configuration alone (the interpreter and libraries included,
+about 60-80 MB; `baseline_rss_mb` reports the same process before the run).
 """
 
 from __future__ import annotations
 
-import copy
-import resource
+import json
+import subprocess
+import sys
 from typing import Any
 
-from asymlink import examples
-from asymlink.runner import run
-from asymlink.scenario import Scenario
+STANDARD = {"flows": 100, "duration_s": 60.0, "bottleneck_bps": 100_000_000}
+SCALING_FLOWS = (10, 100, 1000, 10000)
+SCALING_MIN_HOPS = 10_000_000
 
 
-def bench_scenario(flows: int, duration: float) -> Scenario:
-    """The showcase example, `duration` seconds long, with its first flow copied `flows`
-    times (named `<name>-<i>`)."""
-    if flows < 1:
-        raise ValueError(f"flows must be >= 1, got {flows}")
-    if not duration > 0:
-        raise ValueError(f"duration must be > 0 seconds, got {duration}")
-    data = examples.load("showcase").data
-    template = data["flows"][0]
-    data["flows"] = [
-        {**copy.deepcopy(template), "name": f"{template.get('name', 'flow')}-{i}"}
-        for i in range(flows)
-    ]
-    data["duration"] = f"{duration:g}s"
-    data["name"] = f"bench-{flows}-flows"
-    return Scenario.from_dict(data, origin="bench")
+def scaling_point(flows: int, min_hops: int = SCALING_MIN_HOPS) -> dict[str, Any]:
+    """The scaling series keeps the per-flow regime fixed: `flows` flows over a
+    `flows` x 10 Mbit/s bottleneck, run long enough for at least `min_hops` packet-hops
+    (each flow makes about 3 700 hops per simulated second)."""
+    duration = max(5.0, float(-(-min_hops // (3_700 * flows))))
+    return {"flows": flows, "duration_s": duration, "bottleneck_bps": 10_000_000 * flows}
 
 
-def run_sim(flows: int = 10, duration: float = 10.0) -> dict[str, Any]:
-    """Benchmark the simulator; returns `packet_hops_per_sec`, `events_per_sec`, `wall_s`,
-    `peak_rss_mb` (peak resident memory of this process), `flows`, `duration_s`,
-    `packet_hops`, `events`. The rates are None when the run took no measurable time."""
-    meta = run(bench_scenario(flows, duration)).meta
-    wall = float(meta["wall_s"])
-    return {
-        "flows": flows,
-        "duration_s": float(meta["duration_s"]),
-        "wall_s": wall,
-        "events": int(meta["events"]),
-        "packet_hops": int(meta["packet_hops"]),
-        "events_per_sec": meta["events"] / wall if wall > 0 else None,
-        "packet_hops_per_sec": meta["packet_hops"] / wall if wall > 0 else None,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
+def _run_here(flows: int, duration_s: float, bottleneck_bps: int) -> dict[str, Any]:
+    import resource
+
+    from asymlink import _native
+
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result = dict(_native.bench_sim(flows, duration_s, bottleneck_bps))
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["baseline_rss_mb"] = base
+    return result
+
+
+def run_sim(flows: int, duration_s: float, bottleneck_bps: int) -> dict[str, Any]:
+    """Run one configuration in a fresh process and return its figures."""
+    code = (
+        "import json, sys; from asymlink.bench import _run_here; "
+        f"print(json.dumps(_run_here({int(flows)}, {float(duration_s)!r}, {int(bottleneck_bps)})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def run_scaling(points: tuple[int, ...] = SCALING_FLOWS) -> list[dict[str, Any]]:
+    """The scaling series; adds `cost_ratio_vs_first` (ns per hop relative to the first
+    point)."""
+    rows = [run_sim(**scaling_point(n)) for n in points]
+    base = rows[0]["ns_per_hop"]
+    for r in rows:
+        r["cost_ratio_vs_first"] = r["ns_per_hop"] / base
+    return rows

@@ -184,15 +184,37 @@ def bench_group() -> None:
 
 @bench_group.command("sim")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--flows", default=10, show_default=True, type=click.IntRange(min=1),
-              help="Number of bulk flows.")
-@click.option("--duration", default=10.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), help="Simulated seconds.")
-def bench_sim_cmd(as_json: bool, flows: int, duration: float) -> None:
-    """Time the simulator: packet hops and events per wall-clock second."""
-    from asymlink.bench import run_sim
+@click.option("--flows", type=click.IntRange(min=1), default=None,
+              help="Number of flows (default: the standard 100).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Simulated seconds (default: the standard 60).")
+@click.option("--bottleneck", "bottleneck_bps", type=click.IntRange(min=1), default=None,
+              help="Bottleneck rate in bit/s (default: 100 Mbit/s).")
+@click.option("--scaling", is_flag=True,
+              help="Run the scaling series N = 10, 100, 1000, 10000 (N x 10 Mbit/s).")
+def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
+                  bottleneck_bps: int | None, scaling: bool) -> None:
+    """Time the simulator on the fixed dumbbell: packet-hops and events per wall second."""
+    from asymlink import bench
 
-    result = run_sim(flows=flows, duration=duration)
+    if scaling:
+        rows = bench.run_scaling()
+        if as_json:
+            click.echo(json.dumps(rows))
+            return
+        keys = ["flows", "sim_s", "packet_hops", "wall_s", "packet_hops_per_sec",
+                "ns_per_hop", "cost_ratio_vs_first", "peak_rss_mb"]
+        table = [[fmt_number(r[k], digits=4) for k in keys] for r in rows]
+        _stdout().print(TextTable("Simulator scaling", keys, table).rich())
+        return
+    spec = dict(bench.STANDARD)
+    if flows is not None:
+        spec["flows"] = flows
+    if duration is not None:
+        spec["duration_s"] = duration
+    if bottleneck_bps is not None:
+        spec["bottleneck_bps"] = bottleneck_bps
+    result = bench.run_sim(**spec)  # type: ignore[arg-type]
     if as_json:
         click.echo(json.dumps(result))
         return

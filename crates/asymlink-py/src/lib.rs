@@ -126,11 +126,57 @@ fn results_to_dict(py: Python<'_>, r: Results) -> PyResult<Bound<'_, PyDict>> {
     Ok(out)
 }
 
+/// Run the simulator benchmark (`asymlink_sim::bench`): a dumbbell of `flows` long-lived
+/// flows, each on its own access link, over a bottleneck with a one-BDP drop-tail buffer.
+/// Returns a dict of the measured figures. Runs without the GIL.
+#[pyfunction]
+#[pyo3(signature = (flows, duration_s, bottleneck_bps, access_bps=1_000_000_000, rtt_s=0.02, profile="rfc"))]
+fn bench_sim<'py>(
+    py: Python<'py>,
+    flows: u32,
+    duration_s: f64,
+    bottleneck_bps: u64,
+    access_bps: u64,
+    rtt_s: f64,
+    profile: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    if flows == 0 || !(duration_s > 0.0) || bottleneck_bps == 0 || access_bps == 0 || !(rtt_s > 0.0)
+    {
+        return Err(PyValueError::new_err(
+            "flows, duration, rates and RTT must all be positive",
+        ));
+    }
+    let spec = asymlink_sim::bench::BenchSpec {
+        flows,
+        bottleneck_bps,
+        access_bps,
+        rtt_s,
+        duration_s,
+        profile: profile.to_string(),
+    };
+    let r = py
+        .detach(|| asymlink_sim::bench::run(&spec))
+        .map_err(|e| error::scenario_error(py, &e))?;
+    let d = PyDict::new(py);
+    d.set_item("flows", r.flows)?;
+    d.set_item("sim_s", r.sim_s)?;
+    d.set_item("wall_s", r.wall_s)?;
+    d.set_item("setup_s", r.setup_s)?;
+    d.set_item("packet_hops", r.packet_hops)?;
+    d.set_item("events", r.events)?;
+    d.set_item("packet_hops_per_sec", r.packet_hops_per_sec)?;
+    d.set_item("events_per_sec", r.events_per_sec)?;
+    d.set_item("ns_per_hop", r.ns_per_hop)?;
+    d.set_item("bottleneck_utilization", r.goodput_fraction)?;
+    Ok(d)
+}
+
 /// The private native module behind the `asymlink` package.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Simulation>()?;
+    m.add_function(wrap_pyfunction!(bench_sim, m)?)?;
     m.add("ScenarioError", m.py().get_type::<error::ScenarioError>())?;
     m.add_function(wrap_pyfunction!(error::py_scenario_error, m)?)?;
     Ok(())

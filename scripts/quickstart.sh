@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set everything up on a fresh machine and run the built-in showcase scenario.
+# Needs: Linux, Rust >= 1.88 (rustup), a C compiler, Python >= 3.11 with venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+asymlink run --example showcase --out out/showcase
+echo
+echo "Results, figures and summary.md are in out/showcase/"
