@@ -30,7 +30,6 @@ use asymlink_core::time::{dur_ns, Duration, Instant};
 use asymlink_core::units::Rate;
 use asymlink_core::wire::{Headers, IpRepr, Transport, UdpRepr};
 use core::net::{IpAddr, Ipv4Addr};
-use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 /// A scheduled event.
@@ -56,6 +55,32 @@ pub(crate) enum Ev {
     Sample,
 }
 
+/// A heap entry: time and insertion sequence packed into one key (time in the high 64
+/// bits), so ordering is one integer comparison and ties resolve in insertion order.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    key: u128,
+    ev: Ev,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, o: &Self) -> bool {
+        self.key == o.key
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Entry {
+    /// Reversed: `BinaryHeap` is a max-heap and we want the earliest first.
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        o.key.cmp(&self.key)
+    }
+}
+
 /// Where a link direction takes its packets from.
 pub(crate) enum Source {
     /// Its own classifier + discipline.
@@ -76,8 +101,12 @@ pub(crate) struct LinkDir {
     pub rng: Rng,
     pub ll: LinkLayer,
     pub source: Source,
-    /// The transmitter is serialising a packet (it is already on `wire`, arriving later).
-    pub busy: bool,
+    /// The transmitter is serialising a packet until this instant (ns); the packet is
+    /// already on `wire`, arriving later.
+    pub busy_until: u64,
+    /// A `TxDone` event is pending (scheduled only while packets wait behind the
+    /// transmitter, so an idle link costs no event per packet).
+    pub txdone_pending: bool,
     pub wire: VecDeque<(u64, SimPacket)>,
     pub wake_at: Option<Instant>,
     pub tx_packets: u64,
@@ -138,7 +167,7 @@ pub(crate) struct World {
     pub spec: Spec,
     pub now: Instant,
     pub end: Instant,
-    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    heap: BinaryHeap<Entry>,
     seq: u64,
     pub nodes: Vec<Node>,
     pub hosts: Vec<Host>,
@@ -247,7 +276,8 @@ impl World {
                     rng: Rng::child(seed, &format!("loss:{}:{dname}", l.name)),
                     ll: ds.linklayer.build(),
                     source: Source::Own(egress),
-                    busy: false,
+                    busy_until: 0,
+                    txdone_pending: false,
                     wire: VecDeque::new(),
                     wake_at: None,
                     tx_packets: 0,
@@ -447,13 +477,17 @@ impl World {
     #[inline]
     fn schedule(&mut self, t: Instant, ev: Ev) {
         self.seq += 1;
-        self.heap.push(Reverse((t.as_nanos(), self.seq, ev)));
+        self.heap.push(Entry {
+            key: (t.as_nanos() as u128) << 64 | self.seq as u128,
+            ev,
+        });
     }
 
     /// Process events up to `t` (inclusive, capped at the end).
     pub fn run_until(&mut self, t: Instant) {
         let limit = t.min(self.end);
-        while let Some(&Reverse((at, _, ev))) = self.heap.peek() {
+        while let Some(&Entry { key, ev }) = self.heap.peek() {
+            let at = (key >> 64) as u64;
             if at > limit.as_nanos() {
                 break;
             }
@@ -534,7 +568,13 @@ impl World {
 
     fn kick(&mut self, d: u32) {
         let di = d as usize;
-        if self.dirs[di].busy {
+        let busy_until = self.dirs[di].busy_until;
+        if self.now.as_nanos() < busy_until {
+            // Packets wait behind the transmitter: make sure it is woken when free.
+            if !self.dirs[di].txdone_pending {
+                self.dirs[di].txdone_pending = true;
+                self.schedule(Instant(busy_until), Ev::TxDone(d));
+            }
             return;
         }
         let now = self.now;
@@ -573,12 +613,11 @@ impl World {
     fn start_tx(&mut self, d: u32, p: SimPacket) {
         let now = self.now;
         let dir = &mut self.dirs[d as usize];
-        let ip_len = p.hdr.ip_len();
+        let ip_len = p.len;
         let tx_ns = dir.rate.tx_nanos(dir.ll.wire_len(ip_len) as u64);
         dir.tx_packets += 1;
         dir.tx_bytes += ip_len as u64;
         dir.busy_ns += tx_ns;
-        dir.busy = true;
         self.packet_hops += 1;
         self.trace_hash = trace_mix(self.trace_hash, now.as_nanos(), d, &p);
         for &c in &dir.captures {
@@ -599,11 +638,21 @@ impl World {
                 self.schedule(Instant(at), Ev::Arrive(d));
             }
         }
-        self.schedule(Instant(done), Ev::TxDone(d));
+        let dir = &mut self.dirs[d as usize];
+        dir.busy_until = done;
+        // Wake the transmitter when it is free only if something is waiting behind it.
+        let waiting = match &dir.source {
+            Source::Own(e) => e.qdisc().backlog().packets > 0,
+            Source::Mb(m, md) => self.mbs[*m as usize].mb.backlog(*md).packets > 0,
+        };
+        if waiting {
+            dir.txdone_pending = true;
+            self.schedule(Instant(done), Ev::TxDone(d));
+        }
     }
 
     fn tx_done(&mut self, d: u32) {
-        self.dirs[d as usize].busy = false;
+        self.dirs[d as usize].txdone_pending = false;
         self.kick(d);
     }
 
@@ -752,7 +801,7 @@ impl World {
             Transport::Udp(u) => {
                 if let Some(&app) = self.hosts[h as usize].udp.get(&u.dst_port) {
                     let node = self.hosts[h as usize].node as usize;
-                    let size = p.hdr.ip_len();
+                    let size = p.len;
                     let tag = p.tag;
                     self.app_call(app, |a, api| a.on_udp(node, size, tag, api));
                 }
@@ -961,16 +1010,15 @@ impl World {
     fn host_send(&mut self, h: u32, cid: ConnId, hdr: Headers) {
         let slot = &self.conns[cid as usize];
         self.next_uid += 1;
-        let p = SimPacket {
+        let p = SimPacket::new(
             hdr,
-            class: ClassId::NONE,
-            dst_node: slot.remote_node,
-            src_node: self.hosts[h as usize].node,
-            dst_conn: slot.peer,
-            src_conn: cid,
-            uid: self.next_uid,
-            tag: 0,
-        };
+            self.hosts[h as usize].node,
+            slot.remote_node,
+            cid,
+            slot.peer,
+            self.next_uid,
+            0,
+        );
         let d = self.hosts[h as usize].out_dir;
         self.enqueue(d, p);
     }
@@ -1063,16 +1111,15 @@ impl World {
                     payload_len: size.saturating_sub(ip.header_len() as u32 + 8),
                 };
                 self.next_uid += 1;
-                let p = SimPacket {
+                let p = SimPacket::new(
                     hdr,
-                    class: ClassId::NONE,
-                    dst_node: to as NodeId,
-                    src_node: from as NodeId,
-                    dst_conn: NO_CONN,
-                    src_conn: NO_CONN,
-                    uid: self.next_uid,
+                    from as NodeId,
+                    to as NodeId,
+                    NO_CONN,
+                    NO_CONN,
+                    self.next_uid,
                     tag,
-                };
+                );
                 let d = self.hosts[h as usize].out_dir;
                 self.enqueue(d, p);
             }

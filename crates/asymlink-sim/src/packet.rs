@@ -30,12 +30,39 @@ pub struct SimPacket {
     pub uid: u64,
     /// Application data the simulator does not carry as bytes (e.g. a probe's send time).
     pub tag: u64,
+    /// `hdr.ip_len()`, computed once (every discipline and link asks for it).
+    pub len: u32,
+}
+
+impl SimPacket {
+    /// A packet with the given headers and bookkeeping; the length is cached from `hdr`.
+    pub fn new(
+        hdr: Headers,
+        src_node: NodeId,
+        dst_node: NodeId,
+        src_conn: ConnId,
+        dst_conn: ConnId,
+        uid: u64,
+        tag: u64,
+    ) -> SimPacket {
+        SimPacket {
+            len: hdr.ip_len(),
+            hdr,
+            class: ClassId::NONE,
+            dst_node,
+            src_node,
+            dst_conn,
+            src_conn,
+            uid,
+            tag,
+        }
+    }
 }
 
 impl Pkt for SimPacket {
     #[inline]
     fn ip_len(&self) -> u32 {
-        self.hdr.ip_len()
+        self.len
     }
     #[inline]
     fn headers(&self) -> Option<&Headers> {
