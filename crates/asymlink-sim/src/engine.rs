@@ -104,9 +104,10 @@ pub(crate) struct LinkDir {
     /// The transmitter is serialising a packet until this instant (ns); the packet is
     /// already on `wire`, arriving later.
     pub busy_until: u64,
-    /// A `TxDone` event is pending (scheduled only while packets wait behind the
-    /// transmitter, so an idle link costs no event per packet).
-    pub txdone_pending: bool,
+    /// The time of the live `TxDone` event, if any. It is scheduled only while packets
+    /// wait behind the transmitter, so an idle link costs no event per packet; an event
+    /// whose time differs from this is stale and ignored.
+    pub txdone_at: Option<u64>,
     pub wire: VecDeque<(u64, SimPacket)>,
     pub wake_at: Option<Instant>,
     pub tx_packets: u64,
@@ -277,7 +278,7 @@ impl World {
                     ll: ds.linklayer.build(),
                     source: Source::Own(egress),
                     busy_until: 0,
-                    txdone_pending: false,
+                    txdone_at: None,
                     wire: VecDeque::new(),
                     wake_at: None,
                     tx_packets: 0,
@@ -571,8 +572,8 @@ impl World {
         let busy_until = self.dirs[di].busy_until;
         if self.now.as_nanos() < busy_until {
             // Packets wait behind the transmitter: make sure it is woken when free.
-            if !self.dirs[di].txdone_pending {
-                self.dirs[di].txdone_pending = true;
+            if self.dirs[di].txdone_at != Some(busy_until) {
+                self.dirs[di].txdone_at = Some(busy_until);
                 self.schedule(Instant(busy_until), Ev::TxDone(d));
             }
             return;
@@ -645,14 +646,18 @@ impl World {
             Source::Own(e) => e.qdisc().backlog().packets > 0,
             Source::Mb(m, md) => self.mbs[*m as usize].mb.backlog(*md).packets > 0,
         };
-        if waiting {
-            dir.txdone_pending = true;
+        if waiting && dir.txdone_at != Some(done) {
+            dir.txdone_at = Some(done);
             self.schedule(Instant(done), Ev::TxDone(d));
         }
     }
 
     fn tx_done(&mut self, d: u32) {
-        self.dirs[d as usize].txdone_pending = false;
+        let dir = &mut self.dirs[d as usize];
+        if dir.txdone_at != Some(self.now.as_nanos()) {
+            return; // stale
+        }
+        dir.txdone_at = None;
         self.kick(d);
     }
 
