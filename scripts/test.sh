@@ -4,6 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
+# Optional system tools some tests use for independent checks (tshark reads our pcap
+# files). Installed when apt is available and we are root; the tests skip those checks,
+# saying so, where the tools are missing.
+if ! command -v tshark >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== installing tshark (pcap validation)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark >/dev/null 2>&1 \
+    || echo "   (could not install tshark; its checks will be skipped)"
+fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo test (release: the validation tests simulate minutes of traffic)"

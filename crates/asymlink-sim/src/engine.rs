@@ -18,6 +18,7 @@ use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
 use crate::packet::{ConnId, NodeId, SimPacket, NO_CONN};
 use crate::pcap::Capture;
+use crate::queue::EventQueue;
 use crate::scenario::{NodeKind, Spec};
 use crate::tcp::{ConnEvent, ConnIo, Connection, State, TcpConfig};
 use crate::RunOptions;
@@ -30,7 +31,7 @@ use asymlink_core::time::{dur_ns, Duration, Instant};
 use asymlink_core::units::Rate;
 use asymlink_core::wire::{Headers, IpRepr, Transport, UdpRepr};
 use core::net::{IpAddr, Ipv4Addr};
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 /// A scheduled event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -53,32 +54,6 @@ pub(crate) enum Ev {
     FlowStop(u32),
     /// Monitor sampling.
     Sample,
-}
-
-/// A heap entry: time and insertion sequence packed into one key (time in the high 64
-/// bits), so ordering is one integer comparison and ties resolve in insertion order.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    key: u128,
-    ev: Ev,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, o: &Self) -> bool {
-        self.key == o.key
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Entry {
-    /// Reversed: `BinaryHeap` is a max-heap and we want the earliest first.
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        o.key.cmp(&self.key)
-    }
 }
 
 /// Where a link direction takes its packets from.
@@ -168,8 +143,7 @@ pub(crate) struct World {
     pub spec: Spec,
     pub now: Instant,
     pub end: Instant,
-    heap: BinaryHeap<Entry>,
-    seq: u64,
+    queue: EventQueue<Ev>,
     pub nodes: Vec<Node>,
     pub hosts: Vec<Host>,
     pub routes: Vec<Vec<u32>>,
@@ -377,8 +351,7 @@ impl World {
         let mut w = World {
             now: Instant::ZERO,
             end,
-            heap: BinaryHeap::new(),
-            seq: 0,
+            queue: EventQueue::new(),
             nodes,
             hosts,
             routes,
@@ -477,23 +450,14 @@ impl World {
 
     #[inline]
     fn schedule(&mut self, t: Instant, ev: Ev) {
-        self.seq += 1;
-        self.heap.push(Entry {
-            key: (t.as_nanos() as u128) << 64 | self.seq as u128,
-            ev,
-        });
+        self.queue.push(t, ev);
     }
 
     /// Process events up to `t` (inclusive, capped at the end).
     pub fn run_until(&mut self, t: Instant) {
         let limit = t.min(self.end);
-        while let Some(&Entry { key, ev }) = self.heap.peek() {
-            let at = (key >> 64) as u64;
-            if at > limit.as_nanos() {
-                break;
-            }
-            self.heap.pop();
-            self.now = Instant(at);
+        while let Some((at, ev)) = self.queue.pop_until(limit) {
+            self.now = at;
             self.events += 1;
             self.dispatch(ev);
         }

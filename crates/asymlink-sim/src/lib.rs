@@ -9,6 +9,7 @@ mod engine;
 pub mod monitor;
 pub mod packet;
 pub mod pcap;
+pub mod queue;
 pub mod results;
 pub mod scenario;
 mod summary;
