@@ -4,7 +4,7 @@
 use crate::results::{ColumnData, Table};
 use crate::scenario::MonitorSpec;
 use crate::tcp::Connection;
-use asymlink_core::qdisc::QdiscStats;
+use asymlink_core::qdisc::{DropReason, FilterReason, QdiscStats};
 use asymlink_core::time::{dur_ns, Duration, Instant};
 
 /// Events beyond this many are counted, not stored.
@@ -35,6 +35,8 @@ struct QueueCols {
     drops: Vec<i64>,
     filtered: Vec<i64>,
     dequeued: Vec<i64>,
+    by_drop: Vec<[u64; DropReason::ALL.len()]>,
+    by_filter: Vec<[u64; FilterReason::ALL.len()]>,
 }
 
 #[derive(Default)]
@@ -149,6 +151,8 @@ impl Monitor {
         q.drops.push(st.drops() as i64);
         q.filtered.push(st.filters() as i64);
         q.dequeued.push(st.dequeued as i64);
+        q.by_drop.push(st.dropped);
+        q.by_filter.push(st.filtered);
     }
 
     /// One sample of a link direction (busy time and bytes are cumulative).
@@ -242,7 +246,7 @@ impl Monitor {
             .with("retransmits", ColumnData::I64(f.retx.clone()))
             .with("timeouts", ColumnData::I64(f.timeouts.clone()));
         let q = &self.queues;
-        let queues = Table::new("queues")
+        let mut queues = Table::new("queues")
             .with("t", ColumnData::F64(q.t.clone()))
             .with("queue", name(&q.idx, queue_names))
             .with("packets", ColumnData::I64(q.packets.clone()))
@@ -250,6 +254,14 @@ impl Monitor {
             .with("drops", ColumnData::I64(q.drops.clone()))
             .with("filtered", ColumnData::I64(q.filtered.clone()))
             .with("dequeued", ColumnData::I64(q.dequeued.clone()));
+        for r in DropReason::ALL {
+            let v = q.by_drop.iter().map(|a| a[r as usize] as i64).collect();
+            queues = queues.with(&format!("dropped_{}", r.name()), ColumnData::I64(v));
+        }
+        for r in FilterReason::ALL {
+            let v = q.by_filter.iter().map(|a| a[r as usize] as i64).collect();
+            queues = queues.with(&format!("filtered_{}", r.name()), ColumnData::I64(v));
+        }
         let l = &self.links;
         let links = Table::new("links")
             .with("t", ColumnData::F64(l.t.clone()))

@@ -5,8 +5,9 @@
 //! * `flows` — per-flow time series sampled every `monitor.interval`: `t`, `flow`,
 //!   `cwnd_bytes`, `ssthresh_bytes`, `srtt_ms`, `rto_ms`, `inflight_bytes`, `bytes_sent`,
 //!   `bytes_acked`, `bytes_delivered`, `retransmits`, `timeouts`.
-//! * `queues` — per-queue time series: `t`, `queue`, `packets`, `bytes`, `drops`,
-//!   `filtered`, `dequeued`.
+//! * `queues` — per-queue time series: `t`, `queue`, `packets`, `bytes`, and cumulative
+//!   `drops`, `filtered`, `dequeued`, `dropped_<reason>`, `filtered_<reason>` (one column
+//!   per `DropReason` / `FilterReason`).
 //! * `links` — per link direction: `t`, `link`, `utilization` (fraction of the interval the
 //!   transmitter was busy), `tx_bytes` (cumulative).
 //! * `events` — discrete events: `t`, `kind`, `where`, `flow`, `detail`.
