@@ -20,7 +20,7 @@ use crate::packet::{ConnId, NodeId, SimPacket, NO_CONN};
 use crate::pcap::Capture;
 use crate::queue::EventQueue;
 use crate::scenario::{NodeKind, Spec};
-use crate::tcp::{ConnEvent, ConnIo, Connection, State, TcpConfig};
+use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
 use crate::RunOptions;
 use asymlink_core::overhead::LinkLayer;
 use asymlink_core::packet::ClassId;
@@ -52,6 +52,8 @@ pub(crate) enum Ev {
     FlowStart(u32),
     /// A flow stops.
     FlowStop(u32),
+    /// A host's conditioner timer (shaping tick): wake its connections.
+    Host(u32),
     /// Monitor sampling.
     Sample,
 }
@@ -105,6 +107,14 @@ pub(crate) struct ConnSlot {
 
 pub(crate) struct Host {
     pub node: NodeId,
+    /// Connections of this host (to wake them when the conditioner's timer fires).
+    pub conns: Vec<ConnId>,
+    /// Traffic conditioner consulted before every transmission of this host's TCP.
+    pub conditioner: Option<Box<dyn Conditioner>>,
+    /// Receive-window policy bounding what this host's connections advertise.
+    pub rwnd: Option<Box<dyn RwndPolicy>>,
+    /// The time of the live `Host` event (conditioner timer), if any.
+    pub cond_at: Option<Instant>,
     pub addr: IpAddr,
     pub out_dir: u32,
     pub listeners: HashMap<u16, u32>,
@@ -208,6 +218,10 @@ impl World {
                     };
                     hosts.push(Host {
                         node: nodes.len() as NodeId,
+                        conns: Vec::new(),
+                        conditioner: None,
+                        rwnd: None,
+                        cond_at: None,
                         addr,
                         out_dir: u32::MAX,
                         listeners: HashMap::new(),
@@ -510,6 +524,17 @@ impl World {
                 self.drops = drops;
                 self.handle_drops(&format!("mb:{}", self.mbs[m as usize].name));
                 self.after_mb(m);
+            }
+            Ev::Host(h) => {
+                if self.hosts[h as usize].cond_at != Some(self.now) {
+                    return;
+                }
+                self.hosts[h as usize].cond_at = None;
+                let conns = self.hosts[h as usize].conns.clone();
+                for c in conns {
+                    self.conn_call(c, |x, now, io| x.wake(now, io));
+                }
+                self.schedule_host(h);
             }
             Ev::FlowStart(f) => {
                 let a = self.flows[f as usize].app;
@@ -815,6 +840,11 @@ impl World {
             self.labels.push(name);
             self.labels.len() as u32 - 1
         };
+        self.hosts[host as usize].conns.push(id);
+        let now = self.now;
+        if let Some(c) = self.hosts[host as usize].conditioner.as_mut() {
+            c.on_open(now, id);
+        }
         self.conns[idx] = ConnSlot {
             conn: None,
             host,
@@ -882,15 +912,19 @@ impl World {
     /// Scratch I/O buffers for a call that creates a connection; the outputs wait on the
     /// `pending_out` stack for [`World::flush_io`] (buffers come from pools, so nesting is
     /// safe).
-    fn with_io(&mut self, _h: u32, f: impl FnOnce(Instant, &mut ConnIo<'_>)) {
+    fn with_io(&mut self, h: u32, f: impl FnOnce(Instant, &mut ConnIo<'_>)) {
         let mut out = self.pool_out.pop().unwrap_or_default();
         let mut ev = self.pool_ev.pop().unwrap_or_default();
         {
+            let host = &mut self.hosts[h as usize];
             let mut io = ConnIo {
                 out: &mut out,
                 events: &mut ev,
-                conditioner: None,
-                rwnd: None,
+                conditioner: host
+                    .conditioner
+                    .as_deref_mut()
+                    .map(|c| c as &mut dyn Conditioner),
+                rwnd: host.rwnd.as_deref_mut().map(|r| r as &mut dyn RwndPolicy),
             };
             f(self.now, &mut io);
         }
@@ -904,6 +938,7 @@ impl World {
     ) {
         let mut out = self.pool_out.pop().unwrap_or_default();
         let mut ev = self.pool_ev.pop().unwrap_or_default();
+        let h = self.conns[cid as usize].host;
         {
             let slot = &mut self.conns[cid as usize];
             let Some(conn) = slot.conn.as_mut() else {
@@ -911,17 +946,40 @@ impl World {
                 self.pool_ev.push(ev);
                 return;
             };
+            let host = &mut self.hosts[h as usize];
             let mut io = ConnIo {
                 out: &mut out,
                 events: &mut ev,
-                conditioner: None,
-                rwnd: None,
+                conditioner: host
+                    .conditioner
+                    .as_deref_mut()
+                    .map(|c| c as &mut dyn Conditioner),
+                rwnd: host.rwnd.as_deref_mut().map(|r| r as &mut dyn RwndPolicy),
             };
             f(conn, self.now, &mut io);
         }
         self.pending_out.push((out, ev));
         self.flush_io(cid);
         self.schedule_conn(cid);
+        if self.hosts[h as usize].conditioner.is_some() {
+            self.schedule_host(h);
+        }
+    }
+
+    /// Schedule the host's conditioner timer (lazily, as for connections).
+    fn schedule_host(&mut self, h: u32) {
+        let Some(t) = self.hosts[h as usize]
+            .conditioner
+            .as_ref()
+            .and_then(|c| c.poll_at())
+        else {
+            return;
+        };
+        let t = t.max(self.now);
+        if self.hosts[h as usize].cond_at.is_none_or(|s| t < s) {
+            self.hosts[h as usize].cond_at = Some(t);
+            self.schedule(t, Ev::Host(h));
+        }
     }
 
     /// Transmit what the last call produced and hand its events to the application.
@@ -940,6 +998,15 @@ impl World {
                     if let Some(c) = &self.conns[cid as usize].conn {
                         let (r, l) = (c.remote(), c.local());
                         self.hosts[h as usize].demux.remove(&(r.0, r.1, l.1));
+                    }
+                    let now = self.now;
+                    let host = &mut self.hosts[h as usize];
+                    host.conns.retain(|&c| c != cid);
+                    if let Some(c) = host.conditioner.as_mut() {
+                        c.on_close(now, cid);
+                    }
+                    if let Some(p) = host.rwnd.as_mut() {
+                        p.on_close(now, cid);
                     }
                 }
                 ConnEvent::FastRetransmit | ConnEvent::Timeout => {
@@ -1096,6 +1163,19 @@ impl World {
     }
 
     // ------------------------------------------------------------------ monitoring
+
+    pub fn host_by_name(&self, name: &str) -> Result<usize, String> {
+        let i = self
+            .spec
+            .nodes
+            .iter()
+            .position(|n| n.name == name)
+            .ok_or_else(|| format!("unknown node '{name}'"))?;
+        match self.nodes[i].role {
+            NodeRole::Host(h) => Ok(h as usize),
+            NodeRole::Router(_) => Err(format!("'{name}' is a router, not a host")),
+        }
+    }
 
     pub fn check_conservation(&self) -> Result<(), String> {
         for d in &self.dirs {

@@ -129,6 +129,30 @@ impl Simulation {
         self.world.packet_hops
     }
 
+    /// Install a traffic conditioner on host `host` (by node name): its TCP connections
+    /// ask it before every transmission. Call before running.
+    pub fn set_conditioner(
+        &mut self,
+        host: &str,
+        c: Box<dyn tcp::Conditioner>,
+    ) -> Result<(), String> {
+        let h = self.world.host_by_name(host)?;
+        self.world.hosts[h].conditioner = Some(c);
+        Ok(())
+    }
+
+    /// Install a receive-window policy on host `host`: its connections advertise at most
+    /// what the policy allows (never below one MSS). Call before running.
+    pub fn set_rwnd_policy(
+        &mut self,
+        host: &str,
+        p: Box<dyn tcp::RwndPolicy>,
+    ) -> Result<(), String> {
+        let h = self.world.host_by_name(host)?;
+        self.world.hosts[h].rwnd = Some(p);
+        Ok(())
+    }
+
     /// Check the conservation identities of every discipline (see
     /// `asymlink_core::qdisc::QdiscStats::check`). Returns the first violation.
     pub fn check_conservation(&self) -> Result<(), String> {

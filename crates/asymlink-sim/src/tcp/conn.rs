@@ -617,7 +617,9 @@ impl Connection {
                 new_sack |= self.sb.sack(l, r) > 0;
             }
         }
-        let ece = self.ecn_ok && t.flags.contains(TcpFlags::ECE);
+        // ECE on a SYN-ACK is ECN negotiation, not an echo (RFC 3168 §6.1.1).
+        let ece =
+            self.ecn_ok && t.flags.contains(TcpFlags::ECE) && !t.flags.contains(TcpFlags::SYN);
 
         if ack > self.snd_una {
             let acked = self.sb.ack_to(ack);

@@ -48,7 +48,7 @@ pub enum Admit {
 }
 
 /// A traffic conditioner at the sender's TCP output (aggregate rate control).
-pub trait Conditioner {
+pub trait Conditioner: Send {
     /// May connection `conn` send a packet of `ip_len` bytes now?
     fn admit(&mut self, now: Instant, conn: ConnId, ip_len: u32) -> Admit;
     /// A connection of this host opened.
@@ -62,7 +62,7 @@ pub trait Conditioner {
 }
 
 /// A receive-window policy at the receiver (bounds the window each connection advertises).
-pub trait RwndPolicy {
+pub trait RwndPolicy: Send {
     /// `bytes` of payload arrived on `conn`.
     fn on_data(&mut self, _now: Instant, _conn: ConnId, _bytes: u32) {}
     /// The host sent a packet of `bytes` payload on `conn`.

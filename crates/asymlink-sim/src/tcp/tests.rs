@@ -31,6 +31,8 @@ struct Pair {
     events: [Vec<ConnEvent>; 2],
     /// Return true to drop the n-th data segment sent by the client (0-based).
     drop: Box<dyn FnMut(usize, &Headers) -> bool>,
+    /// Return true to mark the n-th data segment CE (if it is ECN-capable).
+    mark: Box<dyn FnMut(usize) -> bool>,
     data_sent: usize,
     dropped: usize,
     log: Vec<(Instant, usize, Headers)>,
@@ -55,6 +57,7 @@ impl Pair {
             pipes: [pipe(), pipe()],
             events: [Vec::new(), Vec::new()],
             drop: Box::new(|_, _| false),
+            mark: Box::new(|_| false),
             data_sent: 0,
             dropped: 0,
             log: Vec::new(),
@@ -83,7 +86,7 @@ impl Pair {
     }
 
     fn deliver_out(&mut self, from: usize, out: Vec<Headers>) {
-        for h in out {
+        for mut h in out {
             self.log.push((self.now, from, h));
             if from == 0 && h.payload_len > 0 {
                 let n = self.data_sent;
@@ -91,6 +94,9 @@ impl Pair {
                 if (self.drop)(n, &h) {
                     self.dropped += 1;
                     continue;
+                }
+                if h.ip.ecn.is_ect() && (self.mark)(n) {
+                    h.ip.ecn = asymlink_core::wire::Ecn::Ce;
                 }
             }
             self.pipes[from].send(self.now, h);
@@ -321,4 +327,91 @@ fn window_scaling_and_receive_window_limit() {
     big.rcvbuf = 1_000_000;
     let p = Pair::new(&big, Rate::mbps(100), Duration::from_millis(5));
     let _ = p;
+}
+
+#[test]
+fn ecn_echo_reduces_once_and_sets_cwr() {
+    let mut cfg = TcpConfig::profile("rfc").unwrap();
+    cfg.ecn = true;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    // Mark two segments of the same window: one reduction only (RFC 3168 §6.1.2).
+    p.mark = Box::new(|n| n == 30 || n == 32);
+    p.run(Instant::from_millis(100));
+    assert_eq!(
+        p.c[0].as_ref().unwrap().negotiated().2,
+        true,
+        "ECN negotiated"
+    );
+    p.with(0, |c, now, io| c.write(now, 400_000, io));
+    p.run(Instant::from_secs(20));
+    assert_eq!(p.delivered(), 400_000);
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert_eq!(s.ecn_reductions, 1, "{s:?}");
+    assert_eq!(s.retransmits, 0, "ECN reacts without loss");
+    let echoes = p
+        .log
+        .iter()
+        .filter(|(_, from, h)| {
+            *from == 1
+                && h.tcp_repr()
+                    .unwrap()
+                    .flags
+                    .contains(asymlink_core::wire::TcpFlags::ECE)
+        })
+        .count();
+    assert!(echoes >= 1);
+    // (The SYN's ECE+CWR is negotiation, not counted.)
+    let cwr = p
+        .log
+        .iter()
+        .filter(|(_, from, h)| {
+            *from == 0
+                && h.payload_len > 0
+                && h.tcp_repr()
+                    .unwrap()
+                    .flags
+                    .contains(asymlink_core::wire::TcpFlags::CWR)
+        })
+        .count();
+    assert_eq!(cwr, 1, "one CWR after the reduction");
+    // Retransmissions and pure ACKs are not ECN-capable; new data is ECT(0).
+    assert!(p
+        .log
+        .iter()
+        .filter(|(_, from, h)| *from == 0 && h.payload_len > 0)
+        .all(|(_, _, h)| h.ip.ecn.is_ect()));
+    assert!(p
+        .log
+        .iter()
+        .filter(|(_, from, h)| *from == 1 && h.payload_len == 0)
+        .all(|(_, _, h)| !h.ip.ecn.is_ect()));
+}
+
+#[test]
+fn pacing_spreads_a_window_over_the_rtt() {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.pacing = true;
+    let mut p = Pair::new(&cfg, Rate::mbps(1000), Duration::from_millis(50));
+    p.run(Instant::from_millis(300));
+    p.with(0, |c, now, io| c.write(now, 2_000_000, io));
+    p.run(Instant::from_secs(2));
+    // Without pacing, a 1 Gbit/s sender puts each window on the wire back to back
+    // (12 us apart); paced, consecutive data segments are spread over the RTT.
+    let sends: Vec<Instant> = p
+        .log
+        .iter()
+        .filter(|(_, f, h)| *f == 0 && h.payload_len > 0)
+        .map(|(t, _, _)| *t)
+        .collect();
+    let gaps: Vec<Duration> = sends.windows(2).map(|w| w[1] - w[0]).collect();
+    let spread = gaps
+        .iter()
+        .filter(|g| **g > Duration::from_micros(100))
+        .count();
+    assert!(
+        spread * 2 > gaps.len(),
+        "{spread} of {} gaps above 100 us",
+        gaps.len()
+    );
+    assert_eq!(p.delivered(), 2_000_000);
 }
