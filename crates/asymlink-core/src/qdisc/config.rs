@@ -1,7 +1,9 @@
 //! The configuration vocabulary of disciplines, shared by the simulator's scenario files
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
-use super::{Drr, DrrConfig, Fifo, FifoConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig};
+use super::{
+    Drr, DrrConfig, Fifo, FifoConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
+};
 use crate::packet::{ClassId, Pkt};
 use crate::units::Rate;
 use core::fmt;
@@ -21,6 +23,8 @@ pub enum QdiscConfig {
     Drr(DrrConfig),
     /// [`Tbf`].
     Tbf(TbfConfig),
+    /// [`Htb`].
+    Htb(HtbConfig),
 }
 
 impl Default for QdiscConfig {
@@ -116,6 +120,7 @@ impl QdiscConfig {
             QdiscConfig::Prio(c) => Box::new(Prio::new(c, ctx)?),
             QdiscConfig::Drr(c) => Box::new(Drr::new(c, ctx)?),
             QdiscConfig::Tbf(c) => Box::new(Tbf::new(c)?),
+            QdiscConfig::Htb(c) => Box::new(Htb::new(c, ctx)?),
         })
     }
 
@@ -126,6 +131,7 @@ impl QdiscConfig {
             QdiscConfig::Prio(_) => "prio",
             QdiscConfig::Drr(_) => "drr",
             QdiscConfig::Tbf(_) => "tbf",
+            QdiscConfig::Htb(_) => "htb",
         }
     }
 }

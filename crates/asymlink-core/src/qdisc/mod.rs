@@ -38,12 +38,14 @@
 mod config;
 mod drr;
 mod fifo;
+pub mod htb;
 mod prio;
 mod tbf;
 
 pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use fifo::{Fifo, FifoConfig};
+pub use htb::{ClassMode, Htb, HtbConfig};
 pub use prio::{Prio, PrioConfig};
 pub use tbf::{Tbf, TbfConfig};
 
