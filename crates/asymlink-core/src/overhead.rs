@@ -13,12 +13,12 @@
 //!    LLC/SNAP routed, 14 for an Ethernet header), as tc's `overhead`;
 //! 2. `len = max(len, mpu)` — minimum packet unit, as tc's `mpu`;
 //! 3. framing:
-//!    * [`Framing::Raw`]: `len`;
-//!    * [`Framing::Atm`]: add the 8-byte AAL5 trailer, pad to whole 48-byte cell payloads,
+//!    * `Framing::Raw`: `len`;
+//!    * `Framing::Atm`: add the 8-byte AAL5 trailer, pad to whole 48-byte cell payloads,
 //!      count 53 bytes per cell; optionally add the line's share of OAM cells (one cell in
 //!      `oam_one_in` carries no user data, so user cells are charged `N/(N-1)` of their
 //!      size, rounded to the nearest byte);
-//!    * [`Framing::Ptm`]: 64/65 encoding, one extra byte per started 64 bytes (as tc's
+//!    * `Framing::Ptm`: 64/65 encoding, one extra byte per started 64 bytes (as tc's
 //!      `linklayer ptm`).
 //!
 //! Worked examples (tested below):

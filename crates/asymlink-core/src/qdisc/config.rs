@@ -2,7 +2,8 @@
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
 use super::{
-    Drr, DrrConfig, Fifo, FifoConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
+    Drr, DrrConfig, Fifo, FifoConfig, Hfsc, HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc,
+    Tbf, TbfConfig,
 };
 use crate::packet::{ClassId, Pkt};
 use crate::units::Rate;
@@ -25,6 +26,8 @@ pub enum QdiscConfig {
     Tbf(TbfConfig),
     /// [`Htb`].
     Htb(HtbConfig),
+    /// [`Hfsc`].
+    Hfsc(HfscConfig),
 }
 
 impl Default for QdiscConfig {
@@ -121,6 +124,7 @@ impl QdiscConfig {
             QdiscConfig::Drr(c) => Box::new(Drr::new(c, ctx)?),
             QdiscConfig::Tbf(c) => Box::new(Tbf::new(c)?),
             QdiscConfig::Htb(c) => Box::new(Htb::new(c, ctx)?),
+            QdiscConfig::Hfsc(c) => Box::new(Hfsc::new(c, ctx)?),
         })
     }
 
@@ -132,6 +136,7 @@ impl QdiscConfig {
             QdiscConfig::Drr(_) => "drr",
             QdiscConfig::Tbf(_) => "tbf",
             QdiscConfig::Htb(_) => "htb",
+            QdiscConfig::Hfsc(_) => "hfsc",
         }
     }
 }

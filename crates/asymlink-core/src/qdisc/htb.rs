@@ -260,7 +260,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         }
         // Depths; a walk longer than the class count means a cycle.
         let mut depth = vec![0usize; n];
-        for i in 0..n {
+        for (i, depth_i) in depth.iter_mut().enumerate() {
             let mut d = 0;
             let mut c = i;
             while let Some(p) = parent[c] {
@@ -279,7 +279,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                     format!("the tree is deeper than {MAX_DEPTH} levels"),
                 ));
             }
-            depth[i] = d;
+            *depth_i = d;
         }
         let mut classes = Vec::with_capacity(n);
         for (i, c) in cfg.classes.iter().enumerate() {
@@ -369,7 +369,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             let names: Vec<&str> = match &c.classes {
                 Some(v) => v.iter().map(String::as_str).collect(),
                 // A leaf named after no classifier class simply takes none by name.
-                None => match ctx.classes.iter().any(|n| *n == c.name) {
+                None => match ctx.classes.contains(&c.name) {
                     true => vec![c.name.as_str()],
                     false => vec![],
                 },

@@ -38,6 +38,7 @@
 mod config;
 mod drr;
 mod fifo;
+pub mod hfsc;
 pub mod htb;
 mod prio;
 mod tbf;
@@ -45,6 +46,7 @@ mod tbf;
 pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use fifo::{Fifo, FifoConfig};
+pub use hfsc::{Hfsc, HfscConfig};
 pub use htb::{ClassMode, Htb, HtbConfig};
 pub use prio::{Prio, PrioConfig};
 pub use tbf::{Tbf, TbfConfig};

@@ -71,15 +71,39 @@ pub fn check(q: &dyn Qdisc<HeaderPacket>) {
 pub struct Sent {
     /// When it left the discipline.
     pub at: Instant,
+    /// When it was offered.
+    pub queued_at: Instant,
     /// Its class.
     pub class: u16,
     /// IP length.
     pub len: u32,
 }
 
-/// Drain `q` onto a link of rate `link` (IP bytes) from `from` to `until`. `sources`
-/// lists (class, packet size, active from, active until): an active source keeps
-/// `depth` packets queued (a greedy sender). Conservation is checked after every step.
+impl Sent {
+    /// Time spent in the discipline.
+    pub fn delay_ms(&self) -> f64 {
+        (self.at - self.queued_at).as_secs_f64() * 1e3
+    }
+}
+
+/// A traffic source for [`serve_mixed`].
+#[derive(Clone, Copy, Debug)]
+pub struct Src {
+    /// Class of its packets.
+    pub class: u16,
+    /// IP length of its packets.
+    pub len: u32,
+    /// Active from.
+    pub on: Instant,
+    /// Active until.
+    pub off: Instant,
+    /// `None`: greedy (keeps `depth` packets queued); `Some(ns)`: one packet every `ns`.
+    pub every: Option<u64>,
+}
+
+/// Drain `q` onto a link of rate `link` (IP bytes) from 0 to `until`; `sources`:
+/// (class, packet size, active from, active until), each greedy (keeps `depth` packets
+/// queued). Conservation is checked after every step.
 pub fn serve(
     q: &mut dyn Qdisc<HeaderPacket>,
     link: Rate,
@@ -87,46 +111,96 @@ pub fn serve(
     sources: &[(u16, u32, Instant, Instant)],
     depth: u32,
 ) -> Vec<Sent> {
+    let srcs: Vec<Src> = sources
+        .iter()
+        .map(|&(class, len, on, off)| Src {
+            class,
+            len,
+            on,
+            off,
+            every: None,
+        })
+        .collect();
+    serve_mixed(q, link, until, &srcs, depth)
+}
+
+/// [`serve`] with greedy and periodic sources.
+pub fn serve_mixed(
+    q: &mut dyn Qdisc<HeaderPacket>,
+    link: Rate,
+    until: Instant,
+    sources: &[Src],
+    depth: u32,
+) -> Vec<Sent> {
     let mut d = Drops::new();
     let mut queued = vec![0u32; sources.len()];
+    let mut next_tick: Vec<Instant> = sources.iter().map(|s| s.on).collect();
     let mut tag = 0u32;
+    let mut offered: std::collections::HashMap<u32, Instant> = Default::default();
     let mut out = Vec::new();
     let mut t = Instant::ZERO;
+    // The link is busy until `free`; the discipline is asked when it is free.
+    let mut free = Instant::ZERO;
     while t < until {
-        for (i, &(class, len, on, off)) in sources.iter().enumerate() {
-            if on <= t && t < off {
-                while queued[i] < depth {
-                    tag += 1;
-                    q.enqueue(t, pkt(class, len, tag), &mut d);
-                    queued[i] += 1;
+        for (i, s) in sources.iter().enumerate() {
+            if !(s.on <= t && t < s.off) {
+                continue;
+            }
+            match s.every {
+                None => {
+                    while queued[i] < depth {
+                        tag += 1;
+                        offered.insert(tag, t);
+                        q.enqueue(t, pkt(s.class, s.len, tag), &mut d);
+                        queued[i] += 1;
+                    }
+                }
+                Some(ns) => {
+                    while next_tick[i] <= t {
+                        tag += 1;
+                        offered.insert(tag, next_tick[i]);
+                        q.enqueue(t, pkt(s.class, s.len, tag), &mut d);
+                        queued[i] += 1;
+                        next_tick[i] = Instant(next_tick[i].0 + ns);
+                    }
                 }
             }
         }
         check(q);
-        // The next source switch-on, so an idle link wakes up for it.
-        let next_on = sources
-            .iter()
-            .filter(|s| s.2 > t)
-            .map(|s| s.2)
-            .min()
-            .unwrap_or(until);
+        // The next instant something may change without the discipline's say.
+        let mut wake = until;
+        for (i, s) in sources.iter().enumerate() {
+            if s.on > t {
+                wake = wake.min(s.on);
+            }
+            if s.every.is_some() && next_tick[i] > t && next_tick[i] < s.off {
+                wake = wake.min(next_tick[i]);
+            }
+        }
+        if t < free {
+            t = free.min(wake);
+            continue;
+        }
         match q.dequeue(t, &mut d) {
             Dequeued::Packet(p) => {
                 let class = p.class().0;
-                let i = sources.iter().position(|s| s.0 == class).unwrap();
+                let i = sources.iter().position(|s| s.class == class).unwrap();
                 queued[i] -= 1;
+                let tg = p.hdr.tcp_repr().unwrap().seq.0;
                 out.push(Sent {
                     at: t,
+                    queued_at: offered.remove(&tg).unwrap(),
                     class,
                     len: p.ip_len(),
                 });
-                t = Instant(t.0 + link.tx_nanos(p.ip_len() as u64));
+                free = Instant(t.0 + link.tx_nanos(p.ip_len() as u64));
+                t = free.min(wake);
             }
             Dequeued::NotBefore(x) => {
                 assert!(x > t, "NotBefore({x:?}) at {t:?} is not in the future");
-                t = x.min(next_on);
+                t = x.min(wake);
             }
-            Dequeued::Empty => t = next_on,
+            Dequeued::Empty => t = wake,
         }
         check(q);
     }
