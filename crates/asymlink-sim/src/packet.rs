@@ -30,6 +30,9 @@ pub struct SimPacket {
     pub uid: u64,
     /// Application data the simulator does not carry as bytes (e.g. a probe's send time).
     pub tag: u64,
+    /// When it was offered to the egress of the link direction it waits for (ns): its
+    /// sojourn time there is measured when its transmission starts.
+    pub queued_at: u64,
 }
 
 impl Pkt for SimPacket {
