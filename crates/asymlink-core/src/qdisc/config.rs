@@ -1,7 +1,10 @@
 //! The configuration vocabulary of disciplines, shared by the simulator's scenario files
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
-use super::{Drr, DrrConfig, Fifo, FifoConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig};
+use super::{
+    AckFilter, AckFilterConfig, Drr, DrrConfig, Fifo, FifoConfig, Prio, PrioConfig, Qdisc, Tbf,
+    TbfConfig,
+};
 use crate::packet::{ClassId, Pkt};
 use crate::units::Rate;
 use core::fmt;
@@ -21,6 +24,8 @@ pub enum QdiscConfig {
     Drr(DrrConfig),
     /// [`Tbf`].
     Tbf(TbfConfig),
+    /// [`AckFilter`].
+    AckFilter(AckFilterConfig),
 }
 
 impl Default for QdiscConfig {
@@ -116,6 +121,7 @@ impl QdiscConfig {
             QdiscConfig::Prio(c) => Box::new(Prio::new(c, ctx)?),
             QdiscConfig::Drr(c) => Box::new(Drr::new(c, ctx)?),
             QdiscConfig::Tbf(c) => Box::new(Tbf::new(c)?),
+            QdiscConfig::AckFilter(c) => Box::new(AckFilter::new(c, ctx.link_rate)?),
         })
     }
 
@@ -126,6 +132,7 @@ impl QdiscConfig {
             QdiscConfig::Prio(_) => "prio",
             QdiscConfig::Drr(_) => "drr",
             QdiscConfig::Tbf(_) => "tbf",
+            QdiscConfig::AckFilter(_) => "ack_filter",
         }
     }
 }
@@ -143,6 +150,7 @@ mod tests {
             "kind = \"drr\"\nquantum = \"40B\"",
             "kind = \"tbf\"\nrate = \"1Mbit\"",
             "kind = \"prio\"\nbands = [{}, {}]",
+            "kind = \"ack_filter\"\npolicy = \"classic\"",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();
             let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();
