@@ -2,8 +2,8 @@
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
 use super::{
-    Drr, DrrConfig, Fifo, FifoConfig, Hfsc, HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc,
-    Tbf, TbfConfig,
+    AckFilter, AckFilterConfig, Drr, DrrConfig, Fifo, FifoConfig, Hfsc, HfscConfig, Htb,
+    HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
 };
 use crate::packet::{ClassId, Pkt};
 use crate::units::Rate;
@@ -24,6 +24,8 @@ pub enum QdiscConfig {
     Drr(DrrConfig),
     /// [`Tbf`].
     Tbf(TbfConfig),
+    /// [`AckFilter`].
+    AckFilter(AckFilterConfig),
     /// [`Htb`].
     Htb(HtbConfig),
     /// [`Hfsc`].
@@ -123,6 +125,7 @@ impl QdiscConfig {
             QdiscConfig::Prio(c) => Box::new(Prio::new(c, ctx)?),
             QdiscConfig::Drr(c) => Box::new(Drr::new(c, ctx)?),
             QdiscConfig::Tbf(c) => Box::new(Tbf::new(c)?),
+            QdiscConfig::AckFilter(c) => Box::new(AckFilter::new(c, ctx.link_rate)?),
             QdiscConfig::Htb(c) => Box::new(Htb::new(c, ctx)?),
             QdiscConfig::Hfsc(c) => Box::new(Hfsc::new(c, ctx)?),
         })
@@ -135,6 +138,7 @@ impl QdiscConfig {
             QdiscConfig::Prio(_) => "prio",
             QdiscConfig::Drr(_) => "drr",
             QdiscConfig::Tbf(_) => "tbf",
+            QdiscConfig::AckFilter(_) => "ack_filter",
             QdiscConfig::Htb(_) => "htb",
             QdiscConfig::Hfsc(_) => "hfsc",
         }
@@ -154,6 +158,9 @@ mod tests {
             "kind = \"drr\"\nquantum = \"40B\"",
             "kind = \"tbf\"\nrate = \"1Mbit\"",
             "kind = \"prio\"\nbands = [{}, {}]",
+            "kind = \"ack_filter\"\npolicy = \"classic\"",
+            "kind = \"htb\"\nclasses = [{ name = \"a\", rate = \"1Mbit\" }]",
+            "kind = \"hfsc\"\nclasses = [{ name = \"a\", ls = { m2 = \"1Mbit\" } }]",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();
             let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();

@@ -35,6 +35,7 @@
 //! and [`QdiscStats::check`] asserts them (tests call it after every step; debug builds
 //! assert after every call of the basic disciplines).
 
+pub mod ack_filter;
 mod config;
 mod drr;
 mod fifo;
@@ -43,6 +44,7 @@ pub mod htb;
 mod prio;
 mod tbf;
 
+pub use ack_filter::{AckFilter, AckFilterConfig};
 pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use fifo::{Fifo, FifoConfig};
