@@ -2,8 +2,8 @@
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
 use super::{
-    AckFilter, AckFilterConfig, Drr, DrrConfig, Fifo, FifoConfig, Hfsc, HfscConfig, Htb,
-    HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
+    AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, Drr, DrrConfig, Fifo, FifoConfig, Hfsc,
+    HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
 };
 use crate::packet::{ClassId, Pkt};
 use crate::units::Rate;
@@ -30,6 +30,8 @@ pub enum QdiscConfig {
     Htb(HtbConfig),
     /// [`Hfsc`].
     Hfsc(HfscConfig),
+    /// [`AckFifo`]: the ack class's queue of the ADSL middlebox.
+    AckFifo(AckFifoConfig),
 }
 
 impl Default for QdiscConfig {
@@ -128,6 +130,7 @@ impl QdiscConfig {
             QdiscConfig::AckFilter(c) => Box::new(AckFilter::new(c, ctx.link_rate)?),
             QdiscConfig::Htb(c) => Box::new(Htb::new(c, ctx)?),
             QdiscConfig::Hfsc(c) => Box::new(Hfsc::new(c, ctx)?),
+            QdiscConfig::AckFifo(c) => Box::new(AckFifo::new(c)?),
         })
     }
 
@@ -141,6 +144,7 @@ impl QdiscConfig {
             QdiscConfig::AckFilter(_) => "ack_filter",
             QdiscConfig::Htb(_) => "htb",
             QdiscConfig::Hfsc(_) => "hfsc",
+            QdiscConfig::AckFifo(_) => "ack_fifo",
         }
     }
 }
@@ -161,6 +165,7 @@ mod tests {
             "kind = \"ack_filter\"\npolicy = \"classic\"",
             "kind = \"htb\"\nclasses = [{ name = \"a\", rate = \"1Mbit\" }]",
             "kind = \"hfsc\"\nclasses = [{ name = \"a\", ls = { m2 = \"1Mbit\" } }]",
+            "kind = \"ack_fifo\"\nlimit = \"5p\"\ndrop = \"lowest_seq\"",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();
             let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();

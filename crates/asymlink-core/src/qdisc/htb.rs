@@ -49,6 +49,8 @@
 //! its rate; the same ACK charged as 40 IP bytes would cost 0.84 ms and let 1 187 ACKs/s
 //! through — 2.65 times what the line can carry.
 
+pub mod ack_fifo;
+
 use super::{
     Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError,
     QdiscConfig, QdiscStats, Verdict,

@@ -49,6 +49,7 @@ pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use fifo::{Fifo, FifoConfig};
 pub use hfsc::{Hfsc, HfscConfig};
+pub use htb::ack_fifo::{AckFifo, AckFifoConfig, AckFifoDrop};
 pub use htb::{ClassMode, Htb, HtbConfig};
 pub use prio::{Prio, PrioConfig};
 pub use tbf::{Tbf, TbfConfig};
