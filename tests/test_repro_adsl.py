@@ -40,7 +40,7 @@ def _mix_scenarios() -> dict[str, dict]:
 
 def test_arms_share_topology_traffic_and_tcp() -> None:
     scenarios = _mix_scenarios()
-    assert len(scenarios) == 10
+    assert len(scenarios) == 11
     ref = next(iter(scenarios.values()))
     for name, data in scenarios.items():
         for key in ("nodes", "links", "flows", "tcp", "duration", "seed"):

@@ -240,7 +240,7 @@ def _bars_figure(out_dir: Path, metrics: Metrics, panels: list[tuple[str, str]],
 
 # --- adsl-linksharing ----------------------------------------------------------------------
 
-LINKSHARING_ARMS = ["fifo", "ackprio", "htb5"]
+LINKSHARING_ARMS = ["fifo", "ackprio", "htb5", "hfsc"]
 
 
 def _linksharing_run(out_dir: Path, quick: bool) -> dict[str, Any]:
@@ -278,7 +278,7 @@ def _linksharing_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
                      [("down_mbps", "downstream goodput (Mbit/s)"),
                       ("interactive_rtt_ms", "interactive RTT (ms)"),
                       ("good_rtt_ms", "good-class RTT (ms)")],
-                     "bars.png", "adsl-linksharing: FIFO, ACK priority, five-class HTB"),
+                     "bars.png", "adsl-linksharing: FIFO, ACK priority, five classes (HTB, HFSC)"),
         _timeseries_figure(out_dir, LINKSHARING_ARMS, "down", "downstream.png",
                            "adsl-linksharing: downstream goodput"),
     ]

@@ -288,8 +288,8 @@ mod tests {
     }
 
     fn q(drop: &str) -> AckFifo<HeaderPacket> {
-        let cfg: AckFifoConfig = toml::from_str(&format!("limit = \"3p\"\ndrop = \"{drop}\""))
-            .unwrap();
+        let cfg: AckFifoConfig =
+            toml::from_str(&format!("limit = \"3p\"\ndrop = \"{drop}\"")).unwrap();
         AckFifo::new(&cfg).unwrap()
     }
 
@@ -312,7 +312,10 @@ mod tests {
             check(&f);
         }
         assert_eq!(d.len(), 1);
-        assert_eq!(d.since(0)[0].verdict, Verdict::Dropped(DropReason::QueueFull));
+        assert_eq!(
+            d.since(0)[0].verdict,
+            Verdict::Dropped(DropReason::QueueFull)
+        );
         assert_eq!(acks_in(&mut f), vec![(0, 1000), (0, 2000), (0, 3000)]);
         check(&f);
     }
@@ -349,7 +352,10 @@ mod tests {
         // The newest queued ACK (a duplicate) must stay, so nothing older may go either:
         // the arrival is dropped.
         f.enqueue(ms(0), ack(0, 3000), &mut d);
-        assert_eq!(d.since(0)[0].verdict, Verdict::Dropped(DropReason::QueueFull));
+        assert_eq!(
+            d.since(0)[0].verdict,
+            Verdict::Dropped(DropReason::QueueFull)
+        );
         assert_eq!(acks_in(&mut f), vec![(0, 1000), (0, 2000), (0, 2000)]);
         check(&f);
     }
