@@ -16,8 +16,10 @@
 //! * **Estimators** — [`estimator`]: TSW rate, EWMA, min-RTT.
 //! * **ACK safety** — [`ack`]: may a queued ACK be removed in favour of a newer one?
 //! * **Queue disciplines** — [`qdisc`]: the [`qdisc::Qdisc`] trait with its conservation
-//!   counters, and FIFO, strict priority, DRR, TBF and the ACK filter.
-//! * **Classification** — [`classify`]: rules → classes.
+//!   counters, and FIFO, strict priority, DRR, TBF, the ACK filter, the hierarchical
+//!   schedulers HTB and HFSC (with link-layer accounting) and the ADSL ack class's queue.
+//! * **Classification** — [`classify`]: rules → classes, the ADSL paper's five-class
+//!   preset and its peer-to-peer host heuristic.
 //! * **The middlebox** — [`pipeline`]: per direction classify → rewrite → discipline, with
 //!   cross-direction observations passed explicitly.
 //!
