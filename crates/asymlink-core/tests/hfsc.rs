@@ -256,3 +256,33 @@ fn errors_name_the_problem() {
         assert!(e.contains(needle), "{src}: {e}");
     }
 }
+
+#[test]
+fn a_shaping_leaf_discipline_is_waited_for() {
+    // A leaf whose own discipline is a 100 kbit/s token bucket: HFSC answers "not before"
+    // the bucket's time (never "empty" with packets queued) and the leaf runs at 100k.
+    let cfg: HfscConfig = toml::from_str(
+        "classes = [{ name = \"a\", ls = { m2 = \"1Mbit\" }, \
+         queue = { kind = \"tbf\", rate = \"100kbit\", burst = \"1000B\" } }]",
+    )
+    .unwrap();
+    let mut q: Hfsc<HeaderPacket> = Hfsc::new(&cfg, &BuildCtx::with_classes(&["a"])).unwrap();
+    let mut d = Drops::new();
+    for i in 0..3 {
+        q.enqueue(ms(0), pkt(0, 1000, i), &mut d);
+    }
+    assert!(q.dequeue(ms(0), &mut d).packet().is_some());
+    assert_eq!(q.dequeue(ms(0), &mut d), Dequeued::NotBefore(ms(80)));
+    assert!(q.dequeue(ms(80), &mut d).packet().is_some());
+    check(&q);
+    let mut q = build(
+        &format!(
+            "kind = \"hfsc\"\n{}",
+            "classes = [{ name = \"a\", ls = { m2 = \"1Mbit\" }, \
+         queue = { kind = \"tbf\", rate = \"100kbit\", burst = \"1000B\" } }]"
+        ),
+        &["a"],
+    );
+    let s = serve(&mut *q, GIG, secs(11), &[(0, 1000, secs(0), secs(99))], 10);
+    close("a", rate_of(&s, 0, secs(1), secs(11)), 100e3, 0.01);
+}

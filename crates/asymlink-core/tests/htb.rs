@@ -289,3 +289,16 @@ fn the_papers_five_class_tree_keeps_its_guarantees() {
     close("default", r(4), 13e3, 0.10);
     close("bad", r(3), 5.2e3, 0.15);
 }
+
+#[test]
+fn a_shaping_leaf_discipline_is_waited_for() {
+    // A leaf whose discipline is a 100 kbit/s token bucket under a 1 Mbit/s class: HTB
+    // answers "not before" the bucket's time and the leaf runs at 100 kbit/s.
+    let mut q = build(
+        "kind = \"htb\"\nclasses = [{ name = \"a\", rate = \"1Mbit\", \
+         queue = { kind = \"tbf\", rate = \"100kbit\", burst = \"1000B\" } }]",
+        &["a"],
+    );
+    let s = serve(&mut *q, GIG, secs(11), &[(0, 1000, secs(0), secs(99))], 10);
+    close("a", rate_of(&s, 0, secs(1), secs(11)), 100e3, 0.01);
+}

@@ -328,6 +328,8 @@ struct Leaf<P> {
     q: Box<dyn Qdisc<P>>,
     /// The head packet, taken out of `q` (still queued as far as HFSC is concerned).
     head: Option<P>,
+    /// When `q` said it would have a packet (a shaping child discipline).
+    wait: Option<Instant>,
 }
 
 struct Class<P> {
@@ -522,7 +524,11 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
                 .map_err(|e| {
                     QdiscBuildError::new(format!("{}.{}", key(i, "queue"), e.key), e.msg)
                 })?;
-                cl.leaf = Some(Leaf { q, head: None });
+                cl.leaf = Some(Leaf {
+                    q,
+                    head: None,
+                    wait: None,
+                });
             }
             if let Some(s) = cl.rsc {
                 cl.deadline = Rtsc::new(s, 0, 0);
@@ -630,8 +636,11 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
         let leaf = self.classes[l].leaf.as_mut().expect("leaf");
         if leaf.head.is_none() && leaf.q.backlog().packets > 0 {
             let mark = drops.len();
-            if let Dequeued::Packet(p) = leaf.q.dequeue(now, drops) {
-                leaf.head = Some(p);
+            leaf.wait = None;
+            match leaf.q.dequeue(now, drops) {
+                Dequeued::Packet(p) => leaf.head = Some(p),
+                Dequeued::NotBefore(t) => leaf.wait = Some(t),
+                Dequeued::Empty => {}
             }
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
@@ -888,6 +897,11 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Hfsc<P> {
                         next = earliest(next, Some(Instant(self.classes[ROOT].cfmin)));
                     }
                     next = earliest(next, self.poll_at());
+                    for c in &self.classes {
+                        if let Some(l) = c.leaf.as_ref().filter(|l| l.head.is_none()) {
+                            next = earliest(next, l.wait);
+                        }
+                    }
                     return match next {
                         Some(x) => Dequeued::NotBefore(x.max(Instant(t + 1))),
                         None => Dequeued::Empty,
