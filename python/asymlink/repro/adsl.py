@@ -308,15 +308,15 @@ def _ackfifo_measure(res: Results, ack_rate: float) -> dict[str, float]:
     ack = queue_row(res, f"{SHAPER}/ack")
     offered = float(ack["received"])
     removed = float(ack["dropped"]) + float(ack["filtered"])
-    # The ack class's sent cells: its ACKs are 52 bytes = 2 cells = 106 bytes charged
-    # (every packet of the class leaves on the line; the probes are 64 bytes = 2 cells too).
-    charged = float(ack["dequeued"]) * 2 * 53
+    # The cells the pure ACKs took on the line (all of them come from the ack class), over
+    # what the class's rate allows: its use of its rate.
+    ack_line = ack_shares(res, MODEM_UP, LINE_BPS, OAM_ONE_IN)["uplink"] * LINE_BPS
     fs = res.flow_summary.set_index("flow")
     return {
         "down": goodput_mbps(res, "down", t0, t1),
         "removed": removed,
         "share": removed / offered if offered else 0.0,
-        "use": charged * 8 / (ack_rate * float(res.meta["duration_s"])),
+        "use": ack_line / ack_rate,
         "ack_rtt": ping_rtt_ms(res, "ping_ack", t0),
         "retx": float(fs.loc["down", "retransmits"]),
     }
