@@ -141,7 +141,8 @@ impl Monitor {
 
     /// One sample of a queue; `sojourn` is the cumulative (sum of sojourn times in ns,
     /// packets sent) of the link direction it feeds, from which the mean sojourn time of
-    /// the packets that left since the previous sample follows (NaN if none did).
+    /// the packets that left since the previous sample follows (0 if none did: a number,
+    /// so that equal runs compare equal).
     pub fn queue_row(&mut self, now: Instant, idx: usize, st: &QdiscStats, sojourn: (u64, u64)) {
         if !self.queues_on {
             return;
@@ -152,7 +153,7 @@ impl Monitor {
         let (last_sum, last_n) = self.last_sojourn[idx];
         let n = sojourn.1.saturating_sub(last_n);
         let mean_ms = if n == 0 {
-            f64::NAN
+            0.0
         } else {
             sojourn.0.saturating_sub(last_sum) as f64 / n as f64 / 1e6
         };

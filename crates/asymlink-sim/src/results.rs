@@ -7,7 +7,7 @@
 //!   `bytes_acked`, `bytes_delivered`, `retransmits`, `timeouts`.
 //! * `queues` — per-queue time series: `t`, `queue`, `packets`, `bytes`, `drops`,
 //!   `filtered`, `dequeued`, `sojourn_ms` (mean time from offer to start of transmission
-//!   of the packets that left since the previous sample; NaN if none).
+//!   of the packets that left since the previous sample; 0 if none).
 //! * `links` — per link direction: `t`, `link`, `utilization` (fraction of the interval the
 //!   transmitter was busy), `tx_bytes` (cumulative).
 //! * `events` — discrete events: `t`, `kind`, `where`, `flow`, `detail`.

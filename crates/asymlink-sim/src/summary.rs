@@ -124,7 +124,7 @@ fn queue_summary(w: &World) -> Table {
             d.tx_wire_bytes,
             d.tx_acks,
             if d.tx_packets == 0 {
-                f64::NAN
+                0.0
             } else {
                 d.sojourn_sum_ns as f64 / d.tx_packets as f64 / 1e6
             },

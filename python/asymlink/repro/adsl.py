@@ -73,7 +73,7 @@ def sojourn_ms(res: Results, queue: str, t0: float) -> float:
     q = res.queues[res.queues["queue"] == queue].sort_values("t")
     n = np.diff(q["dequeued"].to_numpy(float), prepend=0.0)
     s = q["sojourn_ms"].to_numpy(float)
-    sel = (q["t"].to_numpy(float) > t0) & (n > 0) & np.isfinite(s)
+    sel = (q["t"].to_numpy(float) > t0) & (n > 0)
     return float((s[sel] * n[sel]).sum() / n[sel].sum()) if sel.any() else 0.0
 
 
