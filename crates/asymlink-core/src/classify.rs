@@ -17,13 +17,41 @@
 //!
 //! The class table (names → [`ClassId`]) is the order in which classes first appear in the
 //! rules, then the default.
+//!
+//! # The ADSL paper's five classes
+//!
+//! `preset = "five_class"` appends the policy of Brouer & Hansen (2004, §III-C) after any
+//! rules given: *ack* (pure TCP ACKs of every class), *interactive* (ssh, telnet, chat;
+//! DSCP EF or the old "minimize delay" TOS), *bad* (known peer-to-peer ports: eDonkey,
+//! Kazaa/FastTrack, BitTorrent, Gnutella), *good* (well-known services, TCP handshakes,
+//! DNS) and *default*. With `p2p_hosts` it adds the paper's per-host heuristic, right after
+//! the ACK rule: "if the bandwidth consumption of a local host increases above a certain
+//! threshold, all connections between that host and external hosts are examined. If any of
+//! the external hosts use known peer-to-peer ports, all traffic from the local node is
+//! assumed to be peer-to-peer traffic".
+//!
+//! ```toml
+//! [classifier]
+//! preset = "five_class"
+//! local = ["192.168.0.0/16"]                   # the LAN behind the middlebox
+//! p2p_hosts = { threshold = "100kbit", window = "10s", hold = "60s" }
+//! ```
+//!
+//! The heuristic keeps, per local host seen, a TSW rate estimate of the bytes this
+//! classifier passes and the last time it talked to a remote peer-to-peer port; a host
+//! whose rate exceeds `threshold` while such a contact is at most `window` old is flagged
+//! for `hold`, and `match = { p2p_host = true }` matches its packets. At most `max_hosts`
+//! hosts are tracked (further hosts are not, and never match).
 
+use crate::estimator::Tsw;
 use crate::packet::{ClassId, Pkt};
 use crate::time::Instant;
+use crate::units::{Rate, Span};
 use crate::wire::{proto, Headers, TcpFlags, Transport};
 use core::net::IpAddr;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 
 /// An address prefix, written `10.0.0.0/8`, `2001:db8::/32` or a bare address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +252,9 @@ pub struct Match {
     pub max_len: Option<u32>,
     /// DSCP in this list.
     pub dscp: Option<Vec<u8>>,
+    /// The packet's local host is flagged by the peer-to-peer host heuristic (true) or not
+    /// (false). Needs `p2p_hosts` in the classifier.
+    pub p2p_host: Option<bool>,
 }
 
 fn ports(h: &Headers) -> Option<(u16, u16)> {
@@ -235,9 +266,18 @@ fn ports(h: &Headers) -> Option<(u16, u16)> {
 }
 
 impl Match {
-    /// Whether a packet with these headers and IP length matches. Unparsed packets
-    /// (`h = None`) match only an empty match or one on length alone.
+    /// Whether a packet with these headers and IP length matches, for a packet whose local
+    /// host is not flagged as a peer-to-peer host. Unparsed packets (`h = None`) match only
+    /// an empty match or one on length alone.
     pub fn matches(&self, h: Option<&Headers>, ip_len: u32) -> bool {
+        self.matches_host(h, ip_len, false)
+    }
+
+    /// [`Match::matches`] knowing whether the packet's local host is flagged.
+    pub fn matches_host(&self, h: Option<&Headers>, ip_len: u32, p2p_host: bool) -> bool {
+        if self.p2p_host.is_some_and(|want| want != p2p_host) {
+            return false;
+        }
         if self.min_len.is_some_and(|m| ip_len < m) || self.max_len.is_some_and(|m| ip_len > m) {
             return false;
         }
@@ -249,7 +289,8 @@ impl Match {
             || self.port.is_some()
             || self.flags.is_some()
             || self.pure_ack.is_some()
-            || self.dscp.is_some();
+            || self.dscp.is_some()
+            || self.p2p_host == Some(true);
         let Some(h) = h else { return !needs_headers };
         if self.proto.is_some_and(|p| p.0 != h.protocol()) {
             return false;
@@ -323,23 +364,246 @@ pub struct ClassifierConfig {
     /// Extra class names to define even if no rule assigns them.
     #[serde(default)]
     pub classes: Vec<String>,
+    /// A built-in policy whose rules follow `rules` (its default class applies when
+    /// `default` is not given).
+    #[serde(default)]
+    pub preset: Option<Preset>,
+    /// The local (LAN) prefixes, for the peer-to-peer host heuristic.
+    #[serde(default)]
+    pub local: Option<Vec<Cidr>>,
+    /// The peer-to-peer host heuristic (needs `local`).
+    #[serde(default)]
+    pub p2p_hosts: Option<P2pHostConfig>,
+}
+
+/// Built-in policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preset {
+    /// The ADSL paper's classes: ack, interactive, good, bad, default.
+    FiveClass,
+}
+
+/// Parameters of the peer-to-peer host heuristic.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct P2pHostConfig {
+    /// A local host above this rate is examined.
+    pub threshold: Rate,
+    /// Averaging window of the rate estimate and how recent a peer-to-peer contact must be
+    /// (default 10 s).
+    #[serde(default = "default_p2p_window")]
+    pub window: Span,
+    /// How long a flagged host stays flagged after the last time it qualified (default
+    /// 60 s).
+    #[serde(default = "default_p2p_hold")]
+    pub hold: Span,
+    /// Most hosts tracked (default 4096).
+    #[serde(default = "default_max_hosts")]
+    pub max_hosts: u32,
+}
+
+fn default_p2p_window() -> Span {
+    Span(crate::time::Duration::from_secs(10))
+}
+fn default_p2p_hold() -> Span {
+    Span(crate::time::Duration::from_secs(60))
+}
+fn default_max_hosts() -> u32 {
+    4096
+}
+
+/// Well-known peer-to-peer ports: eDonkey 4661-4672, Kazaa/FastTrack 1214, BitTorrent
+/// 6881-6889, Gnutella 6346-6347.
+pub const P2P_PORTS: [(u16, u16); 4] = [(4661, 4672), (1214, 1214), (6881, 6889), (6346, 6347)];
+/// Interactive ports: ssh 22, telnet 23, MSN 1863, AIM/ICQ 5190, XMPP 5222-5223, IRC
+/// 6660-6669 and 6697.
+pub const INTERACTIVE_PORTS: [(u16, u16); 7] = [
+    (22, 22),
+    (23, 23),
+    (1863, 1863),
+    (5190, 5190),
+    (5222, 5223),
+    (6660, 6669),
+    (6697, 6697),
+];
+/// Well-known services: ftp 20-21, smtp 25, dns 53, http 80, pop3 110, ntp 123, imap
+/// 143, https 443, smtps 465, submission 587, imaps 993, pop3s 995, http-alt 8080.
+pub const GOOD_PORTS: [(u16, u16); 13] = [
+    (20, 21),
+    (25, 25),
+    (53, 53),
+    (80, 80),
+    (110, 110),
+    (123, 123),
+    (143, 143),
+    (443, 443),
+    (465, 465),
+    (587, 587),
+    (993, 993),
+    (995, 995),
+    (8080, 8080),
+];
+
+fn ranges(v: &[(u16, u16)]) -> Vec<PortRange> {
+    v.iter().map(|&(lo, hi)| PortRange { lo, hi }).collect()
+}
+
+impl Preset {
+    /// The preset's rules (with the host rule when the heuristic is on) and default class.
+    pub fn rules(self, p2p_hosts: bool) -> (Vec<Rule>, &'static str) {
+        match self {
+            Preset::FiveClass => {
+                let rule = |class: &str, when: Match| Rule {
+                    class: class.to_string(),
+                    when,
+                };
+                let mut v = vec![rule(
+                    "ack",
+                    Match {
+                        pure_ack: Some(true),
+                        ..Match::default()
+                    },
+                )];
+                if p2p_hosts {
+                    v.push(rule(
+                        "bad",
+                        Match {
+                            p2p_host: Some(true),
+                            ..Match::default()
+                        },
+                    ));
+                }
+                v.push(rule(
+                    "interactive",
+                    Match {
+                        port: Some(ranges(&INTERACTIVE_PORTS)),
+                        ..Match::default()
+                    },
+                ));
+                v.push(rule(
+                    "interactive",
+                    Match {
+                        dscp: Some(vec![46, 4]),
+                        ..Match::default()
+                    },
+                ));
+                v.push(rule(
+                    "bad",
+                    Match {
+                        port: Some(ranges(&P2P_PORTS)),
+                        ..Match::default()
+                    },
+                ));
+                v.push(rule(
+                    "good",
+                    Match {
+                        proto: Some(Proto(proto::TCP)),
+                        flags: Some(vec![FlagName::Syn]),
+                        ..Match::default()
+                    },
+                ));
+                v.push(rule(
+                    "good",
+                    Match {
+                        port: Some(ranges(&GOOD_PORTS)),
+                        ..Match::default()
+                    },
+                ));
+                (v, "default")
+            }
+        }
+    }
 }
 
 impl ClassifierConfig {
+    /// The rules in force: the configured ones, then the preset's.
+    pub fn effective_rules(&self) -> Vec<Rule> {
+        let mut v = self.rules.clone();
+        if let Some(p) = self.preset {
+            v.extend(p.rules(self.p2p_hosts.is_some()).0);
+        }
+        v
+    }
+
+    /// The default class in force.
+    pub fn effective_default(&self) -> Option<String> {
+        self.default.clone().or_else(|| {
+            self.preset
+                .map(|p| p.rules(self.p2p_hosts.is_some()).1.to_string())
+        })
+    }
+
     /// The class table: names in order of first appearance.
     pub fn class_names(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
+        let rules = self.effective_rules();
+        let default = self.effective_default();
         let all = self
             .classes
             .iter()
-            .chain(self.rules.iter().map(|r| &r.class))
-            .chain(self.default.iter());
+            .chain(rules.iter().map(|r| &r.class))
+            .chain(default.iter());
         for n in all {
             if !names.contains(n) {
                 names.push(n.clone());
             }
         }
         names
+    }
+}
+
+/// Per-host state of the peer-to-peer heuristic.
+#[derive(Clone, Debug)]
+struct HostState {
+    rate: Tsw,
+    p2p_seen: Option<Instant>,
+    flagged_until: Option<Instant>,
+}
+
+/// The peer-to-peer host heuristic.
+#[derive(Clone, Debug)]
+struct P2pHosts {
+    cfg: P2pHostConfig,
+    local: Vec<Cidr>,
+    ports: Vec<PortRange>,
+    hosts: BTreeMap<IpAddr, HostState>,
+    flagged_total: u64,
+}
+
+impl P2pHosts {
+    /// Account the packet and say whether its local host is flagged.
+    fn observe(&mut self, now: Instant, h: &Headers, ip_len: u32) -> bool {
+        let (local, remote_port) = if self.local.iter().any(|c| c.contains(h.ip.src)) {
+            (h.ip.src, ports(h).map(|p| p.1))
+        } else if self.local.iter().any(|c| c.contains(h.ip.dst)) {
+            (h.ip.dst, ports(h).map(|p| p.0))
+        } else {
+            return false;
+        };
+        if !self.hosts.contains_key(&local) && self.hosts.len() >= self.cfg.max_hosts as usize {
+            return false;
+        }
+        let window = self.cfg.window.0;
+        let st = self.hosts.entry(local).or_insert_with(|| HostState {
+            rate: Tsw::new(window),
+            p2p_seen: None,
+            flagged_until: None,
+        });
+        st.rate.update(now, ip_len);
+        if remote_port.is_some_and(|p| self.ports.iter().any(|r| r.contains(p))) {
+            st.p2p_seen = Some(now);
+        }
+        let recent = st
+            .p2p_seen
+            .is_some_and(|t| now.saturating_since(t) <= window);
+        if recent && st.rate.rate() > self.cfg.threshold {
+            if st.flagged_until.is_none_or(|u| u <= now) {
+                self.flagged_total += 1;
+            }
+            st.flagged_until = Some(now + self.cfg.hold.0);
+        }
+        st.flagged_until.is_some_and(|u| u > now)
     }
 }
 
@@ -350,6 +614,7 @@ pub struct Classifier {
     default: ClassId,
     names: Vec<String>,
     counts: Vec<u64>,
+    p2p: Option<P2pHosts>,
 }
 
 impl Classifier {
@@ -365,15 +630,50 @@ impl Classifier {
                 return Err("class names must not be empty".into());
             }
         }
+        let rules = cfg.effective_rules();
+        let p2p = match (&cfg.p2p_hosts, &cfg.local) {
+            (None, _) => {
+                if rules.iter().any(|r| r.when.p2p_host.is_some()) {
+                    return Err(
+                        "a rule matches p2p_host but the classifier has no p2p_hosts heuristic"
+                            .into(),
+                    );
+                }
+                None
+            }
+            (Some(_), None) => {
+                return Err(
+                    "p2p_hosts needs 'local': the LAN prefixes whose hosts it watches".into(),
+                )
+            }
+            (Some(c), Some(local)) => {
+                if c.threshold.0 == 0 || c.window.0.is_zero() || c.max_hosts == 0 {
+                    return Err(
+                        "p2p_hosts: threshold, window and max_hosts must be positive".into(),
+                    );
+                }
+                Some(P2pHosts {
+                    cfg: *c,
+                    local: local.clone(),
+                    ports: ranges(&P2P_PORTS),
+                    hosts: BTreeMap::new(),
+                    flagged_total: 0,
+                })
+            }
+        };
         Ok(Classifier {
-            rules: cfg
-                .rules
+            rules: rules
                 .iter()
                 .map(|r| (r.when.clone(), id(&r.class)))
                 .collect(),
-            default: cfg.default.as_deref().map(id).unwrap_or(ClassId::NONE),
+            default: cfg
+                .effective_default()
+                .as_deref()
+                .map(id)
+                .unwrap_or(ClassId::NONE),
             counts: vec![0; names.len() + 1],
             names,
+            p2p,
         })
     }
 
@@ -383,13 +683,17 @@ impl Classifier {
     }
 
     /// Classify and record the class in the packet.
-    pub fn classify<P: Pkt>(&mut self, _now: Instant, pkt: &mut P) -> ClassId {
+    pub fn classify<P: Pkt>(&mut self, now: Instant, pkt: &mut P) -> ClassId {
         let h = pkt.headers();
         let len = pkt.ip_len();
+        let flagged = match (&mut self.p2p, h) {
+            (Some(p), Some(h)) => p.observe(now, h, len),
+            _ => false,
+        };
         let c = self
             .rules
             .iter()
-            .find(|(m, _)| m.matches(h, len))
+            .find(|(m, _)| m.matches_host(h, len, flagged))
             .map(|(_, c)| *c)
             .unwrap_or(self.default);
         let slot = if c.is_some() {
@@ -405,6 +709,21 @@ impl Classifier {
     /// Packets per class (the last entry counts unclassified packets).
     pub fn counts(&self) -> &[u64] {
         &self.counts
+    }
+
+    /// Whether the peer-to-peer heuristic currently flags `host`.
+    pub fn is_p2p_host(&self, host: IpAddr, now: Instant) -> bool {
+        self.p2p.as_ref().is_some_and(|p| {
+            p.hosts
+                .get(&host)
+                .and_then(|s| s.flagged_until)
+                .is_some_and(|u| u > now)
+        })
+    }
+
+    /// How many times a host became flagged.
+    pub fn p2p_flagged_total(&self) -> u64 {
+        self.p2p.as_ref().map(|p| p.flagged_total).unwrap_or(0)
     }
 }
 
@@ -520,5 +839,158 @@ mod tests {
                 .to_string();
             assert!(e.contains(needle), "{e}");
         }
+    }
+
+    fn pkt_from(
+        src: &str,
+        dst: &str,
+        sport: u16,
+        dport: u16,
+        flags: TcpFlags,
+        payload: u32,
+    ) -> HeaderPacket {
+        HeaderPacket::new(Headers::tcp(
+            IpRepr::new(src.parse().unwrap(), dst.parse().unwrap()),
+            TcpRepr {
+                src_port: sport,
+                dst_port: dport,
+                seq: SeqNumber(1),
+                ack: SeqNumber(1),
+                flags,
+                window: 1000,
+                urgent: 0,
+                opts: TcpOptions::default(),
+            },
+            payload,
+        ))
+    }
+
+    fn name(c: &Classifier, id: ClassId) -> &str {
+        if id.is_some() {
+            &c.class_names()[id.0 as usize]
+        } else {
+            "(none)"
+        }
+    }
+
+    #[test]
+    fn five_class_preset() {
+        let mut c = cls("preset = \"five_class\"");
+        assert_eq!(
+            c.class_names(),
+            &["ack", "interactive", "bad", "good", "default"]
+        );
+        let a = TcpFlags::ACK;
+        let cases: Vec<(HeaderPacket, &str)> = vec![
+            (tcp(a, 0, 6881, true), "ack"), // a SACK-bearing ACK of a p2p flow: still ack
+            (tcp(a, 100, 22, false), "interactive"),
+            (tcp(a, 100, 6667, false), "interactive"),
+            (tcp(a, 1000, 6882, false), "bad"),
+            (tcp(a, 1000, 4662, false), "bad"),
+            (tcp(TcpFlags::SYN, 0, 40001, false), "good"),
+            (tcp(TcpFlags::SYN | a, 0, 40001, false), "good"),
+            (tcp(a, 1000, 80, false), "good"),
+            (tcp(a, 1000, 12345, false), "default"),
+            (tcp(a | TcpFlags::FIN, 0, 12345, false), "default"),
+        ];
+        for (mut p, want) in cases {
+            let got = c.classify(Instant::ZERO, &mut p);
+            assert_eq!(name(&c, got), want, "{:?}", p.hdr.transport);
+        }
+        // UDP: DNS is good; a probe marked EF is interactive.
+        let mut dns = HeaderPacket::new(Headers {
+            ip: IpRepr::new("10.0.0.1".parse().unwrap(), "192.0.2.1".parse().unwrap()),
+            transport: Transport::Udp(crate::wire::UdpRepr {
+                src_port: 40000,
+                dst_port: 53,
+            }),
+            payload_len: 40,
+        });
+        let got = c.classify(Instant::ZERO, &mut dns);
+        assert_eq!(name(&c, got), "good");
+        dns.hdr.ip.dscp = 46;
+        if let Transport::Udp(u) = &mut dns.hdr.transport {
+            u.dst_port = 9999;
+        }
+        let got = c.classify(Instant::ZERO, &mut dns);
+        assert_eq!(name(&c, got), "interactive");
+        // Rules given explicitly come first.
+        let mut c = cls(
+            "preset = \"five_class\"\nrules = [{ class = \"interactive\", match = { port = [\"2222\"] } }]",
+        );
+        let got = c.classify(Instant::ZERO, &mut tcp(a, 10, 2222, false));
+        assert_eq!(name(&c, got), "interactive");
+    }
+
+    #[test]
+    fn p2p_host_heuristic() {
+        // 100 kbit/s threshold, 1 s window, 5 s hold; the LAN is 10.0.0.0/24.
+        let mut c = cls("preset = \"five_class\"\nlocal = [\"10.0.0.0/24\"]\n\
+             p2p_hosts = { threshold = \"100kbit\", window = \"1s\", hold = \"5s\" }");
+        let a = TcpFlags::ACK;
+        let web = |t: u64, c: &mut Classifier| {
+            let mut p = pkt_from("10.0.0.5", "192.0.2.9", 40000, 80, a, 1460);
+            let id = c.classify(Instant::from_millis(t), &mut p);
+            name(c, id).to_string()
+        };
+        // 1500-byte packets every 10 ms: 1.2 Mbit/s, well above the threshold, but no
+        // peer-to-peer contact: good.
+        for t in (0..2000).step_by(10) {
+            assert_eq!(web(t, &mut c), "good");
+        }
+        // One packet to a remote BitTorrent port: bad by its port, and the host is flagged.
+        let mut p2p = pkt_from("10.0.0.5", "198.51.100.7", 40001, 6881, a, 1460);
+        let id = c.classify(Instant::from_millis(2000), &mut p2p);
+        assert_eq!(name(&c, id), "bad");
+        assert!(c.is_p2p_host("10.0.0.5".parse().unwrap(), Instant::from_millis(2000)));
+        // Now all its traffic is bad ...
+        assert_eq!(web(2010, &mut c), "bad");
+        // ... in both directions (the remote side's source port is the p2p port) ...
+        let mut back = pkt_from("192.0.2.9", "10.0.0.5", 80, 40000, a, 1460);
+        let id = c.classify(Instant::from_millis(2020), &mut back);
+        assert_eq!(name(&c, id), "bad");
+        // ... except its pure ACKs, which stay in the ack class.
+        let mut ack = pkt_from("10.0.0.5", "192.0.2.9", 40000, 80, a, 0);
+        let id = c.classify(Instant::from_millis(2030), &mut ack);
+        assert_eq!(name(&c, id), "ack");
+        // Another host is not affected.
+        let mut other = pkt_from("10.0.0.6", "192.0.2.9", 40000, 80, a, 1460);
+        let id = c.classify(Instant::from_millis(2040), &mut other);
+        assert_eq!(name(&c, id), "good");
+        // The host keeps qualifying while the contact is at most the window (1 s) old,
+        // i.e. until 3000 ms; the flag then lasts the hold (5 s): until 8000 ms.
+        for t in (2050..8000).step_by(10) {
+            assert_eq!(web(t, &mut c), "bad", "at {t} ms");
+        }
+        assert_eq!(web(8000, &mut c), "good");
+        assert_eq!(c.p2p_flagged_total(), 1);
+        // A host below the threshold talking to a p2p port is not flagged.
+        let mut slow = pkt_from("10.0.0.7", "198.51.100.7", 40001, 6881, a, 100);
+        c.classify(Instant::from_secs(10), &mut slow);
+        let mut slow_web = pkt_from("10.0.0.7", "192.0.2.9", 40000, 80, a, 100);
+        let id = c.classify(Instant::from_secs(10), &mut slow_web);
+        assert_eq!(name(&c, id), "good");
+    }
+
+    #[test]
+    fn p2p_config_errors() {
+        for (src, needle) in [
+            (
+                "preset = \"five_class\"\np2p_hosts = { threshold = \"1Mbit\" }",
+                "needs 'local'",
+            ),
+            (
+                "rules = [{ class = \"x\", match = { p2p_host = true } }]",
+                "no p2p_hosts",
+            ),
+        ] {
+            let cfg: ClassifierConfig = toml::from_str(src).unwrap();
+            let e = Classifier::new(&cfg).unwrap_err();
+            assert!(e.contains(needle), "{e}");
+        }
+        let e = toml::from_str::<ClassifierConfig>("preset = \"six_class\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("six_class"), "{e}");
     }
 }

@@ -14,9 +14,12 @@
 //!   incremental checksums; [`packet::Pkt`], what the algorithms may ask of a packet.
 //! * **Sizes on the wire** — [`overhead`]: raw IP, Ethernet, ATM/AAL5 cells, PTM.
 //! * **Estimators** — [`estimator`]: TSW rate, EWMA, min-RTT.
+//! * **ACK safety** — [`ack`]: may a queued ACK be removed in favour of a newer one?
 //! * **Queue disciplines** — [`qdisc`]: the [`qdisc::Qdisc`] trait with its conservation
-//!   counters, and FIFO, strict priority, DRR and TBF.
-//! * **Classification** — [`classify`]: rules → classes.
+//!   counters, and FIFO, strict priority, DRR, TBF, the ACK filter, the hierarchical
+//!   schedulers HTB and HFSC (with link-layer accounting) and the ADSL ack class's queue.
+//! * **Classification** — [`classify`]: rules → classes, the ADSL paper's five-class
+//!   preset and its peer-to-peer host heuristic.
 //! * **The middlebox** — [`pipeline`]: per direction classify → rewrite → discipline, with
 //!   cross-direction observations passed explicitly.
 //!
@@ -26,6 +29,7 @@
 //! deadline at which `handle_timeout` must be called. `now` must not decrease between
 //! calls; a decrease is treated as no time passing.
 
+pub mod ack;
 pub mod checksum;
 pub mod classify;
 pub mod estimator;

@@ -13,16 +13,33 @@
 //!    LLC/SNAP routed, 14 for an Ethernet header), as tc's `overhead`;
 //! 2. `len = max(len, mpu)` — minimum packet unit, as tc's `mpu`;
 //! 3. framing:
-//!    * [`Framing::Raw`]: `len`;
-//!    * [`Framing::Atm`]: add the 8-byte AAL5 trailer, pad to whole 48-byte cell payloads,
-//!      count 53 bytes per cell; optionally add a share of OAM cells;
-//!    * [`Framing::Ptm`]: 64/65 encoding, one extra byte per started 64 bytes (as tc's
+//!    * `Framing::Raw`: `len`;
+//!    * `Framing::Atm`: add the 8-byte AAL5 trailer, pad to whole 48-byte cell payloads,
+//!      count 53 bytes per cell; optionally add the line's share of OAM cells (one cell in
+//!      `oam_one_in` carries no user data, so user cells are charged `N/(N-1)` of their
+//!      size, rounded to the nearest byte);
+//!    * `Framing::Ptm`: 64/65 encoding, one extra byte per started 64 bytes (as tc's
 //!      `linklayer ptm`).
 //!
 //! Worked examples (tested below):
 //! * a 40-byte pure ACK over LLC/SNAP routed (overhead 8): 40 + 8 + 8 = 56 → 2 cells = 106
 //!   bytes on the wire (2.65× its IP size); over VC-mux routed (overhead 0): 48 → 1 cell;
-//! * a 1500-byte packet over LLC/SNAP: 1516 → 32 cells = 1696 bytes.
+//! * a 1500-byte packet over LLC/SNAP: 1516 → 32 cells = 1696 bytes;
+//! * a 52-byte ACK with timestamps (Linux) over LLC/SNAP: 68 → 2 cells = 106 bytes, of
+//!   which 54 are overhead (51 %): the paper's "313 kbit/s of ACKs, 160 kbit/s of it pure
+//!   overhead" is exactly this ratio (313 × 54/106 = 159.5);
+//! * the paper's fixed overheads: the cell header is 5/53 = 9.43 % of the line, one OAM
+//!   cell in 27 another 3.7 %; 500 kbit/s × 48/53 × 26/27 = 436 kbit/s of AAL5 payload
+//!   (the paper rounds to 432).
+//!
+//! # Configuration (tc's vocabulary)
+//!
+//! ```toml
+//! linklayer = "atm"                                   # framing only (tc `linklayer atm`)
+//! linklayer = "llc_snap_routed"                       # a preset: overhead + framing
+//! linklayer = { encap = "pppoe_llc", oam_one_in = 27 }
+//! linklayer = { framing = "atm", overhead = 10, mpu = 0 }
+//! ```
 
 use serde::Deserialize;
 
@@ -76,6 +93,20 @@ pub enum Encapsulation {
 }
 
 impl Encapsulation {
+    /// The configuration names of the presets.
+    pub const NAMES: [&'static str; 11] = [
+        "none",
+        "llc_snap_routed",
+        "llc_snap_bridged",
+        "vc_mux_routed",
+        "vc_mux_bridged",
+        "pppoa_vc_mux",
+        "pppoa_llc",
+        "pppoe_llc",
+        "pppoe_vc_mux",
+        "ethernet",
+        "bridged_ptm",
+    ];
     /// Per-packet overhead bytes.
     pub const fn overhead(self) -> i32 {
         match self {
@@ -126,8 +157,9 @@ pub struct LinkLayer {
     pub mpu: u32,
     /// Framing.
     pub framing: Framing,
-    /// OAM cells per 1000 user cells (ATM only; 0 ignores OAM traffic).
-    pub oam_per_mille: u32,
+    /// One cell in this many on the line is an OAM cell (ATM only; 0 ignores OAM
+    /// traffic). The paper's line: 27.
+    pub oam_one_in: u32,
 }
 
 impl LinkLayer {
@@ -136,7 +168,7 @@ impl LinkLayer {
         overhead: 0,
         mpu: 0,
         framing: Framing::Raw,
-        oam_per_mille: 0,
+        oam_one_in: 0,
     };
 
     /// The link layer of a preset.
@@ -145,7 +177,7 @@ impl LinkLayer {
             overhead: e.overhead(),
             mpu: e.mpu(),
             framing: e.framing(),
-            oam_per_mille: 0,
+            oam_one_in: 0,
         }
     }
 
@@ -169,9 +201,15 @@ impl LinkLayer {
         match self.framing {
             Framing::Raw => self.pre_framing(ip_len),
             Framing::Atm => {
-                let cells = self.atm_cells(ip_len);
-                let oam = (cells * self.oam_per_mille).div_ceil(1000);
-                (cells + oam) * ATM_CELL
+                let bytes = self.atm_cells(ip_len) as u64 * ATM_CELL as u64;
+                if self.oam_one_in < 2 {
+                    return bytes as u32;
+                }
+                // User cells get N-1 of every N cell slots: charge N/(N-1) of their size,
+                // rounded to the nearest byte (an average share, never a whole extra cell
+                // per packet).
+                let n = self.oam_one_in as u64;
+                ((bytes * n + (n - 1) / 2) / (n - 1)) as u32
             }
             Framing::Ptm => {
                 let l = self.pre_framing(ip_len);
@@ -186,11 +224,11 @@ impl LinkLayer {
     }
 }
 
-/// The configuration form of a link layer, in tc's vocabulary:
-/// `{ encap = "llc_snap_routed" }`, or `{ framing = "atm", overhead = 10, mpu = 0 }`.
-/// Fields given explicitly override the preset's.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The configuration form of a link layer, in tc's vocabulary: a string naming a framing
+/// (`"atm"`, `"ptm"`, `"raw"`) or a preset (`"llc_snap_routed"`, ...), or a table
+/// `{ encap = "llc_snap_routed" }`, `{ framing = "atm", overhead = 10, mpu = 0 }`. Fields
+/// given explicitly override the preset's.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct LinkLayerConfig {
     /// A preset.
     pub encap: Option<Encapsulation>,
@@ -200,8 +238,87 @@ pub struct LinkLayerConfig {
     pub overhead: Option<i32>,
     /// Minimum packet unit (overrides the preset's).
     pub mpu: Option<u32>,
-    /// OAM cells per 1000 user cells (ATM).
-    pub oam_per_mille: Option<u32>,
+    /// One cell in this many is an OAM cell (ATM; at least 2).
+    pub oam_one_in: Option<u32>,
+}
+
+/// The table form, checked field by field.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkLayerTable {
+    encap: Option<Encapsulation>,
+    framing: Option<Framing>,
+    overhead: Option<i32>,
+    mpu: Option<u32>,
+    oam_one_in: Option<u32>,
+}
+
+impl core::str::FromStr for LinkLayerConfig {
+    type Err = String;
+    /// A framing name (`atm`, `ptm`, `raw`; `ethernet` is the Ethernet preset) or a preset
+    /// name.
+    fn from_str(s: &str) -> Result<LinkLayerConfig, String> {
+        let framing = match s {
+            "atm" | "adsl" => Some(Framing::Atm),
+            "ptm" | "vdsl" => Some(Framing::Ptm),
+            "raw" | "none" => Some(Framing::Raw),
+            _ => None,
+        };
+        if let Some(f) = framing {
+            return Ok(LinkLayerConfig {
+                framing: Some(f),
+                ..LinkLayerConfig::default()
+            });
+        }
+        let encap = Encapsulation::deserialize(serde::de::value::StrDeserializer::<
+            serde::de::value::Error,
+        >::new(s))
+        .map_err(|_| {
+            format!(
+                "unknown link layer '{s}': a framing (atm, ptm, raw) or a preset ({})",
+                Encapsulation::NAMES.join(", ")
+            )
+        })?;
+        Ok(LinkLayerConfig {
+            encap: Some(encap),
+            ..LinkLayerConfig::default()
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for LinkLayerConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = LinkLayerConfig;
+            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str("a link layer name (\"atm\", \"llc_snap_routed\", ...) or a table")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<LinkLayerConfig, E> {
+                v.parse().map_err(E::custom)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> Result<LinkLayerConfig, A::Error> {
+                let t =
+                    LinkLayerTable::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+                if t.oam_one_in.is_some_and(|n| n < 2) {
+                    return Err(serde::de::Error::custom(
+                        "oam_one_in must be at least 2 (one cell in N is OAM)",
+                    ));
+                }
+                Ok(LinkLayerConfig {
+                    encap: t.encap,
+                    framing: t.framing,
+                    overhead: t.overhead,
+                    mpu: t.mpu,
+                    oam_one_in: t.oam_one_in,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl LinkLayerConfig {
@@ -217,10 +334,22 @@ impl LinkLayerConfig {
         if let Some(m) = self.mpu {
             l.mpu = m;
         }
-        if let Some(o) = self.oam_per_mille {
-            l.oam_per_mille = o;
+        if let Some(o) = self.oam_one_in {
+            l.oam_one_in = o;
         }
         l
+    }
+
+    /// This configuration with tc-style `overhead` / `mpu` given beside it (as in
+    /// `{ kind = "htb", linklayer = "atm", overhead = 8 }`) taking precedence.
+    pub fn with_overrides(mut self, overhead: Option<i32>, mpu: Option<u32>) -> LinkLayerConfig {
+        if overhead.is_some() {
+            self.overhead = overhead;
+        }
+        if mpu.is_some() {
+            self.mpu = mpu;
+        }
+        self
     }
 }
 
@@ -247,10 +376,15 @@ mod tests {
     }
 
     #[test]
-    fn oam_share() {
-        let mut l = LinkLayer::preset(Encapsulation::VcMuxRouted);
-        l.oam_per_mille = 1000; // one OAM cell per user cell (extreme, for the arithmetic)
-        assert_eq!(l.wire_len(40), 2 * 53);
+    fn oam_share_is_an_average_not_a_cell_per_packet() {
+        let mut l = LinkLayer::preset(Encapsulation::LlcSnapRouted);
+        l.oam_one_in = 27;
+        // 2 cells = 106 bytes, × 27/26 = 110.08 -> 110.
+        assert_eq!(l.wire_len(40), 110);
+        // 32 cells = 1696 bytes, × 27/26 = 1761.2 -> 1761.
+        assert_eq!(l.wire_len(1500), 1761);
+        l.oam_one_in = 2; // every other cell (extreme, for the arithmetic)
+        assert_eq!(l.wire_len(40), 212);
     }
 
     #[test]
@@ -276,5 +410,40 @@ mod tests {
         assert_eq!(l.overhead, 10);
         let bad = toml::from_str::<LinkLayerConfig>("encap = \"carrier_pigeon\"");
         assert!(bad.is_err());
+    }
+
+    #[derive(Deserialize, Debug)]
+    struct Holder {
+        linklayer: LinkLayerConfig,
+    }
+
+    #[test]
+    fn string_forms() {
+        let h: Holder = toml::from_str("linklayer = \"atm\"").unwrap();
+        assert_eq!(h.linklayer.build().framing, Framing::Atm);
+        assert_eq!(h.linklayer.build().overhead, 0);
+        let h: Holder = toml::from_str("linklayer = \"pppoa_vc_mux\"").unwrap();
+        assert_eq!(
+            h.linklayer.build(),
+            LinkLayer::preset(Encapsulation::PppoaVcMux)
+        );
+        let e = toml::from_str::<Holder>("linklayer = \"atn\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("atn") && e.contains("llc_snap_routed"), "{e}");
+        let e = toml::from_str::<Holder>("linklayer = { framing = \"atm\", oam_one_in = 1 }")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("oam_one_in"), "{e}");
+        let e = toml::from_str::<Holder>("linklayer = { framin = \"atm\" }")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("framin"), "{e}");
+        let c = h_with("atm").with_overrides(Some(8), None).build();
+        assert_eq!((c.framing, c.overhead), (Framing::Atm, 8));
+    }
+
+    fn h_with(s: &str) -> LinkLayerConfig {
+        s.parse().unwrap()
     }
 }

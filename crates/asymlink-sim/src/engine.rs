@@ -90,6 +90,13 @@ pub(crate) struct LinkDir {
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub busy_ns: u64,
+    /// Wire bytes sent (after the link layer).
+    pub tx_wire_bytes: u64,
+    /// Pure ACKs sent: packets, IP bytes, wire bytes.
+    pub tx_acks: (u64, u64, u64),
+    /// Sum and maximum of the sojourn times (offer to start of transmission), ns.
+    pub sojourn_sum_ns: u64,
+    pub sojourn_max_ns: u64,
     pub lost: u64,
     pub captures: Vec<usize>,
 }
@@ -272,6 +279,10 @@ impl World {
                     tx_packets: 0,
                     tx_bytes: 0,
                     busy_ns: 0,
+                    tx_wire_bytes: 0,
+                    tx_acks: (0, 0, 0),
+                    sojourn_sum_ns: 0,
+                    sojourn_max_ns: 0,
                     lost: 0,
                     captures: Vec::new(),
                 });
@@ -604,9 +615,19 @@ impl World {
         let now = self.now;
         let dir = &mut self.dirs[d as usize];
         let ip_len = p.len;
-        let tx_ns = dir.rate.tx_nanos(dir.ll.wire_len(ip_len) as u64);
+        let wire = dir.ll.wire_len(ip_len) as u64;
+        let tx_ns = dir.rate.tx_nanos(wire);
         dir.tx_packets += 1;
         dir.tx_bytes += ip_len as u64;
+        dir.tx_wire_bytes += wire;
+        if p.hdr.is_pure_ack() {
+            dir.tx_acks.0 += 1;
+            dir.tx_acks.1 += ip_len as u64;
+            dir.tx_acks.2 += wire;
+        }
+        let sojourn = now.as_nanos().saturating_sub(p.queued_at);
+        dir.sojourn_sum_ns += sojourn;
+        dir.sojourn_max_ns = dir.sojourn_max_ns.max(sojourn);
         dir.busy_ns += tx_ns;
         self.packet_hops += 1;
         self.trace_hash = trace_mix(self.trace_hash, now.as_nanos(), d, &p);
@@ -666,6 +687,7 @@ impl World {
     fn enqueue(&mut self, d: u32, mut p: SimPacket) {
         let now = self.now;
         p.class = ClassId::NONE;
+        p.queued_at = now.as_nanos();
         let mut drops = std::mem::take(&mut self.drops);
         let mb = match &mut self.dirs[d as usize].source {
             Source::Own(e) => {
@@ -1211,7 +1233,8 @@ impl World {
         if self.monitor.queues_on() || self.monitor.links_on() {
             for (i, d) in self.dirs.iter().enumerate() {
                 let st = dir_stats(&self.mbs, d);
-                self.monitor.queue_row(now, i, st);
+                self.monitor
+                    .queue_row(now, i, st, (d.sojourn_sum_ns, d.tx_packets));
                 self.monitor.link_row(now, i, d.busy_ns, d.tx_bytes);
             }
         }

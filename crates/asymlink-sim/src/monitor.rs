@@ -37,6 +37,7 @@ struct QueueCols {
     dequeued: Vec<i64>,
     by_drop: Vec<[u64; DropReason::ALL.len()]>,
     by_filter: Vec<[u64; FilterReason::ALL.len()]>,
+    sojourn_ms: Vec<f64>,
 }
 
 #[derive(Default)]
@@ -76,6 +77,7 @@ pub struct Monitor {
     queues: QueueCols,
     links: LinkCols,
     last_busy: Vec<(u64, u64)>,
+    last_sojourn: Vec<(u64, u64)>,
     events: EventCols,
     /// Events not stored because of the cap.
     pub events_dropped: u64,
@@ -95,6 +97,7 @@ impl Monitor {
             queues: QueueCols::default(),
             links: LinkCols::default(),
             last_busy: Vec::new(),
+            last_sojourn: Vec::new(),
             events: EventCols::default(),
             events_dropped: 0,
             measures: MeasureCols::default(),
@@ -138,12 +141,27 @@ impl Monitor {
         f.timeouts.push(s.timeouts as i64);
     }
 
-    /// One sample of a queue.
-    pub fn queue_row(&mut self, now: Instant, idx: usize, st: &QdiscStats) {
+    /// One sample of a queue; `sojourn` is the cumulative (sum of sojourn times in ns,
+    /// packets sent) of the link direction it feeds, from which the mean sojourn time of
+    /// the packets that left since the previous sample follows (0 if none did: a number,
+    /// so that equal runs compare equal).
+    pub fn queue_row(&mut self, now: Instant, idx: usize, st: &QdiscStats, sojourn: (u64, u64)) {
         if !self.queues_on {
             return;
         }
+        if self.last_sojourn.len() <= idx {
+            self.last_sojourn.resize(idx + 1, (0, 0));
+        }
+        let (last_sum, last_n) = self.last_sojourn[idx];
+        let n = sojourn.1.saturating_sub(last_n);
+        let mean_ms = if n == 0 {
+            0.0
+        } else {
+            sojourn.0.saturating_sub(last_sum) as f64 / n as f64 / 1e6
+        };
+        self.last_sojourn[idx] = sojourn;
         let q = &mut self.queues;
+        q.sojourn_ms.push(mean_ms);
         q.t.push(now.as_secs_f64());
         q.idx.push(idx as u32);
         q.packets.push(st.backlog.packets as i64);
@@ -253,7 +271,8 @@ impl Monitor {
             .with("bytes", ColumnData::I64(q.bytes.clone()))
             .with("drops", ColumnData::I64(q.drops.clone()))
             .with("filtered", ColumnData::I64(q.filtered.clone()))
-            .with("dequeued", ColumnData::I64(q.dequeued.clone()));
+            .with("dequeued", ColumnData::I64(q.dequeued.clone()))
+            .with("sojourn_ms", ColumnData::F64(q.sojourn_ms.clone()));
         for r in DropReason::ALL {
             let v = q.by_drop.iter().map(|a| a[r as usize] as i64).collect();
             queues = queues.with(&format!("dropped_{}", r.name()), ColumnData::I64(v));

@@ -32,6 +32,9 @@ pub struct SimPacket {
     pub tag: u64,
     /// `hdr.ip_len()`, computed once (every discipline and link asks for it).
     pub len: u32,
+    /// When it was offered to the egress of the link direction it waits for (ns): its
+    /// sojourn time there is measured when its transmission starts.
+    pub queued_at: u64,
 }
 
 impl SimPacket {
@@ -55,6 +58,7 @@ impl SimPacket {
             src_conn,
             uid,
             tag,
+            queued_at: 0,
         }
     }
 }

@@ -7,14 +7,17 @@
 //!   `bytes_acked`, `bytes_delivered`, `retransmits`, `timeouts`.
 //! * `queues` — per-queue time series: `t`, `queue`, `packets`, `bytes`, and cumulative
 //!   `drops`, `filtered`, `dequeued`, `dropped_<reason>`, `filtered_<reason>` (one column
-//!   per `DropReason` / `FilterReason`).
+//!   per `DropReason` / `FilterReason`), and `sojourn_ms` (mean time from offer to start of
+//!   transmission of the packets that left since the previous sample; 0 if none).
 //! * `links` — per link direction: `t`, `link`, `utilization` (fraction of the interval the
 //!   transmitter was busy), `tx_bytes` (cumulative).
 //! * `events` — discrete events: `t`, `kind`, `where`, `flow`, `detail`.
 //! * `measurements` — application measurements: `t`, `flow`, `metric`, `value`
 //!   (e.g. `echo_latency_s`, `page_time_s`, `transfer_time_s`).
 //! * `flow_summary` — one row per flow; `queue_summary` — one row per queue with counters
-//!   by reason.
+//!   by reason and, for link directions, what the link sent: `tx_wire_bytes` (after the
+//!   link layer, e.g. ATM cells), `tx_pure_acks`, `tx_pure_ack_bytes`,
+//!   `tx_pure_ack_wire_bytes`, and the sojourn times `mean_sojourn_ms`, `max_sojourn_ms`.
 
 /// The data of one column.
 #[derive(Clone, Debug, PartialEq)]

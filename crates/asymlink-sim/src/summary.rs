@@ -101,6 +101,9 @@ fn queue_summary(w: &World) -> Table {
         QdiscStats,
         Option<(u64, u64, u64, u64, f64)>,
     )> = Vec::new();
+    // Per row, for link directions: wire bytes, pure ACKs (packets, IP bytes, wire bytes),
+    // mean and max sojourn (ms).
+    let mut extra: Vec<Option<(u64, (u64, u64, u64), f64, f64)>> = Vec::new();
     let end_ns = w.now.as_nanos().max(1);
     for d in &w.dirs {
         let st = dir_stats(&w.mbs, d);
@@ -117,6 +120,16 @@ fn queue_summary(w: &World) -> Table {
             st.clone(),
             Some((d.tx_packets, d.tx_bytes, d.lost, d.rate.0, util)),
         ));
+        extra.push(Some((
+            d.tx_wire_bytes,
+            d.tx_acks,
+            if d.tx_packets == 0 {
+                0.0
+            } else {
+                d.sojourn_sum_ns as f64 / d.tx_packets as f64 / 1e6
+            },
+            d.sojourn_max_ns as f64 / 1e6,
+        )));
         let children = match &d.source {
             crate::engine::Source::Own(e) => e.qdisc().child_stats(),
             crate::engine::Source::Mb(m, md) => {
@@ -124,6 +137,7 @@ fn queue_summary(w: &World) -> Table {
             }
         };
         for (cname, cst) in children {
+            extra.push(None);
             rows.push((
                 format!("{}/{cname}", d.name),
                 d.link.clone(),
@@ -207,6 +221,60 @@ fn queue_summary(w: &World) -> Table {
         ColumnData::F64(
             rows.iter()
                 .map(|r| r.5.map(|x| x.4).unwrap_or(f64::NAN))
+                .collect(),
+        ),
+    )
+    .with(
+        "tx_wire_bytes",
+        ColumnData::I64(
+            extra
+                .iter()
+                .map(|e| e.map(|x| x.0 as i64).unwrap_or(-1))
+                .collect(),
+        ),
+    )
+    .with(
+        "tx_pure_acks",
+        ColumnData::I64(
+            extra
+                .iter()
+                .map(|e| e.map(|x| x.1 .0 as i64).unwrap_or(-1))
+                .collect(),
+        ),
+    )
+    .with(
+        "tx_pure_ack_bytes",
+        ColumnData::I64(
+            extra
+                .iter()
+                .map(|e| e.map(|x| x.1 .1 as i64).unwrap_or(-1))
+                .collect(),
+        ),
+    )
+    .with(
+        "tx_pure_ack_wire_bytes",
+        ColumnData::I64(
+            extra
+                .iter()
+                .map(|e| e.map(|x| x.1 .2 as i64).unwrap_or(-1))
+                .collect(),
+        ),
+    )
+    .with(
+        "mean_sojourn_ms",
+        ColumnData::F64(
+            extra
+                .iter()
+                .map(|e| e.map(|x| x.2).unwrap_or(f64::NAN))
+                .collect(),
+        ),
+    )
+    .with(
+        "max_sojourn_ms",
+        ColumnData::F64(
+            extra
+                .iter()
+                .map(|e| e.map(|x| x.3).unwrap_or(f64::NAN))
                 .collect(),
         ),
     )

@@ -6,6 +6,7 @@ its scenario files and `paper.toml` are package data under `scenarios/<id>/`. Se
 """
 
 from asymlink.repro import _selftest  # noqa: F401  (registers the internal self-test)
+from asymlink.repro import adsl  # noqa: F401  (registers the adsl-* entries)
 from asymlink.repro.base import (
     Check,
     Entry,

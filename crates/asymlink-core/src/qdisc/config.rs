@@ -1,7 +1,10 @@
 //! The configuration vocabulary of disciplines, shared by the simulator's scenario files
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
-use super::{Drr, DrrConfig, Fifo, FifoConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig};
+use super::{
+    AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, Drr, DrrConfig, Fifo, FifoConfig, Hfsc,
+    HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
+};
 use crate::packet::{ClassId, Pkt};
 use crate::units::Rate;
 use core::fmt;
@@ -21,6 +24,14 @@ pub enum QdiscConfig {
     Drr(DrrConfig),
     /// [`Tbf`].
     Tbf(TbfConfig),
+    /// [`AckFilter`].
+    AckFilter(AckFilterConfig),
+    /// [`Htb`].
+    Htb(HtbConfig),
+    /// [`Hfsc`].
+    Hfsc(HfscConfig),
+    /// [`AckFifo`]: the ack class's queue of the ADSL middlebox.
+    AckFifo(AckFifoConfig),
 }
 
 impl Default for QdiscConfig {
@@ -116,6 +127,10 @@ impl QdiscConfig {
             QdiscConfig::Prio(c) => Box::new(Prio::new(c, ctx)?),
             QdiscConfig::Drr(c) => Box::new(Drr::new(c, ctx)?),
             QdiscConfig::Tbf(c) => Box::new(Tbf::new(c)?),
+            QdiscConfig::AckFilter(c) => Box::new(AckFilter::new(c, ctx.link_rate)?),
+            QdiscConfig::Htb(c) => Box::new(Htb::new(c, ctx)?),
+            QdiscConfig::Hfsc(c) => Box::new(Hfsc::new(c, ctx)?),
+            QdiscConfig::AckFifo(c) => Box::new(AckFifo::new(c)?),
         })
     }
 
@@ -126,6 +141,10 @@ impl QdiscConfig {
             QdiscConfig::Prio(_) => "prio",
             QdiscConfig::Drr(_) => "drr",
             QdiscConfig::Tbf(_) => "tbf",
+            QdiscConfig::AckFilter(_) => "ack_filter",
+            QdiscConfig::Htb(_) => "htb",
+            QdiscConfig::Hfsc(_) => "hfsc",
+            QdiscConfig::AckFifo(_) => "ack_fifo",
         }
     }
 }
@@ -143,6 +162,10 @@ mod tests {
             "kind = \"drr\"\nquantum = \"40B\"",
             "kind = \"tbf\"\nrate = \"1Mbit\"",
             "kind = \"prio\"\nbands = [{}, {}]",
+            "kind = \"ack_filter\"\npolicy = \"classic\"",
+            "kind = \"htb\"\nclasses = [{ name = \"a\", rate = \"1Mbit\" }]",
+            "kind = \"hfsc\"\nclasses = [{ name = \"a\", ls = { m2 = \"1Mbit\" } }]",
+            "kind = \"ack_fifo\"\nlimit = \"5p\"\ndrop = \"lowest_seq\"",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();
             let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();

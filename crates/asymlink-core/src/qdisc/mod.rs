@@ -35,15 +35,22 @@
 //! and [`QdiscStats::check`] asserts them (tests call it after every step; debug builds
 //! assert after every call of the basic disciplines).
 
+pub mod ack_filter;
 mod config;
 mod drr;
 mod fifo;
+pub mod hfsc;
+pub mod htb;
 mod prio;
 mod tbf;
 
+pub use ack_filter::{AckFilter, AckFilterConfig};
 pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use fifo::{Fifo, FifoConfig};
+pub use hfsc::{Hfsc, HfscConfig};
+pub use htb::ack_fifo::{AckFifo, AckFifoConfig, AckFifoDrop};
+pub use htb::{ClassMode, Htb, HtbConfig};
 pub use prio::{Prio, PrioConfig};
 pub use tbf::{Tbf, TbfConfig};
 

@@ -1,0 +1,694 @@
+//! ACK filtering for the queue in front of a slow link (Barakat & Altman, "On ACK
+//! filtering on a slow reverse channel"), with the paper's policies, drop policies for
+//! small buffers and a CAKE-like conservative baseline.
+//!
+//! # Principles
+//!
+//! TCP ACKs are cumulative: when a newer ACK of a connection arrives, older queued ones
+//! usually carry nothing the newer one does not. Removing them ("filtering") shortens the
+//! queue of a slow reverse channel and the round-trip time, but each removed ACK is one
+//! window increment less for a sender in slow start. The policies differ in *when* they
+//! filter:
+//!
+//! * `none` — never (a plain FIFO, or round robin);
+//! * `classic` — always: a new ACK erases the queued ACKs of its connection (one ACK per
+//!   connection);
+//! * `threshold` — when δ ACKs of the connection are queued, the most recently received
+//!   one is erased and the new ACK takes its place (§2.3); δ_o = μ_r·T/(d+1) (eq. (1)) is
+//!   the value that absorbs slow-start bursts until the channel is full;
+//! * `delayed` — classic filtering while the channel's measured utilization (TSW rate at
+//!   the output against the channel rate, or how often the channel is busy when its rate
+//!   is unknown) is at or above a threshold (90 %), none below (§3);
+//! * `perflow` — the same per connection: a connection is filtered while its own output
+//!   rate is at or above the threshold times the channel rate divided by the number of
+//!   active connections; FIFO or round-robin service (§4.1);
+//! * `conservative` — modelled after the default mode of Linux CAKE's ACK filter: each
+//!   arriving ACK removes at most the oldest removable ACK of its connection, and only
+//!   when two are queued; the new ACK joins the tail.
+//!
+//! Filtering never loses information the sender needs: which ACKs may go is decided by
+//! [`crate::ack`] (no data, SYN/FIN/RST/URG, duplicate ACKs, ECN transitions, window
+//! updates, uncovered SACK or timestamps), and only the newest ACKs of a connection after
+//! the last one kept may be removed, so a connection's ACKs stay in order. Filtered ACKs
+//! count as [`FilterReason::AckSuperseded`] (or [`FilterReason::AckThreshold`] for the
+//! static threshold). When the buffer is still full after filtering, the drop policy
+//! picks a victim — the arriving packet (drop-tail), the oldest packet of the longest
+//! per-connection queue, or the oldest packet of the connection with the highest output
+//! rate — counted as drops. Filtering is only applied when the new packet is admitted,
+//! so an ACK is never filtered in favour of one that is then dropped.
+//!
+//! State is bounded: one entry per connection, at most `max_connections`; an idle entry
+//! (nothing queued) is evicted when the table is full, and when every entry has packets
+//! queued, new connections share one unfiltered bucket. Removed packets leave tombstones
+//! that are compacted away, so memory follows the buffer limit, not the traffic volume.
+//!
+//! What it deliberately does not do: it does not look into the other direction, does not
+//! delay or pace ACKs (that is ACK delay control), and does not rewrite packets.
+//!
+//! # Worked example
+//!
+//! A 100 kbit/s channel carries 40-byte ACKs at μ_r = 100 000 / 320 = 312.5 ACK/s. With
+//! T = 200 ms and an ACK per segment (d = 1), eq. (1) gives δ_o = 312.5 × 0.2 / 2 = 31.25,
+//! so `{ policy = "threshold", delta = "auto", rtt = "200ms", ack_every = 1 }` runs with
+//! δ = 31. Delayed filtering with the default 90 % starts filtering when the TSW rate of
+//! departures reaches 90 kbit/s.
+
+mod channel;
+mod config;
+
+pub use config::{
+    delta_o, AckDropPolicy, AckFilterConfig, AckPolicy, Delta, DeltaRule, Measure, Params,
+    Placement, Service,
+};
+
+use super::{
+    Backlog, Dequeued, DropReason, Drops, FilterReason, Qdisc, QdiscBuildError, QdiscStats, Stage,
+    Verdict,
+};
+use crate::ack::{may_remove, AckMeta, AckState, Keep};
+use crate::estimator::Tsw;
+use crate::packet::Pkt;
+use crate::time::Instant;
+use crate::units::{Limit, Rate};
+use crate::wire::FlowKey;
+use channel::Channel;
+use std::collections::{HashMap, VecDeque};
+
+/// Index of the shared bucket: packets without a connection entry (not parsed, or the
+/// table is full). Never filtered.
+const SHARED: u32 = 0;
+
+struct Item<P> {
+    pkt: P,
+    conn: u32,
+    len: u32,
+    meta: Option<AckMeta>,
+}
+
+struct Slot<P> {
+    seq: u64,
+    item: Option<Item<P>>,
+}
+
+struct Conn {
+    key: Option<FlowKey>,
+    live: bool,
+    /// Sequence numbers of its queued packets, oldest first.
+    queued: VecDeque<u64>,
+    bytes: u64,
+    /// Output rate.
+    tsw: Tsw,
+    acks: AckState,
+    last_seen: Instant,
+    in_rr: bool,
+}
+
+impl Conn {
+    fn new(key: Option<FlowKey>, p: &Params, now: Instant) -> Conn {
+        Conn {
+            key,
+            live: true,
+            queued: VecDeque::new(),
+            bytes: 0,
+            tsw: Tsw::new(p.window),
+            acks: AckState::new(),
+            last_seen: now,
+            in_rr: false,
+        }
+    }
+}
+
+/// What filtering decided for an arriving packet.
+struct Decision {
+    /// Sequence numbers to filter (newest first).
+    remove: Vec<u64>,
+    reason: FilterReason,
+    /// Whether filtering was active (for delayed filtering's drop rule).
+    active: bool,
+}
+
+/// The ACK-filtering queue discipline. See the [module documentation](self).
+pub struct AckFilter<P> {
+    p: Params,
+    slots: VecDeque<Slot<P>>,
+    next_seq: u64,
+    tombstones: usize,
+    conns: Vec<Conn>,
+    free: Vec<u32>,
+    index: HashMap<FlowKey, u32>,
+    tracked: u32,
+    rr: VecDeque<u32>,
+    /// Output rate of the whole queue.
+    agg: Tsw,
+    channel: Channel,
+    keeps: [u64; Keep::ALL.len()],
+    untracked: u64,
+    evicted: u64,
+    stats: QdiscStats,
+}
+
+impl<P: Pkt + Send> AckFilter<P> {
+    /// Build from configuration; `link_rate` is the rate of the link the queue feeds, if
+    /// known (the default channel rate).
+    pub fn new(cfg: &AckFilterConfig, link_rate: Option<Rate>) -> Result<Self, QdiscBuildError> {
+        let p = cfg.params(link_rate)?;
+        Ok(AckFilter {
+            slots: VecDeque::new(),
+            next_seq: 0,
+            tombstones: 0,
+            conns: vec![Conn::new(None, &p, Instant::ZERO)],
+            free: Vec::new(),
+            index: HashMap::new(),
+            tracked: 0,
+            rr: VecDeque::new(),
+            agg: Tsw::new(p.window),
+            channel: Channel::new(p.window),
+            keeps: [0; Keep::ALL.len()],
+            untracked: 0,
+            evicted: 0,
+            stats: QdiscStats::default(),
+            p,
+        })
+    }
+
+    /// The resolved parameters.
+    pub fn params(&self) -> &Params {
+        &self.p
+    }
+
+    /// The δ in effect: configured, from eq. (1), or estimated (`None` before the estimate
+    /// exists, and for policies without δ).
+    pub fn delta(&self) -> Option<u32> {
+        match self.p.delta {
+            DeltaRule::None => None,
+            DeltaRule::Fixed(d) => Some(d),
+            DeltaRule::Estimate => self.channel.estimate(),
+        }
+    }
+
+    /// The channel's utilization as the policy measures it at `now`, in parts per million:
+    /// the TSW rate of departures over the channel rate, or the busy fraction with
+    /// `measure = "presence"` (or when the rate is unknown).
+    pub fn utilization_ppm(&self, now: Instant) -> u64 {
+        match (self.p.measure, self.p.channel) {
+            (Measure::Rate, Some(c)) => {
+                let r = self.agg.rate_at(now).0 as u128;
+                ((r * 1_000_000 / c.0 as u128) as u64).min(1_000_000)
+            }
+            _ => self.channel.presence_ppm(now),
+        }
+    }
+
+    /// How many times a filtering scan stopped at an ACK it had to keep, by reason.
+    pub fn kept_for(&self, k: Keep) -> u64 {
+        self.keeps[k as usize]
+    }
+
+    /// Packets that went to the shared unfiltered bucket because the connection table was
+    /// full of busy entries.
+    pub fn untracked(&self) -> u64 {
+        self.untracked
+    }
+
+    /// Idle connection entries evicted to make room.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Connections currently tracked.
+    pub fn connections(&self) -> usize {
+        self.tracked as usize
+    }
+
+    /// Queue slots held, live packets plus tombstones of removed ones (bounded by twice
+    /// the backlog plus a constant: memory follows the buffer, not the traffic).
+    pub fn slots_held(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Packets queued per connection entry, for tests: (flow, packets), in table order.
+    pub fn queue_lengths(&self) -> Vec<(Option<FlowKey>, usize)> {
+        self.conns
+            .iter()
+            .filter(|c| c.live && !c.queued.is_empty())
+            .map(|c| (c.key, c.queued.len()))
+            .collect()
+    }
+
+    // ---------------------------------------------------------------- slots
+
+    fn slot_index(&self, seq: u64) -> Option<usize> {
+        let i = self.slots.partition_point(|s| s.seq < seq);
+        (i < self.slots.len() && self.slots[i].seq == seq).then_some(i)
+    }
+
+    fn meta_of(&self, seq: u64) -> Option<&AckMeta> {
+        let i = self.slot_index(seq)?;
+        self.slots[i].item.as_ref()?.meta.as_ref()
+    }
+
+    /// Take the queued packet `seq` out (leaving a tombstone) and unlink it from its
+    /// connection. Does not count it.
+    fn take(&mut self, seq: u64) -> Item<P> {
+        let i = self.slot_index(seq).expect("queued packet has a slot");
+        let item = self.slots[i].item.take().expect("slot is live");
+        self.tombstones += 1;
+        let c = &mut self.conns[item.conn as usize];
+        if let Some(pos) = c.queued.iter().rposition(|&s| s == seq) {
+            c.queued.remove(pos);
+        }
+        c.bytes -= item.len as u64;
+        item
+    }
+
+    fn put(&mut self, seq: u64, item: Item<P>) {
+        let conn = item.conn;
+        let i = self.slots.partition_point(|s| s.seq < seq);
+        if i < self.slots.len() && self.slots[i].seq == seq {
+            debug_assert!(self.slots[i].item.is_none());
+            self.slots[i].item = Some(item);
+            self.tombstones -= 1;
+        } else {
+            self.slots.insert(
+                i,
+                Slot {
+                    seq,
+                    item: Some(item),
+                },
+            );
+        }
+        let c = &mut self.conns[conn as usize];
+        // Placement keeps a connection's packets in order: an in-place seq is the oldest
+        // erased one, newer than everything the connection keeps.
+        debug_assert!(c.queued.back().is_none_or(|&b| b < seq));
+        c.queued.push_back(seq);
+    }
+
+    /// Drop leading tombstones and compact when they outnumber live packets.
+    fn tidy(&mut self) {
+        while self.slots.front().is_some_and(|s| s.item.is_none()) {
+            self.slots.pop_front();
+            self.tombstones -= 1;
+        }
+        if self.tombstones > 64 && self.tombstones > self.slots.len() / 2 {
+            self.slots.retain(|s| s.item.is_some());
+            self.tombstones = 0;
+        }
+    }
+
+    // ---------------------------------------------------------------- connections
+
+    /// The connection entry of `pkt` (created or evicting if needed) and its metadata.
+    fn admit_conn(&mut self, now: Instant, pkt: &P) -> (u32, Option<AckMeta>) {
+        let Some(h) = pkt.headers() else {
+            return (SHARED, None);
+        };
+        let key = h.flow_key();
+        let c = match self.index.get(&key) {
+            Some(&c) => c,
+            None => match self.new_conn(now, key) {
+                Some(c) => c,
+                None => {
+                    self.untracked += 1;
+                    return (SHARED, None);
+                }
+            },
+        };
+        let conn = &mut self.conns[c as usize];
+        conn.last_seen = now;
+        (c, conn.acks.observe(h))
+    }
+
+    fn new_conn(&mut self, now: Instant, key: FlowKey) -> Option<u32> {
+        if self.tracked >= self.p.max_conns {
+            // Evict the idle entry with the lowest rate, then the least recently seen.
+            let victim = self
+                .conns
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter(|(_, c)| c.live && c.queued.is_empty() && !c.in_rr)
+                .min_by_key(|(i, c)| (c.tsw.rate_at(now).0, c.last_seen, *i))
+                .map(|(i, _)| i as u32)?;
+            self.release(victim);
+            self.evicted += 1;
+        }
+        let conn = Conn::new(Some(key), &self.p, now);
+        let c = match self.free.pop() {
+            Some(c) => {
+                self.conns[c as usize] = conn;
+                c
+            }
+            None => {
+                self.conns.push(conn);
+                self.conns.len() as u32 - 1
+            }
+        };
+        self.index.insert(key, c);
+        self.tracked += 1;
+        Some(c)
+    }
+
+    fn release(&mut self, c: u32) {
+        let conn = &mut self.conns[c as usize];
+        debug_assert!(conn.queued.is_empty() && !conn.in_rr);
+        if let Some(k) = conn.key.take() {
+            self.index.remove(&k);
+        }
+        conn.live = false;
+        self.free.push(c);
+        self.tracked -= 1;
+    }
+
+    /// Active connections for per-connection filtering: those with packets queued or an
+    /// output rate at or above the free threshold (always counting `c`); entries below it
+    /// with nothing queued are freed.
+    fn active_conns(&mut self, now: Instant, c: u32) -> u64 {
+        let floor = self
+            .p
+            .channel
+            .map(|r| r.0 as u128 * self.p.free_ppm as u128 / 1_000_000)
+            .unwrap_or(0);
+        let mut n = 0;
+        let mut freed = Vec::new();
+        for (i, conn) in self.conns.iter().enumerate() {
+            if !conn.live {
+                continue;
+            }
+            let i = i as u32;
+            let busy =
+                !conn.queued.is_empty() || conn.in_rr || (conn.tsw.rate_at(now).0 as u128) >= floor;
+            if busy || i == c {
+                n += 1;
+            } else if i != SHARED {
+                freed.push(i);
+            }
+        }
+        for i in freed {
+            self.release(i);
+        }
+        n.max(1)
+    }
+
+    // ---------------------------------------------------------------- filtering
+
+    /// The newest removable packets of connection `c` in favour of `newer`, newest first,
+    /// at most `max`. Counts the reason when the scan stops at a packet it must keep.
+    fn removable(&mut self, c: u32, newer: &AckMeta, max: usize) -> Vec<u64> {
+        let mut out = Vec::new();
+        let conn = &self.conns[c as usize];
+        for &seq in conn.queued.iter().rev() {
+            if out.len() == max {
+                break;
+            }
+            let verdict = match self.meta_of(seq) {
+                Some(q) => may_remove(q, newer),
+                None => Err(Keep::NotAck),
+            };
+            match verdict {
+                Ok(()) => out.push(seq),
+                Err(k) => {
+                    self.keeps[k as usize] += 1;
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn decide(&mut self, now: Instant, c: u32, meta: Option<&AckMeta>) -> Decision {
+        let none = |active| Decision {
+            remove: Vec::new(),
+            reason: FilterReason::AckSuperseded,
+            active,
+        };
+        // Feed the δ estimator on every arrival.
+        if self.p.delta == DeltaRule::Estimate {
+            let per_conn = self.per_conn_backlog();
+            self.channel.estimate_delta(now, per_conn);
+        }
+        // Delayed filtering's drop rule depends on whether it is filtering now.
+        let delayed_active =
+            self.p.policy == AckPolicy::Delayed && self.utilization_ppm(now) >= self.p.util_ppm;
+        let Some(meta) = meta.filter(|m| m.has_ack) else {
+            return none(delayed_active);
+        };
+        if c == SHARED || self.conns[c as usize].queued.is_empty() {
+            return none(delayed_active);
+        }
+        let meta = *meta;
+        let all = usize::MAX;
+        match self.p.policy {
+            AckPolicy::None => none(false),
+            AckPolicy::Classic => Decision {
+                remove: self.removable(c, &meta, all),
+                reason: FilterReason::AckSuperseded,
+                active: true,
+            },
+            AckPolicy::Threshold => match self.delta() {
+                Some(d) if self.conns[c as usize].queued.len() >= d as usize => Decision {
+                    remove: self.removable(c, &meta, 1),
+                    reason: FilterReason::AckThreshold,
+                    active: true,
+                },
+                _ => none(false),
+            },
+            AckPolicy::Delayed => {
+                if delayed_active {
+                    Decision {
+                        remove: self.removable(c, &meta, all),
+                        reason: FilterReason::AckSuperseded,
+                        active: true,
+                    }
+                } else {
+                    none(false)
+                }
+            }
+            AckPolicy::Perflow => {
+                let n = self.active_conns(now, c) as u128;
+                let rate = self.conns[c as usize].tsw.rate_at(now).0 as u128;
+                let chan = self.p.channel.map(|r| r.0 as u128).unwrap_or(0);
+                if rate * n * 1_000_000 >= self.p.util_ppm as u128 * chan {
+                    Decision {
+                        remove: self.removable(c, &meta, all),
+                        reason: FilterReason::AckSuperseded,
+                        active: true,
+                    }
+                } else {
+                    none(false)
+                }
+            }
+            AckPolicy::Conservative => {
+                let mut r = self.removable(c, &meta, all);
+                if r.len() >= 2 {
+                    let oldest = *r.last().expect("two");
+                    r.clear();
+                    r.push(oldest);
+                } else {
+                    r.clear();
+                }
+                Decision {
+                    remove: r,
+                    reason: FilterReason::AckSuperseded,
+                    active: true,
+                }
+            }
+        }
+    }
+
+    /// Backlog divided by the connections that have packets queued (at least 1).
+    fn per_conn_backlog(&self) -> u32 {
+        let busy = self
+            .conns
+            .iter()
+            .filter(|c| c.live && !c.queued.is_empty())
+            .count()
+            .max(1) as u32;
+        self.stats.backlog.packets.div_ceil(busy)
+    }
+
+    // ---------------------------------------------------------------- dropping
+
+    /// Choose the connection that loses its oldest packet, given the arriving packet's
+    /// connection `c` and the packets about to be filtered. `None`: drop the arrival.
+    fn victim(&self, now: Instant, rule: AckDropPolicy, c: u32, filtered: &[u64]) -> Option<u32> {
+        let kept = |i: usize| {
+            let conn = &self.conns[i];
+            conn.queued.iter().filter(|s| !filtered.contains(s)).count()
+        };
+        let mut best: Option<(u128, usize, u32)> = None;
+        for (i, conn) in self.conns.iter().enumerate() {
+            if !conn.live {
+                continue;
+            }
+            let mut len = kept(i);
+            if i as u32 == c {
+                len += 1; // the arriving packet counts in its own queue
+            }
+            if len == 0 {
+                continue;
+            }
+            let key = match rule {
+                AckDropPolicy::HighestRate => conn.tsw.rate_at(now).0 as u128,
+                _ => len as u128,
+            };
+            // Ties: the longer queue, then the lower index (deterministic).
+            let cand = (key, len, i as u32);
+            if best.is_none_or(|b| (cand.0, cand.1) > (b.0, b.1)) {
+                best = Some(cand);
+            }
+        }
+        let v = best?.2;
+        (kept(v as usize) > 0).then_some(v)
+    }
+
+    fn fits(&self, filtered_pkts: u32, filtered_bytes: u64, len: u32) -> bool {
+        let b = self.stats.backlog;
+        self.p
+            .limit
+            .admits(b.packets - filtered_pkts, b.bytes - filtered_bytes, len)
+    }
+
+    fn check(&self) {
+        debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
+    }
+}
+
+impl<P: Pkt + Send> Qdisc<P> for AckFilter<P> {
+    fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
+        self.stats.on_receive();
+        let len = pkt.ip_len();
+        if let Limit::Bytes(max) = self.p.limit {
+            if len as u64 > max {
+                self.stats.on_reject(Verdict::Dropped(DropReason::TooBig));
+                drops.reject(pkt, DropReason::TooBig);
+                return;
+            }
+        }
+        let (c, meta) = self.admit_conn(now, &pkt);
+        let d = self.decide(now, c, meta.as_ref());
+        let (mut fp, mut fb) = (0u32, 0u64);
+        for &s in &d.remove {
+            fp += 1;
+            fb += self.slots[self.slot_index(s).expect("queued")]
+                .item
+                .as_ref()
+                .expect("live")
+                .len as u64;
+        }
+        // Admission: the drop policy makes room if filtering did not.
+        let rule = self.p.drop.unwrap_or(if d.active {
+            AckDropPolicy::Tail
+        } else {
+            AckDropPolicy::LongestQueue
+        });
+        let reason = match rule {
+            AckDropPolicy::Tail => DropReason::QueueFull,
+            AckDropPolicy::LongestQueue => DropReason::LongestQueue,
+            AckDropPolicy::HighestRate => DropReason::HighestRate,
+        };
+        while !self.fits(fp, fb, len) {
+            let victim = match rule {
+                AckDropPolicy::Tail => None,
+                _ => self.victim(now, rule, c, &d.remove),
+            };
+            let Some(v) = victim else {
+                self.stats.on_reject(Verdict::Dropped(reason));
+                drops.reject(pkt, reason);
+                self.tidy();
+                self.check();
+                return;
+            };
+            let seq = *self.conns[v as usize]
+                .queued
+                .iter()
+                .find(|s| !d.remove.contains(s))
+                .expect("victim has a kept packet");
+            let old = self.take(seq);
+            let v = Verdict::Dropped(reason);
+            self.stats.on_remove(v, old.len);
+            drops.push(old.pkt, v, Stage::Removed);
+        }
+        // Filtering.
+        let mut place = None;
+        for &s in &d.remove {
+            let old = self.take(s);
+            let v = Verdict::Filtered(d.reason);
+            self.stats.on_remove(v, old.len);
+            drops.push(old.pkt, v, Stage::Removed);
+            place = Some(s); // `remove` is newest first: ends at the oldest erased
+        }
+        let seq = match (place, self.p.placement) {
+            (Some(s), Placement::Replace) => s,
+            _ => {
+                self.next_seq += 1;
+                self.next_seq
+            }
+        };
+        self.conns[c as usize].bytes += len as u64;
+        self.put(
+            seq,
+            Item {
+                pkt,
+                conn: c,
+                len,
+                meta,
+            },
+        );
+        let conn = &mut self.conns[c as usize];
+        if self.p.service == Service::RoundRobin && !conn.in_rr {
+            conn.in_rr = true;
+            self.rr.push_back(c);
+        }
+        self.stats.on_enqueue(len);
+        self.tidy();
+        self.check();
+    }
+
+    fn dequeue(&mut self, now: Instant, _drops: &mut Drops<P>) -> Dequeued<P> {
+        let seq = match self.p.service {
+            Service::Fifo => self.slots.iter().find(|s| s.item.is_some()).map(|s| s.seq),
+            Service::RoundRobin => loop {
+                let Some(c) = self.rr.pop_front() else {
+                    break None;
+                };
+                let conn = &mut self.conns[c as usize];
+                match conn.queued.front() {
+                    Some(&s) => {
+                        if conn.queued.len() > 1 {
+                            self.rr.push_back(c);
+                        } else {
+                            conn.in_rr = false;
+                        }
+                        break Some(s);
+                    }
+                    None => conn.in_rr = false,
+                }
+            },
+        };
+        let Some(seq) = seq else {
+            self.channel.on_dequeue_call(now, false);
+            return Dequeued::Empty;
+        };
+        let item = self.take(seq);
+        self.stats.on_dequeue(item.len);
+        self.agg.update(now, item.len);
+        self.conns[item.conn as usize].tsw.update(now, item.len);
+        self.channel.on_dequeue_call(now, true);
+        self.tidy();
+        self.check();
+        Dequeued::Packet(item.pkt)
+    }
+
+    fn backlog(&self) -> Backlog {
+        self.stats.backlog
+    }
+
+    fn stats(&self) -> &QdiscStats {
+        &self.stats
+    }
+
+    fn kind(&self) -> &'static str {
+        "ack_filter"
+    }
+}

@@ -1,0 +1,797 @@
+//! Hierarchical token bucket: a class tree with guaranteed rates, ceilings, priorities and
+//! borrowing (Devera's HTB, as in Linux `sch_htb`).
+//!
+//! # Principles
+//!
+//! Every class has two token buckets kept in nanoseconds of transmission credit (integer,
+//! as `sch_htb` does): `tokens` at its `rate` (at most `burst`) and `ctokens` at its `ceil`
+//! (at most `cburst`). From them follows its explicit **mode** ([`ClassMode`]):
+//!
+//! * `CanSend` — `tokens ≥ 0` and `ctokens ≥ 0`: within its guaranteed rate;
+//! * `MayBorrow` — `tokens < 0 ≤ ctokens`: over its rate, under its ceiling: it may send
+//!   only by borrowing from an ancestor that is `CanSend`;
+//! * `CantSend` — `ctokens < 0`: at its ceiling; neither it nor its descendants pass.
+//!
+//! Only leaves hold packets (each in its own child discipline). A backlogged leaf can send
+//! when some class on its path to the root — itself or an ancestor, the **lender** — is
+//! `CanSend` and every class below the lender is `MayBorrow`. Dequeue serves, as Linux
+//! does, the lowest *level* first (a leaf within its own rate is level 0; lenders higher in
+//! the tree come later) and, within a level, the highest priority (`prio` 0 first); leaves
+//! of the same level and priority share by deficit round robin with their `quantum`. So
+//! guaranteed rates always come first, and spare capacity goes to the highest priority
+//! that may borrow it. Sending a packet charges its **wire size** (the configured
+//! [`LinkLayer`]: ATM cells, PTM, overhead, mpu) to `ctokens` of every class on the path
+//! and to `tokens` of the lender and the classes above it (borrowers keep their negative
+//! rate tokens).
+//!
+//! The tree is small (a handful of classes on an access link), so dequeue scans the
+//! backlogged leaves instead of keeping Linux's per-level red-black trees. Deliberately not
+//! modelled: the hysteresis option, the direct queue for unclassified packets (they go to
+//! `default`, or are dropped as [`DropReason::Unclassified`] when there is none), and
+//! HTB's own rate estimators.
+//!
+//! # Worked example (the ADSL paper's tree)
+//!
+//! ```toml
+//! qdisc = { kind = "htb", default = "default", linklayer = "llc_snap_routed", classes = [
+//!   { name = "root",        rate = "432kbit" },
+//!   { name = "ack",         parent = "root",  rate = "380kbit",  prio = 0 },
+//!   { name = "interactive", parent = "root",  rate = "15.6kbit", ceil = "86kbit",  prio = 0 },
+//!   { name = "bulk",        parent = "root",  rate = "36.4kbit", ceil = "432kbit" },
+//!   { name = "good",        parent = "bulk",  rate = "18.2kbit", ceil = "346kbit", prio = 3 },
+//!   { name = "default",     parent = "bulk",  rate = "13kbit",   ceil = "432kbit", prio = 5 },
+//!   { name = "bad",         parent = "bulk",  rate = "5.2kbit",  ceil = "432kbit", prio = 7 },
+//! ] }
+//! ```
+//!
+//! A 40-byte ACK costs 2 ATM cells = 106 wire bytes: at the ack class's 380 kbit/s that is
+//! `106 × 8 / 380 000 s` = 2.23 ms of `tokens`, so the class sends at most 448 ACKs/s within
+//! its rate; the same ACK charged as 40 IP bytes would cost 0.84 ms and let 1 187 ACKs/s
+//! through — 2.65 times what the line can carry.
+
+pub mod ack_fifo;
+
+use super::{
+    Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError,
+    QdiscConfig, QdiscStats, Verdict,
+};
+use crate::overhead::{LinkLayer, LinkLayerConfig};
+use crate::packet::Pkt;
+use crate::time::{dur_ns, earliest, Duration, Instant};
+use crate::units::{Bytes, Rate};
+use serde::Deserialize;
+
+/// Deepest tree (as Linux's `TC_HTB_MAXDEPTH`).
+pub const MAX_DEPTH: usize = 8;
+/// Number of priorities (0 = highest).
+pub const PRIOS: u8 = 8;
+/// How far a class's buckets may go negative (Linux's `mbuffer`): 60 s of credit.
+const MBUFFER_NS: i64 = 60_000_000_000;
+
+/// The explicit mode of a class (Linux `enum htb_cmode`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ClassMode {
+    /// At its ceiling: neither it nor its descendants may send.
+    CantSend,
+    /// Over its rate but under its ceiling: may send by borrowing from an ancestor.
+    MayBorrow,
+    /// Within its rate: may send, and lend to its descendants.
+    CanSend,
+}
+
+/// One class of the tree.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HtbClassConfig {
+    /// Unique name. A leaf's name is also the classifier class it takes, unless `classes`
+    /// says otherwise.
+    pub name: String,
+    /// The parent class (none: a root).
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// Guaranteed rate.
+    pub rate: Rate,
+    /// Ceiling (default: `rate`, no borrowing).
+    #[serde(default)]
+    pub ceil: Option<Rate>,
+    /// Bucket depth at `rate` (default: 1 ms at `rate` + 1600 bytes, as tc computes it).
+    #[serde(default)]
+    pub burst: Option<Bytes>,
+    /// Bucket depth at `ceil` (default: 1 ms at `ceil` + 1600 bytes).
+    #[serde(default)]
+    pub cburst: Option<Bytes>,
+    /// Priority, 0 (highest) to 7 (default 0).
+    #[serde(default)]
+    pub prio: u8,
+    /// Deficit round-robin quantum among leaves of one level and priority (default:
+    /// `rate / r2q` in bytes per second, clamped to 1000..=200000 as Linux does).
+    #[serde(default)]
+    pub quantum: Option<Bytes>,
+    /// Classifier classes this leaf takes (default: its own name).
+    #[serde(default)]
+    pub classes: Option<Vec<String>>,
+    /// The leaf's discipline (default: a 1000-packet FIFO). Leaves only.
+    #[serde(default)]
+    pub queue: Option<Box<QdiscConfig>>,
+}
+
+/// HTB parameters.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HtbConfig {
+    /// The classes, parents before or after children (any order).
+    pub classes: Vec<HtbClassConfig>,
+    /// The leaf for unclassified packets and classes no leaf takes (none: such packets
+    /// are dropped as `unclassified`).
+    #[serde(default)]
+    pub default: Option<String>,
+    /// How packets are charged: `"atm"`, a preset (`"llc_snap_routed"`) or a table.
+    #[serde(default)]
+    pub linklayer: LinkLayerConfig,
+    /// Per-packet overhead bytes (tc's `overhead`; overrides the link layer's).
+    #[serde(default)]
+    pub overhead: Option<i32>,
+    /// Minimum packet unit (tc's `mpu`; overrides the link layer's).
+    #[serde(default)]
+    pub mpu: Option<u32>,
+    /// Rate-to-quantum divisor for default quanta (tc's `r2q`, default 10).
+    #[serde(default = "default_r2q")]
+    pub r2q: u32,
+}
+
+fn default_r2q() -> u32 {
+    10
+}
+
+/// Counters of one class beyond its discipline's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HtbClassCounters {
+    /// Packets sent through this class (leaf: its own; inner: its subtree's).
+    pub packets: u64,
+    /// IP bytes sent through this class.
+    pub bytes: u64,
+    /// Wire bytes charged (after the link layer).
+    pub wire_bytes: u64,
+    /// Packets this class sent while borrowing (it was below the lender).
+    pub borrowed: u64,
+    /// Packets this class lent for (it was the lender of a descendant).
+    pub lent: u64,
+}
+
+struct Class<P> {
+    name: String,
+    parent: Option<usize>,
+    depth: usize,
+    rate: Rate,
+    ceil: Rate,
+    buffer_ns: i64,
+    cbuffer_ns: i64,
+    tokens: i64,
+    ctokens: i64,
+    t_c: Instant,
+    prio: u8,
+    quantum: i64,
+    deficit: i64,
+    leaf: Option<Box<dyn Qdisc<P>>>,
+    counters: HtbClassCounters,
+}
+
+impl<P> Class<P> {
+    /// Tokens and ctokens as of `now` (without committing the refill).
+    fn toks_at(&self, now: Instant) -> (i64, i64) {
+        let d = elapsed(self.t_c, now);
+        (
+            self.tokens.saturating_add(d).min(self.buffer_ns),
+            self.ctokens.saturating_add(d).min(self.cbuffer_ns),
+        )
+    }
+
+    fn mode_at(&self, now: Instant) -> ClassMode {
+        let (t, c) = self.toks_at(now);
+        if c < 0 {
+            ClassMode::CantSend
+        } else if t >= 0 {
+            ClassMode::CanSend
+        } else {
+            ClassMode::MayBorrow
+        }
+    }
+
+    fn is_leaf(&self) -> bool {
+        self.leaf.is_some()
+    }
+}
+
+fn elapsed(from: Instant, to: Instant) -> i64 {
+    i64::try_from(dur_ns(to.saturating_since(from)))
+        .unwrap_or(i64::MAX)
+        .min(MBUFFER_NS)
+}
+
+/// A hierarchical token bucket scheduler.
+pub struct Htb<P> {
+    classes: Vec<Class<P>>,
+    /// Leaf index for each classifier class id (`None`: not taken by any leaf).
+    leaf_of_class: Vec<Option<usize>>,
+    default: Option<usize>,
+    ll: LinkLayer,
+    /// Round-robin position per (level, prio): the leaf served last.
+    rr: [[usize; PRIOS as usize]; MAX_DEPTH + 1],
+    stats: QdiscStats,
+}
+
+impl<P: Pkt + Send + 'static> Htb<P> {
+    /// Build and validate; classifier class names are resolved through `ctx`.
+    pub fn new(cfg: &HtbConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+        let n = cfg.classes.len();
+        if n == 0 || n > 64 {
+            return Err(QdiscBuildError::new(
+                "htb.classes",
+                "needs between 1 and 64 classes",
+            ));
+        }
+        if cfg.r2q == 0 {
+            return Err(QdiscBuildError::new("htb.r2q", "must be positive"));
+        }
+        let key = |i: usize, f: &str| format!("htb.classes[{i}].{f}");
+        let mut index = std::collections::HashMap::new();
+        for (i, c) in cfg.classes.iter().enumerate() {
+            if c.name.is_empty() {
+                return Err(QdiscBuildError::new(key(i, "name"), "must not be empty"));
+            }
+            if index.insert(c.name.as_str(), i).is_some() {
+                return Err(QdiscBuildError::new(
+                    key(i, "name"),
+                    format!("duplicate class '{}'", c.name),
+                ));
+            }
+        }
+        let mut parent = vec![None; n];
+        let mut children = vec![Vec::new(); n];
+        for (i, c) in cfg.classes.iter().enumerate() {
+            if let Some(p) = &c.parent {
+                let pi = *index.get(p.as_str()).ok_or_else(|| {
+                    QdiscBuildError::new(
+                        key(i, "parent"),
+                        format!("unknown parent class '{p}' of '{}'", c.name),
+                    )
+                })?;
+                parent[i] = Some(pi);
+                children[pi].push(i);
+            }
+        }
+        // Depths; a walk longer than the class count means a cycle.
+        let mut depth = vec![0usize; n];
+        for (i, depth_i) in depth.iter_mut().enumerate() {
+            let mut d = 0;
+            let mut c = i;
+            while let Some(p) = parent[c] {
+                d += 1;
+                c = p;
+                if d > n {
+                    return Err(QdiscBuildError::new(
+                        key(i, "parent"),
+                        format!("class '{}' is part of a parent cycle", cfg.classes[i].name),
+                    ));
+                }
+            }
+            if d >= MAX_DEPTH {
+                return Err(QdiscBuildError::new(
+                    key(i, "parent"),
+                    format!("the tree is deeper than {MAX_DEPTH} levels"),
+                ));
+            }
+            *depth_i = d;
+        }
+        let mut classes = Vec::with_capacity(n);
+        for (i, c) in cfg.classes.iter().enumerate() {
+            let is_leaf = children[i].is_empty();
+            if c.rate.0 == 0 {
+                return Err(QdiscBuildError::new(key(i, "rate"), "must be positive"));
+            }
+            let ceil = c.ceil.unwrap_or(c.rate);
+            if ceil < c.rate {
+                return Err(QdiscBuildError::new(
+                    key(i, "ceil"),
+                    format!(
+                        "ceil {ceil} is below rate {} of class '{}' (ceil >= rate)",
+                        c.rate, c.name
+                    ),
+                ));
+            }
+            if c.prio >= PRIOS {
+                return Err(QdiscBuildError::new(
+                    key(i, "prio"),
+                    format!("must be 0..={}", PRIOS - 1),
+                ));
+            }
+            if !is_leaf && c.queue.is_some() {
+                return Err(QdiscBuildError::new(
+                    key(i, "queue"),
+                    format!("'{}' has children; only leaves hold a queue", c.name),
+                ));
+            }
+            if !is_leaf && c.classes.is_some() {
+                return Err(QdiscBuildError::new(
+                    key(i, "classes"),
+                    format!("'{}' has children; only leaves take classes", c.name),
+                ));
+            }
+            let default_burst = |r: Rate| r.bytes_in(Duration::from_millis(1)) + 1600;
+            let burst = c
+                .burst
+                .map(|b| b.0)
+                .unwrap_or_else(|| default_burst(c.rate));
+            let cburst = c.cburst.map(|b| b.0).unwrap_or_else(|| default_burst(ceil));
+            let to_ns = |r: Rate, b: u64| i64::try_from(r.tx_nanos(b)).unwrap_or(i64::MAX);
+            let quantum = match c.quantum {
+                Some(q) if q.0 == 0 => {
+                    return Err(QdiscBuildError::new(key(i, "quantum"), "must be positive"))
+                }
+                Some(q) => q.0 as i64,
+                None => (c.rate.0 / 8 / cfg.r2q as u64).clamp(1000, 200_000) as i64,
+            };
+            let leaf = if is_leaf {
+                let q = match &c.queue {
+                    Some(q) => q.build(ctx),
+                    None => QdiscConfig::default().build(ctx),
+                }
+                .map_err(|e| {
+                    QdiscBuildError::new(format!("{}.{}", key(i, "queue"), e.key), e.msg)
+                })?;
+                Some(q)
+            } else {
+                None
+            };
+            let (buffer_ns, cbuffer_ns) = (to_ns(c.rate, burst), to_ns(ceil, cburst));
+            classes.push(Class {
+                name: c.name.clone(),
+                parent: parent[i],
+                depth: depth[i],
+                rate: c.rate,
+                ceil,
+                buffer_ns,
+                cbuffer_ns,
+                tokens: buffer_ns,
+                ctokens: cbuffer_ns,
+                t_c: Instant::ZERO,
+                prio: c.prio,
+                quantum,
+                deficit: quantum,
+                leaf,
+                counters: HtbClassCounters::default(),
+            });
+        }
+        // Classifier classes -> leaves.
+        let mut leaf_of_class: Vec<Option<usize>> = vec![None; ctx.classes.len()];
+        for (i, c) in cfg.classes.iter().enumerate() {
+            if !classes[i].is_leaf() {
+                continue;
+            }
+            let names: Vec<&str> = match &c.classes {
+                Some(v) => v.iter().map(String::as_str).collect(),
+                // A leaf named after no classifier class simply takes none by name.
+                None => match ctx.classes.contains(&c.name) {
+                    true => vec![c.name.as_str()],
+                    false => vec![],
+                },
+            };
+            for name in names {
+                let id = ctx.class_id(name, &key(i, "classes"))?;
+                let slot = &mut leaf_of_class[id.0 as usize];
+                if let Some(other) = *slot {
+                    return Err(QdiscBuildError::new(
+                        key(i, "classes"),
+                        format!(
+                            "class '{name}' is taken by both '{}' and '{}'",
+                            cfg.classes[other].name, c.name
+                        ),
+                    ));
+                }
+                *slot = Some(i);
+            }
+        }
+        let default = match &cfg.default {
+            None => None,
+            Some(d) => {
+                let i = *index.get(d.as_str()).ok_or_else(|| {
+                    QdiscBuildError::new("htb.default", format!("unknown class '{d}'"))
+                })?;
+                if !classes[i].is_leaf() {
+                    return Err(QdiscBuildError::new(
+                        "htb.default",
+                        format!("'{d}' has children; the default must be a leaf"),
+                    ));
+                }
+                Some(i)
+            }
+        };
+        let ll = cfg.linklayer.with_overrides(cfg.overhead, cfg.mpu).build();
+        Ok(Htb {
+            classes,
+            leaf_of_class,
+            default,
+            ll,
+            rr: [[usize::MAX; PRIOS as usize]; MAX_DEPTH + 1],
+            stats: QdiscStats::default(),
+        })
+    }
+
+    fn index(&self, name: &str) -> Option<usize> {
+        self.classes.iter().position(|c| c.name == name)
+    }
+
+    /// The mode of class `name` at `now` (`None`: no such class).
+    pub fn class_mode(&self, name: &str, now: Instant) -> Option<ClassMode> {
+        self.index(name).map(|i| self.classes[i].mode_at(now))
+    }
+
+    /// Rate tokens and ceil tokens (nanoseconds of credit) of class `name` at `now`.
+    pub fn class_tokens(&self, name: &str, now: Instant) -> Option<(i64, i64)> {
+        self.index(name).map(|i| self.classes[i].toks_at(now))
+    }
+
+    /// Counters of class `name`.
+    pub fn class_counters(&self, name: &str) -> Option<HtbClassCounters> {
+        self.index(name).map(|i| self.classes[i].counters)
+    }
+
+    /// The link layer packets are charged with.
+    pub fn linklayer(&self) -> LinkLayer {
+        self.ll
+    }
+
+    /// The class names, in configuration order.
+    pub fn class_names(&self) -> impl Iterator<Item = &str> {
+        self.classes.iter().map(|c| c.name.as_str())
+    }
+
+    /// The level a lender serves at: 0 for a leaf within its own rate; for an inner class
+    /// the higher in the tree, the later (Linux numbers inner levels from the top).
+    fn level(&self, c: usize) -> usize {
+        if self.classes[c].is_leaf() {
+            0
+        } else {
+            MAX_DEPTH - self.classes[c].depth
+        }
+    }
+
+    /// The lender of a backlogged leaf at `now`, or how long until one may exist (ns).
+    fn lender(&self, leaf: usize, now: Instant) -> Result<usize, i64> {
+        let mut ceil_wait = 0i64; // the longest ceil wait below the current class
+        let mut best = i64::MAX;
+        let mut c = Some(leaf);
+        while let Some(i) = c {
+            let (t, ct) = self.classes[i].toks_at(now);
+            ceil_wait = ceil_wait.max(-ct);
+            if ceil_wait == 0 && t >= 0 {
+                return Ok(i);
+            }
+            best = best.min(ceil_wait.max(-t));
+            c = self.classes[i].parent;
+        }
+        Err(best.max(1))
+    }
+
+    fn refill(&mut self, i: usize, now: Instant) {
+        let c = &mut self.classes[i];
+        let (t, ct) = c.toks_at(now);
+        c.tokens = t;
+        c.ctokens = ct;
+        c.t_c = c.t_c.max(now);
+    }
+
+    /// Charge a packet sent by `leaf` through `lender` (Linux `htb_charge_class`).
+    fn charge(&mut self, leaf: usize, lender: usize, ip_len: u32, now: Instant) {
+        let wire = self.ll.wire_len(ip_len) as u64;
+        let lender_level = self.level(lender);
+        let mut c = Some(leaf);
+        while let Some(i) = c {
+            self.refill(i, now);
+            let level = self.level(i);
+            let cl = &mut self.classes[i];
+            let cost = |r: Rate| i64::try_from(r.tx_nanos(wire)).unwrap_or(i64::MAX);
+            if level >= lender_level {
+                cl.tokens = cl.tokens.saturating_sub(cost(cl.rate)).max(-MBUFFER_NS);
+                if i == lender && i != leaf {
+                    cl.counters.lent += 1;
+                }
+            } else {
+                cl.counters.borrowed += 1;
+            }
+            cl.ctokens = cl.ctokens.saturating_sub(cost(cl.ceil)).max(-MBUFFER_NS);
+            cl.counters.packets += 1;
+            cl.counters.bytes += ip_len as u64;
+            cl.counters.wire_bytes += wire;
+            c = cl.parent;
+        }
+    }
+
+    fn leaf_for(&self, p: &P) -> Option<usize> {
+        let c = p.class();
+        if c.is_some() {
+            if let Some(Some(l)) = self.leaf_of_class.get(c.0 as usize) {
+                return Some(*l);
+            }
+        }
+        self.default
+    }
+}
+
+impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
+    fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
+        self.stats.on_receive();
+        let len = pkt.ip_len();
+        let Some(l) = self.leaf_for(&pkt) else {
+            self.stats
+                .on_reject(Verdict::Dropped(DropReason::Unclassified));
+            drops.reject(pkt, DropReason::Unclassified);
+            return;
+        };
+        let mark = drops.len();
+        self.classes[l]
+            .leaf
+            .as_mut()
+            .expect("leaf")
+            .enqueue(now, pkt, drops);
+        self.stats.absorb(drops, mark, len);
+        debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
+    }
+
+    fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
+        // Candidates: backlogged leaves with a lender, keyed by (level, prio).
+        let mut wait: Option<Instant> = None;
+        let mut skip: u64 = 0; // leaves whose discipline had nothing to give (bit set)
+        loop {
+            let mut best: Option<(usize, u8)> = None;
+            let mut any = false;
+            for (i, c) in self.classes.iter().enumerate() {
+                let Some(q) = &c.leaf else { continue };
+                if q.backlog().packets == 0 || skip & (1 << i) != 0 {
+                    continue;
+                }
+                any = true;
+                match self.lender(i, now) {
+                    Ok(lender) => {
+                        let k = (self.level(lender), c.prio);
+                        if best.is_none_or(|b| k < b) {
+                            best = Some(k);
+                        }
+                    }
+                    Err(w) => wait = earliest(wait, Some(Instant(now.0.saturating_add(w as u64)))),
+                }
+            }
+            let Some((level, prio)) = best else {
+                return match wait {
+                    Some(t) => Dequeued::NotBefore(t),
+                    None if any || self.stats.backlog.packets > 0 => {
+                        // Leaves are backlogged but their disciplines gave nothing and named
+                        // no time: ask again at the earliest child deadline.
+                        match self.poll_at() {
+                            Some(t) => Dequeued::NotBefore(t.max(now)),
+                            None => Dequeued::Empty,
+                        }
+                    }
+                    None => Dequeued::Empty,
+                };
+            };
+            // Round robin among the leaves of this (level, prio), after the last served.
+            let n = self.classes.len();
+            let last = self.rr[level][prio as usize];
+            let start = if last == usize::MAX { 0 } else { last };
+            let mut chosen = None;
+            for k in 0..n {
+                let i = (start + k) % n;
+                let c = &self.classes[i];
+                let Some(q) = &c.leaf else { continue };
+                if c.prio != prio || q.backlog().packets == 0 || skip & (1 << i) != 0 {
+                    continue;
+                }
+                if let Ok(lender) = self.lender(i, now) {
+                    if self.level(lender) == level {
+                        chosen = Some((i, lender));
+                        break;
+                    }
+                }
+            }
+            let (leaf, lender) = chosen.expect("a candidate exists");
+            let mark = drops.len();
+            let r = self.classes[leaf]
+                .leaf
+                .as_mut()
+                .expect("leaf")
+                .dequeue(now, drops);
+            for d in drops.since(mark) {
+                self.stats.on_remove(d.verdict, d.pkt.ip_len());
+            }
+            match r {
+                Dequeued::Packet(p) => {
+                    let len = p.ip_len();
+                    self.charge(leaf, lender, len, now);
+                    let wire = self.ll.wire_len(len) as i64;
+                    let c = &mut self.classes[leaf];
+                    c.deficit -= wire;
+                    if c.deficit < 0 {
+                        c.deficit += c.quantum;
+                        self.rr[level][prio as usize] = (leaf + 1) % n;
+                    } else {
+                        self.rr[level][prio as usize] = leaf;
+                    }
+                    self.stats.on_dequeue(len);
+                    debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
+                    return Dequeued::Packet(p);
+                }
+                Dequeued::NotBefore(t) => {
+                    wait = earliest(wait, Some(t));
+                    skip |= 1 << leaf;
+                }
+                Dequeued::Empty => skip |= 1 << leaf,
+            }
+        }
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        self.classes
+            .iter()
+            .filter_map(|c| c.leaf.as_ref())
+            .fold(None, |a, q| earliest(a, q.poll_at()))
+    }
+
+    fn handle_timeout(&mut self, now: Instant, drops: &mut Drops<P>) {
+        for c in self.classes.iter_mut() {
+            let Some(q) = c.leaf.as_mut() else { continue };
+            let mark = drops.len();
+            q.handle_timeout(now, drops);
+            for d in drops.since(mark) {
+                self.stats.on_remove(d.verdict, d.pkt.ip_len());
+            }
+        }
+    }
+
+    fn handle_observation(&mut self, now: Instant, obs: &PeerObservation) {
+        for c in self.classes.iter_mut() {
+            if let Some(q) = c.leaf.as_mut() {
+                q.handle_observation(now, obs);
+            }
+        }
+    }
+
+    fn backlog(&self) -> Backlog {
+        self.stats.backlog
+    }
+
+    fn stats(&self) -> &QdiscStats {
+        &self.stats
+    }
+
+    fn child_stats(&self) -> Vec<(String, QdiscStats)> {
+        self.classes
+            .iter()
+            .filter_map(|c| c.leaf.as_ref().map(|q| (c.name.clone(), q.stats().clone())))
+            .collect()
+    }
+
+    fn kind(&self) -> &'static str {
+        "htb"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::HeaderPacket;
+    use crate::qdisc::testutil::*;
+
+    fn htb(src: &str, classes: &[&str]) -> Htb<HeaderPacket> {
+        let cfg: HtbConfig = toml::from_str(src).unwrap();
+        Htb::new(&cfg, &BuildCtx::with_classes(classes)).unwrap()
+    }
+
+    fn err(src: &str, classes: &[&str]) -> String {
+        let cfg: HtbConfig = toml::from_str(src).unwrap();
+        match Htb::<HeaderPacket>::new(&cfg, &BuildCtx::with_classes(classes)) {
+            Ok(_) => panic!("accepted: {src}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn single_class_releases_at_its_rate() {
+        // 1 Mbit/s, burst 1500 B: the first 1500-byte packet goes at once (full bucket),
+        // the second too (tokens >= 0 until the bucket is empty), then one per 12 ms.
+        let mut q = htb(
+            "classes = [{ name = \"a\", rate = \"1Mbit\", burst = \"1500B\", cburst = \"1500B\" }]",
+            &["a"],
+        );
+        let mut d = Drops::new();
+        for i in 0..5 {
+            q.enqueue(ms(0), classed(i, 1500, 0), &mut d);
+        }
+        // HTB sends while tokens >= 0 and lets them go negative: the full bucket (12 ms)
+        // pays for one packet, leaving 0, which still allows a second.
+        assert_eq!(q.dequeue(ms(0), &mut d).packet().map(|p| tag(&p)), Some(0));
+        assert_eq!(q.class_tokens("a", ms(0)), Some((0, 0)));
+        assert_eq!(q.class_mode("a", ms(0)), Some(ClassMode::CanSend));
+        assert_eq!(drain(&mut q, ms(0)).len(), 1);
+        assert_eq!(q.class_tokens("a", ms(0)), Some((-12_000_000, -12_000_000)));
+        assert_eq!(q.class_mode("a", ms(0)), Some(ClassMode::CantSend));
+        assert_eq!(q.dequeue(ms(0), &mut d), Dequeued::NotBefore(ms(12)));
+        assert_eq!(q.dequeue(ms(11), &mut d), Dequeued::NotBefore(ms(12)));
+        assert_eq!(drain(&mut q, ms(12)).len(), 1);
+        assert_eq!(q.dequeue(ms(12), &mut d), Dequeued::NotBefore(ms(24)));
+        check(&q);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = err(
+            "classes = [{ name = \"a\", rate = \"2Mbit\", ceil = \"1Mbit\" }]",
+            &[],
+        );
+        assert!(e.contains("ceil") && e.contains("below rate"), "{e}");
+        let e = err(
+            "classes = [{ name = \"a\", parent = \"nope\", rate = \"1Mbit\" }]",
+            &[],
+        );
+        assert!(e.contains("unknown parent") && e.contains("nope"), "{e}");
+        let e = err(
+            "classes = [{ name = \"a\", parent = \"b\", rate = \"1Mbit\" }, \
+             { name = \"b\", parent = \"a\", rate = \"1Mbit\" }]",
+            &[],
+        );
+        assert!(e.contains("cycle"), "{e}");
+        let e = err(
+            "classes = [{ name = \"a\", rate = \"1Mbit\" }, { name = \"a\", rate = \"1Mbit\" }]",
+            &[],
+        );
+        assert!(e.contains("duplicate"), "{e}");
+        let e = err(
+            "default = \"r\"\nclasses = [{ name = \"r\", rate = \"1Mbit\" }, \
+             { name = \"a\", parent = \"r\", rate = \"1Mbit\" }]",
+            &[],
+        );
+        assert!(e.contains("default must be a leaf"), "{e}");
+        let e = err(
+            "classes = [{ name = \"r\", rate = \"1Mbit\", queue = { kind = \"fifo\", limit = \"5p\" } }, \
+             { name = \"a\", parent = \"r\", rate = \"1Mbit\" }]",
+            &[],
+        );
+        assert!(e.contains("only leaves hold a queue"), "{e}");
+        let e = err(
+            "classes = [{ name = \"a\", rate = \"1Mbit\", prio = 8 }]",
+            &[],
+        );
+        assert!(e.contains("prio"), "{e}");
+        let e = err(
+            "classes = [{ name = \"a\", rate = \"1Mbit\", classes = [\"zz\"] }]",
+            &["x"],
+        );
+        assert!(e.contains("zz"), "{e}");
+        let e = err("classes = [{ name = \"a\", rate = \"0bit\" }]", &[]);
+        assert!(e.contains("positive"), "{e}");
+        let e = err(
+            "classes = [{ name = \"a\", rate = \"1Mbit\", classes = [\"x\"] }, \
+             { name = \"b\", rate = \"1Mbit\", classes = [\"x\"] }]",
+            &["x"],
+        );
+        assert!(e.contains("taken by both"), "{e}");
+    }
+
+    #[test]
+    fn unclassified_goes_to_default_or_is_dropped() {
+        let mut q = htb("classes = [{ name = \"a\", rate = \"1Mbit\" }]", &["a"]);
+        let mut d = Drops::new();
+        q.enqueue(ms(0), data(1, 100), &mut d);
+        assert_eq!(
+            d.since(0)[0].verdict,
+            Verdict::Dropped(DropReason::Unclassified)
+        );
+        let mut q = htb(
+            "default = \"a\"\nclasses = [{ name = \"a\", rate = \"1Mbit\" }]",
+            &["a"],
+        );
+        q.enqueue(ms(0), data(1, 100), &mut d);
+        assert_eq!(drain(&mut q, ms(0)).len(), 1);
+        check(&q);
+    }
+}
