@@ -5,8 +5,10 @@ its scenario files and `paper.toml` are package data under `scenarios/<id>/`. Se
 `asymlink.repro.base` for the format and the contract.
 """
 
-from asymlink.repro import _selftest  # noqa: F401  (registers the internal self-test)
-from asymlink.repro import ackfilter  # noqa: F401  (ackfilter-threshold, -delayed, -multi)
+from asymlink.repro import (
+    _selftest,  # noqa: F401  (registers the internal self-test)
+    ackfilter,  # noqa: F401  (ackfilter-threshold, -delayed, -multi)
+)
 from asymlink.repro.base import (
     Check,
     Entry,

@@ -191,8 +191,14 @@ MULTI_HEADER = """\
 # This file runs the arm `none` with the large buffer. The other arms replace the
 # reverse buffer's queue with one of [meta.arms] and its limit with one of
 # [meta.buffers], e.g.
-#   asymlink run {file} --out out --set 'links.0.to_a.queue={{kind="ack_filter",policy="perflow",service="round_robin",window="200ms",utilization=0.9,limit="10p"}}'
+#   asymlink run {file} --out out --set {example}
 """
+
+#: The `--set` argument of the example in each multi file's header.
+MULTI_EXAMPLE = (
+    "'links.0.to_a.queue={kind=\"ack_filter\",policy=\"perflow\",service=\"round_robin\","
+    "window=\"200ms\",utilization=0.9,limit=\"10p\"}'"
+)
 
 
 def multi_file(n: int) -> str:
@@ -201,7 +207,7 @@ def multi_file(n: int) -> str:
     delays = [rng.uniform(1.0, 10.0) for _ in range(NMAX)]
     starts = [rng.uniform(0.0, 1.0) for _ in range(NMAX)]
     out = [MULTI_HEADER.format(n=n, s="" if n == 1 else "s", dots="." * min(n, 6),
-                               file=f"n{n:02d}.toml")]
+                               file=f"n{n:02d}.toml", example=MULTI_EXAMPLE)]
     out.append(f'name = "ackfilter-multi-n{n:02d}"\nduration = "1000s"\nseed = 1\n'
                f'tcp = {{ profile = "paper", cc = "reno", rcvbuf = "{RCVBUF}" }}\n')
     out.append('[monitor]\ninterval = "10s"\nflows = false\nqueues = true\nlinks = true\n'
