@@ -103,3 +103,21 @@ def test_multi_orderings_and_keys(tmp_path: Path) -> None:
             assert all(v > 0 for v in mft[buf][alg].values())
     for fig in ("fig11-large-buffer", "fig12-small-buffer"):
         assert (tmp_path / "figures" / f"{fig}.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("queue", "needle"),
+    [
+        ({"kind": "ack_filter", "policy": "threshold", "delta": 0}, "delta: must be at least 1"),
+        ({"kind": "ack_filter", "policy": "classic", "delat": 3}, "delat"),
+        ({"kind": "ack_filter", "policy": "classic", "delta": 3}, "not used by policy"),
+    ],
+)
+def test_bad_filter_configuration_names_the_key(queue: dict, needle: str) -> None:
+    from asymlink import ScenarioError
+
+    sc = repro.get("ackfilter-threshold").scenario("none", quick=True)
+    with pytest.raises(ScenarioError) as e:
+        sc.with_overrides({"links.1.to_a.queue": {**queue, "limit": "10p"}}).validate()
+    assert needle in str(e.value)
+    assert "links[1].to_a" in str(e.value)
