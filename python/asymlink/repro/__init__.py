@@ -5,8 +5,11 @@ its scenario files and `paper.toml` are package data under `scenarios/<id>/`. Se
 `asymlink.repro.base` for the format and the contract.
 """
 
-from asymlink.repro import _selftest  # noqa: F401  (registers the internal self-test)
-from asymlink.repro import adsl  # noqa: F401  (registers the adsl-* entries)
+from asymlink.repro import (
+    _selftest,  # noqa: F401  (registers the internal self-test)
+    ackfilter,  # noqa: F401  (ackfilter-threshold, -delayed, -multi)
+    adsl,  # noqa: F401  (adsl-problem, -linksharing, -ackfifo, -atm)
+)
 from asymlink.repro.base import (
     Check,
     Entry,

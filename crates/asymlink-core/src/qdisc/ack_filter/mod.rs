@@ -254,7 +254,12 @@ impl<P: Pkt + Send> AckFilter<P> {
         let item = self.slots[i].item.take().expect("slot is live");
         self.tombstones += 1;
         let c = &mut self.conns[item.conn as usize];
-        if let Some(pos) = c.queued.iter().rposition(|&s| s == seq) {
+        // Service takes the oldest, filtering the newest: both ends are O(1).
+        if c.queued.front() == Some(&seq) {
+            c.queued.pop_front();
+        } else if c.queued.back() == Some(&seq) {
+            c.queued.pop_back();
+        } else if let Some(pos) = c.queued.iter().position(|&s| s == seq) {
             c.queued.remove(pos);
         }
         c.bytes -= item.len as u64;
