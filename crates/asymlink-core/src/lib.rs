@@ -15,7 +15,8 @@
 //! * **Sizes on the wire** — [`overhead`]: raw IP, Ethernet, ATM/AAL5 cells, PTM.
 //! * **Estimators** — [`estimator`]: TSW rate, EWMA, min-RTT.
 //! * **Queue disciplines** — [`qdisc`]: the [`qdisc::Qdisc`] trait with its conservation
-//!   counters, and FIFO, strict priority, DRR and TBF.
+//!   counters, and FIFO, strict priority, DRR, TBF and the ACK shaper (ACK delay
+//!   control: the reverse direction paced by the forward backlog).
 //! * **Classification** — [`classify`]: rules → classes.
 //! * **The middlebox** — [`pipeline`]: per direction classify → rewrite → discipline, with
 //!   cross-direction observations passed explicitly.

@@ -1,9 +1,12 @@
 //! The configuration vocabulary of disciplines, shared by the simulator's scenario files
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
-use super::{Drr, DrrConfig, Fifo, FifoConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig};
+use super::{
+    AckShaper, AckShaperConfig, Drr, DrrConfig, Fifo, FifoConfig, Prio, PrioConfig, Qdisc, Tbf,
+    TbfConfig,
+};
 use crate::packet::{ClassId, Pkt};
-use crate::units::Rate;
+use crate::units::{Limit, Rate};
 use core::fmt;
 use serde::Deserialize;
 
@@ -21,6 +24,8 @@ pub enum QdiscConfig {
     Drr(DrrConfig),
     /// [`Tbf`].
     Tbf(TbfConfig),
+    /// [`AckShaper`] (the reverse direction of a middlebox).
+    AckShaper(AckShaperConfig),
 }
 
 impl Default for QdiscConfig {
@@ -116,7 +121,45 @@ impl QdiscConfig {
             QdiscConfig::Prio(c) => Box::new(Prio::new(c, ctx)?),
             QdiscConfig::Drr(c) => Box::new(Drr::new(c, ctx)?),
             QdiscConfig::Tbf(c) => Box::new(Tbf::new(c)?),
+            QdiscConfig::AckShaper(c) => Box::new(AckShaper::new(c)?),
         })
+    }
+
+    /// The capacity the discipline enforces as a whole, if it has one (reported to the
+    /// opposite direction of a middlebox for self-tuning).
+    pub fn capacity(&self) -> Option<Limit> {
+        match self {
+            QdiscConfig::Fifo(c) => Some(c.limit),
+            QdiscConfig::Drr(c) => Some(c.limit),
+            QdiscConfig::Tbf(c) => Some(c.limit),
+            QdiscConfig::Prio(_) | QdiscConfig::AckShaper(_) => None,
+        }
+    }
+
+    /// Whether the discipline (or one inside it) watches the opposite direction, so that it
+    /// only makes sense in a middlebox.
+    pub fn needs_peer(&self) -> bool {
+        match self {
+            QdiscConfig::AckShaper(_) => true,
+            QdiscConfig::Prio(c) => c
+                .bands
+                .iter()
+                .any(|b| b.queue.as_ref().is_some_and(|q| q.needs_peer())),
+            _ => false,
+        }
+    }
+
+    /// Whether the discipline (or one inside it) needs the opposite direction's capacity
+    /// (an ACK shaper with `threshold = "auto"`).
+    pub fn needs_peer_capacity(&self) -> bool {
+        match self {
+            QdiscConfig::AckShaper(c) => c.needs_peer_capacity(),
+            QdiscConfig::Prio(c) => c
+                .bands
+                .iter()
+                .any(|b| b.queue.as_ref().is_some_and(|q| q.needs_peer_capacity())),
+            _ => false,
+        }
     }
 
     /// The discipline kind's name.
@@ -126,6 +169,7 @@ impl QdiscConfig {
             QdiscConfig::Prio(_) => "prio",
             QdiscConfig::Drr(_) => "drr",
             QdiscConfig::Tbf(_) => "tbf",
+            QdiscConfig::AckShaper(_) => "ack_shaper",
         }
     }
 }
@@ -143,6 +187,7 @@ mod tests {
             "kind = \"drr\"\nquantum = \"40B\"",
             "kind = \"tbf\"\nrate = \"1Mbit\"",
             "kind = \"prio\"\nbands = [{}, {}]",
+            "kind = \"ack_shaper\"\nthreshold = \"50KB\"\nleak = { kind = \"rate\" }",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();
             let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();
