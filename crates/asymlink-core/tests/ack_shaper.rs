@@ -445,7 +445,8 @@ fn measured_leak_follows_the_forward_service_time_and_ack_ratio() {
         };
         q.handle_observation(ms(2 * k), &obs);
         if k % 2 == 0 {
-            enq!(q, ms(2 * k), ack(100 + k as u32, 0));
+            // each ACK acknowledges two 256-byte segments
+            enq!(q, ms(2 * k), ack(k as u32 * 256, 0));
             let mut d = Drops::new();
             while let Dequeued::Packet(_) = q.dequeue(ms(2 * k), &mut d) {
                 n += 1;
@@ -456,8 +457,8 @@ fn measured_leak_follows_the_forward_service_time_and_ack_ratio() {
     assert_eq!(t.service_time, Some(Duration::from_millis(2)));
     assert_eq!(t.packets_per_ack_x256, Some(512));
     assert_eq!(t.spacing, Duration::from_millis(4));
-    // auto threshold: a third of 45 packets
-    assert_eq!(t.threshold, Some(Limit::Packets(15)));
+    // auto threshold before any congestion episode: half of 45 packets
+    assert_eq!(t.threshold, Some(Limit::Packets(22)));
     assert!(!t.congested);
     assert_eq!(n, 32);
     // A given ACK ratio overrides the measured one.
@@ -496,8 +497,8 @@ fn middlebox_feeds_the_forward_backlog_and_capacity() {
         Dequeued::NotBefore(ms(100))
     );
     assert_eq!(mb.poll_at(), Some(ms(100)));
-    // 15 forward packets (a third of 45) make the forward direction congested.
-    for i in 0..15 {
+    // 22 forward packets (half of 45, before any episode) make it congested.
+    for i in 0..22 {
         mb.handle_packet(ms(10), Dir::ToB, data(100 + i), &mut d);
     }
     assert_eq!(
@@ -505,12 +506,18 @@ fn middlebox_feeds_the_forward_backlog_and_capacity() {
         Dequeued::NotBefore(ms(200))
     );
     assert_eq!(mb.poll_at(), Some(ms(200)));
-    // The forward link drains one packet: below the threshold, the next ACK is due at once.
-    assert!(mb
-        .poll_transmit(ms(150), Dir::ToB, &mut d)
-        .packet()
-        .is_some());
-    assert_eq!(mb.poll_at(), None);
+    // Four more arrive (an overshoot of 4), then the forward link drains five: the episode
+    // ends below 22 and the next threshold is 45 - max(2 x 4, 45 / 8) = 37.
+    for i in 22..26 {
+        mb.handle_packet(ms(20), Dir::ToB, data(100 + i), &mut d);
+    }
+    for _ in 0..5 {
+        assert!(mb
+            .poll_transmit(ms(150), Dir::ToB, &mut d)
+            .packet()
+            .is_some());
+    }
+    assert_eq!(mb.poll_at(), None, "not congested: the next ACK is due");
     assert_eq!(
         tag(&mb
             .poll_transmit(ms(150), Dir::ToA, &mut d)
@@ -530,6 +537,15 @@ fn middlebox_feeds_the_forward_backlog_and_capacity() {
     assert!(d.is_empty());
     let c = mb.egress(Dir::ToA).qdisc().counters();
     assert!(c.contains(&("congestion_onsets", 1)), "{c:?}");
+    // 21 queued; 15 more make 36, below the learnt threshold of 37.
+    for i in 26..41 {
+        mb.handle_packet(ms(260), Dir::ToB, data(100 + i), &mut d);
+    }
+    let c = mb.egress(Dir::ToA).qdisc().counters();
+    assert!(c.contains(&("congestion_onsets", 1)), "36 < 37: {c:?}");
+    mb.handle_packet(ms(260), Dir::ToB, data(200), &mut d);
+    let c = mb.egress(Dir::ToA).qdisc().counters();
+    assert!(c.contains(&("congestion_onsets", 2)), "37 reached: {c:?}");
 }
 
 #[test]

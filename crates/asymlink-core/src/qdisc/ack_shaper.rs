@@ -49,16 +49,26 @@
 //!
 //! * `leak = { kind = "rate" }` without `rate`/`packet`: the normal spacing is the
 //!   *measured* service time of one forward packet (the gap between back-to-back dequeues
-//!   of the forward queue) times the measured forward packets per ACK (so that receivers
-//!   acknowledging every second segment are paced at the right rate).
-//! * `threshold = "auto"`: a third of the forward buffer `C`. After congestion is
-//!   detected, data already triggered by released ACKs keeps arriving for one control
-//!   loop `L` (router → sender → router); in slow start it arrives at twice the service
-//!   rate `r`, so the queue overshoots the threshold by up to `r·L`: `C − T ≥ r·L`. When
-//!   congestion ends, the queue drains at half the rate for `L` before the faster ACKs
-//!   take effect: `T ≥ r·L/2`. `T = C/3` satisfies both for the longest loop,
-//!   `L ≤ 2C/(3r)`.
-//!
+//!   of the forward queue) times the measured forward segments per ACK (from the ACKs'
+//!   acknowledgment numbers, so that receivers acknowledging every second segment are
+//!   paced at the right rate).
+//! * `threshold = "auto"`: derived from the forward buffer `C` and the measured
+//!   overshoot. The paper sizes the threshold so that "the buffer capacity minus the fixed
+//!   threshold is large enough to accommodate the packets remaining at the links in the
+//!   loop from Router 1 to Source and return to Router 1": after congestion is detected,
+//!   data already triggered by released ACKs keeps arriving for one control loop `L`, in
+//!   slow start at twice the forward service rate `r`, so the backlog overshoots the
+//!   threshold by about `r·L`. The shaper measures that overshoot (the highest backlog
+//!   above the threshold during a congestion episode, `O`, learnt when the episode ends)
+//!   and sets `T = C − max(2·O, C/8)`, never below `C/3`; before the first episode
+//!   `T = C/2`. The `C/8` floor keeps headroom for bursts the measurement has not seen
+//!   (an episode can end after one dequeue, before any overshoot shows; back-to-back
+//!   segments arrive in pairs in slow start). The learnt overshoot only grows. The aim is no loss with the least
+//!   holding of ACKs: the excess window the forward buffer can hold stays there, and only
+//!   what would overflow it is parked as delayed ACKs (whose delay the sender sees as a
+//!   longer RTT, and which may time it out). The paper's fixed thresholds aim lower, at a
+//!   short forward queue.
+
 //! # Worked example (the paper's satellite case)
 //!
 //! 30 Mbit/s forward, MSS 536 (576-byte packets), threshold 50 KB: a forward packet takes
@@ -148,6 +158,12 @@ pub struct AckShaper<P> {
     now: Instant,
     seq: u64,
     peer_capacity: Option<Limit>,
+    /// Highest forward backlog above the threshold during a completed congestion episode
+    /// (threshold's unit), and the number of completed episodes.
+    overshoot: u64,
+    episodes: u64,
+    /// Highest backlog above the threshold in the current episode.
+    episode_over: u64,
     est: ServiceEstimator,
     counters: AckShaperCounters,
 }
@@ -169,6 +185,9 @@ impl<P: Pkt> AckShaper<P> {
             now: Instant::ZERO,
             seq: 0,
             peer_capacity: None,
+            overshoot: 0,
+            episodes: 0,
+            episode_over: 0,
             est: ServiceEstimator::default(),
             counters: AckShaperCounters::default(),
         })
@@ -222,9 +241,17 @@ impl<P: Pkt> AckShaper<P> {
         match self.p.threshold {
             Threshold::Fixed(t) => Some((t, self.p.release.unwrap_or(t))),
             Threshold::Auto => {
+                let auto = |c: u64| {
+                    if self.episodes == 0 {
+                        c / 2
+                    } else {
+                        c.saturating_sub((2 * self.overshoot).max(c / 8)).max(c / 3)
+                    }
+                    .max(1)
+                };
                 let t = match self.peer_capacity? {
-                    Limit::Bytes(b) => Limit::Bytes((b / 3).max(1)),
-                    Limit::Packets(n) => Limit::Packets((n / 3).max(1)),
+                    Limit::Bytes(b) => Limit::Bytes(auto(b)),
+                    Limit::Packets(n) => Limit::Packets(auto(n as u64) as u32),
                 };
                 Some((t, t))
             }
@@ -232,19 +259,27 @@ impl<P: Pkt> AckShaper<P> {
     }
 
     fn update_congestion(&mut self, b: Backlog) {
-        let reached = |l: Limit| match l {
-            Limit::Bytes(x) => b.bytes >= x,
-            Limit::Packets(n) => b.packets >= n,
+        let level = |l: Limit| match l {
+            Limit::Bytes(x) => (b.bytes, x),
+            Limit::Packets(n) => (b.packets as u64, n as u64),
         };
         let Some((on, off)) = self.levels() else {
             self.congested = false;
             return;
         };
-        if !self.congested && reached(on) {
+        let (now_on, thr_on) = level(on);
+        if !self.congested && now_on >= thr_on {
             self.congested = true;
             self.counters.congestion_onsets += 1;
-        } else if self.congested && !reached(off) {
+            self.episode_over = 0;
+        } else if self.congested && level(off).0 < level(off).1 {
             self.congested = false;
+            // The threshold in force is the one the episode started with: learn now.
+            self.overshoot = self.overshoot.max(self.episode_over);
+            self.episodes += 1;
+        }
+        if self.congested {
+            self.episode_over = self.episode_over.max(now_on.saturating_sub(thr_on));
         }
     }
 
@@ -380,7 +415,9 @@ impl<P: Pkt + Send> Qdisc<P> for AckShaper<P> {
         let is_ack = pkt.headers().is_some_and(|h| h.is_pure_ack());
         let (limit, sub) = if is_ack {
             self.counters.acks_received += 1;
-            self.est.on_ack();
+            if let Some(h) = pkt.headers() {
+                self.est.on_ack(h);
+            }
             (self.p.ack_limit, &mut self.ack_stats)
         } else {
             self.counters.data_received += 1;

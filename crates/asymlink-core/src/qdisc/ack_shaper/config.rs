@@ -23,8 +23,9 @@ use serde::{Deserialize, Deserializer};
 pub enum Threshold {
     /// A fixed level in bytes (`"50KB"`) or packets (`"42p"`).
     Fixed(Limit),
-    /// `"auto"`: a third of the forward queue's capacity, in the capacity's unit (see the
-    /// module documentation for why a third).
+    /// `"auto"`: the forward queue's capacity `C` minus the larger of twice the measured
+    /// overshoot and `C/8` (`C/2` until the first congestion episode ends, never below
+    /// `C/3`), in the capacity's unit; see the module documentation.
     Auto,
 }
 

@@ -12,23 +12,32 @@
 //!
 //! # Packets per ACK
 //!
-//! Every 16 ACKs the shaper compares how many packets the forward queue handed to its
-//! link in the meantime: with receivers acknowledging every `d` segments the ratio tends
-//! to `d`. It is kept in 1/256 units (EWMA gain 1/8), clamped to 1..=64.
+//! Receivers acknowledge every segment (`d = 1`) or every second one (delayed ACKs,
+//! `d = 2`), and the leak must space ACKs by `d` forward service times. The shaper
+//! remembers the last cumulative acknowledgment number of each connection (a
+//! direct-mapped table of 256 entries, so memory is bounded) and averages the bytes each
+//! advancing ACK newly acknowledges (EWMA, gain 1/8); divided by the payload of the
+//! largest forward packet seen (its IP length minus 40 bytes of headers) that gives `d`,
+//! kept in 1/256 units and clamped to 1..=64. (Comparing ACK arrivals with forward
+//! dequeues would be biased: in slow start the forward queue serves a round trip's
+//! growth ahead of the ACKs.)
 
 use crate::qdisc::PeerObservation;
 use crate::time::Instant;
+use crate::wire::Headers;
 
 const GAIN_SHIFT: u32 = 3;
-const EPOCH_ACKS: u64 = 16;
+const TABLE: usize = 256;
+/// Headers assumed per forward packet when converting its IP length to payload.
+const HEADERS: u64 = 40;
 /// Fixed-point unit of the packets-per-ACK ratio.
 pub(super) const PPA_ONE: u64 = 256;
 
 /// The estimator state.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(super) struct ServiceEstimator {
-    /// The peer's cumulative dequeue count at the last observation.
-    last_dequeued: u64,
+    /// The peer's cumulative dequeue counts (packets, bytes) at the last observation.
+    last_dequeued: (u64, u64),
     /// Time of the last dequeue that left the peer backlogged (the next dequeue ends one
     /// service time later).
     chain: Option<Instant>,
@@ -36,10 +45,26 @@ pub(super) struct ServiceEstimator {
     svc_ns: Option<u64>,
     /// Service-time samples taken.
     pub samples: u64,
-    epoch_acks: u64,
-    epoch_start: u64,
-    /// EWMA of forward packets per ACK, × [`PPA_ONE`].
-    ppa: Option<u64>,
+    /// Largest forward packet seen (IP bytes).
+    seg_max: u64,
+    /// Last cumulative ACK per connection: (flow hash, ack number).
+    last_ack: Vec<Option<(u64, u32)>>,
+    /// EWMA of the bytes an advancing ACK newly acknowledges.
+    acked: Option<u64>,
+}
+
+impl Default for ServiceEstimator {
+    fn default() -> Self {
+        ServiceEstimator {
+            last_dequeued: (0, 0),
+            chain: None,
+            svc_ns: None,
+            samples: 0,
+            seg_max: 0,
+            last_ack: vec![None; TABLE],
+            acked: None,
+        }
+    }
 }
 
 fn ewma(old: Option<u64>, sample: u64) -> u64 {
@@ -55,32 +80,37 @@ fn ewma(old: Option<u64>, sample: u64) -> u64 {
 impl ServiceEstimator {
     /// Feed an observation of the forward queue taken at `now`.
     pub fn observe(&mut self, now: Instant, obs: &PeerObservation) {
-        if obs.dequeued_packets > self.last_dequeued {
-            let k = obs.dequeued_packets - self.last_dequeued;
+        let (pkts, bytes) = self.last_dequeued;
+        if obs.dequeued_packets > pkts {
+            let k = obs.dequeued_packets - pkts;
+            if k == 1 {
+                self.seg_max = self.seg_max.max(obs.dequeued_bytes.saturating_sub(bytes));
+            }
             if let Some(t0) = self.chain {
                 let gap = now.saturating_since(t0).as_nanos() as u64;
                 self.svc_ns = Some(ewma(self.svc_ns, gap / k));
                 self.samples += 1;
             }
-            self.last_dequeued = obs.dequeued_packets;
+            self.last_dequeued = (obs.dequeued_packets, obs.dequeued_bytes);
             self.chain = (obs.backlog.packets > 0).then_some(now);
         } else if obs.backlog.packets == 0 {
             self.chain = None;
         }
     }
 
-    /// An ACK arrived at the shaper.
-    pub fn on_ack(&mut self) {
-        self.epoch_acks += 1;
-        if self.epoch_acks >= EPOCH_ACKS {
-            let fwd = self.last_dequeued.saturating_sub(self.epoch_start);
-            let sample = (fwd * PPA_ONE / self.epoch_acks).clamp(PPA_ONE, 64 * PPA_ONE);
-            self.ppa = Some(ewma(self.ppa, sample));
-            self.epoch_acks = 0;
-            self.epoch_start = self.last_dequeued;
+    /// A pure ACK arrived at the shaper.
+    pub fn on_ack(&mut self, h: &Headers) {
+        let Some(t) = h.tcp_repr() else { return };
+        let key = h.flow_key().stable_hash();
+        let slot = &mut self.last_ack[(key % TABLE as u64) as usize];
+        if let Some((k, prev)) = *slot {
+            let d = t.ack.0.wrapping_sub(prev);
+            if k == key && d > 0 && d < 1 << 30 {
+                self.acked = Some(ewma(self.acked, d as u64));
+            }
         }
+        *slot = Some((key, t.ack.0));
     }
-
     /// Measured service time per forward packet (ns), once there is a sample.
     pub fn service_ns(&self) -> Option<u64> {
         self.svc_ns
@@ -88,7 +118,9 @@ impl ServiceEstimator {
 
     /// Measured forward packets per ACK × [`PPA_ONE`], once measured.
     pub fn packets_per_ack(&self) -> Option<u64> {
-        self.ppa
+        let payload = self.seg_max.checked_sub(HEADERS).filter(|&p| p > 0)?;
+        let acked = self.acked?;
+        Some((acked * PPA_ONE / payload).clamp(PPA_ONE, 64 * PPA_ONE))
     }
 }
 
@@ -140,11 +172,24 @@ mod tests {
     }
 
     #[test]
-    fn packets_per_ack_tracks_the_ack_ratio() {
+    fn packets_per_ack_from_acknowledgment_numbers() {
+        use crate::packet::Pkt;
+        use crate::qdisc::testutil::data_flow;
         let mut e = ServiceEstimator::default();
-        for i in 1..=64u64 {
-            e.observe(Instant::from_millis(i), &obs(2 * i, 1));
-            e.on_ack();
+        // forward packets of 576 bytes (536 of payload)
+        let o = PeerObservation {
+            dequeued_bytes: 576,
+            ..obs(1, 0)
+        };
+        e.observe(Instant::ZERO, &o);
+        assert_eq!(e.packets_per_ack(), None);
+        // two connections, each ACK advancing by two segments
+        for i in 0..40u32 {
+            for flow in 0..2u16 {
+                let mut a = data_flow(0, 40, flow);
+                a.hdr.tcp_repr_mut().unwrap().ack = crate::wire::SeqNumber(1000 + i * 1072);
+                e.on_ack(a.headers().unwrap());
+            }
         }
         assert_eq!(e.packets_per_ack(), Some(2 * PPA_ONE));
     }
