@@ -5,7 +5,11 @@ its scenario files and `paper.toml` are package data under `scenarios/<id>/`. Se
 `asymlink.repro.base` for the format and the contract.
 """
 
-from asymlink.repro import _selftest  # noqa: F401  (registers the internal self-test)
+from asymlink.repro import (  # noqa: F401  (importing a module registers its entries)
+    _selftest,
+    ackdelay_router,
+    ackdelay_satellite,
+)
 from asymlink.repro.base import (
     Check,
     Entry,
@@ -25,8 +29,8 @@ from asymlink.repro.base import (
     reproduce,
 )
 
-# Catalog entries: import each entry's module above, e.g. `from asymlink.repro import
-# ackfilter`, so that it registers itself.
+# Catalog entries: import each entry's module above (e.g. `ackfilter`), so that it
+# registers itself.
 
 __all__ = [
     "Check",
