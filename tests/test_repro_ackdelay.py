@@ -86,3 +86,16 @@ def test_orderings_hold_on_quick(entry_id: str, tmp_path: Path) -> None:
         assert metrics["throughput_kbps"]["single"]["on"] == pytest.approx(18.91, rel=0.1)
         assert metrics["forward_drops"]["single"]["on"] == 0
         assert (tmp_path / "figures" / "router_single.png").exists()
+
+
+def test_the_docs_example_configures_a_middlebox() -> None:
+    """The first TOML block of docs/ack-delay.md, on the satellite topology, validates."""
+    doc = (Path(__file__).parent.parent / "docs" / "ack-delay.md").read_text()
+    example = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    base = (repro.get("ackdelay-satellite").scenario_dir / "250kb-on.toml").read_text()
+    head, _, tail = base.partition("[[middleboxes]]")
+    flows = tail[tail.index("[[flows]]") :]
+    Scenario.from_toml(head + example + "\n" + flows).validate()
+    broken = example.replace('threshold = "50KB"', 'threshold = "50"')
+    with pytest.raises(ValueError, match="threshold"):
+        Scenario.from_toml(head + broken + "\n" + flows).validate()
