@@ -6,6 +6,8 @@ The flow counters (`bytes_delivered`, ...) and the queue counters (`drops`, `fil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -63,3 +65,15 @@ def _last_per(table: pd.DataFrame, key: str, columns: list[str]) -> pd.DataFrame
     return ordered.groupby(key, sort=True).tail(1).sort_values(key)[[key, *columns]].reset_index(
         drop=True
     )
+
+
+def jain_index(values: Sequence[float] | np.ndarray | pd.Series) -> float:
+    """Jain's fairness index (sum x)^2 / (n * sum x^2) of non-negative allocations such as
+    per-flow throughputs: 1 when all are equal, 1/n when one flow takes everything. NaN
+    for an empty input or when every value is zero; `ValueError` for a negative value."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0 or not np.any(x):
+        return float("nan")
+    if np.any(x < 0):
+        raise ValueError("Jain's index is defined for non-negative values")
+    return float(x.sum() ** 2 / (x.size * (x**2).sum()))

@@ -16,7 +16,8 @@
 //! * **Estimators** — [`estimator`]: TSW rate, EWMA, min-RTT.
 //! * **ACK safety** — [`ack`]: may a queued ACK be removed in favour of a newer one?
 //! * **Queue disciplines** — [`qdisc`]: the [`qdisc::Qdisc`] trait with its conservation
-//!   counters, and FIFO, strict priority, DRR, TBF, the ACK filter, the hierarchical
+//!   counters, and FIFO, strict priority, DRR, TBF, the ACK filter, the ACK shaper
+//!   (ACK delay control: the reverse direction paced by the forward backlog), the hierarchical
 //!   schedulers HTB and HFSC (with link-layer accounting) and the ADSL ack class's queue.
 //! * **Classification** — [`classify`]: rules → classes, the ADSL paper's five-class
 //!   preset and its peer-to-peer host heuristic.

@@ -27,7 +27,7 @@ use crate::qdisc::{
     QdiscStats, Verdict,
 };
 use crate::time::{earliest, Instant};
-use crate::units::Rate;
+use crate::units::{Limit, Rate};
 use serde::Deserialize;
 
 /// A direction through a middlebox.
@@ -105,7 +105,7 @@ pub struct Egress<P> {
     classifier: Option<Classifier>,
     qdisc: Box<dyn Qdisc<P>>,
     rate: Option<Rate>,
-    capacity_bytes: Option<u64>,
+    capacity: Option<Limit>,
 }
 
 impl<P: Pkt + Send + 'static> Egress<P> {
@@ -129,12 +129,13 @@ impl<P: Pkt + Send + 'static> Egress<P> {
             seed,
             link_rate,
         };
-        let qdisc = cfg.qdisc.clone().unwrap_or_default().build(&ctx)?;
+        let qcfg = cfg.qdisc.clone().unwrap_or_default();
+        let qdisc = qcfg.build(&ctx)?;
         Ok(Egress {
             classifier,
             qdisc,
             rate: link_rate,
-            capacity_bytes: None,
+            capacity: qcfg.capacity(),
         })
     }
 
@@ -144,7 +145,7 @@ impl<P: Pkt + Send + 'static> Egress<P> {
             classifier: None,
             qdisc,
             rate: link_rate,
-            capacity_bytes: None,
+            capacity: None,
         }
     }
 
@@ -180,16 +181,32 @@ impl<P: Pkt + Send + 'static> Egress<P> {
 
     /// What this egress tells the opposite direction.
     pub fn observation(&self) -> PeerObservation {
+        let st = self.qdisc.stats();
         PeerObservation {
             backlog: self.qdisc.backlog(),
             service_rate: self.rate,
-            capacity_bytes: self.capacity_bytes,
+            capacity_bytes: match self.capacity {
+                Some(Limit::Bytes(b)) => Some(b),
+                _ => None,
+            },
+            capacity_packets: match self.capacity {
+                Some(Limit::Packets(p)) => Some(p),
+                _ => None,
+            },
+            dequeued_packets: st.dequeued,
+            dequeued_bytes: st.dequeued_bytes,
         }
     }
 
-    /// Set the capacity reported to the other direction (for self-tuning mechanisms).
+    /// Set the capacity in bytes reported to the other direction (for self-tuning
+    /// mechanisms). By default an egress reports its discipline's configured limit.
     pub fn set_capacity_bytes(&mut self, c: Option<u64>) {
-        self.capacity_bytes = c;
+        self.capacity = c.map(Limit::Bytes);
+    }
+
+    /// Set the capacity reported to the other direction, in bytes or packets.
+    pub fn set_capacity(&mut self, c: Option<Limit>) {
+        self.capacity = c;
     }
 }
 
@@ -316,11 +333,30 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
             .iter()
             .map(|r| r.build())
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Middlebox {
+        for (d, e) in [(Dir::ToB, &cfg.to_b), (Dir::ToA, &cfg.to_a)] {
+            let needs = e.qdisc.as_ref().is_some_and(|q| q.needs_peer_capacity());
+            let peer = [&to_b, &to_a][d.reverse().index()];
+            if needs && peer.capacity.is_none() {
+                return Err(QdiscBuildError::new(
+                    format!("{}.qdisc.threshold", d.name()),
+                    format!(
+                        "\"auto\" derives the threshold from the capacity of the {} queue, \
+                         and its '{}' discipline has no overall limit; give a fixed threshold",
+                        d.reverse().name(),
+                        peer.qdisc().kind()
+                    ),
+                ));
+            }
+        }
+        let mut mb = Middlebox {
             rewriters,
             dirs: [to_b, to_a],
             stats: MiddleboxStats::default(),
-        })
+        };
+        // Each direction learns the other's (empty) state and capacity from the start.
+        mb.observe(Instant::ZERO, Dir::ToB);
+        mb.observe(Instant::ZERO, Dir::ToA);
+        Ok(mb)
     }
 
     /// A middlebox from parts.

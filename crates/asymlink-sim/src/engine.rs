@@ -73,6 +73,8 @@ pub(crate) struct LinkDir {
     pub dir_name: &'static str,
     pub to: NodeId,
     pub rate: Rate,
+    /// Transmitter time per packet of a packet-clocked direction (0: none).
+    pub packet_ns: u64,
     pub delay_ns: u64,
     pub loss: f64,
     pub rng: Rng,
@@ -255,9 +257,17 @@ impl World {
                     .enumerate()
             {
                 let id = (2 * i + d) as u32;
+                if ds.egress.qdisc.as_ref().is_some_and(|q| q.needs_peer()) {
+                    return Err((
+                        format!("links[{i}].{dname}.queue"),
+                        "this discipline watches the opposite direction (an ack_shaper); \
+                         place it in a [[middleboxes]] direction on a router"
+                            .into(),
+                    ));
+                }
                 let egress = Egress::new(
                     &ds.egress,
-                    Some(ds.rate),
+                    (ds.rate.0 > 0).then_some(ds.rate),
                     derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
                 )
                 .map_err(|e| (format!("links[{i}].{dname}.{}", e.key), e.msg))?;
@@ -267,6 +277,9 @@ impl World {
                     dir_name: dname,
                     to: to as NodeId,
                     rate: ds.rate,
+                    packet_ns: ds
+                        .packet_rate
+                        .map_or(0, |r| 1_000_000_000u64.div_ceil(r as u64)),
                     delay_ns: dur_ns(ds.delay),
                     loss: ds.loss,
                     rng: Rng::child(seed, &format!("loss:{}:{dname}", l.name)),
@@ -306,10 +319,8 @@ impl World {
             // Side a's link carries traffic *to* a: the router's egress onto link a.
             let to_a = out_dir(m.a);
             let to_b = out_dir(m.b);
-            let rates = [
-                Some(dirs[to_b as usize].rate),
-                Some(dirs[to_a as usize].rate),
-            ];
+            let rate_of = |d: &LinkDir| (d.rate.0 > 0).then_some(d.rate);
+            let rates = [rate_of(&dirs[to_b as usize]), rate_of(&dirs[to_a as usize])];
             let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
                 .map_err(|e| (format!("middleboxes[{i}].{}", e.key), e.msg))?;
             for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
@@ -616,7 +627,14 @@ impl World {
         let dir = &mut self.dirs[d as usize];
         let ip_len = p.len;
         let wire = dir.ll.wire_len(ip_len) as u64;
-        let tx_ns = dir.rate.tx_nanos(wire);
+        // A packet-clocked direction holds the transmitter 1/packet_rate per packet; with a
+        // bit rate too, the longer of the two.
+        let bit_ns = if dir.rate.0 > 0 {
+            dir.rate.tx_nanos(wire)
+        } else {
+            0
+        };
+        let tx_ns = bit_ns.max(dir.packet_ns);
         dir.tx_packets += 1;
         dir.tx_bytes += ip_len as u64;
         dir.tx_wire_bytes += wire;

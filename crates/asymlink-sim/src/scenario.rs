@@ -30,6 +30,7 @@
 //! delay = "99ms"
 //! queue = { kind = "fifo", limit = "1000p" }
 //! to_a = { rate = "100kbit" }         # ... except client -> r1
+//!                                     # (packet_rate = 10: 10 packets/s whatever their size)
 //!
 //! [[flows]]
 //! from = "server"                     # data source
@@ -94,6 +95,10 @@ pub struct NodeSpec {
 pub struct LinkDirSpec {
     /// Transmission rate.
     pub rate: Option<Rate>,
+    /// Packets per second: every packet occupies the transmitter `1/packet_rate`, whatever
+    /// its size (a packet-clocked router such as the ACK-delay paper's user-space router;
+    /// with `rate` too, the longer of the two times).
+    pub packet_rate: Option<u32>,
     /// Propagation delay.
     pub delay: Option<Span>,
     /// Random loss probability per packet.
@@ -118,6 +123,8 @@ pub struct LinkSpec {
     pub b: String,
     /// Rate of both directions.
     pub rate: Option<Rate>,
+    /// Packet rate of both directions (packets per second; see [`LinkDirSpec`]).
+    pub packet_rate: Option<u32>,
     /// Propagation delay of both directions.
     pub delay: Option<Span>,
     /// Loss probability of both directions.
@@ -647,8 +654,10 @@ struct RawScenario {
 /// One direction of a link, resolved.
 #[derive(Clone, Debug)]
 pub struct DirSpec {
-    /// Rate.
+    /// Rate (zero when only `packet_rate` limits the direction).
     pub rate: Rate,
+    /// Packets per second, if the direction is packet-clocked.
+    pub packet_rate: Option<u32>,
     /// Propagation delay.
     pub delay: core::time::Duration,
     /// Loss probability.
@@ -822,11 +831,24 @@ impl Spec {
             degree[a] += 1;
             degree[b] += 1;
             let dir = |d: &LinkDirSpec, dname: &str| -> Result<DirSpec, SpecError> {
-                let rate = d.rate.or(l.rate).ok_or_else(|| SpecError {
-                    key: key("rate"),
-                    msg: format!("no rate for direction {dname} (set 'rate' or '{dname}.rate')"),
-                })?;
-                if rate.0 == 0 {
+                let packet_rate = d.packet_rate.or(l.packet_rate);
+                if packet_rate == Some(0) {
+                    return err(key("packet_rate"), "must be a positive number of packets/s");
+                }
+                let rate = match (d.rate.or(l.rate), packet_rate) {
+                    (Some(r), _) => r,
+                    (None, Some(_)) => Rate(0),
+                    (None, None) => {
+                        return err(
+                            key("rate"),
+                            format!(
+                                "no rate for direction {dname} (set 'rate' or '{dname}.rate', \
+                                 or 'packet_rate')"
+                            ),
+                        )
+                    }
+                };
+                if rate.0 == 0 && packet_rate.is_none() {
                     return err(key("rate"), "must be positive");
                 }
                 let loss = d.loss.or(l.loss).unwrap_or(0.0);
@@ -835,6 +857,7 @@ impl Spec {
                 }
                 Ok(DirSpec {
                     rate,
+                    packet_rate,
                     delay: d.delay.or(l.delay).map(|s| s.0).unwrap_or_default(),
                     loss,
                     egress: EgressConfig {
@@ -1104,6 +1127,34 @@ mod tests {
         assert!(m.contains("has no link"), "{m}");
         let m = e("duration = \"1s\"\nnodes = [\n");
         assert!(m.contains("line"), "{m}");
+    }
+
+    #[test]
+    fn packet_rate_links() {
+        let s = Spec::parse(&BASE.replace(
+            "to_a = { rate = \"100kbit\" }",
+            "to_a = { packet_rate = 10 }",
+        ))
+        .unwrap();
+        assert_eq!(s.links[1].to_a.packet_rate, Some(10));
+        assert_eq!(
+            s.links[1].to_a.rate,
+            Rate::mbps(10),
+            "the link-wide rate still applies"
+        );
+        let s = Spec::parse(&BASE.replace(
+            "rate = \"10Mbit\"\n        delay = \"10ms\"",
+            "packet_rate = 20\n        delay = \"10ms\"",
+        ))
+        .unwrap();
+        assert_eq!(s.links[1].to_b.rate, Rate(0));
+        assert_eq!(s.links[1].to_b.packet_rate, Some(20));
+        assert_eq!(s.links[1].to_a.rate, Rate::kbps(100));
+        let m = e(&BASE.replace(
+            "to_a = { rate = \"100kbit\" }",
+            "to_a = { packet_rate = 0 }",
+        ));
+        assert!(m.contains("links[1].packet_rate"), "{m}");
     }
 
     #[test]

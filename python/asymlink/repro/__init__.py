@@ -7,8 +7,10 @@ its scenario files and `paper.toml` are package data under `scenarios/<id>/`. Se
 
 from asymlink.repro import (
     _selftest,  # noqa: F401  (registers the internal self-test)
+    ackdelay,  # noqa: F401  (ackdelay-satellite, -router)
     ackfilter,  # noqa: F401  (ackfilter-threshold, -delayed, -multi)
     adsl,  # noqa: F401  (adsl-problem, -linksharing, -ackfifo, -atm)
+)
 )
 from asymlink.repro.base import (
     Check,
@@ -29,8 +31,8 @@ from asymlink.repro.base import (
     reproduce,
 )
 
-# Catalog entries: import each entry's module above, e.g. `from asymlink.repro import
-# ackfilter`, so that it registers itself.
+# Catalog entries: import each entry's module above (e.g. `ackfilter`), so that it
+# registers itself.
 
 __all__ = [
     "Check",

@@ -2,11 +2,11 @@
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
 use super::{
-    AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, Drr, DrrConfig, Fifo, FifoConfig, Hfsc,
-    HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
+    AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, AckShaper, AckShaperConfig, Drr, DrrConfig,
+    Fifo, FifoConfig, Hfsc, HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
 };
 use crate::packet::{ClassId, Pkt};
-use crate::units::Rate;
+use crate::units::{Limit, Rate};
 use core::fmt;
 use serde::Deserialize;
 
@@ -32,6 +32,8 @@ pub enum QdiscConfig {
     Hfsc(HfscConfig),
     /// [`AckFifo`]: the ack class's queue of the ADSL middlebox.
     AckFifo(AckFifoConfig),
+    /// [`AckShaper`] (the reverse direction of a middlebox).
+    AckShaper(AckShaperConfig),
 }
 
 impl Default for QdiscConfig {
@@ -131,7 +133,51 @@ impl QdiscConfig {
             QdiscConfig::Htb(c) => Box::new(Htb::new(c, ctx)?),
             QdiscConfig::Hfsc(c) => Box::new(Hfsc::new(c, ctx)?),
             QdiscConfig::AckFifo(c) => Box::new(AckFifo::new(c)?),
+            QdiscConfig::AckShaper(c) => Box::new(AckShaper::new(c)?),
         })
+    }
+
+    /// The capacity the discipline enforces as a whole, if it has one (reported to the
+    /// opposite direction of a middlebox for self-tuning).
+    pub fn capacity(&self) -> Option<Limit> {
+        match self {
+            QdiscConfig::Fifo(c) => Some(c.limit),
+            QdiscConfig::Drr(c) => Some(c.limit),
+            QdiscConfig::Tbf(c) => Some(c.limit),
+            QdiscConfig::AckFilter(c) => Some(c.limit),
+            QdiscConfig::AckFifo(c) => Some(c.limit),
+            // Classful and shaping disciplines bound their leaves, not the whole.
+            QdiscConfig::Prio(_)
+            | QdiscConfig::Htb(_)
+            | QdiscConfig::Hfsc(_)
+            | QdiscConfig::AckShaper(_) => None,
+        }
+    }
+
+    /// Whether the discipline (or one inside it) watches the opposite direction, so that it
+    /// only makes sense in a middlebox.
+    pub fn needs_peer(&self) -> bool {
+        match self {
+            QdiscConfig::AckShaper(_) => true,
+            QdiscConfig::Prio(c) => c
+                .bands
+                .iter()
+                .any(|b| b.queue.as_ref().is_some_and(|q| q.needs_peer())),
+            _ => false,
+        }
+    }
+
+    /// Whether the discipline (or one inside it) needs the opposite direction's capacity
+    /// (an ACK shaper with `threshold = "auto"`).
+    pub fn needs_peer_capacity(&self) -> bool {
+        match self {
+            QdiscConfig::AckShaper(c) => c.needs_peer_capacity(),
+            QdiscConfig::Prio(c) => c
+                .bands
+                .iter()
+                .any(|b| b.queue.as_ref().is_some_and(|q| q.needs_peer_capacity())),
+            _ => false,
+        }
     }
 
     /// The discipline kind's name.
@@ -145,6 +191,7 @@ impl QdiscConfig {
             QdiscConfig::Htb(_) => "htb",
             QdiscConfig::Hfsc(_) => "hfsc",
             QdiscConfig::AckFifo(_) => "ack_fifo",
+            QdiscConfig::AckShaper(_) => "ack_shaper",
         }
     }
 }
@@ -166,6 +213,7 @@ mod tests {
             "kind = \"htb\"\nclasses = [{ name = \"a\", rate = \"1Mbit\" }]",
             "kind = \"hfsc\"\nclasses = [{ name = \"a\", ls = { m2 = \"1Mbit\" } }]",
             "kind = \"ack_fifo\"\nlimit = \"5p\"\ndrop = \"lowest_seq\"",
+            "kind = \"ack_shaper\"\nthreshold = \"50KB\"\nleak = { kind = \"rate\" }",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();
             let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();

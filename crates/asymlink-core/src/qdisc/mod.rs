@@ -36,6 +36,7 @@
 //! assert after every call of the basic disciplines).
 
 pub mod ack_filter;
+mod ack_shaper;
 mod config;
 mod drr;
 mod fifo;
@@ -45,6 +46,9 @@ mod prio;
 mod tbf;
 
 pub use ack_filter::{AckFilter, AckFilterConfig};
+pub use ack_shaper::{
+    AckShaper, AckShaperConfig, AckShaperCounters, Fraction, LeakConfig, Threshold, Tuning,
+};
 pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use fifo::{Fifo, FifoConfig};
@@ -300,6 +304,13 @@ pub struct PeerObservation {
     pub service_rate: Option<Rate>,
     /// The other direction's capacity in bytes, if known (for self-tuning).
     pub capacity_bytes: Option<u64>,
+    /// The other direction's capacity in packets, if its limit is in packets.
+    pub capacity_packets: Option<u32>,
+    /// Packets the other direction has handed to its link so far (cumulative; for
+    /// measuring its service rate).
+    pub dequeued_packets: u64,
+    /// Bytes the other direction has handed to its link so far (cumulative).
+    pub dequeued_bytes: u64,
 }
 
 /// Counters of one discipline. All fields count packets except the `*_bytes` ones.
@@ -485,6 +496,11 @@ pub trait Qdisc<P: Pkt>: Send {
     fn stats(&self) -> &QdiscStats;
     /// Counters of inner disciplines, labelled (class names, bands). Empty by default.
     fn child_stats(&self) -> Vec<(String, QdiscStats)> {
+        Vec::new()
+    }
+    /// Discipline-specific counters beyond [`QdiscStats`], as (name, value) pairs (e.g. the
+    /// ACK shaper's delay-bound hits). Empty by default.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
     /// A short name of the discipline kind ("fifo", "htb", ...).
