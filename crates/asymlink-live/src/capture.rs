@@ -7,9 +7,9 @@
 use crate::packet::LinkType;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, Endianness, TsResolution};
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;

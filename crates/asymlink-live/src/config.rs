@@ -287,16 +287,20 @@ impl BoxConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let i = &self.interfaces;
         for (k, n) in [("interfaces.a", &i.a), ("interfaces.b", &i.b)] {
-            if n.is_empty() || n.len() > 15 || n.contains('/') || n.contains(char::is_whitespace)
-            {
+            if n.is_empty() || n.len() > 15 || n.contains('/') || n.contains(char::is_whitespace) {
                 return Err(ConfigError::new(
                     k,
-                    format!("'{n}' is not a valid interface name (1-15 characters, no '/' or spaces)"),
+                    format!(
+                        "'{n}' is not a valid interface name (1-15 characters, no '/' or spaces)"
+                    ),
                 ));
             }
         }
         if i.a == i.b {
-            return Err(ConfigError::new("interfaces.b", "must differ from interfaces.a"));
+            return Err(ConfigError::new(
+                "interfaces.b",
+                "must differ from interfaces.a",
+            ));
         }
         if let Some(b) = i.batch {
             if !(1..=1024).contains(&b) {
@@ -331,7 +335,10 @@ impl BoxConfig {
         }
         if let (Some(a), Some(b)) = (self.capture.path(Dir::ToA), self.capture.path(Dir::ToB)) {
             if a == b {
-                return Err(ConfigError::new("capture.to_b", "must differ from capture.to_a"));
+                return Err(ConfigError::new(
+                    "capture.to_b",
+                    "must differ from capture.to_a",
+                ));
             }
         }
         if let Some(p) = &self.stats.socket {
@@ -423,20 +430,39 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        assert_eq!(err("bogus = 1").key, "");
-        assert!(err("bogus = 1").msg.contains("bogus"));
-        assert_eq!(err("[stats]\nprometheus = \"0.0.0.0:9\"").key, "stats.prometheus");
-        assert_eq!(err("[stats]\nprometheus = \"10.0.0.1:9\"").key, "stats.prometheus");
+        let e = BoxConfig::parse(&format!("bogus = 1\n{MIN}")).unwrap_err();
+        assert!(e.msg.contains("bogus"), "{e}");
+        assert_eq!(err("bogus = 1").key, "interfaces.bogus");
+        assert_eq!(
+            err("[stats]\nprometheus = \"0.0.0.0:9\"").key,
+            "stats.prometheus"
+        );
+        assert_eq!(
+            err("[stats]\nprometheus = \"10.0.0.1:9\"").key,
+            "stats.prometheus"
+        );
         let e = err("[to_b]\nqdisc = { kind = \"prio\", bands = [{ classes = [\"nope\"] }] }");
         assert!(e.key.starts_with("to_b."), "{e}");
         let e = err("[to_b]\nqdisc = { kind = \"fifo\", limt = \"1p\" }");
         assert!(e.to_string().contains("limt"), "{e}");
-        assert_eq!(err("[emulation.to_a]\nloss = 1.5").key, "emulation.to_a.loss");
-        assert_eq!(err("[emulation.to_a]\nrate = \"0bit\"").key, "emulation.to_a.rate");
+        assert_eq!(
+            err("[emulation.to_a]\nloss = 1.5").key,
+            "emulation.to_a.loss"
+        );
+        assert_eq!(
+            err("[emulation.to_a]\nrate = \"0bit\"").key,
+            "emulation.to_a.rate"
+        );
         let e = err("[emulation.to_a]\nrate = \"8mbps\"");
         assert!(e.key.contains("emulation.to_a.rate"), "{e}");
-        assert_eq!(err("[capture]\ndir = \"/nonexistent-al\"\nto_a=\"x\"").key, "capture.dir");
-        assert_eq!(err("[stats]\nsocket = \"/nonexistent-al/s\"").key, "stats.socket");
+        assert_eq!(
+            err("[capture]\ndir = \"/nonexistent-al\"\nto_a=\"x\"").key,
+            "capture.dir"
+        );
+        assert_eq!(
+            err("[stats]\nsocket = \"/nonexistent-al/s\"").key,
+            "stats.socket"
+        );
         let e = BoxConfig::parse("[interfaces]\na = \"x\"\nb = \"x\"").unwrap();
         assert_eq!(e.validate().unwrap_err().key, "interfaces.b");
         let e = BoxConfig::parse("[interfaces]\na = \"much-too-long-name\"\nb = \"x\"").unwrap();

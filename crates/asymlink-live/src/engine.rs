@@ -39,6 +39,8 @@ pub mod reason {
     pub const TX_ERROR: &str = "tx_error";
     /// Still queued when the box stopped.
     pub const SHUTDOWN: &str = "shutdown";
+    /// Held by a discipline that would not release it during a reload (a discipline bug).
+    pub const RELOAD_STRANDED: &str = "reload_stranded";
 }
 
 /// Counters of one direction.
@@ -91,7 +93,11 @@ pub struct Engine {
 impl Engine {
     /// Build from a validated configuration. `seed` is the master seed.
     pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, QdiscBuildError> {
-        let mb = Middlebox::new(&cfg.middlebox(), cfg.rates(), derive_seed(seed, "pipeline:0"))?;
+        let mb = Middlebox::new(
+            &cfg.middlebox(),
+            cfg.rates(),
+            derive_seed(seed, "pipeline:0"),
+        )?;
         let links = [
             Link::new(cfg.emulation(Dir::ToB), derive_seed(seed, "link:to_b")),
             Link::new(cfg.emulation(Dir::ToA), derive_seed(seed, "link:to_a")),
@@ -169,8 +175,7 @@ impl Engine {
         c.received_bytes += pkt.frame().len() as u64;
         if let Some(u) = pkt.unparsed() {
             c.unparsed[u as usize] += 1;
-            if u == Unparsed::Runt
-                || (u.is_malformed() && self.malformed == MalformedPolicy::Drop)
+            if u == Unparsed::Runt || (u.is_malformed() && self.malformed == MalformedPolicy::Drop)
             {
                 // A runt cannot be sent on the other side's link at all.
                 self.discard(pkt, reason::MALFORMED);
@@ -261,26 +266,16 @@ impl Engine {
             derive_seed(self.seed, &format!("pipeline:{generation}")),
         )?;
         let mut old = std::mem::replace(&mut self.mb, new);
-        // Taking everything out: a discipline asked at the end of time has every token it
-        // could want, so shapers release all they hold. Whatever a discipline discards on
-        // the way (e.g. a delay bound that "expired" at the end of time) is an artefact of
-        // the drain, not a decision about the packet: it is moved as well.
         let mut moved = Vec::new();
-        let mut drops = Drops::new();
         for d in [Dir::ToB, Dir::ToA] {
             self.retired[d.index()].push(old.qdisc_stats(d).clone());
-            let mut guard = 0u64;
-            loop {
-                guard += 1;
-                match old.poll_transmit(Instant::MAX, d, &mut drops) {
-                    Dequeued::Packet(p) => moved.push(p),
-                    _ => break,
-                }
-                if guard > 100_000_000 {
-                    break;
-                }
+            let stranded = drain(&mut old, d, &mut moved);
+            if stranded > 0 {
+                *self.counters[d.index()]
+                    .discarded
+                    .entry(reason::RELOAD_STRANDED)
+                    .or_insert(0) += stranded;
             }
-            moved.extend(drops.drain().map(|x| x.pkt));
         }
         let n = moved.len();
         for mut p in moved {
@@ -301,12 +296,14 @@ impl Engine {
     /// Discard everything still held (at exit), counted as `shutdown`. Returns how many.
     pub fn shutdown(&mut self) -> usize {
         let mut held = Vec::new();
-        let mut drops = Drops::new();
         for d in [Dir::ToB, Dir::ToA] {
-            while let Dequeued::Packet(p) = self.mb.poll_transmit(Instant::MAX, d, &mut drops) {
-                held.push(p);
+            let stranded = drain(&mut self.mb, d, &mut held);
+            if stranded > 0 {
+                *self.counters[d.index()]
+                    .discarded
+                    .entry(reason::SHUTDOWN)
+                    .or_insert(0) += stranded;
             }
-            held.extend(drops.drain().map(|x| x.pkt));
             held.extend(self.links[d.index()].drain_all());
         }
         let n = held.len();
@@ -373,7 +370,10 @@ impl Engine {
                 for (k, name) in cl.class_names().iter().enumerate() {
                     classes.insert(name.clone(), json!(counts.get(k).copied().unwrap_or(0)));
                 }
-                classes.insert("unclassified".into(), json!(counts.last().copied().unwrap_or(0)));
+                classes.insert(
+                    "unclassified".into(),
+                    json!(counts.last().copied().unwrap_or(0)),
+                );
             }
             let q = eg.qdisc();
             let mut qd = qdisc_json(q.kind(), q.stats());
@@ -404,8 +404,11 @@ impl Engine {
                 .iter()
                 .map(|u| (u.name().to_string(), json!(c.unparsed[*u as usize])))
                 .collect();
-            let discarded: Map<String, Value> =
-                c.discarded.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+            let discarded: Map<String, Value> = c
+                .discarded
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
             let retired: u64 = self.retired[i].iter().map(|s| s.dequeued).sum();
             dirs.insert(
                 d.name().into(),
@@ -443,6 +446,35 @@ impl Engine {
             "latency_us": self.latency.to_json(),
         })
     }
+}
+
+/// Take every packet a middlebox holds in direction `d`, in the order it would serve
+/// them, appending them to `out`; returns how many could not be taken out.
+///
+/// The discipline is run in a private future (from 2^62 ns on, far beyond any real
+/// `now`) where time jumps forward whenever it answers "not before t", so shapers release
+/// what they hold burst by burst and timers fire. Whatever it discards on the way (a
+/// delay bound that expired in that future) is an artefact of the drain, not a decision
+/// about the packet: it is taken as well. A discipline that still holds packets after a
+/// generous bound (a bug) leaves them stranded; the caller counts them.
+fn drain(mb: &mut Middlebox<LivePacket>, d: Dir, out: &mut Vec<LivePacket>) -> u64 {
+    let mut t = Instant(1 << 62);
+    let step = core::time::Duration::from_secs(1000);
+    let mut drops = Drops::new();
+    let budget = 4 * mb.backlog(d).packets as u64 + 1000;
+    for _ in 0..budget {
+        if mb.poll_at().is_some_and(|p| p <= t) {
+            mb.handle_timeout(t, &mut drops);
+        }
+        match mb.poll_transmit(t, d, &mut drops) {
+            Dequeued::Packet(p) => out.push(p),
+            Dequeued::NotBefore(nt) => t = nt.max(t + step),
+            Dequeued::Empty => break,
+        }
+        out.extend(drops.drain().map(|x| x.pkt));
+    }
+    out.extend(drops.drain().map(|x| x.pkt));
+    mb.backlog(d).packets as u64
 }
 
 fn qdisc_json(kind: &str, s: &QdiscStats) -> Map<String, Value> {

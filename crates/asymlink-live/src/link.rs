@@ -63,7 +63,10 @@ impl LinkEmuConfig {
     /// Check the values; the error is (key, message).
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         if !(0.0..=1.0).contains(&self.loss) || self.loss.is_nan() {
-            return Err(("loss", format!("{} is not a probability (0..=1)", self.loss)));
+            return Err((
+                "loss",
+                format!("{} is not a probability (0..=1)", self.loss),
+            ));
         }
         if self.rate.is_some_and(|r| r.0 == 0) {
             return Err(("rate", "must be positive".into()));
@@ -171,7 +174,12 @@ impl Link {
     /// The discipline hands over a packet at `now`, available since `ready`
     /// (`ready <= now`). Returns the packet back if the modem buffer rejected it (the
     /// caller counts and frees it).
-    pub fn offer(&mut self, now: Instant, ready: Instant, pkt: LivePacket) -> Result<(), LivePacket> {
+    pub fn offer(
+        &mut self,
+        now: Instant,
+        ready: Instant,
+        pkt: LivePacket,
+    ) -> Result<(), LivePacket> {
         self.stats.offered += 1;
         let ready = ready.min(now);
         if let Some(limit) = self.limit {
@@ -182,7 +190,8 @@ impl Link {
             }
             self.queue_bytes += len as u64;
             self.queue.push_back((pkt, ready));
-            self.stats.max_queue_packets = self.stats.max_queue_packets.max(self.queue.len() as u32);
+            self.stats.max_queue_packets =
+                self.stats.max_queue_packets.max(self.queue.len() as u32);
             // The serialiser takes the head at once if idle: a modem holds `queue`
             // packets besides the one on the line.
             self.start_queued(now);

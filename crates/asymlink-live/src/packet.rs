@@ -293,13 +293,19 @@ mod tests {
     #[test]
     fn link_headers() {
         assert_eq!(ethernet_l3_offset(&[0; 13]), Err(Unparsed::Runt));
-        assert_eq!(ethernet_l3_offset(&eth(0x0806, &[0; 28])), Err(Unparsed::NonIp));
+        assert_eq!(
+            ethernet_l3_offset(&eth(0x0806, &[0; 28])),
+            Err(Unparsed::NonIp)
+        );
         assert_eq!(ethernet_l3_offset(&eth(0x0800, &[])), Ok(14));
         let mut tagged = eth(0x8100, &[0, 5]);
         tagged.extend_from_slice(&0x86DDu16.to_be_bytes());
         assert_eq!(ethernet_l3_offset(&tagged), Ok(18));
         // A tag with nothing after it.
-        assert_eq!(ethernet_l3_offset(&eth(0x8100, &[0, 5])), Err(Unparsed::Runt));
+        assert_eq!(
+            ethernet_l3_offset(&eth(0x8100, &[0, 5])),
+            Err(Unparsed::Runt)
+        );
         // Too many tags.
         let mut many = eth(0x8100, &[0, 1, 0x81, 0, 0, 1, 0x81, 0, 0, 1, 0x81, 0]);
         many.extend_from_slice(&[0; 4]);

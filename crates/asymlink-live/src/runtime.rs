@@ -34,10 +34,16 @@ pub trait Io {
     fn link_type(&self) -> LinkType;
     /// Read up to `max` frames from `side` (0 = a, 1 = b) without blocking; each goes to
     /// `f(frame, kernel_rx_unix_ns, truncated)`.
-    fn recv(&mut self, side: usize, max: usize, f: &mut dyn FnMut(&[u8], u64, bool)) -> io::Result<usize>;
+    fn recv(
+        &mut self,
+        side: usize,
+        max: usize,
+        f: &mut dyn FnMut(&[u8], u64, bool),
+    ) -> io::Result<usize>;
     /// Send frames on `side` in order; returns how many the device took; `failed` gets the
     /// indices (among those) it refused for good.
-    fn send(&mut self, side: usize, frames: &[&[u8]], failed: &mut Vec<usize>) -> io::Result<usize>;
+    fn send(&mut self, side: usize, frames: &[&[u8]], failed: &mut Vec<usize>)
+        -> io::Result<usize>;
     /// Sleep until readable/writable/signal or `timeout`. Returns readable sides.
     fn wait(&mut self, timeout: Option<Duration>, want_write: [bool; 2]) -> io::Result<[bool; 2]>;
     /// Signals received since the last call.
@@ -92,7 +98,11 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
     /// A loop over `io` with a validated configuration.
     pub fn new(clock: C, io: I, cfg: BoxConfig, seed: u64) -> Result<Self, String> {
         let engine = Engine::new(&cfg, io.link_type(), seed).map_err(|e| e.to_string())?;
-        let publish_every = cfg.stats.interval.map(|s| s.0).unwrap_or(Duration::from_millis(100));
+        let publish_every = cfg
+            .stats
+            .interval
+            .map(|s| s.0)
+            .unwrap_or(Duration::from_millis(100));
         let batch = cfg.interfaces.batch.unwrap_or(64);
         Ok(EventLoop {
             next_publish: clock.now(),
@@ -173,7 +183,10 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
                 engine.handle_frame(now, dir, buf, ts);
             })?;
             if truncated > 0 {
-                (self.log)(&format!("dropped {truncated} frame(s) larger than {} bytes", sys::SLOT));
+                (self.log)(&format!(
+                    "dropped {truncated} frame(s) larger than {} bytes",
+                    sys::SLOT
+                ));
             }
         }
         // 3. timers
@@ -249,17 +262,19 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             (self.log)("SIGHUP ignored: no configuration file");
             return;
         };
-        let result = BoxConfig::load(&path).map_err(|e| e.to_string()).and_then(|new| {
-            if let Some(k) = self.cfg.restart_needed_for(&new) {
-                return Err(format!(
-                    "[{k}] changed: devices, captures, stats endpoints and privileges are \
+        let result = BoxConfig::load(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|new| {
+                if let Some(k) = self.cfg.restart_needed_for(&new) {
+                    return Err(format!(
+                        "[{k}] changed: devices, captures, stats endpoints and privileges are \
                      fixed while the box runs; restart it to change them"
-                ));
-            }
-            let moved = self.engine.reload(now, &new).map_err(|e| e.to_string())?;
-            self.cfg = new;
-            Ok(moved)
-        });
+                    ));
+                }
+                let moved = self.engine.reload(now, &new).map_err(|e| e.to_string())?;
+                self.cfg = new;
+                Ok(moved)
+            });
         match result {
             Ok(moved) => {
                 self.last_reload_error = None;
@@ -270,7 +285,9 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             }
             Err(e) => {
                 self.reload_failures += 1;
-                (self.log)(&format!("reload refused, the running configuration stays: {e}"));
+                (self.log)(&format!(
+                    "reload refused, the running configuration stays: {e}"
+                ));
                 self.last_reload_error = Some(e);
             }
         }
@@ -300,7 +317,10 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             .iter()
             .filter_map(|d| {
                 self.captures[d.index()].as_ref().map(|c| {
-                    (d.name().to_string(), json!({"packets": c.packets, "error": c.error}))
+                    (
+                        d.name().to_string(),
+                        json!({"packets": c.packets, "error": c.error}),
+                    )
                 })
             })
             .collect();
@@ -372,8 +392,18 @@ impl SysIo {
             crate::config::IfaceKind::Packet => Device::packet(name),
             crate::config::IfaceKind::Tun => Device::tun(name),
         };
-        let a = open(&cfg.interfaces.a).map_err(|e| io::Error::new(e.kind(), format!("interfaces.a '{}': {e}", cfg.interfaces.a)))?;
-        let b = open(&cfg.interfaces.b).map_err(|e| io::Error::new(e.kind(), format!("interfaces.b '{}': {e}", cfg.interfaces.b)))?;
+        let a = open(&cfg.interfaces.a).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("interfaces.a '{}': {e}", cfg.interfaces.a),
+            )
+        })?;
+        let b = open(&cfg.interfaces.b).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("interfaces.b '{}': {e}", cfg.interfaces.b),
+            )
+        })?;
         sys::set_timer_slack_ns(1);
         Ok(SysIo {
             devs: [a, b],
@@ -387,10 +417,22 @@ impl Io for SysIo {
     fn link_type(&self) -> LinkType {
         self.devs[0].link_type()
     }
-    fn recv(&mut self, side: usize, max: usize, f: &mut dyn FnMut(&[u8], u64, bool)) -> io::Result<usize> {
-        self.batch.recv(&self.devs[side], max, &mut |rx| f(rx.frame, rx.ts, rx.truncated))
+    fn recv(
+        &mut self,
+        side: usize,
+        max: usize,
+        f: &mut dyn FnMut(&[u8], u64, bool),
+    ) -> io::Result<usize> {
+        self.batch.recv(&self.devs[side], max, &mut |rx| {
+            f(rx.frame, rx.ts, rx.truncated)
+        })
     }
-    fn send(&mut self, side: usize, frames: &[&[u8]], failed: &mut Vec<usize>) -> io::Result<usize> {
+    fn send(
+        &mut self,
+        side: usize,
+        frames: &[&[u8]],
+        failed: &mut Vec<usize>,
+    ) -> io::Result<usize> {
         self.batch.send(&self.devs[side], frames, failed)
     }
     fn wait(&mut self, timeout: Option<Duration>, want_write: [bool; 2]) -> io::Result<[bool; 2]> {
@@ -448,7 +490,12 @@ impl Io for MemIo {
     fn link_type(&self) -> LinkType {
         self.lt
     }
-    fn recv(&mut self, side: usize, max: usize, f: &mut dyn FnMut(&[u8], u64, bool)) -> io::Result<usize> {
+    fn recv(
+        &mut self,
+        side: usize,
+        max: usize,
+        f: &mut dyn FnMut(&[u8], u64, bool),
+    ) -> io::Result<usize> {
         let now = self.clock.now();
         let mut n = 0;
         let mut i = 0;
@@ -467,7 +514,12 @@ impl Io for MemIo {
         }
         Ok(n)
     }
-    fn send(&mut self, side: usize, frames: &[&[u8]], failed: &mut Vec<usize>) -> io::Result<usize> {
+    fn send(
+        &mut self,
+        side: usize,
+        frames: &[&[u8]],
+        failed: &mut Vec<usize>,
+    ) -> io::Result<usize> {
         failed.clear();
         for (i, f) in frames.iter().enumerate() {
             if self.refuse_len == Some(f.len()) {

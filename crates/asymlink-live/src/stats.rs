@@ -122,7 +122,9 @@ impl Published {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Render the JSON snapshot as Prometheus text. Every numeric leaf becomes a sample of a
@@ -134,24 +136,40 @@ fn esc(s: &str) -> String {
 pub fn prometheus(snapshot: &Value) -> String {
     let mut out = String::new();
     let mut typed = std::collections::BTreeSet::new();
-    let mut emit = |out: &mut String, name: &str, labels: &[(&str, &str)], v: f64, counter: bool| {
-        let name = if counter && !name.ends_with("_total") {
-            format!("{name}_total")
-        } else {
-            name.to_string()
+    let mut emit =
+        |out: &mut String, name: &str, labels: &[(&str, &str)], v: f64, counter: bool| {
+            let name = if counter && !name.ends_with("_total") {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            };
+            if typed.insert(name.clone()) {
+                let _ = writeln!(
+                    out,
+                    "# TYPE {name} {}",
+                    if counter { "counter" } else { "gauge" }
+                );
+            }
+            let l: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
+                .collect();
+            if l.is_empty() {
+                let _ = writeln!(out, "{name} {v}");
+            } else {
+                let _ = writeln!(out, "{name}{{{}}} {v}", l.join(","));
+            }
         };
-        if typed.insert(name.clone()) {
-            let _ = writeln!(out, "# TYPE {name} {}", if counter { "counter" } else { "gauge" });
-        }
-        let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", esc(v))).collect();
-        if l.is_empty() {
-            let _ = writeln!(out, "{name} {v}");
-        } else {
-            let _ = writeln!(out, "{name}{{{}}} {v}", l.join(","));
-        }
-    };
-    let gauge_keys = ["backlog_packets", "backlog_bytes", "max_backlog_packets", "max_backlog_bytes",
-        "queue_packets", "wire_packets", "max_queue_packets", "uptime_s"];
+    let gauge_keys = [
+        "backlog_packets",
+        "backlog_bytes",
+        "max_backlog_packets",
+        "max_backlog_bytes",
+        "queue_packets",
+        "wire_packets",
+        "max_queue_packets",
+        "uptime_s",
+    ];
     let is_gauge = |k: &str| gauge_keys.contains(&k);
     if let Some(v) = snapshot.get("uptime_s").and_then(Value::as_f64) {
         emit(&mut out, "asymlink_uptime_seconds", &[], v, false);
@@ -165,7 +183,13 @@ pub fn prometheus(snapshot: &Value) -> String {
         for (side, m) in ifs {
             for (k, v) in m.as_object().into_iter().flatten() {
                 if let Some(x) = v.as_f64() {
-                    emit(&mut out, &format!("asymlink_interface_{k}"), &[("side", side)], x, true);
+                    emit(
+                        &mut out,
+                        &format!("asymlink_interface_{k}"),
+                        &[("side", side)],
+                        x,
+                        true,
+                    );
                 }
             }
         }
@@ -178,22 +202,42 @@ pub fn prometheus(snapshot: &Value) -> String {
                     ("unparsed" | "discarded", Value::Object(m)) => {
                         for (reason, n) in m {
                             if let Some(x) = n.as_f64() {
-                                emit(&mut out, &format!("asymlink_{k}"), &[("dir", dir), ("reason", reason)], x, true);
+                                emit(
+                                    &mut out,
+                                    &format!("asymlink_{k}"),
+                                    &[("dir", dir), ("reason", reason)],
+                                    x,
+                                    true,
+                                );
                             }
                         }
                     }
                     ("classes", Value::Object(m)) => {
                         for (class, n) in m {
                             if let Some(x) = n.as_f64() {
-                                emit(&mut out, "asymlink_class_packets", &[("dir", dir), ("class", class)], x, true);
+                                emit(
+                                    &mut out,
+                                    "asymlink_class_packets",
+                                    &[("dir", dir), ("class", class)],
+                                    x,
+                                    true,
+                                );
                             }
                         }
                     }
-                    ("qdisc", Value::Object(q)) => qdisc_samples(&mut out, &mut emit, dir, q, None, &is_gauge),
+                    ("qdisc", Value::Object(q)) => {
+                        qdisc_samples(&mut out, &mut emit, dir, q, None, &is_gauge)
+                    }
                     ("link", Value::Object(m)) => {
                         for (lk, n) in m {
                             if let Some(x) = n.as_f64() {
-                                emit(&mut out, &format!("asymlink_link_{lk}"), &[("dir", dir)], x, !is_gauge(lk));
+                                emit(
+                                    &mut out,
+                                    &format!("asymlink_link_{lk}"),
+                                    &[("dir", dir)],
+                                    x,
+                                    !is_gauge(lk),
+                                );
                             }
                         }
                     }
@@ -202,14 +246,26 @@ pub fn prometheus(snapshot: &Value) -> String {
                             let kind = r.get("kind").and_then(Value::as_str).unwrap_or("?");
                             for (ck, n) in r.as_object().into_iter().flatten() {
                                 if let Some(x) = n.as_f64() {
-                                    emit(&mut out, &format!("asymlink_rewriter_{ck}"), &[("dir", dir), ("rewriter", kind)], x, true);
+                                    emit(
+                                        &mut out,
+                                        &format!("asymlink_rewriter_{ck}"),
+                                        &[("dir", dir), ("rewriter", kind)],
+                                        x,
+                                        true,
+                                    );
                                 }
                             }
                         }
                     }
                     (_, v) => {
                         if let Some(x) = v.as_f64() {
-                            emit(&mut out, &format!("asymlink_{k}"), &[("dir", dir)], x, !is_gauge(k));
+                            emit(
+                                &mut out,
+                                &format!("asymlink_{k}"),
+                                &[("dir", dir)],
+                                x,
+                                !is_gauge(k),
+                            );
                         }
                     }
                 }
@@ -220,11 +276,23 @@ pub fn prometheus(snapshot: &Value) -> String {
         for q in ["p50", "p90", "p99", "p999"] {
             if let Some(x) = l.get(q).and_then(Value::as_f64) {
                 let quant = format!("0.{}", &q[1..]);
-                emit(&mut out, "asymlink_added_latency_microseconds", &[("quantile", &quant)], x, false);
+                emit(
+                    &mut out,
+                    "asymlink_added_latency_microseconds",
+                    &[("quantile", &quant)],
+                    x,
+                    false,
+                );
             }
         }
         if let Some(x) = l.get("count").and_then(Value::as_f64) {
-            emit(&mut out, "asymlink_added_latency_microseconds_count", &[], x, false);
+            emit(
+                &mut out,
+                "asymlink_added_latency_microseconds_count",
+                &[],
+                x,
+                false,
+            );
         }
     }
     out
@@ -238,7 +306,11 @@ fn qdisc_samples(
     child: Option<&str>,
     is_gauge: &dyn Fn(&str) -> bool,
 ) {
-    let prefix = if child.is_some() { "asymlink_qdisc_child_" } else { "asymlink_qdisc_" };
+    let prefix = if child.is_some() {
+        "asymlink_qdisc_child_"
+    } else {
+        "asymlink_qdisc_"
+    };
     let kind = q.get("kind").and_then(Value::as_str).unwrap_or("?");
     let mut labels: Vec<(&str, &str)> = vec![("dir", dir), ("qdisc", kind)];
     if let Some(c) = child {
@@ -307,10 +379,24 @@ mod tests {
         });
         let t = prometheus(&s);
         assert!(t.contains("asymlink_received_total{dir=\"to_b\"} 3"), "{t}");
-        assert!(t.contains("asymlink_discarded_total{dir=\"to_b\",reason=\"queue_full\"} 2"), "{t}");
-        assert!(t.contains("asymlink_class_packets_total{dir=\"to_b\",class=\"ack\"} 1"), "{t}");
-        assert!(t.contains("asymlink_qdisc_backlog_packets{dir=\"to_b\",qdisc=\"prio\"} 0"), "{t}");
-        assert!(t.contains("asymlink_qdisc_child_dequeued_total{dir=\"to_b\",qdisc=\"fifo\",child=\"ack\"} 1"), "{t}");
+        assert!(
+            t.contains("asymlink_discarded_total{dir=\"to_b\",reason=\"queue_full\"} 2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("asymlink_class_packets_total{dir=\"to_b\",class=\"ack\"} 1"),
+            "{t}"
+        );
+        assert!(
+            t.contains("asymlink_qdisc_backlog_packets{dir=\"to_b\",qdisc=\"prio\"} 0"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "asymlink_qdisc_child_dequeued_total{dir=\"to_b\",qdisc=\"fifo\",child=\"ack\"} 1"
+            ),
+            "{t}"
+        );
         assert!(t.contains("# TYPE asymlink_received_total counter"));
     }
 }

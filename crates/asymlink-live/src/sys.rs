@@ -34,7 +34,12 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `v` lives for the call and its size is passed.
     cvt(unsafe {
         libc::setsockopt(
@@ -128,7 +133,10 @@ impl Device {
         let path = c"/dev/net/tun";
         // SAFETY: valid path; the fd is owned right after.
         let fd = cvt(unsafe {
-            libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            libc::open(
+                path.as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
         })?;
         // SAFETY: fresh fd, owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -157,7 +165,10 @@ impl Device {
 
 fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
     if name.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name too long",
+        ));
     }
     // SAFETY: an all-zero ifreq is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -176,9 +187,17 @@ pub fn set_up(name: &str) -> io::Result<()> {
     let mut ifr = ifreq_named(name)?;
     // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the flags member of `ifr`.
     unsafe {
-        cvt(libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut ifr))?;
+        cvt(libc::ioctl(
+            s.as_raw_fd(),
+            libc::SIOCGIFFLAGS as _,
+            &mut ifr,
+        ))?;
         ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        cvt(libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS as _, &mut ifr))?;
+        cvt(libc::ioctl(
+            s.as_raw_fd(),
+            libc::SIOCSIFFLAGS as _,
+            &mut ifr,
+        ))?;
     }
     Ok(())
 }
@@ -220,7 +239,12 @@ impl Batch {
 
     /// Read up to `max` frames without blocking and hand each to `f`. Returns how many
     /// were read (0 when nothing is waiting).
-    pub fn recv(&mut self, dev: &Device, max: usize, f: &mut dyn FnMut(Rx<'_>)) -> io::Result<usize> {
+    pub fn recv(
+        &mut self,
+        dev: &Device,
+        max: usize,
+        f: &mut dyn FnMut(Rx<'_>),
+    ) -> io::Result<usize> {
         let max = max.min(self.n);
         match dev {
             Device::Tun(fd) => {
@@ -233,13 +257,19 @@ impl Batch {
                     };
                     if r < 0 {
                         let e = io::Error::last_os_error();
-                        if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            || e.kind() == io::ErrorKind::Interrupted
+                        {
                             break;
                         }
                         return Err(e);
                     }
                     got += 1;
-                    f(Rx { frame: &self.slots[..r as usize], ts: 0, truncated: false });
+                    f(Rx {
+                        frame: &self.slots[..r as usize],
+                        ts: 0,
+                        truncated: false,
+                    });
                 }
                 Ok(got)
             }
@@ -272,7 +302,9 @@ impl Batch {
                 };
                 if r < 0 {
                     let e = io::Error::last_os_error();
-                    if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted
+                    {
                         return Ok(0);
                     }
                     return Err(e);
@@ -280,11 +312,16 @@ impl Batch {
                 let r = r as usize;
                 for i in 0..r {
                     let len = self.msgs[i].msg_len as usize;
-                    let truncated = len > SLOT || self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+                    let truncated =
+                        len > SLOT || self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
                     let ts = cmsg_timestamp(&self.msgs[i].msg_hdr);
                     let start = i * SLOT;
                     let frame = &self.slots[start..start + len.min(SLOT)];
-                    f(Rx { frame, ts, truncated });
+                    f(Rx {
+                        frame,
+                        ts,
+                        truncated,
+                    });
                 }
                 Ok(r)
             }
@@ -294,13 +331,20 @@ impl Batch {
     /// Send `frames` in order. Returns how many were handed to the device; `failed`
     /// receives the indices (within those) that the device refused for good (wrong size,
     /// no buffers, device down). Stops early, without error, when the device would block.
-    pub fn send(&mut self, dev: &Device, frames: &[&[u8]], failed: &mut Vec<usize>) -> io::Result<usize> {
+    pub fn send(
+        &mut self,
+        dev: &Device,
+        frames: &[&[u8]],
+        failed: &mut Vec<usize>,
+    ) -> io::Result<usize> {
         failed.clear();
         match dev {
             Device::Tun(fd) => {
                 for (i, fr) in frames.iter().enumerate() {
                     // SAFETY: `fr` is valid for its length.
-                    let r = unsafe { libc::write(fd.as_raw_fd(), fr.as_ptr() as *const libc::c_void, fr.len()) };
+                    let r = unsafe {
+                        libc::write(fd.as_raw_fd(), fr.as_ptr() as *const libc::c_void, fr.len())
+                    };
                     if r < 0 {
                         let e = io::Error::last_os_error();
                         if e.kind() == io::ErrorKind::WouldBlock {
@@ -330,7 +374,12 @@ impl Batch {
                     }
                     // SAFETY: the headers point at `frames`, borrowed for the call.
                     let r = unsafe {
-                        libc::sendmmsg(fd.as_raw_fd(), self.msgs.as_mut_ptr(), k as libc::c_uint, libc::MSG_DONTWAIT)
+                        libc::sendmmsg(
+                            fd.as_raw_fd(),
+                            self.msgs.as_mut_ptr(),
+                            k as libc::c_uint,
+                            libc::MSG_DONTWAIT,
+                        )
                     };
                     if r > 0 {
                         done += r as usize;
@@ -388,8 +437,16 @@ pub fn signal_fd() -> io::Result<OwnedFd> {
         for s in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
             libc::sigaddset(&mut set, s);
         }
-        cvt(libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()))?;
-        let fd = cvt(libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC))?;
+        cvt(libc::pthread_sigmask(
+            libc::SIG_BLOCK,
+            &set,
+            std::ptr::null_mut(),
+        ))?;
+        let fd = cvt(libc::signalfd(
+            -1,
+            &set,
+            libc::SFD_NONBLOCK | libc::SFD_CLOEXEC,
+        ))?;
         Ok(OwnedFd::from_raw_fd(fd))
     }
 }
@@ -430,17 +487,36 @@ pub struct Ready {
 
 /// Wait until a device is readable (or writable, for sides in `want_write`), a signal
 /// arrives, or `timeout` passes (`None`: forever). Nanosecond resolution (`ppoll`).
-pub fn poll(devs: &[Device; 2], sig: &OwnedFd, want_write: [bool; 2], timeout: Option<Duration>) -> io::Result<Ready> {
+pub fn poll(
+    devs: &[Device; 2],
+    sig: &OwnedFd,
+    want_write: [bool; 2],
+    timeout: Option<Duration>,
+) -> io::Result<Ready> {
     let mut fds = [
-        libc::pollfd { fd: devs[0].fd(), events: libc::POLLIN | if want_write[0] { libc::POLLOUT } else { 0 }, revents: 0 },
-        libc::pollfd { fd: devs[1].fd(), events: libc::POLLIN | if want_write[1] { libc::POLLOUT } else { 0 }, revents: 0 },
-        libc::pollfd { fd: sig.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd {
+            fd: devs[0].fd(),
+            events: libc::POLLIN | if want_write[0] { libc::POLLOUT } else { 0 },
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: devs[1].fd(),
+            events: libc::POLLIN | if want_write[1] { libc::POLLOUT } else { 0 },
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: sig.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
     ];
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
     });
-    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `fds` and `ts` live for the call; a null sigmask keeps the current mask.
     let r = unsafe { libc::ppoll(fds.as_mut_ptr(), 3, tsp, std::ptr::null()) };
     let mut ready = Ready::default();
@@ -456,7 +532,10 @@ pub fn poll(devs: &[Device; 2], sig: &OwnedFd, want_write: [bool; 2], timeout: O
         ready.readable[i] = re & (libc::POLLIN | libc::POLLERR) != 0;
         ready.writable[i] = re & libc::POLLOUT != 0;
         if re & (libc::POLLHUP | libc::POLLNVAL) != 0 {
-            return Err(io::Error::other(format!("device {} went away", if i == 0 { "a" } else { "b" })));
+            return Err(io::Error::other(format!(
+                "device {} went away",
+                if i == 0 { "a" } else { "b" }
+            )));
         }
     }
     ready.signal = fds[2].revents & libc::POLLIN != 0;
@@ -474,7 +553,10 @@ pub fn set_timer_slack_ns(ns: u64) {
 /// CLOCK_REALTIME in nanoseconds (for the latency measurement against kernel timestamps).
 #[inline]
 pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -489,7 +571,10 @@ pub fn lookup_user(name: &str) -> io::Result<(u32, u32)> {
     let mut res: *mut libc::passwd = std::ptr::null_mut();
     let r = unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut res) };
     if r != 0 || res.is_null() {
-        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no user '{name}'")));
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no user '{name}'"),
+        ));
     }
     Ok((pw.pw_uid, pw.pw_gid))
 }
@@ -520,13 +605,21 @@ pub fn drop_privileges(user: &str) -> io::Result<String> {
         }
         // SAFETY: plain syscall; must fail now.
         if unsafe { libc::setuid(0) } == 0 {
-            return Err(io::Error::other("could regain root after dropping privileges"));
+            return Err(io::Error::other(
+                "could regain root after dropping privileges",
+            ));
         }
         what.push(format!("user {user} (uid {uid}, gid {gid})"));
     }
     // SAFETY: plain prctl.
     unsafe {
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
     }
     #[repr(C)]
     struct CapHeader {
@@ -540,8 +633,15 @@ pub fn drop_privileges(user: &str) -> io::Result<String> {
         permitted: u32,
         inheritable: u32,
     }
-    let hdr = CapHeader { version: 0x2008_0522, pid: 0 };
-    let data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    let hdr = CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
     // SAFETY: capset with a v3 header and two data words, both valid for the call.
     let r = unsafe { libc::syscall(libc::SYS_capset, &hdr as *const CapHeader, data.as_ptr()) };
     if r != 0 {

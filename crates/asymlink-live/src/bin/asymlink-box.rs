@@ -40,13 +40,20 @@ fn args() -> Result<Args, String> {
     let (mut config, mut check, mut seed, mut ready) = (None, false, None, None);
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--config" | "-c" => config = Some(PathBuf::from(it.next().ok_or("--config needs a file")?)),
+            "--config" | "-c" => {
+                config = Some(PathBuf::from(it.next().ok_or("--config needs a file")?))
+            }
             "--check" => check = true,
             "--seed" => {
                 let v = it.next().ok_or("--seed needs a number")?;
-                seed = Some(v.parse().map_err(|_| format!("--seed: '{v}' is not a number"))?);
+                seed = Some(
+                    v.parse()
+                        .map_err(|_| format!("--seed: '{v}' is not a number"))?,
+                );
             }
-            "--ready-file" => ready = Some(PathBuf::from(it.next().ok_or("--ready-file needs a path")?)),
+            "--ready-file" => {
+                ready = Some(PathBuf::from(it.next().ok_or("--ready-file needs a path")?))
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -84,7 +91,12 @@ fn os_seed() -> u64 {
 
 fn run() -> Result<(), (u8, String)> {
     let a = args().map_err(|e| (2, e))?;
-    let cfg = BoxConfig::load(&a.config).map_err(|e| (2, format!("invalid configuration {}: {e}", a.config.display())))?;
+    let cfg = BoxConfig::load(&a.config).map_err(|e| {
+        (
+            2,
+            format!("invalid configuration {}: {e}", a.config.display()),
+        )
+    })?;
     if a.check {
         println!("ok: {}", a.config.display());
         return Ok(());
@@ -92,43 +104,54 @@ fn run() -> Result<(), (u8, String)> {
     let seed = a
         .seed
         .or(cfg.seed)
-        .or_else(|| std::env::var("ASYMLINK_SEED").ok().and_then(|s| s.parse().ok()))
+        .or_else(|| {
+            std::env::var("ASYMLINK_SEED")
+                .ok()
+                .and_then(|s| s.parse().ok())
+        })
         .unwrap_or_else(os_seed);
     log(&format!("seed {seed}"));
 
     // Devices (signals are blocked and go to a signalfd from here on).
     let io = SysIo::open(&cfg).map_err(|e| (1, format!("cannot open devices: {e}")))?;
     let lt = asymlink_live::runtime::Io::link_type(&io);
-    let mut el = EventLoop::new(MonotonicClock::new(), io, cfg.clone(), seed).map_err(|e| (2, e))?;
+    let mut el =
+        EventLoop::new(MonotonicClock::new(), io, cfg.clone(), seed).map_err(|e| (2, e))?;
     el.set_config_path(a.config.clone());
 
     // Files and endpoints, while we may still create them anywhere.
     let snaplen = cfg.capture.snaplen.unwrap_or(65535);
     for d in [Dir::ToB, Dir::ToA] {
         if let Some(p) = cfg.capture.path(d) {
-            let c = Capture::create(&p, lt, snaplen).map_err(|e| (1, format!("capture {}: {e}", p.display())))?;
+            let c = Capture::create(&p, lt, snaplen)
+                .map_err(|e| (1, format!("capture {}: {e}", p.display())))?;
             el.set_capture(d, c);
             log(&format!("capturing {} to {}", d.name(), p.display()));
         }
     }
     if let Some(p) = &cfg.stats.file {
-        let f = std::fs::File::create(p).map_err(|e| (1, format!("stats.file {}: {e}", p.display())))?;
+        let f = std::fs::File::create(p)
+            .map_err(|e| (1, format!("stats.file {}: {e}", p.display())))?;
         el.set_stats_file(f);
     }
     if let Some(p) = &cfg.stats.socket {
-        server::serve_unix(p, el.published()).map_err(|e| (1, format!("stats.socket {}: {e}", p.display())))?;
+        server::serve_unix(p, el.published())
+            .map_err(|e| (1, format!("stats.socket {}: {e}", p.display())))?;
         log(&format!("stats (JSON) on unix socket {}", p.display()));
     }
     if let Some(addr) = &cfg.stats.prometheus {
         let sa = parse_loopback(addr).map_err(|e| (2, e))?;
-        let local = server::serve_prometheus(sa, el.published()).map_err(|e| (1, format!("stats.prometheus {addr}: {e}")))?;
+        let local = server::serve_prometheus(sa, el.published())
+            .map_err(|e| (1, format!("stats.prometheus {addr}: {e}")))?;
         log(&format!("stats (Prometheus) on http://{local}/metrics"));
     }
     if let Some(r) = &a.ready {
-        std::fs::write(r, format!("{}\n", std::process::id())).map_err(|e| (1, format!("ready file: {e}")))?;
+        std::fs::write(r, format!("{}\n", std::process::id()))
+            .map_err(|e| (1, format!("ready file: {e}")))?;
     }
 
-    let what = sys::drop_privileges(&cfg.privileges.user).map_err(|e| (1, format!("cannot drop privileges: {e}")))?;
+    let what = sys::drop_privileges(&cfg.privileges.user)
+        .map_err(|e| (1, format!("cannot drop privileges: {e}")))?;
     log(&format!("privileges dropped: {what}"));
     log(&format!(
         "forwarding between {} (a) and {} (b)",
