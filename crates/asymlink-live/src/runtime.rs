@@ -48,6 +48,11 @@ pub trait Io {
     fn wait(&mut self, timeout: Option<Duration>, want_write: [bool; 2]) -> io::Result<[bool; 2]>;
     /// Signals received since the last call.
     fn take_signals(&mut self, out: &mut Vec<Signal>);
+    /// Frames the kernel dropped on `side` before the box could read them, since the last
+    /// call.
+    fn take_rx_drops(&mut self, _side: usize) -> u64 {
+        0
+    }
     /// UNIX nanoseconds now, for the added-latency measurement (None: not measured).
     fn realtime_ns(&self) -> Option<u64> {
         None
@@ -82,6 +87,7 @@ pub struct EventLoop<C: Clock, I: Io> {
     reload_failures: u64,
     last_reload_error: Option<String>,
     wakeups: u64,
+    rx_drops: [u64; 2],
     readable: [bool; 2],
     log: Box<dyn FnMut(&str)>,
 }
@@ -122,6 +128,7 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             reload_failures: 0,
             last_reload_error: None,
             wakeups: 0,
+            rx_drops: [0, 0],
             readable: [true, true],
             log: Box::new(|m| eprintln!("asymlink-box: {m}")),
         })
@@ -308,8 +315,10 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             "interfaces".into(),
             json!({
                 "a": {"rx_packets": a.received, "rx_bytes": a.received_bytes,
+                      "rx_kernel_drops": self.rx_drops[0],
                       "tx_packets": b.sent, "tx_bytes": b.sent_bytes},
                 "b": {"rx_packets": b.received, "rx_bytes": b.received_bytes,
+                      "rx_kernel_drops": self.rx_drops[1],
                       "tx_packets": a.sent, "tx_bytes": a.sent_bytes},
             }),
         );
@@ -329,6 +338,9 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
     }
 
     fn publish(&mut self, now: Instant) {
+        for side in 0..2 {
+            self.rx_drops[side] += self.io.take_rx_drops(side);
+        }
         for c in self.captures.iter_mut().flatten() {
             c.flush();
         }
@@ -444,6 +456,9 @@ impl Io for SysIo {
     }
     fn realtime_ns(&self) -> Option<u64> {
         Some(sys::realtime_ns())
+    }
+    fn take_rx_drops(&mut self, side: usize) -> u64 {
+        self.devs[side].take_rx_drops()
     }
 }
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
 const PACKET_MR_PROMISC: libc::c_int = 1;
+const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const SO_TIMESTAMPNS: libc::c_int = 35;
@@ -122,8 +123,10 @@ impl Device {
         setsockopt_int(raw, libc::SOL_PACKET, PACKET_QDISC_BYPASS, 1)?;
         setsockopt_int(raw, libc::SOL_SOCKET, SO_TIMESTAMPNS, 1)?;
         // Best effort: bigger buffers absorb bursts while the loop sleeps.
-        let _ = setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20);
-        let _ = setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 8 << 20);
+        // Best effort: buffers that absorb a burst while the loop sleeps, but not so large
+        // that an overloaded box hides a long queue in the socket (2 MiB ≈ 1400 frames).
+        let _ = setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 2 << 20);
+        let _ = setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 2 << 20);
         Ok(Device::Packet(fd))
     }
 
@@ -153,6 +156,33 @@ impl Device {
         match self {
             Device::Packet(_) => LinkType::Ethernet,
             Device::Tun(_) => LinkType::RawIp,
+        }
+    }
+
+    /// Frames the kernel dropped because the box did not read them in time (AF_PACKET
+    /// `PACKET_STATISTICS`; the counter resets on each read, so callers accumulate).
+    pub fn take_rx_drops(&self) -> u64 {
+        match self {
+            Device::Packet(f) => {
+                let mut st = [0u32; 2];
+                let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
+                // SAFETY: PACKET_STATISTICS fills a tpacket_stats (two u32) of `len` bytes.
+                let r = unsafe {
+                    libc::getsockopt(
+                        f.as_raw_fd(),
+                        libc::SOL_PACKET,
+                        PACKET_STATISTICS,
+                        st.as_mut_ptr() as *mut libc::c_void,
+                        &mut len,
+                    )
+                };
+                if r == 0 {
+                    st[1] as u64
+                } else {
+                    0
+                }
+            }
+            Device::Tun(_) => 0,
         }
     }
 
