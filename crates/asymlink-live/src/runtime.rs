@@ -81,6 +81,7 @@ pub struct EventLoop<C: Clock, I: Io> {
     published: Published,
     stats_file: Option<std::fs::File>,
     publish_every: Duration,
+    horizon: Duration,
     next_publish: Instant,
     signals: Vec<Signal>,
     failed: Vec<usize>,
@@ -110,6 +111,7 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             .map(|s| s.0)
             .unwrap_or(Duration::from_millis(100));
         let batch = cfg.interfaces.batch.unwrap_or(64);
+        let horizon = cfg.process.horizon.map(|s| s.0).unwrap_or(Duration::ZERO);
         Ok(EventLoop {
             next_publish: clock.now(),
             clock,
@@ -123,6 +125,7 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             published: Published::default(),
             stats_file: None,
             publish_every,
+            horizon,
             signals: Vec::new(),
             failed: Vec::new(),
             reload_failures: 0,
@@ -171,7 +174,7 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
 
     /// One wake-up's work, then sleep until the next.
     pub fn step(&mut self) -> io::Result<Control> {
-        let now = self.clock.now();
+        let now = self.clock.now() + self.horizon;
         self.wakeups += 1;
         // 2. receive
         for side in 0..2 {
@@ -240,9 +243,12 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             return Ok(());
         }
         let frames: Vec<&[u8]> = due.iter().map(|p| p.frame()).collect();
+        // Added latency is measured to the hand-off: the start of the send call. On veth
+        // the call also runs the receiving stack of the peer synchronously (softirq on
+        // bottom-half enable), which is the next hop's time, not the box's.
+        let sent_at = self.io.realtime_ns();
         let n = self.io.send(side, &frames, &mut self.failed)?;
         drop(frames);
-        let sent_at = self.io.realtime_ns();
         let unix_now = self.clock.to_unix_nanos(now);
         let mut fi = 0;
         for i in 0..n {

@@ -682,3 +682,32 @@ pub fn drop_privileges(user: &str) -> io::Result<String> {
     unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
     Ok(what.join(", "))
 }
+
+/// Run the calling thread under `SCHED_FIFO` at `priority` (1..=99): it then runs as soon
+/// as a frame wakes it instead of waiting behind ordinary processes. The kernel's
+/// real-time throttling (`sched_rt_runtime_us`) still reserves CPU time for the rest.
+pub fn set_realtime(priority: u8) -> io::Result<()> {
+    let p = libc::sched_param {
+        sched_priority: priority as libc::c_int,
+    };
+    // SAFETY: plain syscall with a valid sched_param.
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) }).map(|_| ())
+}
+
+/// Pin the calling thread to CPU `cpu`.
+pub fn set_affinity(cpu: usize) -> io::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        libc::CPU_SET(cpu, &mut set);
+        cvt(libc::sched_setaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        ))
+        .map(|_| ())
+    }
+}

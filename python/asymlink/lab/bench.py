@@ -35,7 +35,10 @@ from asymlink.lab.box import start_box
 from asymlink.lab.netns import Lab, LabError
 from asymlink.lab.scenario import TRAFFIC
 
-UNSHAPED: dict[str, Any] = {"seed": 1}
+#: The forwarding thread runs under SCHED_FIFO (see docs/performance.md: on this shared
+#: 2-core machine an ordinary-priority box waits behind compilers and traffic generators).
+PROCESS = {"realtime_priority": 20, "horizon": "50us"}
+UNSHAPED: dict[str, Any] = {"seed": 1, "process": PROCESS}
 CLASSES = {
     "default": "default",
     "rules": [
@@ -47,6 +50,7 @@ CLASSES = {
 }
 SHAPED: dict[str, Any] = {
     "seed": 1,
+    "process": PROCESS,
     "to_b": {
         "classifier": CLASSES,
         "qdisc": {"kind": "prio", "bands": [{"classes": ["ack"]}, {"classes": ["interactive"]},

@@ -150,6 +150,13 @@ fn run() -> Result<(), (u8, String)> {
             .map_err(|e| (1, format!("ready file: {e}")))?;
     }
 
+    if let Some(cpu) = cfg.process.cpu {
+        sys::set_affinity(cpu).map_err(|e| (1, format!("process.cpu {cpu}: {e}")))?;
+    }
+    if let Some(p) = cfg.process.realtime_priority {
+        sys::set_realtime(p).map_err(|e| (1, format!("process.realtime_priority {p}: {e}")))?;
+        log(&format!("event loop under SCHED_FIFO priority {p}"));
+    }
     let what = sys::drop_privileges(&cfg.privileges.user)
         .map_err(|e| (1, format!("cannot drop privileges: {e}")))?;
     log(&format!("privileges dropped: {what}"));
