@@ -8,7 +8,6 @@ not possible. The box binary is built on demand (`cargo build --release -p asyml
 from __future__ import annotations
 
 import json
-import os
 import socket
 import struct
 import subprocess
@@ -122,7 +121,8 @@ def test_real_tcp_stats_pcap_and_privileges(lab: Lab, tmp_path: Path) -> None:
     live = box.stats()
     assert live["directions"]["to_b"]["sent"] > 1000
     # The endpoint listens on the loopback of the box's (router) namespace.
-    fetch = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=5).read().decode())"
+    url = f"http://127.0.0.1:{port}/metrics"
+    fetch = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=5).read().decode())"
     body = subprocess.run(lab.exec_argv("router", [sys.executable, "-c", fetch]),
                           capture_output=True, text=True, check=True).stdout
     assert 'asymlink_sent_total{dir="to_b"}' in body
@@ -200,7 +200,8 @@ def _cfg(box) -> dict:
 
 
 def _eth(payload: bytes, ethertype: int = 0x0800) -> bytes:
-    return b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + struct.pack("!H", ethertype) + payload
+    dst, src = bytes.fromhex("020000000002"), bytes.fromhex("020000000001")
+    return dst + src + struct.pack("!H", ethertype) + payload
 
 
 def _ipv4_tcp(doff: int = 5, ihl: int = 5, total: int | None = None, opts: bytes = b"") -> bytes:

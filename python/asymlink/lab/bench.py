@@ -119,7 +119,7 @@ def transfer(lab: Lab, seconds: float, rate_bps: float = 0.0, port: int = 5201) 
     if len(pts) < 2:
         raise LabError("the transfer produced too few samples")
     (ta, ba), (tb, bb) = pts[0], pts[-1]
-    return (bb - ba) * 8 / (tb - ta) / 1e9
+    return float((bb - ba) * 8 / (tb - ta) / 1e9)
 
 
 def loopback_gbps(lab: Lab, seconds: float) -> float:
@@ -138,8 +138,9 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
     lab.spawn("server", [sys.executable, TRAFFIC, "send", "--to", "127.0.0.1", "--port",
                          str(port), "--stop", str(seconds), "--t0", repr(t0)]).wait(seconds + 20)
     sink.wait(seconds + 20)
-    s = [(t, b) for t, b in json.loads(report.read_text())["samples"] if t0 + 0.5 <= t <= t0 + seconds]
-    return (s[-1][1] - s[0][1]) * 8 / (s[-1][0] - s[0][0]) / 1e9
+    s = [(t, b) for t, b in json.loads(report.read_text())["samples"]
+         if t0 + 0.5 <= t <= t0 + seconds]
+    return float((s[-1][1] - s[0][1]) * 8 / (s[-1][0] - s[0][0]) / 1e9)
 
 
 def run_bench(seconds: float = 5.0) -> dict[str, Any]:

@@ -1,12 +1,12 @@
 """Network namespaces for the lab: client, router and server, wired with veth pairs.
 
 ```
- al-XXXX-c                 al-XXXX-r                      al-XXXX-s
- [eth0 198.18.0.1/24]──[veth-a]  asymlink-box (or br0)  [veth-b]──[eth0 198.18.0.2/24]
+ al-XXXX-c                        al-XXXX-r                         al-XXXX-s
+ eth0 198.18.0.1/24 -- veth-a [asymlink-box or br0] veth-b -- eth0 198.18.0.2/24
 ```
 
-The router's interfaces `veth-a` (side a of the box) and `veth-b` (side b) carry no address: the box forwards frames between
-them as a bump in the wire (AF_PACKET), or, for the kernel-forwarding baseline, a Linux
+The router's interfaces `veth-a` (side a of the box) and `veth-b` (side b) carry no
+address: the box forwards frames between them as a bump in the wire (AF_PACKET), or, for the kernel-forwarding baseline, a Linux
 bridge does. Offloads are switched off on every interface (GRO/GSO/TSO, checksum
 offload, VLAN acceleration) so that the disciplines see the packets that are really on
 the wire and checksums are complete. Addresses come from 198.18.0.0/15, the range RFC
@@ -19,13 +19,14 @@ created (namespaces, hence interfaces, and the processes it started), also after
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 PREFIX = "al-"
@@ -42,7 +43,8 @@ class LabError(RuntimeError):
     """A lab operation failed; the message says which command and why."""
 
 
-def run(argv: list[str], check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run(argv: list[str], check: bool = True,
+        timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run a command; raise `LabError` with its stderr on failure."""
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -74,7 +76,6 @@ class Lab:
 
     name: str
     mtu: int = 1500
-    pids: list[int] = field(default_factory=list)
     forwarding: str = "none"
 
     @property
@@ -159,34 +160,28 @@ class Lab:
         for feature in OFFLOADS:
             run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, feature, "off"], check=False)
 
-    def down(self) -> None:
-        """Stop the lab's processes and remove its namespaces. Idempotent."""
-        for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 3
-        for pid in self.pids:
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.05)
-            else:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+    def _ns_pids(self) -> list[int]:
+        """Processes running inside the lab's namespaces (all of them ours)."""
+        pids = []
         for ns in self.namespaces:
-            # Kill anything still running inside, then remove the namespace.
             r = run(["ip", "netns", "pids", ns], check=False)
-            for p in r.stdout.split():
-                try:
-                    os.kill(int(p), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
+            pids += [int(p) for p in r.stdout.split() if p.isdigit()]
+        return pids
+
+    def down(self) -> None:
+        """Stop the processes inside the lab's namespaces (SIGTERM, then SIGKILL after
+        3 s) and remove the namespaces. Only processes inside these namespaces are
+        signalled, never a process by a remembered id. Idempotent."""
+        for pid in self._ns_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        while self._ns_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in self._ns_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for ns in self.namespaces:
             run(["ip", "netns", "del", ns], check=False)
         (STATE_DIR / f"{self.name}.json").unlink(missing_ok=True)
         if self.dir.exists():
@@ -224,11 +219,8 @@ class Lab:
         return ["ip", "netns", "exec", ns, *argv]
 
     def spawn(self, role: str, argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
-        """Start a process in a namespace; it is killed by `down`."""
-        p = subprocess.Popen(self.exec_argv(role, argv), **kw)  # type: ignore[call-overload]
-        self.pids.append(p.pid)
-        self.save()
-        return p
+        """Start a process in a namespace; `down` stops it if it still runs."""
+        return subprocess.Popen(self.exec_argv(role, argv), **kw)  # type: ignore[call-overload]
 
     def set_forwarding(self, mode: str) -> None:
         """`box` (nothing in the router: the box forwards) or `kernel` (a Linux bridge)."""

@@ -30,6 +30,10 @@ kind = "echo"                 # typed-echo probe (echo_latency_s) or "ping" (pin
 from = "client"
 to = "server"
 every = "200ms"
+
+[windows]                     # optional: metrics per time window as well
+alone = ["1s", "10s"]         # throughput_mbps_in.alone.<flow>, echo_latency_ms_in...
+contended = ["11s", "20s"]
 ```
 
 `run_scenario` writes the simulator's tables (`flows`, `queues`, `measurements`,
@@ -40,6 +44,7 @@ NaN), `metrics.json`, the box's final stats (`box_stats.json`), its log, and wit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -118,6 +123,7 @@ class LabScenario:
     probes: list[Probe] = field(default_factory=list)
     capture: bool = False
     description: str = ""
+    windows: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def from_file(cls, path: Path) -> LabScenario:
@@ -130,7 +136,7 @@ class LabScenario:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], origin: str = "scenario") -> LabScenario:
         known = {"name", "description", "duration", "interval", "forwarding", "box", "flows",
-                 "probes", "capture"}
+                 "probes", "capture", "windows"}
         extra = set(doc) - known
         if extra:
             raise LabError(f"{origin}: unknown key(s) {sorted(extra)} (known: {sorted(known)})")
@@ -149,6 +155,14 @@ class LabScenario:
             box=dict(doc.get("box", {})),
             capture=bool(doc.get("capture", False)),
         )
+        for wname, w in dict(doc.get("windows", {})).items():
+            key = f"windows.{wname}"
+            if not isinstance(w, list) or len(w) != 2:
+                raise LabError(f"{key}: must be [start, end]")
+            a, b = seconds(w[0], key), seconds(w[1], key)
+            if not 0 <= a < b <= duration:
+                raise LabError(f"{key}: needs 0 <= start < end <= duration")
+            sc.windows[str(wname)] = (a, b)
         if "interfaces" in sc.box:
             raise LabError("box.interfaces: set by the lab (a = client side, b = server side)")
         port = 5001
@@ -280,10 +294,8 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
         while time.monotonic() < end + slack and any(c.poll() is None for c in clients):
             now = time.monotonic()
             if box is not None and now >= next_poll and now <= end:
-                try:
+                with contextlib.suppress(OSError):
                     queue_rows += _queue_rows(box.stats(), now - t0)
-                except OSError:
-                    pass
                 next_poll += sc.interval
             time.sleep(min(0.02, max(0.0, next_poll - time.monotonic())))
         for c in clients:
@@ -291,29 +303,38 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
                 c.wait(timeout=max(0.1, end + slack - time.monotonic()))
             except subprocess.TimeoutExpired:
                 c.kill()
-        servers_p = [p for p in procs if p not in clients]
-        for p in servers_p:
-            p.terminate()
-        for p in servers_p:
+        servers_p = [proc for proc in procs if proc not in clients]
+        for proc in servers_p:
+            proc.terminate()
+        for proc in servers_p:
             try:
-                p.wait(timeout=5)
+                proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                p.kill()
+                proc.kill()
         errors = [c.stderr.read().decode(errors="replace") for c in clients
                   if c.returncode not in (0, None) and c.stderr is not None]
         if errors:
             raise LabError("traffic failed: " + " | ".join(e.strip()[-500:] for e in errors))
         final = box.stop() if box is not None else {}
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         if box is not None and box.proc.poll() is None:
             box.proc.kill()
             box.proc.wait()
     # The sinks' report times are absolute monotonic (t0 = 0): shift to the run's t0.
     return _collect(sc, out, work, t0, final, queue_rows, box.log if box else None)
+
+
+def _stats_ms(vals: list[float]) -> dict[str, Any]:
+    return {
+        "count": len(vals),
+        "p50": float(np.percentile(vals, 50)) * 1e3 if vals else None,
+        "p90": float(np.percentile(vals, 90)) * 1e3 if vals else None,
+        "mean": float(np.mean(vals)) * 1e3 if vals else None,
+    }
 
 
 def _queue_rows(stats: dict[str, Any], t: float) -> list[dict[str, Any]]:
@@ -344,19 +365,25 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
         send = json.loads((work / f"{f.name}.send.json").read_text())
         st = np.array([s[0] - t0 for s in sink["samples"]])
         sb = np.array([s[1] for s in sink["samples"]], dtype=float)
-        for row in send["samples"]:
-            t = row["t"]
-            r = {c: float("nan") for c in TABLE_COLUMNS["flows"]}
-            r.update({k: v for k, v in row.items() if k in r})
+        for sample in send["samples"]:
+            t = sample["t"]
+            r: dict[str, Any] = {c: float("nan") for c in TABLE_COLUMNS["flows"]}
+            r.update({k: v for k, v in sample.items() if k in r})
             r["t"] = t
             r["flow"] = f.name
             r["bytes_delivered"] = float(np.interp(t, st, sb, left=0.0)) if len(st) else 0.0
             flow_rows.append(r)
         active = f.stop - f.start
-        at = lambda x: float(np.interp(x, st, sb, left=0.0)) if len(st) else 0.0  # noqa: E731
+        def at(x: float, st: np.ndarray = st, sb: np.ndarray = sb) -> float:
+            return float(np.interp(x, st, sb, left=0.0)) if len(st) else 0.0
+
         delivered = at(f.stop) - at(f.start)
         mbps = delivered * 8 / active / 1e6
         metrics["throughput_mbps"][f.name] = mbps
+        for wname, (wa, wb) in sc.windows.items():
+            lo, hi = max(wa, f.start), min(wb, f.stop)
+            v = (at(hi) - at(lo)) * 8 / (hi - lo) / 1e6 if hi > lo else 0.0
+            metrics.setdefault("throughput_mbps_in", {}).setdefault(wname, {})[f.name] = v
         metrics["delivered_bytes"][f.name] = sink["bytes"]
         last = send["samples"][-1] if send["samples"] else {}
         summary.append({"flow": f.name, "from": f.sender, "to": f.receiver,
@@ -371,12 +398,10 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
         for t, v in rep["samples"]:
             meas.append({"t": t, "flow": p.name, "metric": rep["metric"], "value": v})
         key = "echo_latency_ms" if p.kind == "echo" else "ping_rtt_ms"
-        metrics.setdefault(key, {})[p.name] = {
-            "count": len(vals),
-            "p50": float(np.percentile(vals, 50)) * 1e3 if vals else None,
-            "p90": float(np.percentile(vals, 90)) * 1e3 if vals else None,
-            "mean": float(np.mean(vals)) * 1e3 if vals else None,
-        }
+        metrics.setdefault(key, {})[p.name] = _stats_ms(vals)
+        for wname, (wa, wb) in sc.windows.items():
+            wv = [v for t, v in rep["samples"] if wa <= t <= wb]
+            metrics.setdefault(f"{key}_in", {}).setdefault(wname, {})[p.name] = _stats_ms(wv)
     tables = {
         "flows": pd.DataFrame(flow_rows, columns=list(TABLE_COLUMNS["flows"])),
         "queues": pd.DataFrame(queue_rows, columns=list(TABLE_COLUMNS["queues"])),
@@ -385,10 +410,11 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
     }
     qs = []
     for d, v in final.get("directions", {}).items():
-        row: dict[str, Any] = {"queue": f"box.{d}", "received": v["received"], "sent": v["sent"]}
-        row.update({f"discarded_{k}": n for k, n in v["discarded"].items()})
-        row.update({f"unparsed_{k}": n for k, n in v["unparsed"].items()})
-        qs.append(row)
+        qrow: dict[str, Any] = {"queue": f"box.{d}", "received": v["received"],
+                                "sent": v["sent"]}
+        qrow.update({f"discarded_{k}": n for k, n in v["discarded"].items()})
+        qrow.update({f"unparsed_{k}": n for k, n in v["unparsed"].items()})
+        qs.append(qrow)
     if qs:
         tables["queue_summary"] = pd.DataFrame(qs).fillna(0)
         metrics["box"] = {d: {"received": v["received"], "sent": v["sent"],
