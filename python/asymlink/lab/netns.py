@@ -6,8 +6,8 @@
 ```
 
 The router's interfaces `veth-a` (side a of the box) and `veth-b` (side b) carry no
-address: the box forwards frames between them as a bump in the wire (AF_PACKET), or, for the kernel-forwarding baseline, a Linux
-bridge does. Offloads are switched off on every interface (GRO/GSO/TSO, checksum
+address: the box forwards frames between them as a bump in the wire (AF_PACKET), or,
+for the kernel-forwarding baseline, a Linux bridge does. Offloads are switched off on every interface (GRO/GSO/TSO, checksum
 offload, VLAN acceleration) so that the disciplines see the packets that are really on
 the wire and checksums are complete. Addresses come from 198.18.0.0/15, the range RFC
 2544 reserves for benchmarking, and exist only inside these namespaces.
@@ -220,7 +220,9 @@ class Lab:
 
     def spawn(self, role: str, argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
         """Start a process in a namespace; `down` stops it if it still runs."""
-        return subprocess.Popen(self.exec_argv(role, argv), **kw)  # type: ignore[call-overload]
+        proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
+            self.exec_argv(role, argv), **kw)
+        return proc
 
     def set_forwarding(self, mode: str) -> None:
         """`box` (nothing in the router: the box forwards) or `kernel` (a Linux bridge)."""

@@ -239,7 +239,7 @@ def echo_client(a: argparse.Namespace) -> None:
 def _icmp_checksum(b: bytes) -> int:
     if len(b) % 2:
         b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    s: int = sum(struct.unpack(f"!{len(b) // 2}H", b))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF
