@@ -202,7 +202,7 @@ impl Engine {
                         Some(t) => t.max(p.arrived),
                         None => p.arrived,
                     };
-                    if let Err(p) = self.links[i].offer(now, ready, p) {
+                    if let Some(p) = self.links[i].offer(now, ready, p) {
                         self.discard(p, reason::LINK_QUEUE_FULL);
                     }
                 }

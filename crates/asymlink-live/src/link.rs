@@ -174,19 +174,14 @@ impl Link {
     /// The discipline hands over a packet at `now`, available since `ready`
     /// (`ready <= now`). Returns the packet back if the modem buffer rejected it (the
     /// caller counts and frees it).
-    pub fn offer(
-        &mut self,
-        now: Instant,
-        ready: Instant,
-        pkt: LivePacket,
-    ) -> Result<(), LivePacket> {
+    pub fn offer(&mut self, now: Instant, ready: Instant, pkt: LivePacket) -> Option<LivePacket> {
         self.stats.offered += 1;
         let ready = ready.min(now);
         if let Some(limit) = self.limit {
             let len = pkt.ip_len();
             if !limit.admits(self.queue.len() as u32, self.queue_bytes, len) {
                 self.stats.queue_dropped += 1;
-                return Err(pkt);
+                return Some(pkt);
             }
             self.queue_bytes += len as u64;
             self.queue.push_back((pkt, ready));
@@ -195,10 +190,10 @@ impl Link {
             // The serialiser takes the head at once if idle: a modem holds `queue`
             // packets besides the one on the line.
             self.start_queued(now);
-            Ok(())
+            None
         } else {
             self.transmit(ready, pkt);
-            Ok(())
+            None
         }
     }
 

@@ -557,8 +557,8 @@ pub fn poll(
         }
         return Err(e);
     }
-    for i in 0..2 {
-        let re = fds[i].revents;
+    for (i, fd) in fds.iter().take(2).enumerate() {
+        let re = fd.revents;
         ready.readable[i] = re & (libc::POLLIN | libc::POLLERR) != 0;
         ready.writable[i] = re & libc::POLLOUT != 0;
         if re & (libc::POLLHUP | libc::POLLNVAL) != 0 {
