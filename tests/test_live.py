@@ -274,3 +274,68 @@ def test_hostile_frames_cross_untouched_and_are_counted(lab: Lab, tmp_path: Path
     # Still forwarding real traffic afterwards.
     assert transfer(lab, 1.0) > 0.001
     box.stop()
+
+
+def test_tun_pair_carries_real_tcp(lab: Lab, box_bin: Path, tmp_path: Path) -> None:
+    """TUN mode: the box creates two TUN devices in the client namespace; one is moved
+    to the server namespace (its file descriptor stays with the box), so every packet
+    between 198.19.0.1 and 198.19.0.2 crosses the box as raw IP."""
+    tmp_path.chmod(0o755)
+    cfg = tmp_path / "tun.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        seed = 1
+        [interfaces]
+        kind = "tun"
+        a = "al-tun-a"
+        b = "al-tun-b"
+        [emulation.to_b]
+        rate = "30Mbit"
+        [stats]
+        file = "{tmp_path / 'final.json'}"
+        [capture]
+        dir = "{tmp_path}"
+        to_b = "to_b.pcap"
+        """))
+    cfg.chmod(0o644)
+    ready = tmp_path / "ready"
+    log = open(tmp_path / "box.log", "wb")
+    box = subprocess.Popen(lab.exec_argv("client", [str(box_bin), "--config", str(cfg),
+                                                    "--ready-file", str(ready)]),
+                           stdout=log, stderr=log)
+    try:
+        _wait_file(ready)
+
+        def ip(ns: str, *args: str) -> None:
+            subprocess.run(["ip", "-n", ns, *args], check=True)
+
+        subprocess.run(["ip", "-n", lab.client, "link", "set", "dev", "al-tun-b", "netns",
+                        lab.server], check=True)
+        ip(lab.client, "addr", "add", "198.19.0.1/24", "dev", "al-tun-a")
+        ip(lab.server, "addr", "add", "198.19.0.2/24", "dev", "al-tun-b")
+        ip(lab.server, "link", "set", "dev", "al-tun-b", "up")
+        from asymlink.lab.scenario import TRAFFIC
+
+        sink_ready = tmp_path / "sink.ready"
+        report = tmp_path / "sink.json"
+        sink = subprocess.Popen(lab.exec_argv("server", [
+            sys.executable, TRAFFIC, "sink", "--port", "6001", "--seconds", "5",
+            "--ready", str(sink_ready), "--report", str(report), "--t0", "0"]))
+        _wait_file(sink_ready)
+        subprocess.run(lab.exec_argv("client", [
+            sys.executable, TRAFFIC, "send", "--to", "198.19.0.2", "--port", "6001",
+            "--stop", "2"]), check=True, timeout=30)
+        sink.terminate()
+        sink.wait(10)
+        got = json.loads(report.read_text())["bytes"]
+        assert got * 8 / 2 > 5e6, f"{got} bytes in 2 s over a 30 Mbit/s emulated TUN link"
+        assert got * 8 / 2 < 31e6
+    finally:
+        box.terminate()
+        box.wait(10)
+        log.close()
+    assert box.returncode == 0, (tmp_path / "box.log").read_text()
+    final = json.loads((tmp_path / "final.json").read_text())
+    assert final["directions"]["to_b"]["sent"] > 1000
+    assert final["directions"]["to_b"]["unparsed"]["runt"] == 0
+    data = (tmp_path / "to_b.pcap").read_bytes()
+    assert struct.unpack("<I", data[20:24])[0] == 101, "LINKTYPE_RAW"
