@@ -298,7 +298,7 @@ def test_tun_pair_carries_real_tcp(lab: Lab, box_bin: Path, tmp_path: Path) -> N
         """))
     cfg.chmod(0o644)
     ready = tmp_path / "ready"
-    log = open(tmp_path / "box.log", "wb")
+    log = open(tmp_path / "box.log", "wb")  # noqa: SIM115 (closed in finally)
     box = subprocess.Popen(lab.exec_argv("client", [str(box_bin), "--config", str(cfg),
                                                     "--ready-file", str(ready)]),
                            stdout=log, stderr=log)
