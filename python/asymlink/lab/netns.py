@@ -8,9 +8,10 @@
 The router's interfaces `veth-a` (side a of the box) and `veth-b` (side b) carry no
 address: the box forwards frames between them as a bump in the wire (AF_PACKET), or,
 for the kernel-forwarding baseline, a Linux bridge does. Offloads are switched off on
-every interface (GRO/GSO/TSO, checksum offload, VLAN acceleration) so that the disciplines see the packets that are really on
-the wire and checksums are complete. Addresses come from 198.18.0.0/15, the range RFC
-2544 reserves for benchmarking, and exist only inside these namespaces.
+every interface (GRO/GSO/TSO, checksum offload, VLAN acceleration) so that the
+disciplines see the packets that are really on the wire and checksums are complete.
+Addresses come from 198.18.0.0/15, the range RFC 2544 reserves for benchmarking, and
+exist only inside these namespaces.
 
 Every name carries the lab's unique prefix `al-XXXX`; `down` removes everything a lab
 created (namespaces, hence interfaces, and the processes it started), also after a failed
