@@ -55,17 +55,9 @@ def check_config(path: Path) -> str | None:
     return (r.stderr or r.stdout).strip().removeprefix("asymlink-box: ")
 
 
-def exec_box(config: Path, extra: list[str] | None = None) -> int:
-    """Run the box in the foreground (the `asymlink box` command); returns its exit
-    status. SIGINT/SIGTERM reach it directly (same process group) and it exits cleanly."""
-    import signal
-
-    argv = [str(box_binary()), "--config", str(config), *(extra or [])]
-    proc = subprocess.Popen(argv)
-    # The box handles the signals; the front end only waits for it.
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return proc.wait()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+def exec_box(config: Path, extra: list[str] | None = None) -> None:
+    """Replace this process with the box (the `asymlink box` command): signals reach the
+    box directly (SIGHUP reload, SIGINT/SIGTERM clean exit) and its exit status is the
+    command's. Does not return."""
+    binary = str(box_binary())
+    os.execv(binary, [binary, "--config", str(config), *(extra or [])])
