@@ -164,8 +164,13 @@ fn run() -> Result<(), (u8, String)> {
         "forwarding between {} (a) and {} (b)",
         cfg.interfaces.a, cfg.interfaces.b
     ));
-    el.run().map_err(|e| (1, format!("event loop: {e}")))?;
-    Ok(())
+    let result = el.run().map_err(|e| (1, format!("event loop: {e}")));
+    if let Some(p) = &cfg.stats.socket {
+        // Best effort: the directory may not be writable any more without privileges;
+        // a stale socket is replaced at the next start.
+        let _ = std::fs::remove_file(p);
+    }
+    result
 }
 
 fn main() -> ExitCode {
