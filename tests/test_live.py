@@ -178,6 +178,11 @@ def test_sighup_reload_keeps_queued_packets(lab: Lab, tmp_path: Path) -> None:
                                                      "7001", "6", str(ready)]),
                             stdout=subprocess.PIPE, text=True)
     _wait_file(ready)
+    # Resolve the server's MAC first: while ARP is pending, the client's kernel keeps
+    # only a few datagrams (neighbour queue) and would drop the start of the burst.
+    subprocess.run(lab.exec_argv("client", [sys.executable, str(tmp_path / "burst.py"),
+                                            lab.addr("server"), "7002", "1"]), check=True)
+    time.sleep(0.5)
     subprocess.run(lab.exec_argv("client", [sys.executable, str(tmp_path / "burst.py"),
                                             lab.addr("server"), "7001", "200"]), check=True)
     time.sleep(1.0)
