@@ -223,6 +223,148 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
     _stdout().print(TextTable("Simulator benchmark", ["metric", "value"], rows).rich())
 
 
+@bench_group.command("live")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--seconds", type=click.FloatRange(min=1, max=60), default=5.0, show_default=True,
+              help="Length of each measured transfer.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the JSON result to this file.")
+def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None) -> None:
+    """Forwarding speed of the live box in a namespace lab (needs root): box_gbps,
+    kernel_gbps, box_shaped_gbps, added latency at half load."""
+    from asymlink.lab import LabError
+    from asymlink.lab.bench import run_bench
+
+    try:
+        result = run_bench(seconds=seconds)
+    except LabError as e:
+        raise UserError(str(e)) from None
+    if out_file is not None:
+        out_file.write_text(json.dumps(result, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    rows = [[k, v if isinstance(v, str) else fmt_number(v, digits=4)] for k, v in result.items()
+            if not isinstance(v, dict)]
+    _stdout().print(TextTable("Live box benchmark", ["metric", "value"], rows).rich())
+
+
+# --- live box and lab --------------------------------------------------------------------
+
+
+@cli.command("box", context_settings={"ignore_unknown_options": True})
+@click.option("--config", "config", required=True,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="The box configuration (TOML, see docs/live.md).")
+@click.option("--check", is_flag=True, help="Validate the configuration and exit.")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), help="Master seed.")
+def box_cmd(config: Path, check: bool, seed: int | None) -> None:
+    """Run the live middlebox (the Rust binary asymlink-box) in the foreground.
+
+    SIGHUP reloads the configuration keeping queued packets; SIGINT/SIGTERM flush the
+    captures and stats and exit. Needs CAP_NET_RAW + CAP_NET_ADMIN (or root); privileges
+    are dropped once the devices are open."""
+    from asymlink.live import BoxNotFound, check_config, exec_box
+
+    try:
+        if check:
+            err = check_config(config)
+            if err:
+                raise UserError(err)
+            click.echo(f"ok: {config}")
+            return
+        extra = ["--seed", str(seed)] if seed is not None else []
+        exec_box(config, extra)
+    except BoxNotFound as e:
+        raise UserError(str(e)) from None
+
+
+@cli.group("lab")
+def lab_group() -> None:
+    """Client/router/server network namespaces with the live box in the router."""
+
+
+def _lab_errors() -> Any:
+    from asymlink.lab import LabError
+    from asymlink.live import BoxNotFound
+
+    return (LabError, BoxNotFound)
+
+
+@lab_group.command("up")
+@click.option("--name", help="Lab name (al-XXXX; default: a random one).")
+def lab_up_cmd(name: str | None) -> None:
+    """Create a lab; prints its name."""
+    from asymlink.lab import Lab
+
+    try:
+        lab = Lab.up(name)
+    except _lab_errors() as e:
+        raise UserError(str(e)) from None
+    click.echo(lab.name)
+    click.echo(f"  client {lab.client} ({lab.addr('client')}), router {lab.router}, "
+               f"server {lab.server} ({lab.addr('server')})", err=True)
+
+
+@lab_group.command("run")
+@click.argument("scenario")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory (tables, metrics.json, box stats, pcaps).")
+@click.option("--lab", "lab_name", help="Use this lab (default: a fresh one, removed after).")
+@click.option("--capture/--no-capture", default=None, help="Write one pcap per direction.")
+def lab_run_cmd(scenario: str, out_dir: Path, lab_name: str | None,
+                capture: bool | None) -> None:
+    """Run SCENARIO (a lab scenario file or a shipped name, see `lab list`) through the box."""
+    from asymlink.lab import Lab, LabScenario, run_scenario
+    from asymlink.lab.bench import scenario_path
+
+    try:
+        sc = LabScenario.from_file(scenario_path(scenario))
+        if capture is not None:
+            sc.capture = capture
+        lab = Lab.load(lab_name) if lab_name else None
+        metrics = run_scenario(sc, out_dir, lab)
+    except _lab_errors() as e:
+        raise UserError(str(e)) from None
+    rows = [[f, fmt_number(v, digits=4)] for f, v in metrics["throughput_mbps"].items()]
+    _stdout().print(TextTable(f"{sc.name}: throughput (Mbit/s)", ["flow", "Mbit/s"], rows).rich())
+    for key in ("echo_latency_ms", "ping_rtt_ms"):
+        for probe, st in metrics.get(key, {}).items():
+            click.echo(f"{probe}: {key} p50 {fmt_number(st['p50'])} p90 {fmt_number(st['p90'])} "
+                       f"({st['count']} samples)")
+    click.echo(f"results in {out_dir}")
+
+
+@lab_group.command("down")
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_labs", is_flag=True, help="Remove every lab on this machine.")
+def lab_down_cmd(names: tuple[str, ...], all_labs: bool) -> None:
+    """Remove labs (namespaces, interfaces, processes)."""
+    from asymlink.lab import Lab
+
+    targets = Lab.names() if all_labs else list(names)
+    if not targets:
+        raise UserError("give a lab NAME (see `asymlink lab list`) or --all")
+    for n in targets:
+        try:
+            Lab.load(n).down()
+        except _lab_errors() as e:
+            raise UserError(str(e)) from None
+        click.echo(f"removed {n}")
+
+
+@lab_group.command("list")
+def lab_list_cmd() -> None:
+    """List the labs on this machine and the shipped lab scenarios."""
+    from asymlink.lab import Lab
+    from asymlink.lab.bench import shipped_scenarios
+
+    for n in Lab.names():
+        click.echo(f"lab {n}")
+    for name, desc in shipped_scenarios():
+        click.echo(f"scenario {name}: {desc}")
+
+
 # --- reproduce ---------------------------------------------------------------------------
 
 

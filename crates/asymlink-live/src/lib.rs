@@ -1,1 +1,42 @@
-//! placeholder
+//! # asymlink-live: the Linux userspace middlebox
+//!
+//! Runs the core's middlebox pipeline — rewriters, classifier, queue discipline, exactly
+//! the code the simulator runs — on real packets between two interfaces, and optionally
+//! emulates a slow link behind it (rate, delay, loss, ATM framing, modem buffer) so one
+//! box can stand in for an access line where `netem` does not exist.
+//!
+//! ## Layers
+//!
+//! * [`config`] — the box's TOML file: the simulator's middlebox vocabulary (`rewrite`,
+//!   `to_a`, `to_b`) plus `[interfaces]`, `[emulation.*]`, `[capture]`, `[stats]`,
+//!   `[privileges]`; validated completely before any device is touched.
+//! * [`packet`] — [`packet::LivePacket`], a frame parsed once on arrival, implementing the
+//!   core's `Pkt` (in-place edits with incremental checksums); the buffer pool.
+//! * [`link`] — link emulation after the discipline.
+//! * [`engine`] — the datapath as a sans-IO state machine: frames in, frames out,
+//!   `poll_at`, conservation counters, reload keeping queued packets.
+//! * [`runtime`] — the event loop over an [`runtime::Io`] and a [`clock::Clock`]: real
+//!   devices and the monotonic clock in production, scripted frames and a fake clock in
+//!   tests.
+//! * [`sys`] — AF_PACKET, TUN, `ppoll`, `signalfd`, privilege dropping (the crate's only
+//!   `unsafe` code).
+//! * [`stats`], [`server`], [`capture`] — counters, the JSON and Prometheus endpoints,
+//!   pcap files.
+//!
+//! The binary `asymlink-box` wires these together; `docs/live.md` is the user guide and
+//! `docs/deployment.md` the operator's.
+
+pub mod capture;
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod link;
+pub mod packet;
+pub mod runtime;
+pub mod server;
+pub mod stats;
+pub mod sys;
+
+pub use config::BoxConfig;
+pub use engine::Engine;
+pub use packet::LivePacket;

@@ -1,0 +1,519 @@
+//! The box's configuration file: the middlebox vocabulary of the simulator (`rewrite`,
+//! `to_a`, `to_b`, exactly as in a scenario's `[[middleboxes]]` entry) plus the sections
+//! only a live box has. Unknown keys are errors everywhere.
+//!
+//! ```toml
+//! seed = 7                              # optional; default: from the OS (logged)
+//! malformed = "forward"                 # or "drop" (counted either way)
+//!
+//! [interfaces]
+//! kind = "packet"                       # AF_PACKET on veth/Ethernet, or "tun"
+//! a = "eth-lan"                         # side a (e.g. the home network)
+//! b = "eth-wan"                         # side b (e.g. toward the modem / internet)
+//!
+//! [to_b]                                # the pipeline toward b (core MiddleboxConfig)
+//! classifier = { default = "bulk", rules = [{ class = "ack", match = { pure_ack = true } }] }
+//! qdisc = { kind = "prio", bands = [{ classes = ["ack"] }, { classes = ["bulk"] }] }
+//!
+//! [emulation.to_b]                      # optional: stand in for a slow link
+//! rate = "512kbit"
+//! delay = "10ms"
+//! loss = 0.0
+//! linklayer = { encap = "llc_snap_routed" }
+//! queue = "30p"                         # the modem's buffer (see link.rs)
+//!
+//! [capture]
+//! dir = "/var/lib/asymlink/pcap"
+//! to_a = "to_a.pcap"
+//! to_b = "to_b.pcap"
+//! snaplen = 128
+//!
+//! [stats]
+//! socket = "/run/asymlink/box.sock"     # JSON, one snapshot per connection
+//! prometheus = "127.0.0.1:9464"         # loopback only
+//! file = "/run/asymlink/final.json"     # written at exit
+//!
+//! [privileges]
+//! user = "nobody"                       # dropped to once devices are open
+//!
+//! [process]
+//! realtime_priority = 20                # SCHED_FIFO for the forwarding thread
+//! cpu = 1                               # pin it
+//! horizon = "50us"                      # release packets up to 50 µs early (batching)
+//! ```
+//!
+//! [`BoxConfig::load`] parses and validates **everything** (it builds the pipelines to
+//! check them) without touching any device: a bad file is refused before anything
+//! changes on the machine.
+
+use crate::link::LinkEmuConfig;
+use asymlink_core::pipeline::{Dir, EgressConfig, Middlebox, MiddleboxConfig, RewriterConfig};
+use asymlink_core::units::Rate;
+use serde::Deserialize;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// A configuration error: the key path and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted key path (`to_b.qdisc.bands`), or the file for I/O errors.
+    pub key: String,
+    /// What is wrong.
+    pub msg: String,
+}
+
+impl ConfigError {
+    fn new(key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
+        ConfigError {
+            key: key.into(),
+            msg: msg.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}", self.msg)
+        } else {
+            write!(f, "{}: {}", self.key, self.msg)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// How the box reaches its two sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum IfaceKind {
+    /// AF_PACKET raw sockets on two existing Ethernet/veth interfaces (a bump in the wire).
+    #[default]
+    Packet,
+    /// Two TUN devices (created if absent; raw IP, no link header).
+    Tun,
+}
+
+/// `[interfaces]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct InterfacesConfig {
+    /// Device kind.
+    #[serde(default)]
+    pub kind: IfaceKind,
+    /// Side a.
+    pub a: String,
+    /// Side b.
+    pub b: String,
+    /// Frames read per side per wake-up (default 64).
+    #[serde(default)]
+    pub batch: Option<usize>,
+}
+
+/// `[emulation]`: per-direction link emulation.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EmulationConfig {
+    /// Toward side a.
+    #[serde(default)]
+    pub to_a: Option<LinkEmuConfig>,
+    /// Toward side b.
+    #[serde(default)]
+    pub to_b: Option<LinkEmuConfig>,
+}
+
+/// `[capture]`: pcap files of what the box sends, one per direction.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureConfig {
+    /// Directory for relative file names (default: the working directory).
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
+    /// File for packets sent toward a.
+    #[serde(default)]
+    pub to_a: Option<PathBuf>,
+    /// File for packets sent toward b.
+    #[serde(default)]
+    pub to_b: Option<PathBuf>,
+    /// Bytes kept per packet (default 65535).
+    #[serde(default)]
+    pub snaplen: Option<u32>,
+}
+
+impl CaptureConfig {
+    /// The resolved path of one direction's file.
+    pub fn path(&self, dir: Dir) -> Option<PathBuf> {
+        let f = match dir {
+            Dir::ToA => self.to_a.as_ref(),
+            Dir::ToB => self.to_b.as_ref(),
+        }?;
+        Some(match &self.dir {
+            Some(d) if f.is_relative() => d.join(f),
+            _ => f.clone(),
+        })
+    }
+}
+
+/// `[stats]`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StatsConfig {
+    /// Unix socket serving a JSON snapshot to each connection.
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+    /// Prometheus text endpoint (`127.0.0.1:PORT` or `[::1]:PORT`; loopback only).
+    #[serde(default)]
+    pub prometheus: Option<String>,
+    /// JSON snapshot written here at exit (and on SIGHUP).
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// How often the served snapshot is refreshed (default 100 ms).
+    #[serde(default)]
+    pub interval: Option<asymlink_core::units::Span>,
+}
+
+/// `[privileges]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PrivilegesConfig {
+    /// The user to switch to once devices are open when started as root. `"root"` keeps
+    /// root (not recommended). Default `nobody`.
+    #[serde(default = "nobody")]
+    pub user: String,
+}
+
+fn nobody() -> String {
+    "nobody".into()
+}
+
+impl Default for PrivilegesConfig {
+    fn default() -> Self {
+        PrivilegesConfig { user: nobody() }
+    }
+}
+
+/// `[process]`: scheduling of the forwarding thread.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessConfig {
+    /// Run the event loop under `SCHED_FIFO` at this priority (1..=99): it runs as soon
+    /// as a frame arrives instead of queueing behind other processes (recommended on a
+    /// shared machine; needs CAP_SYS_NICE, applied before privileges are dropped).
+    #[serde(default)]
+    pub realtime_priority: Option<u8>,
+    /// Pin the event loop to this CPU.
+    #[serde(default)]
+    pub cpu: Option<usize>,
+    /// Let packets leave up to this much before their exact departure time (default 0).
+    /// The loop then runs on a clock this far ahead: rates stay exact over time, bursts
+    /// grow by at most `horizon` worth of bytes, and a fast shaped link (1 Gbit/s: one
+    /// packet every 12 µs) costs one wake-up per `horizon` instead of one per packet.
+    /// 50 µs is a good value from about 100 Mbit/s up.
+    #[serde(default)]
+    pub horizon: Option<asymlink_core::units::Span>,
+}
+
+/// What to do with frames that are not well-formed IP.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MalformedPolicy {
+    /// Forward them untouched through the pipeline (as opaque traffic), counted.
+    #[default]
+    Forward,
+    /// Drop them on arrival, counted (reason `malformed`).
+    Drop,
+}
+
+/// The whole file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoxConfig {
+    /// Master seed (loss emulation, randomised disciplines). Default: from the OS.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Malformed-frame policy.
+    #[serde(default)]
+    pub malformed: MalformedPolicy,
+    /// Devices.
+    pub interfaces: InterfacesConfig,
+    /// Rewriters (core vocabulary).
+    #[serde(default)]
+    pub rewrite: Vec<RewriterConfig>,
+    /// Pipeline toward b (core vocabulary).
+    #[serde(default)]
+    pub to_b: EgressConfig,
+    /// Pipeline toward a (core vocabulary).
+    #[serde(default)]
+    pub to_a: EgressConfig,
+    /// Link emulation.
+    #[serde(default)]
+    pub emulation: EmulationConfig,
+    /// Captures.
+    #[serde(default)]
+    pub capture: CaptureConfig,
+    /// Stats endpoints.
+    #[serde(default)]
+    pub stats: StatsConfig,
+    /// Privilege drop.
+    #[serde(default)]
+    pub privileges: PrivilegesConfig,
+    /// Scheduling.
+    #[serde(default)]
+    pub process: ProcessConfig,
+}
+
+impl BoxConfig {
+    /// Parse TOML text (key paths in errors). Does not validate; see [`BoxConfig::load`].
+    pub fn parse(text: &str) -> Result<BoxConfig, ConfigError> {
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| ConfigError::new("", format!("TOML syntax: {e}")))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let key = if key == "." { String::new() } else { key };
+            ConfigError::new(key, e.into_inner().message().to_string())
+        })
+    }
+
+    /// Read, parse and validate a file.
+    pub fn load(path: &Path) -> Result<BoxConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(path.display().to_string(), e.to_string()))?;
+        let cfg = BoxConfig::parse(&text)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The core middlebox configuration.
+    pub fn middlebox(&self) -> MiddleboxConfig {
+        #[allow(clippy::needless_update)] // keys the core adds later take their defaults
+        MiddleboxConfig {
+            rewrite: self.rewrite.clone(),
+            to_b: self.to_b.clone(),
+            to_a: self.to_a.clone(),
+            ..MiddleboxConfig::default()
+        }
+    }
+
+    /// The emulation of one direction.
+    pub fn emulation(&self, dir: Dir) -> Option<&LinkEmuConfig> {
+        match dir {
+            Dir::ToA => self.emulation.to_a.as_ref(),
+            Dir::ToB => self.emulation.to_b.as_ref(),
+        }
+    }
+
+    /// Link rates per direction ([to_b, to_a]) as the core wants them.
+    pub fn rates(&self) -> [Option<Rate>; 2] {
+        [
+            self.emulation(Dir::ToB).and_then(|e| e.rate),
+            self.emulation(Dir::ToA).and_then(|e| e.rate),
+        ]
+    }
+
+    /// Check everything that can be checked without touching a device: the pipelines
+    /// build, the emulation parameters make sense, names and addresses are usable.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let i = &self.interfaces;
+        for (k, n) in [("interfaces.a", &i.a), ("interfaces.b", &i.b)] {
+            if n.is_empty() || n.len() > 15 || n.contains('/') || n.contains(char::is_whitespace) {
+                return Err(ConfigError::new(
+                    k,
+                    format!(
+                        "'{n}' is not a valid interface name (1-15 characters, no '/' or spaces)"
+                    ),
+                ));
+            }
+        }
+        if i.a == i.b {
+            return Err(ConfigError::new(
+                "interfaces.b",
+                "must differ from interfaces.a",
+            ));
+        }
+        if let Some(b) = i.batch {
+            if !(1..=1024).contains(&b) {
+                return Err(ConfigError::new("interfaces.batch", "must be 1..=1024"));
+            }
+        }
+        Middlebox::<crate::packet::LivePacket>::new(&self.middlebox(), self.rates(), 0)
+            .map_err(|e| ConfigError::new(e.key.clone(), e.msg.clone()))?;
+        for d in [Dir::ToB, Dir::ToA] {
+            if let Some(e) = self.emulation(d) {
+                e.validate()
+                    .map_err(|(k, m)| ConfigError::new(format!("emulation.{}.{k}", d.name()), m))?;
+            }
+        }
+        if let Some(s) = self.capture.snaplen {
+            if s < 64 {
+                return Err(ConfigError::new("capture.snaplen", "must be at least 64"));
+            }
+        }
+        if let Some(d) = &self.capture.dir {
+            if !d.is_dir() {
+                return Err(ConfigError::new(
+                    "capture.dir",
+                    format!("'{}' is not a directory", d.display()),
+                ));
+            }
+        }
+        for d in [Dir::ToB, Dir::ToA] {
+            if let Some(p) = self.capture.path(d) {
+                check_parent(&p, &format!("capture.{}", d.name()))?;
+            }
+        }
+        if let (Some(a), Some(b)) = (self.capture.path(Dir::ToA), self.capture.path(Dir::ToB)) {
+            if a == b {
+                return Err(ConfigError::new(
+                    "capture.to_b",
+                    "must differ from capture.to_a",
+                ));
+            }
+        }
+        if let Some(p) = &self.stats.socket {
+            check_parent(p, "stats.socket")?;
+        }
+        if let Some(p) = &self.stats.file {
+            check_parent(p, "stats.file")?;
+        }
+        if let Some(a) = &self.stats.prometheus {
+            parse_loopback(a).map_err(|m| ConfigError::new("stats.prometheus", m))?;
+        }
+        if let Some(iv) = &self.stats.interval {
+            if iv.0.is_zero() {
+                return Err(ConfigError::new("stats.interval", "must be positive"));
+            }
+        }
+        if let Some(p) = self.process.realtime_priority {
+            if !(1..=99).contains(&p) {
+                return Err(ConfigError::new(
+                    "process.realtime_priority",
+                    "must be 1..=99",
+                ));
+            }
+        }
+        if self.privileges.user.is_empty() {
+            return Err(ConfigError::new("privileges.user", "must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// Whether a reload from `self` to `new` needs a restart (devices, captures,
+    /// endpoints and privileges are fixed once open). Returns the first such key.
+    pub fn restart_needed_for(&self, new: &BoxConfig) -> Option<&'static str> {
+        if self.interfaces != new.interfaces {
+            Some("interfaces")
+        } else if self.capture != new.capture {
+            Some("capture")
+        } else if self.stats != new.stats {
+            Some("stats")
+        } else if self.privileges != new.privileges {
+            Some("privileges")
+        } else if self.process != new.process {
+            Some("process")
+        } else {
+            None
+        }
+    }
+}
+
+fn check_parent(p: &Path, key: &str) -> Result<(), ConfigError> {
+    let parent = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(ConfigError::new(
+            key,
+            format!("directory '{}' does not exist", parent.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// Parse a Prometheus listen address; only loopback addresses are accepted.
+pub fn parse_loopback(a: &str) -> Result<SocketAddr, String> {
+    let sa: SocketAddr = a
+        .parse()
+        .map_err(|_| format!("'{a}' is not an address:port (e.g. 127.0.0.1:9464)"))?;
+    if !sa.ip().is_loopback() {
+        return Err(format!(
+            "'{a}' is not a loopback address; the endpoint is bound to localhost only \
+             (use 127.0.0.1 or [::1])"
+        ));
+    }
+    Ok(sa)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = "[interfaces]\na = \"x0\"\nb = \"x1\"\n";
+
+    fn err(extra: &str) -> ConfigError {
+        let c = BoxConfig::parse(&format!("{MIN}{extra}"));
+        match c {
+            Err(e) => e,
+            Ok(c) => c.validate().unwrap_err(),
+        }
+    }
+
+    #[test]
+    fn minimal_is_valid() {
+        let c = BoxConfig::parse(MIN).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.interfaces.kind, IfaceKind::Packet);
+        assert_eq!(c.privileges.user, "nobody");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = BoxConfig::parse(&format!("bogus = 1\n{MIN}")).unwrap_err();
+        assert!(e.msg.contains("bogus"), "{e}");
+        assert_eq!(err("bogus = 1").key, "interfaces.bogus");
+        assert_eq!(
+            err("[stats]\nprometheus = \"0.0.0.0:9\"").key,
+            "stats.prometheus"
+        );
+        assert_eq!(
+            err("[stats]\nprometheus = \"10.0.0.1:9\"").key,
+            "stats.prometheus"
+        );
+        let e = err("[to_b]\nqdisc = { kind = \"prio\", bands = [{ classes = [\"nope\"] }] }");
+        assert!(e.key.starts_with("to_b."), "{e}");
+        let e = err("[to_b]\nqdisc = { kind = \"fifo\", limt = \"1p\" }");
+        assert!(e.to_string().contains("limt"), "{e}");
+        assert_eq!(
+            err("[emulation.to_a]\nloss = 1.5").key,
+            "emulation.to_a.loss"
+        );
+        assert_eq!(
+            err("[emulation.to_a]\nrate = \"0bit\"").key,
+            "emulation.to_a.rate"
+        );
+        let e = err("[emulation.to_a]\nrate = \"8mbps\"");
+        assert!(e.key.contains("emulation.to_a.rate"), "{e}");
+        assert_eq!(
+            err("[capture]\ndir = \"/nonexistent-al\"\nto_a=\"x\"").key,
+            "capture.dir"
+        );
+        assert_eq!(
+            err("[stats]\nsocket = \"/nonexistent-al/s\"").key,
+            "stats.socket"
+        );
+        let e = BoxConfig::parse("[interfaces]\na = \"x\"\nb = \"x\"").unwrap();
+        assert_eq!(e.validate().unwrap_err().key, "interfaces.b");
+        let e = BoxConfig::parse("[interfaces]\na = \"much-too-long-name\"\nb = \"x\"").unwrap();
+        assert_eq!(e.validate().unwrap_err().key, "interfaces.a");
+    }
+
+    #[test]
+    fn reload_restart_keys() {
+        let a = BoxConfig::parse(MIN).unwrap();
+        let mut b = a.clone();
+        assert_eq!(a.restart_needed_for(&b), None);
+        b.interfaces.a = "y".into();
+        assert_eq!(a.restart_needed_for(&b), Some("interfaces"));
+    }
+}

@@ -1,0 +1,506 @@
+//! The datapath of one box: frames in, frames out, no I/O.
+//!
+//! [`Engine`] composes, per direction,
+//!
+//! ```text
+//! parse ─► (malformed policy) ─► core Middlebox: rewriters ─► classifier ─► discipline
+//!       ─► emulated link (modem buffer, serialiser, loss, delay) ─► frames to send
+//! ```
+//!
+//! It follows the core's sans-IO contract: [`Engine::handle_frame`] feeds a received
+//! frame, [`Engine::poll_transmit`] takes the frames due at `now`, [`Engine::poll_at`]
+//! says when to call back and [`Engine::handle_timeout`] runs the disciplines' timers.
+//! The event loop ([`crate::runtime`]) owns the devices and the clock.
+//!
+//! Every frame that enters leaves exactly once — sent, or discarded with a reason — and
+//! the counters obey `received = sent + discarded + held` per direction
+//! ([`Engine::check_conservation`]; tests assert it).
+
+use crate::config::{BoxConfig, MalformedPolicy};
+use crate::link::Link;
+use crate::packet::{LinkType, LivePacket, Pool, Unparsed};
+use crate::stats::Histogram;
+use asymlink_core::pipeline::{Dir, Middlebox};
+use asymlink_core::qdisc::{Dequeued, Drops, QdiscBuildError, QdiscStats};
+use asymlink_core::rand::derive_seed;
+use asymlink_core::time::{earliest, Instant};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+/// Reasons the box itself discards a frame (beyond the disciplines' own reasons).
+pub mod reason {
+    /// Malformed and the policy says drop.
+    pub const MALFORMED: &str = "malformed";
+    /// The emulated link's modem buffer was full.
+    pub const LINK_QUEUE_FULL: &str = "link_queue_full";
+    /// Random loss on the emulated link.
+    pub const LINK_LOSS: &str = "link_loss";
+    /// The device refused the frame (e.g. larger than its MTU, or out of buffers).
+    pub const TX_ERROR: &str = "tx_error";
+    /// Still queued when the box stopped.
+    pub const SHUTDOWN: &str = "shutdown";
+    /// Held by a discipline that would not release it during a reload (a discipline bug).
+    pub const RELOAD_STRANDED: &str = "reload_stranded";
+}
+
+/// Counters of one direction.
+#[derive(Clone, Debug, Default)]
+pub struct DirCounters {
+    /// Frames received.
+    pub received: u64,
+    /// Bytes received (whole frames).
+    pub received_bytes: u64,
+    /// Frames not parsed, by kind ([`Unparsed`] order).
+    pub unparsed: [u64; Unparsed::ALL.len()],
+    /// IP fragments seen (forwarded as opaque packets).
+    pub fragments: u64,
+    /// Frames sent.
+    pub sent: u64,
+    /// Bytes sent (whole frames).
+    pub sent_bytes: u64,
+    /// Frames discarded, by reason (disciplines' reasons and the box's own).
+    pub discarded: BTreeMap<&'static str, u64>,
+}
+
+impl DirCounters {
+    fn discard(&mut self, why: &'static str) {
+        *self.discarded.entry(why).or_insert(0) += 1;
+    }
+    /// Total discarded.
+    pub fn discarded_total(&self) -> u64 {
+        self.discarded.values().sum()
+    }
+}
+
+/// The datapath.
+pub struct Engine {
+    mb: Middlebox<LivePacket>,
+    links: [Link; 2],
+    drops: Drops<LivePacket>,
+    pool: Pool,
+    lt: LinkType,
+    malformed: MalformedPolicy,
+    seed: u64,
+    generation: u64,
+    ready: [Option<Instant>; 2],
+    counters: [DirCounters; 2],
+    /// Discipline counters accumulated over previous configurations (before reloads).
+    retired: [Vec<QdiscStats>; 2],
+    latency: Histogram,
+    reloads: u64,
+}
+
+impl Engine {
+    /// Build from a validated configuration. `seed` is the master seed.
+    pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, QdiscBuildError> {
+        let mb = Middlebox::new(
+            &cfg.middlebox(),
+            cfg.rates(),
+            derive_seed(seed, "pipeline:0"),
+        )?;
+        let links = [
+            Link::new(cfg.emulation(Dir::ToB), derive_seed(seed, "link:to_b")),
+            Link::new(cfg.emulation(Dir::ToA), derive_seed(seed, "link:to_a")),
+        ];
+        Ok(Engine {
+            mb,
+            links,
+            drops: Drops::new(),
+            pool: Pool::new(4096),
+            lt,
+            malformed: cfg.malformed,
+            seed,
+            generation: 0,
+            ready: [None, None],
+            counters: Default::default(),
+            retired: Default::default(),
+            latency: Histogram::default(),
+            reloads: 0,
+        })
+    }
+
+    /// The pool buffers are taken from and returned to.
+    pub fn pool(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+
+    /// Return a sent frame's buffer (counts it as sent).
+    #[inline]
+    pub fn on_sent(&mut self, pkt: LivePacket) {
+        let c = &mut self.counters[pkt.dir.index()];
+        c.sent += 1;
+        c.sent_bytes += pkt.frame().len() as u64;
+        self.pool.put(pkt.into_buf());
+    }
+
+    /// A frame the device refused: counted and freed.
+    pub fn on_send_failed(&mut self, pkt: LivePacket) {
+        self.discard(pkt, reason::TX_ERROR);
+    }
+
+    /// Record an added-latency sample (receive → send), in nanoseconds.
+    #[inline]
+    pub fn record_latency(&mut self, ns: u64) {
+        self.latency.record(ns);
+    }
+
+    /// The added-latency histogram.
+    pub fn latency(&mut self) -> &mut Histogram {
+        &mut self.latency
+    }
+
+    fn discard(&mut self, pkt: LivePacket, why: &'static str) {
+        self.counters[pkt.dir.index()].discard(why);
+        self.pool.put(pkt.into_buf());
+    }
+
+    fn absorb_drops(&mut self) {
+        if self.drops.is_empty() {
+            return;
+        }
+        let mut drops = std::mem::take(&mut self.drops);
+        for d in drops.drain() {
+            self.discard(d.pkt, d.verdict.name());
+        }
+        self.drops = drops;
+    }
+
+    /// A frame arrived at `now` travelling in `dir` (received on side a: `ToB`).
+    /// `rx_unix_ns` is the kernel's receive timestamp (0 if unknown).
+    pub fn handle_frame(&mut self, now: Instant, dir: Dir, buf: Vec<u8>, rx_unix_ns: u64) {
+        let mut pkt = LivePacket::new(buf, self.lt, now, rx_unix_ns);
+        pkt.dir = dir;
+        let c = &mut self.counters[dir.index()];
+        c.received += 1;
+        c.received_bytes += pkt.frame().len() as u64;
+        if let Some(u) = pkt.unparsed() {
+            c.unparsed[u as usize] += 1;
+            if u == Unparsed::Runt || (u.is_malformed() && self.malformed == MalformedPolicy::Drop)
+            {
+                // A runt cannot be sent on the other side's link at all.
+                self.discard(pkt, reason::MALFORMED);
+                return;
+            }
+        } else if pkt.is_fragment() {
+            c.fragments += 1;
+        }
+        self.mb.handle_packet(now, dir, pkt, &mut self.drops);
+        self.absorb_drops();
+    }
+
+    /// Move every frame due at `now` in `dir` to `out`: pull from the discipline while the
+    /// emulated link takes packets, then advance the link.
+    pub fn poll_transmit(&mut self, now: Instant, dir: Dir, out: &mut Vec<LivePacket>) {
+        let i = dir.index();
+        loop {
+            if !self.links[i].wants_packet(now) {
+                break;
+            }
+            match self.mb.poll_transmit(now, dir, &mut self.drops) {
+                Dequeued::Packet(p) => {
+                    let ready = match self.ready[i].take() {
+                        Some(t) => t.max(p.arrived),
+                        None => p.arrived,
+                    };
+                    if let Some(p) = self.links[i].offer(now, ready, p) {
+                        self.discard(p, reason::LINK_QUEUE_FULL);
+                    }
+                }
+                Dequeued::NotBefore(t) => {
+                    self.ready[i] = Some(t);
+                    break;
+                }
+                Dequeued::Empty => {
+                    self.ready[i] = None;
+                    break;
+                }
+            }
+        }
+        self.absorb_drops();
+        self.links[i].poll(now, out);
+        let lost: Vec<LivePacket> = self.links[i].take_lost().collect();
+        for p in lost {
+            self.discard(p, reason::LINK_LOSS);
+        }
+    }
+
+    /// Run the disciplines' and rewriters' timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.mb.poll_at().is_some_and(|t| t <= now) {
+            self.mb.handle_timeout(now, &mut self.drops);
+            self.absorb_drops();
+        }
+    }
+
+    /// The next instant at which something is due (`None`: only a new frame can change
+    /// anything).
+    pub fn poll_at(&self) -> Option<Instant> {
+        let mut t = self.mb.poll_at();
+        for d in [Dir::ToB, Dir::ToA] {
+            let i = d.index();
+            let link = &self.links[i];
+            t = earliest(t, link.poll_at());
+            if self.mb.backlog(d).packets > 0 {
+                let mut when = self.ready[i].unwrap_or(Instant::ZERO);
+                if !link.has_queue() {
+                    // No modem buffer: the discipline waits for the serialiser.
+                    when = when.max(link.free_at());
+                }
+                t = earliest(t, Some(when));
+            }
+        }
+        t
+    }
+
+    /// Apply a new configuration (SIGHUP) without losing queued packets: the new pipeline
+    /// is built first (an error leaves everything as it was), then every packet held by
+    /// the old disciplines is taken out and offered to the new pipeline in the order the
+    /// old one would have served it, re-classified — new policies apply to connections
+    /// already open. Emulated links keep their queues and in-flight packets and take the
+    /// new parameters. Returns the number of packets moved.
+    pub fn reload(&mut self, now: Instant, cfg: &BoxConfig) -> Result<usize, QdiscBuildError> {
+        let generation = self.generation + 1;
+        let new = Middlebox::new(
+            &cfg.middlebox(),
+            cfg.rates(),
+            derive_seed(self.seed, &format!("pipeline:{generation}")),
+        )?;
+        let mut old = std::mem::replace(&mut self.mb, new);
+        let mut moved = Vec::new();
+        for d in [Dir::ToB, Dir::ToA] {
+            self.retired[d.index()].push(old.qdisc_stats(d).clone());
+            let stranded = drain(&mut old, d, &mut moved);
+            if stranded > 0 {
+                *self.counters[d.index()]
+                    .discarded
+                    .entry(reason::RELOAD_STRANDED)
+                    .or_insert(0) += stranded;
+            }
+        }
+        let n = moved.len();
+        for mut p in moved {
+            p.clear_class();
+            let dir = p.dir;
+            self.mb.handle_packet(now, dir, p, &mut self.drops);
+        }
+        self.absorb_drops();
+        self.links[0].reconfigure(cfg.emulation(Dir::ToB));
+        self.links[1].reconfigure(cfg.emulation(Dir::ToA));
+        self.malformed = cfg.malformed;
+        self.ready = [None, None];
+        self.generation = generation;
+        self.reloads += 1;
+        Ok(n)
+    }
+
+    /// Discard everything still held (at exit), counted as `shutdown`. Returns how many.
+    pub fn shutdown(&mut self) -> usize {
+        let mut held = Vec::new();
+        for d in [Dir::ToB, Dir::ToA] {
+            let stranded = drain(&mut self.mb, d, &mut held);
+            if stranded > 0 {
+                *self.counters[d.index()]
+                    .discarded
+                    .entry(reason::SHUTDOWN)
+                    .or_insert(0) += stranded;
+            }
+            held.extend(self.links[d.index()].drain_all());
+        }
+        let n = held.len();
+        for p in held {
+            self.discard(p, reason::SHUTDOWN);
+        }
+        n
+    }
+
+    /// Frames held (disciplines, modem buffers, wires) per direction.
+    pub fn held(&self, dir: Dir) -> u64 {
+        let (q, w) = self.links[dir.index()].backlog();
+        self.mb.backlog(dir).packets as u64 + q as u64 + w as u64
+    }
+
+    /// Check `received = sent + discarded + held` for both directions.
+    pub fn check_conservation(&self) -> Result<(), String> {
+        for d in [Dir::ToB, Dir::ToA] {
+            let c = &self.counters[d.index()];
+            let rhs = c.sent + c.discarded_total() + self.held(d);
+            if c.received != rhs {
+                return Err(format!(
+                    "{}: received {} != sent {} + discarded {} + held {}",
+                    d.name(),
+                    c.received,
+                    c.sent,
+                    c.discarded_total(),
+                    self.held(d)
+                ));
+            }
+            self.mb
+                .qdisc_stats(d)
+                .check(self.mb.backlog(d))
+                .map_err(|e| format!("{} discipline: {e}", d.name()))?;
+        }
+        Ok(())
+    }
+
+    /// Counters of one direction.
+    pub fn counters(&self, dir: Dir) -> &DirCounters {
+        &self.counters[dir.index()]
+    }
+
+    /// The core middlebox.
+    pub fn middlebox(&self) -> &Middlebox<LivePacket> {
+        &self.mb
+    }
+
+    /// Number of successful reloads.
+    pub fn reloads(&self) -> u64 {
+        self.reloads
+    }
+
+    /// The JSON snapshot of the datapath's counters.
+    pub fn snapshot(&self) -> Value {
+        let mut dirs = Map::new();
+        for d in [Dir::ToB, Dir::ToA] {
+            let i = d.index();
+            let c = &self.counters[i];
+            let eg = self.mb.egress(d);
+            let mut classes = Map::new();
+            if let Some(cl) = eg.classifier() {
+                let counts = cl.counts();
+                for (k, name) in cl.class_names().iter().enumerate() {
+                    classes.insert(name.clone(), json!(counts.get(k).copied().unwrap_or(0)));
+                }
+                classes.insert(
+                    "unclassified".into(),
+                    json!(counts.last().copied().unwrap_or(0)),
+                );
+            }
+            let q = eg.qdisc();
+            let mut qd = qdisc_json(q.kind(), q.stats());
+            let children: Map<String, Value> = q
+                .child_stats()
+                .into_iter()
+                .map(|(n, s)| (n, Value::Object(qdisc_json("child", &s))))
+                .collect();
+            if !children.is_empty() {
+                qd.insert("children".into(), Value::Object(children));
+            }
+            let rewriters: Vec<Value> = self
+                .mb
+                .rewriters()
+                .iter()
+                .map(|r| {
+                    let mut m = Map::new();
+                    m.insert("kind".into(), json!(r.kind()));
+                    for (k, v) in r.counters() {
+                        m.insert(k.into(), json!(v));
+                    }
+                    Value::Object(m)
+                })
+                .collect();
+            let l = self.links[i].stats();
+            let (lq, lw) = self.links[i].backlog();
+            let unparsed: Map<String, Value> = Unparsed::ALL
+                .iter()
+                .map(|u| (u.name().to_string(), json!(c.unparsed[*u as usize])))
+                .collect();
+            let discarded: Map<String, Value> = c
+                .discarded
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
+            let retired: u64 = self.retired[i].iter().map(|s| s.dequeued).sum();
+            dirs.insert(
+                d.name().into(),
+                json!({
+                    "received": c.received,
+                    "received_bytes": c.received_bytes,
+                    "sent": c.sent,
+                    "sent_bytes": c.sent_bytes,
+                    "held": self.held(d),
+                    "fragments": c.fragments,
+                    "unparsed": unparsed,
+                    "discarded": discarded,
+                    "classes": classes,
+                    "qdisc": qd,
+                    "qdisc_dequeued_before_reloads": retired,
+                    "rewriters": rewriters,
+                    "link": {
+                        "offered": l.offered,
+                        "delivered": l.delivered,
+                        "delivered_bytes": l.delivered_bytes,
+                        "wire_bytes": l.wire_bytes,
+                        "lost": l.lost,
+                        "queue_dropped": l.queue_dropped,
+                        "max_queue_packets": l.max_queue_packets,
+                        "queue_packets": lq,
+                        "wire_packets": lw,
+                    },
+                }),
+            );
+        }
+        json!({
+            "seed": self.seed,
+            "reloads": self.reloads,
+            "directions": dirs,
+            "latency_us": self.latency.to_json(),
+        })
+    }
+}
+
+/// Take every packet a middlebox holds in direction `d`, in the order it would serve
+/// them, appending them to `out`; returns how many could not be taken out.
+///
+/// The discipline is run in a private future (from 2^62 ns on, far beyond any real
+/// `now`) where time jumps forward whenever it answers "not before t", so shapers release
+/// what they hold burst by burst and timers fire. Whatever it discards on the way (a
+/// delay bound that expired in that future) is an artefact of the drain, not a decision
+/// about the packet: it is taken as well. A discipline that still holds packets after a
+/// generous bound (a bug) leaves them stranded; the caller counts them.
+fn drain(mb: &mut Middlebox<LivePacket>, d: Dir, out: &mut Vec<LivePacket>) -> u64 {
+    let mut t = Instant(1 << 62);
+    let step = core::time::Duration::from_secs(1000);
+    let mut drops = Drops::new();
+    let budget = 4 * mb.backlog(d).packets as u64 + 1000;
+    for _ in 0..budget {
+        if mb.poll_at().is_some_and(|p| p <= t) {
+            mb.handle_timeout(t, &mut drops);
+        }
+        match mb.poll_transmit(t, d, &mut drops) {
+            Dequeued::Packet(p) => out.push(p),
+            Dequeued::NotBefore(nt) => t = nt.max(t + step),
+            Dequeued::Empty => break,
+        }
+        out.extend(drops.drain().map(|x| x.pkt));
+    }
+    out.extend(drops.drain().map(|x| x.pkt));
+    mb.backlog(d).packets as u64
+}
+
+fn qdisc_json(kind: &str, s: &QdiscStats) -> Map<String, Value> {
+    use asymlink_core::qdisc::{DropReason, FilterReason};
+    let dropped: Map<String, Value> = DropReason::ALL
+        .iter()
+        .filter(|r| s.dropped_for(**r) > 0)
+        .map(|r| (r.name().to_string(), json!(s.dropped_for(*r))))
+        .collect();
+    let filtered: Map<String, Value> = FilterReason::ALL
+        .iter()
+        .filter(|r| s.filtered_for(**r) > 0)
+        .map(|r| (r.name().to_string(), json!(s.filtered_for(*r))))
+        .collect();
+    let mut m = Map::new();
+    m.insert("kind".into(), json!(kind));
+    m.insert("received".into(), json!(s.received));
+    m.insert("enqueued".into(), json!(s.enqueued));
+    m.insert("dequeued".into(), json!(s.dequeued));
+    m.insert("dequeued_bytes".into(), json!(s.dequeued_bytes));
+    m.insert("rejected".into(), json!(s.rejected));
+    m.insert("removed".into(), json!(s.removed));
+    m.insert("backlog_packets".into(), json!(s.backlog.packets));
+    m.insert("backlog_bytes".into(), json!(s.backlog.bytes));
+    m.insert("max_backlog_packets".into(), json!(s.max_backlog_packets));
+    m.insert("dropped".into(), Value::Object(dropped));
+    m.insert("filtered".into(), Value::Object(filtered));
+    m
+}

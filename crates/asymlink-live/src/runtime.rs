@@ -1,0 +1,579 @@
+//! The event loop: one thread, one clock read per wake-up.
+//!
+//! Each wake-up (modelled on quinn's `drive_timer`):
+//! 1. read the clock once → `now`;
+//! 2. receive a batch from each readable side and feed it to the [`Engine`];
+//! 3. run the timers due at `now`;
+//! 4. take the frames due at `now` in each direction, capture them, send them in a batch
+//!    (frames a device cannot take yet wait for it to become writable);
+//! 5. handle signals (SIGHUP reload, SIGINT/SIGTERM exit) and publish stats when due;
+//! 6. sleep until a device is ready, a signal arrives, or the earliest deadline
+//!    (`Engine::poll_at`, the next stats publication), with nanosecond resolution.
+//!
+//! Devices, signals and the sleep are behind [`Io`], so the same loop runs on real
+//! devices ([`SysIo`]) and, in tests, on scripted frames under a fake clock ([`MemIo`]).
+
+use crate::capture::Capture;
+use crate::clock::{Clock, FakeClock};
+use crate::config::BoxConfig;
+use crate::engine::Engine;
+use crate::packet::{LinkType, LivePacket};
+use crate::stats::{prometheus, Published};
+use crate::sys::{self, Device, Signal};
+use asymlink_core::pipeline::Dir;
+use asymlink_core::time::Instant;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What an event loop talks to.
+pub trait Io {
+    /// Link type of the devices.
+    fn link_type(&self) -> LinkType;
+    /// Read up to `max` frames from `side` (0 = a, 1 = b) without blocking; each goes to
+    /// `f(frame, kernel_rx_unix_ns, truncated)`.
+    fn recv(
+        &mut self,
+        side: usize,
+        max: usize,
+        f: &mut dyn FnMut(&[u8], u64, bool),
+    ) -> io::Result<usize>;
+    /// Send frames on `side` in order; returns how many the device took; `failed` gets the
+    /// indices (among those) it refused for good.
+    fn send(&mut self, side: usize, frames: &[&[u8]], failed: &mut Vec<usize>)
+        -> io::Result<usize>;
+    /// Sleep until readable/writable/signal or `timeout`. Returns readable sides.
+    fn wait(&mut self, timeout: Option<Duration>, want_write: [bool; 2]) -> io::Result<[bool; 2]>;
+    /// Signals received since the last call.
+    fn take_signals(&mut self, out: &mut Vec<Signal>);
+    /// Frames the kernel dropped on `side` before the box could read them, since the last
+    /// call.
+    fn take_rx_drops(&mut self, _side: usize) -> u64 {
+        0
+    }
+    /// UNIX nanoseconds now, for the added-latency measurement (None: not measured).
+    fn realtime_ns(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// What [`EventLoop::step`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Keep going.
+    Continue,
+    /// Exit was requested and done (captures and stats flushed).
+    Exit,
+}
+
+/// The event loop.
+pub struct EventLoop<C: Clock, I: Io> {
+    clock: C,
+    io: I,
+    engine: Engine,
+    cfg: BoxConfig,
+    config_path: Option<PathBuf>,
+    batch: usize,
+    pending: [VecDeque<LivePacket>; 2],
+    captures: [Option<Capture>; 2],
+    published: Published,
+    stats_file: Option<std::fs::File>,
+    publish_every: Duration,
+    horizon: Duration,
+    next_publish: Instant,
+    signals: Vec<Signal>,
+    failed: Vec<usize>,
+    reload_failures: u64,
+    last_reload_error: Option<String>,
+    wakeups: u64,
+    rx_drops: [u64; 2],
+    readable: [bool; 2],
+    log: Box<dyn FnMut(&str)>,
+}
+
+/// Side index of the device a direction sends on (`ToB` leaves through side b).
+fn out_side(d: Dir) -> usize {
+    match d {
+        Dir::ToB => 1,
+        Dir::ToA => 0,
+    }
+}
+
+impl<C: Clock, I: Io> EventLoop<C, I> {
+    /// A loop over `io` with a validated configuration.
+    pub fn new(clock: C, io: I, cfg: BoxConfig, seed: u64) -> Result<Self, String> {
+        let engine = Engine::new(&cfg, io.link_type(), seed).map_err(|e| e.to_string())?;
+        let publish_every = cfg
+            .stats
+            .interval
+            .map(|s| s.0)
+            .unwrap_or(Duration::from_millis(100));
+        let batch = cfg.interfaces.batch.unwrap_or(64);
+        let horizon = cfg.process.horizon.map(|s| s.0).unwrap_or(Duration::ZERO);
+        Ok(EventLoop {
+            next_publish: clock.now(),
+            clock,
+            io,
+            engine,
+            cfg,
+            config_path: None,
+            batch,
+            pending: Default::default(),
+            captures: [None, None],
+            published: Published::default(),
+            stats_file: None,
+            publish_every,
+            horizon,
+            signals: Vec::new(),
+            failed: Vec::new(),
+            reload_failures: 0,
+            last_reload_error: None,
+            wakeups: 0,
+            rx_drops: [0, 0],
+            readable: [true, true],
+            log: Box::new(|m| eprintln!("asymlink-box: {m}")),
+        })
+    }
+
+    /// Where SIGHUP re-reads the configuration from.
+    pub fn set_config_path(&mut self, p: PathBuf) {
+        self.config_path = Some(p);
+    }
+
+    /// Capture what is sent in `dir` to this open file.
+    pub fn set_capture(&mut self, dir: Dir, c: Capture) {
+        self.captures[dir.index()] = Some(c);
+    }
+
+    /// Write the final snapshot to this file at exit (and on every reload).
+    pub fn set_stats_file(&mut self, f: std::fs::File) {
+        self.stats_file = Some(f);
+    }
+
+    /// Replace the log sink (tests).
+    pub fn set_log(&mut self, f: Box<dyn FnMut(&str)>) {
+        self.log = f;
+    }
+
+    /// The shared snapshot the endpoints serve.
+    pub fn published(&self) -> Published {
+        self.published.clone()
+    }
+
+    /// The datapath.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The devices.
+    pub fn io(&mut self) -> &mut I {
+        &mut self.io
+    }
+
+    /// One wake-up's work, then sleep until the next.
+    pub fn step(&mut self) -> io::Result<Control> {
+        let now = self.clock.now() + self.horizon;
+        self.wakeups += 1;
+        // 2. receive
+        for side in 0..2 {
+            if !self.readable[side] {
+                continue;
+            }
+            let dir = if side == 0 { Dir::ToB } else { Dir::ToA };
+            let engine = &mut self.engine;
+            let mut truncated = 0u64;
+            self.io.recv(side, self.batch, &mut |frame, ts, trunc| {
+                if trunc {
+                    truncated += 1;
+                    return;
+                }
+                let buf = engine.pool().copy_of(frame);
+                engine.handle_frame(now, dir, buf, ts);
+            })?;
+            if truncated > 0 {
+                (self.log)(&format!(
+                    "dropped {truncated} frame(s) larger than {} bytes",
+                    sys::SLOT
+                ));
+            }
+        }
+        // 3. timers
+        self.engine.handle_timeout(now);
+        // 4. transmit
+        for d in [Dir::ToB, Dir::ToA] {
+            self.transmit(now, d)?;
+        }
+        // 5. signals, stats
+        self.io.take_signals(&mut self.signals);
+        let signals: Vec<Signal> = self.signals.drain(..).collect();
+        for s in signals {
+            match s {
+                Signal::Reload => self.reload(now),
+                Signal::Exit => {
+                    self.finish(now);
+                    return Ok(Control::Exit);
+                }
+            }
+        }
+        if now >= self.next_publish {
+            self.publish(now);
+            self.next_publish = now + self.publish_every;
+        }
+        // 6. sleep
+        let mut deadline = Some(self.next_publish);
+        if let Some(t) = self.engine.poll_at() {
+            deadline = Some(deadline.map_or(t, |d| d.min(t)));
+        }
+        let timeout = deadline.map(|d| d.saturating_since(now));
+        let want_write = [!self.pending[0].is_empty(), !self.pending[1].is_empty()];
+        self.readable = self.io.wait(timeout, want_write)?;
+        Ok(Control::Continue)
+    }
+
+    fn transmit(&mut self, now: Instant, d: Dir) -> io::Result<()> {
+        let side = out_side(d);
+        let mut due = std::mem::take(&mut self.pending[side]);
+        let mut out: Vec<LivePacket> = Vec::new();
+        self.engine.poll_transmit(now, d, &mut out);
+        due.extend(out);
+        if due.is_empty() {
+            self.pending[side] = due;
+            return Ok(());
+        }
+        let frames: Vec<&[u8]> = due.iter().map(|p| p.frame()).collect();
+        // Added latency is measured to the hand-off: the start of the send call. On veth
+        // the call also runs the receiving stack of the peer synchronously (softirq on
+        // bottom-half enable), which is the next hop's time, not the box's.
+        let sent_at = self.io.realtime_ns();
+        let n = self.io.send(side, &frames, &mut self.failed)?;
+        drop(frames);
+        let unix_now = self.clock.to_unix_nanos(now);
+        let mut fi = 0;
+        for i in 0..n {
+            let p = due.pop_front().expect("n <= len");
+            if self.failed.get(fi) == Some(&i) {
+                fi += 1;
+                self.engine.on_send_failed(p);
+                continue;
+            }
+            if let Some(c) = self.captures[d.index()].as_mut() {
+                c.write(unix_now, p.frame());
+            }
+            if let (Some(t), true) = (sent_at, p.rx_unix_ns > 0) {
+                self.engine.record_latency(t.saturating_sub(p.rx_unix_ns));
+            }
+            self.engine.on_sent(p);
+        }
+        self.pending[side] = due;
+        Ok(())
+    }
+
+    fn reload(&mut self, now: Instant) {
+        let Some(path) = self.config_path.clone() else {
+            (self.log)("SIGHUP ignored: no configuration file");
+            return;
+        };
+        let result = BoxConfig::load(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|new| {
+                if let Some(k) = self.cfg.restart_needed_for(&new) {
+                    return Err(format!(
+                        "[{k}] changed: devices, captures, stats endpoints and privileges are \
+                     fixed while the box runs; restart it to change them"
+                    ));
+                }
+                let moved = self.engine.reload(now, &new).map_err(|e| e.to_string())?;
+                self.cfg = new;
+                Ok(moved)
+            });
+        match result {
+            Ok(moved) => {
+                self.last_reload_error = None;
+                (self.log)(&format!(
+                    "reloaded {}: {moved} queued packet(s) moved to the new pipeline",
+                    path.display()
+                ));
+            }
+            Err(e) => {
+                self.reload_failures += 1;
+                (self.log)(&format!(
+                    "reload refused, the running configuration stays: {e}"
+                ));
+                self.last_reload_error = Some(e);
+            }
+        }
+        self.publish(now);
+    }
+
+    /// The full JSON snapshot.
+    pub fn snapshot(&self, now: Instant) -> Value {
+        let mut s = self.engine.snapshot();
+        let m = s.as_object_mut().expect("object");
+        m.insert("uptime_s".into(), json!(now.as_secs_f64()));
+        m.insert("wakeups".into(), json!(self.wakeups));
+        m.insert("reload_failures".into(), json!(self.reload_failures));
+        m.insert("last_reload_error".into(), json!(self.last_reload_error));
+        let a = self.engine.counters(Dir::ToB);
+        let b = self.engine.counters(Dir::ToA);
+        m.insert(
+            "interfaces".into(),
+            json!({
+                "a": {"rx_packets": a.received, "rx_bytes": a.received_bytes,
+                      "rx_kernel_drops": self.rx_drops[0],
+                      "tx_packets": b.sent, "tx_bytes": b.sent_bytes},
+                "b": {"rx_packets": b.received, "rx_bytes": b.received_bytes,
+                      "rx_kernel_drops": self.rx_drops[1],
+                      "tx_packets": a.sent, "tx_bytes": a.sent_bytes},
+            }),
+        );
+        let caps: serde_json::Map<String, Value> = [Dir::ToB, Dir::ToA]
+            .iter()
+            .filter_map(|d| {
+                self.captures[d.index()].as_ref().map(|c| {
+                    (
+                        d.name().to_string(),
+                        json!({"packets": c.packets, "error": c.error}),
+                    )
+                })
+            })
+            .collect();
+        m.insert("captures".into(), Value::Object(caps));
+        s
+    }
+
+    fn publish(&mut self, now: Instant) {
+        for side in 0..2 {
+            self.rx_drops[side] += self.io.take_rx_drops(side);
+        }
+        for c in self.captures.iter_mut().flatten() {
+            c.flush();
+        }
+        let snap = self.snapshot(now);
+        let text = serde_json::to_string(&snap).unwrap_or_default();
+        self.published.set(text, prometheus(&snap));
+    }
+
+    fn write_stats_file(&mut self) {
+        use std::io::{Seek, Write};
+        let json = self.published.json();
+        if let Some(f) = self.stats_file.as_mut() {
+            let r = f
+                .set_len(0)
+                .and_then(|_| f.seek(std::io::SeekFrom::Start(0)))
+                .and_then(|_| f.write_all(json.as_bytes()))
+                .and_then(|_| f.write_all(b"\n"))
+                .and_then(|_| f.flush());
+            if let Err(e) = r {
+                (self.log)(&format!("could not write the stats file: {e}"));
+            }
+        }
+    }
+
+    /// Exit: discard what is still held (counted), flush captures, publish and write the
+    /// final stats.
+    pub fn finish(&mut self, now: Instant) {
+        for side in 0..2 {
+            for p in self.pending[side].drain(..) {
+                self.engine.on_send_failed(p);
+            }
+        }
+        let n = self.engine.shutdown();
+        self.publish(now);
+        self.write_stats_file();
+        (self.log)(&format!("exiting; {n} queued packet(s) discarded"));
+    }
+
+    /// Run until SIGINT/SIGTERM.
+    pub fn run(&mut self) -> io::Result<()> {
+        loop {
+            if self.step()? == Control::Exit {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Real devices.
+pub struct SysIo {
+    devs: [Device; 2],
+    batch: sys::Batch,
+    sig: std::os::fd::OwnedFd,
+}
+
+impl SysIo {
+    /// Open both sides as configured and the signalfd (signals are blocked from here on).
+    pub fn open(cfg: &BoxConfig) -> io::Result<SysIo> {
+        let sig = sys::signal_fd()?;
+        let open = |name: &str| match cfg.interfaces.kind {
+            crate::config::IfaceKind::Packet => Device::packet(name),
+            crate::config::IfaceKind::Tun => Device::tun(name),
+        };
+        let a = open(&cfg.interfaces.a).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("interfaces.a '{}': {e}", cfg.interfaces.a),
+            )
+        })?;
+        let b = open(&cfg.interfaces.b).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("interfaces.b '{}': {e}", cfg.interfaces.b),
+            )
+        })?;
+        sys::set_timer_slack_ns(1);
+        Ok(SysIo {
+            devs: [a, b],
+            batch: sys::Batch::new(cfg.interfaces.batch.unwrap_or(64)),
+            sig,
+        })
+    }
+}
+
+impl Io for SysIo {
+    fn link_type(&self) -> LinkType {
+        self.devs[0].link_type()
+    }
+    fn recv(
+        &mut self,
+        side: usize,
+        max: usize,
+        f: &mut dyn FnMut(&[u8], u64, bool),
+    ) -> io::Result<usize> {
+        self.batch.recv(&self.devs[side], max, &mut |rx| {
+            f(rx.frame, rx.ts, rx.truncated)
+        })
+    }
+    fn send(
+        &mut self,
+        side: usize,
+        frames: &[&[u8]],
+        failed: &mut Vec<usize>,
+    ) -> io::Result<usize> {
+        self.batch.send(&self.devs[side], frames, failed)
+    }
+    fn wait(&mut self, timeout: Option<Duration>, want_write: [bool; 2]) -> io::Result<[bool; 2]> {
+        let r = sys::poll(&self.devs, &self.sig, want_write, timeout)?;
+        Ok(r.readable)
+    }
+    fn take_signals(&mut self, out: &mut Vec<Signal>) {
+        sys::read_signals(&self.sig, out);
+    }
+    fn realtime_ns(&self) -> Option<u64> {
+        Some(sys::realtime_ns())
+    }
+    fn take_rx_drops(&mut self, side: usize) -> u64 {
+        self.devs[side].take_rx_drops()
+    }
+}
+
+/// Scripted devices under a [`FakeClock`] (tests): frames arrive at given instants, sent
+/// frames are recorded with the instant they left, and `wait` moves the clock to the next
+/// event instead of sleeping.
+pub struct MemIo {
+    clock: FakeClock,
+    lt: LinkType,
+    arrivals: VecDeque<(Instant, usize, Vec<u8>)>,
+    signals: VecDeque<(Instant, Signal)>,
+    /// (time, side, frame) of every frame sent.
+    pub sent: Vec<(Instant, usize, Vec<u8>)>,
+    /// Frames the "device" refuses (by exact length), to test the error path.
+    pub refuse_len: Option<usize>,
+    /// Set when `wait` found nothing left to do (no deadline, no scripted event).
+    pub idle: bool,
+}
+
+impl MemIo {
+    /// Scripted I/O on `clock`.
+    pub fn new(clock: FakeClock, lt: LinkType) -> MemIo {
+        MemIo {
+            clock,
+            lt,
+            arrivals: VecDeque::new(),
+            signals: VecDeque::new(),
+            sent: Vec::new(),
+            refuse_len: None,
+            idle: false,
+        }
+    }
+    /// A frame arriving on `side` at `t` (push in time order).
+    pub fn arrive(&mut self, t: Instant, side: usize, frame: Vec<u8>) {
+        self.arrivals.push_back((t, side, frame));
+    }
+    /// A signal at `t` (push in time order).
+    pub fn signal(&mut self, t: Instant, s: Signal) {
+        self.signals.push_back((t, s));
+    }
+}
+
+impl Io for MemIo {
+    fn link_type(&self) -> LinkType {
+        self.lt
+    }
+    fn recv(
+        &mut self,
+        side: usize,
+        max: usize,
+        f: &mut dyn FnMut(&[u8], u64, bool),
+    ) -> io::Result<usize> {
+        let now = self.clock.now();
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.arrivals.len() && n < max {
+            let (t, s, _) = &self.arrivals[i];
+            if *t > now {
+                break;
+            }
+            if *s == side {
+                let (_, _, fr) = self.arrivals.remove(i).expect("index valid");
+                f(&fr, 0, false);
+                n += 1;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(n)
+    }
+    fn send(
+        &mut self,
+        side: usize,
+        frames: &[&[u8]],
+        failed: &mut Vec<usize>,
+    ) -> io::Result<usize> {
+        failed.clear();
+        for (i, f) in frames.iter().enumerate() {
+            if self.refuse_len == Some(f.len()) {
+                failed.push(i);
+                continue;
+            }
+            self.sent.push((self.clock.now(), side, f.to_vec()));
+        }
+        Ok(frames.len())
+    }
+    fn wait(&mut self, timeout: Option<Duration>, _want_write: [bool; 2]) -> io::Result<[bool; 2]> {
+        let now = self.clock.now();
+        let mut next = timeout.map(|d| now + d);
+        let ev = [
+            self.arrivals.front().map(|a| a.0),
+            self.signals.front().map(|s| s.0),
+        ];
+        for t in ev.into_iter().flatten() {
+            next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        }
+        match next {
+            Some(t) => {
+                self.idle = false;
+                self.clock.set(t)
+            }
+            None => self.idle = true,
+        }
+        Ok([true, true])
+    }
+    fn take_signals(&mut self, out: &mut Vec<Signal>) {
+        let now = self.clock.now();
+        while self.signals.front().is_some_and(|(t, _)| *t <= now) {
+            out.push(self.signals.pop_front().expect("front").1);
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! Counters of the box and their two renderings: a JSON snapshot (served on a unix socket
+//! and written to a file at exit) and the Prometheus text exposition format (served on a
+//! loopback TCP port).
+//!
+//! The event loop owns every counter (plain integers, no atomics on the hot path) and
+//! publishes a rendered snapshot every `stats.interval` (100 ms by default) into a
+//! [`Published`] cell that the endpoint threads serve; a reader sees numbers at most one
+//! interval old.
+
+use serde_json::{json, Map, Value};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+/// Latency histogram: exact microseconds below 1024 µs, then 16 buckets per octave.
+#[derive(Clone, Debug)]
+pub struct Histogram {
+    buckets: Vec<u64>,
+    count: u64,
+    sum_ns: u128,
+    max_ns: u64,
+}
+
+const LINEAR: usize = 1024;
+const SUB: usize = 16;
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: vec![0; LINEAR + 40 * SUB],
+            count: 0,
+            sum_ns: 0,
+            max_ns: 0,
+        }
+    }
+}
+
+impl Histogram {
+    fn index(us: u64) -> usize {
+        if (us as usize) < LINEAR {
+            return us as usize;
+        }
+        let octave = 63 - us.leading_zeros() as usize; // >= 10
+        let sub = ((us >> (octave - 4)) & (SUB as u64 - 1)) as usize;
+        (LINEAR + (octave - 10) * SUB + sub).min(LINEAR + 40 * SUB - 1)
+    }
+    /// Lower bound in µs of bucket `i`.
+    fn lower(i: usize) -> u64 {
+        if i < LINEAR {
+            return i as u64;
+        }
+        let octave = (i - LINEAR) / SUB + 10;
+        let sub = ((i - LINEAR) % SUB) as u64;
+        (1u64 << octave) + (sub << (octave - 4))
+    }
+    /// Record one value in nanoseconds.
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        self.buckets[Self::index(ns / 1000)] += 1;
+        self.count += 1;
+        self.sum_ns += ns as u128;
+        self.max_ns = self.max_ns.max(ns);
+    }
+    /// Number of values.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+    /// The `q` quantile (0..=1) in µs: the lower bound of the bucket holding it (exact to
+    /// 1 µs below 1 ms, to 1/16 of an octave above). `None` if empty.
+    pub fn quantile_us(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for (i, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(Self::lower(i) as f64);
+            }
+        }
+        Some(self.max_ns as f64 / 1000.0)
+    }
+    /// Forget everything.
+    pub fn reset(&mut self) {
+        *self = Histogram::default();
+    }
+    /// JSON summary.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "count": self.count,
+            "mean": if self.count > 0 { Some(self.sum_ns as f64 / self.count as f64 / 1000.0) } else { None },
+            "p50": self.quantile_us(0.5),
+            "p90": self.quantile_us(0.9),
+            "p99": self.quantile_us(0.99),
+            "p999": self.quantile_us(0.999),
+            "max": if self.count > 0 { Some(self.max_ns as f64 / 1000.0) } else { None },
+        })
+    }
+}
+
+/// The latest rendered snapshot, shared with the endpoint threads.
+#[derive(Clone, Debug, Default)]
+pub struct Published {
+    inner: Arc<Mutex<(String, String)>>,
+}
+
+impl Published {
+    /// Store a new snapshot (JSON text, Prometheus text).
+    pub fn set(&self, json: String, prom: String) {
+        if let Ok(mut g) = self.inner.lock() {
+            *g = (json, prom);
+        }
+    }
+    /// The JSON text.
+    pub fn json(&self) -> String {
+        self.inner.lock().map(|g| g.0.clone()).unwrap_or_default()
+    }
+    /// The Prometheus text.
+    pub fn prometheus(&self) -> String {
+        self.inner.lock().map(|g| g.1.clone()).unwrap_or_default()
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Render the JSON snapshot as Prometheus text. Every numeric leaf becomes a sample of a
+/// metric named after its path, with the direction, class and reason keys turned into
+/// labels:
+///
+/// * `directions.to_b.discarded.queue_full` → `asymlink_discarded_total{dir="to_b",reason="queue_full"}`
+/// * `directions.to_b.qdisc.children.ack.dequeued` → `asymlink_qdisc_child_dequeued{dir="to_b",child="ack"}`
+pub fn prometheus(snapshot: &Value) -> String {
+    let mut out = String::new();
+    let mut typed = std::collections::BTreeSet::new();
+    let mut emit =
+        |out: &mut String, name: &str, labels: &[(&str, &str)], v: f64, counter: bool| {
+            let name = if counter && !name.ends_with("_total") {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            };
+            if typed.insert(name.clone()) {
+                let _ = writeln!(
+                    out,
+                    "# TYPE {name} {}",
+                    if counter { "counter" } else { "gauge" }
+                );
+            }
+            let l: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
+                .collect();
+            if l.is_empty() {
+                let _ = writeln!(out, "{name} {v}");
+            } else {
+                let _ = writeln!(out, "{name}{{{}}} {v}", l.join(","));
+            }
+        };
+    let gauge_keys = [
+        "backlog_packets",
+        "backlog_bytes",
+        "max_backlog_packets",
+        "max_backlog_bytes",
+        "queue_packets",
+        "wire_packets",
+        "max_queue_packets",
+        "uptime_s",
+    ];
+    let is_gauge = |k: &str| gauge_keys.contains(&k);
+    if let Some(v) = snapshot.get("uptime_s").and_then(Value::as_f64) {
+        emit(&mut out, "asymlink_uptime_seconds", &[], v, false);
+    }
+    for k in ["reloads", "reload_failures"] {
+        if let Some(v) = snapshot.get(k).and_then(Value::as_f64) {
+            emit(&mut out, &format!("asymlink_{k}"), &[], v, true);
+        }
+    }
+    if let Some(ifs) = snapshot.get("interfaces").and_then(Value::as_object) {
+        for (side, m) in ifs {
+            for (k, v) in m.as_object().into_iter().flatten() {
+                if let Some(x) = v.as_f64() {
+                    emit(
+                        &mut out,
+                        &format!("asymlink_interface_{k}"),
+                        &[("side", side)],
+                        x,
+                        true,
+                    );
+                }
+            }
+        }
+    }
+    if let Some(dirs) = snapshot.get("directions").and_then(Value::as_object) {
+        for (dir, d) in dirs {
+            let Some(d) = d.as_object() else { continue };
+            for (k, v) in d {
+                match (k.as_str(), v) {
+                    ("unparsed" | "discarded", Value::Object(m)) => {
+                        for (reason, n) in m {
+                            if let Some(x) = n.as_f64() {
+                                emit(
+                                    &mut out,
+                                    &format!("asymlink_{k}"),
+                                    &[("dir", dir), ("reason", reason)],
+                                    x,
+                                    true,
+                                );
+                            }
+                        }
+                    }
+                    ("classes", Value::Object(m)) => {
+                        for (class, n) in m {
+                            if let Some(x) = n.as_f64() {
+                                emit(
+                                    &mut out,
+                                    "asymlink_class_packets",
+                                    &[("dir", dir), ("class", class)],
+                                    x,
+                                    true,
+                                );
+                            }
+                        }
+                    }
+                    ("qdisc", Value::Object(q)) => {
+                        qdisc_samples(&mut out, &mut emit, dir, q, None, &is_gauge)
+                    }
+                    ("link", Value::Object(m)) => {
+                        for (lk, n) in m {
+                            if let Some(x) = n.as_f64() {
+                                emit(
+                                    &mut out,
+                                    &format!("asymlink_link_{lk}"),
+                                    &[("dir", dir)],
+                                    x,
+                                    !is_gauge(lk),
+                                );
+                            }
+                        }
+                    }
+                    ("rewriters", Value::Array(rs)) => {
+                        for r in rs {
+                            let kind = r.get("kind").and_then(Value::as_str).unwrap_or("?");
+                            for (ck, n) in r.as_object().into_iter().flatten() {
+                                if let Some(x) = n.as_f64() {
+                                    emit(
+                                        &mut out,
+                                        &format!("asymlink_rewriter_{ck}"),
+                                        &[("dir", dir), ("rewriter", kind)],
+                                        x,
+                                        true,
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    (_, v) => {
+                        if let Some(x) = v.as_f64() {
+                            emit(
+                                &mut out,
+                                &format!("asymlink_{k}"),
+                                &[("dir", dir)],
+                                x,
+                                !is_gauge(k),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(l) = snapshot.get("latency_us").and_then(Value::as_object) {
+        for q in ["p50", "p90", "p99", "p999"] {
+            if let Some(x) = l.get(q).and_then(Value::as_f64) {
+                let quant = format!("0.{}", &q[1..]);
+                emit(
+                    &mut out,
+                    "asymlink_added_latency_microseconds",
+                    &[("quantile", &quant)],
+                    x,
+                    false,
+                );
+            }
+        }
+        if let Some(x) = l.get("count").and_then(Value::as_f64) {
+            emit(
+                &mut out,
+                "asymlink_added_latency_microseconds_count",
+                &[],
+                x,
+                false,
+            );
+        }
+    }
+    out
+}
+
+fn qdisc_samples(
+    out: &mut String,
+    emit: &mut impl FnMut(&mut String, &str, &[(&str, &str)], f64, bool),
+    dir: &str,
+    q: &Map<String, Value>,
+    child: Option<&str>,
+    is_gauge: &dyn Fn(&str) -> bool,
+) {
+    let prefix = if child.is_some() {
+        "asymlink_qdisc_child_"
+    } else {
+        "asymlink_qdisc_"
+    };
+    let kind = q.get("kind").and_then(Value::as_str).unwrap_or("?");
+    let mut labels: Vec<(&str, &str)> = vec![("dir", dir), ("qdisc", kind)];
+    if let Some(c) = child {
+        labels.push(("child", c));
+    }
+    for (k, v) in q {
+        match v {
+            Value::Object(m) if k == "dropped" || k == "filtered" => {
+                for (reason, n) in m {
+                    if let Some(x) = n.as_f64() {
+                        let mut l = labels.clone();
+                        l.push(("reason", reason));
+                        emit(out, &format!("{prefix}{k}"), &l, x, true);
+                    }
+                }
+            }
+            Value::Object(m) if k == "children" => {
+                for (name, c) in m {
+                    if let Some(c) = c.as_object() {
+                        qdisc_samples(out, emit, dir, c, Some(name), is_gauge);
+                    }
+                }
+            }
+            _ => {
+                if let Some(x) = v.as_f64() {
+                    emit(out, &format!("{prefix}{k}"), &labels, x, !is_gauge(k));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles() {
+        let mut h = Histogram::default();
+        assert_eq!(h.quantile_us(0.5), None);
+        for us in 1..=100u64 {
+            h.record(us * 1000 + 500);
+        }
+        assert_eq!(h.quantile_us(0.5), Some(50.0));
+        assert_eq!(h.quantile_us(0.99), Some(99.0));
+        h.record(5_000_000); // 5 ms
+        let p = h.quantile_us(1.0).unwrap();
+        assert!((4800.0..=5000.0).contains(&p), "{p}");
+        for us in [1024u64, 1500, 4095, 1 << 30] {
+            let i = Histogram::index(us);
+            assert!(Histogram::lower(i) <= us, "{us}");
+        }
+    }
+
+    #[test]
+    fn prometheus_labels() {
+        let s = json!({
+            "uptime_s": 1.5,
+            "directions": {"to_b": {
+                "received": 3,
+                "discarded": {"queue_full": 2},
+                "classes": {"ack": 1},
+                "qdisc": {"kind": "prio", "dequeued": 1, "backlog_packets": 0,
+                          "dropped": {"queue_full": 2}, "children": {"ack": {"kind": "fifo", "dequeued": 1}}}
+            }}
+        });
+        let t = prometheus(&s);
+        assert!(t.contains("asymlink_received_total{dir=\"to_b\"} 3"), "{t}");
+        assert!(
+            t.contains("asymlink_discarded_total{dir=\"to_b\",reason=\"queue_full\"} 2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("asymlink_class_packets_total{dir=\"to_b\",class=\"ack\"} 1"),
+            "{t}"
+        );
+        assert!(
+            t.contains("asymlink_qdisc_backlog_packets{dir=\"to_b\",qdisc=\"prio\"} 0"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "asymlink_qdisc_child_dequeued_total{dir=\"to_b\",qdisc=\"fifo\",child=\"ack\"} 1"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("# TYPE asymlink_received_total counter"));
+    }
+}

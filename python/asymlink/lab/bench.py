@@ -1,0 +1,204 @@
+"""`asymlink bench live`: forwarding speed of the live box, measured in a namespace lab.
+
+One run measures, with real Linux TCP (one bulk flow client → server, offloads off,
+MTU 1500):
+
+* `kernel_gbps` — through a Linux bridge in the router namespace (kernel forwarding);
+* `box_gbps` — through the box, unshaped (a 1000-packet FIFO each way, no emulation);
+* `box_shaped_gbps` — through the box with the five-class classifier, ACKs first, and the
+  root shaped to 1 Gbit/s (`[emulation.to_b] rate = "1Gbit"`). Until ACK filtering and
+  HTB land (issues 3 and 5) this uses the core's prio + a 1 Gbit/s serialiser as the
+  root; the configuration is `SHAPED` below, to be switched to the real five-class HTB
+  with the ACK filter once they exist;
+* `added_latency_p50_us` / `added_latency_p99_us` — time from the kernel's receive
+  timestamp on the box's ingress socket to the return of the send call, for every packet
+  of a transfer paced (`SO_MAX_PACING_RATE`) at half of `box_gbps`.
+
+The sender and receiver are Python processes (`traffic.py`), so on a slow machine they
+can be the bottleneck of the kernel path; `sender_cpu_limited` says whether the kernel
+number is close to what the same sender reaches over loopback in one namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from asymlink.lab.box import start_box
+from asymlink.lab.netns import Lab, LabError
+from asymlink.lab.scenario import TRAFFIC
+
+#: The forwarding thread runs under SCHED_FIFO (see docs/performance.md: on this shared
+#: 2-core machine an ordinary-priority box waits behind compilers and traffic generators).
+PROCESS = {"realtime_priority": 20, "horizon": "50us"}
+UNSHAPED: dict[str, Any] = {"seed": 1, "process": PROCESS}
+CLASSES = {
+    "default": "default",
+    "rules": [
+        {"class": "ack", "match": {"pure_ack": True}},
+        {"class": "interactive", "match": {"port": ["22", "23"]}},
+        {"class": "bad", "match": {"port": ["6881-6889"]}},
+        {"class": "good", "match": {"port": ["80", "443"]}},
+    ],
+}
+SHAPED: dict[str, Any] = {
+    "seed": 1,
+    "process": PROCESS,
+    "to_b": {
+        "classifier": CLASSES,
+        "qdisc": {"kind": "prio", "bands": [{"classes": ["ack"]}, {"classes": ["interactive"]},
+                                            {"classes": ["good", "default"]},
+                                            {"classes": ["bad"]}]},
+    },
+    "to_a": {
+        "classifier": CLASSES,
+        "qdisc": {"kind": "prio", "bands": [{"classes": ["ack"]}, {"classes": ["interactive"]},
+                                            {"classes": ["good", "default"]},
+                                            {"classes": ["bad"]}]},
+    },
+    "emulation": {"to_b": {"rate": "1Gbit"}},
+}
+
+
+def scenario_path(name_or_path: str) -> Path:
+    """A lab scenario file: a path, or the name of a shipped one."""
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    shipped = Path(str(files("asymlink.lab").joinpath("scenarios", f"{name_or_path}.toml")))
+    if shipped.exists():
+        return shipped
+    names = ", ".join(n for n, _ in shipped_scenarios())
+    raise LabError(f"no scenario file or shipped lab scenario '{name_or_path}' ({names})")
+
+
+def shipped_scenarios() -> list[tuple[str, str]]:
+    """(name, description) of the shipped lab scenarios."""
+    import tomllib
+
+    d = Path(str(files("asymlink.lab").joinpath("scenarios")))
+    out = []
+    for p in sorted(d.glob("*.toml")):
+        out.append((p.stem, str(tomllib.loads(p.read_text()).get("description", ""))))
+    return out
+
+
+def transfer(lab: Lab, seconds: float, rate_bps: float = 0.0, port: int = 5201) -> float:
+    """One bulk TCP transfer client → server; returns the receiver's goodput in Gbit/s
+    over the sending interval (the first 0.5 s excluded: slow start)."""
+    work = lab.dir
+    ready = work / f"sink{port}.ready"
+    ready.unlink(missing_ok=True)
+    report = work / f"sink{port}.json"
+    sink = lab.spawn("server", [sys.executable, TRAFFIC, "sink", "--port", str(port),
+                                "--seconds", str(seconds + 4), "--interval", "0.25",
+                                "--ready", str(ready), "--report", str(report), "--t0", "0"])
+    deadline = time.monotonic() + 10
+    while not ready.exists():
+        if time.monotonic() > deadline:
+            raise LabError("the sink did not start")
+        time.sleep(0.02)
+    t0 = time.monotonic() + 0.2
+    args = ["send", "--to", lab.addr("server"), "--port", str(port), "--stop", str(seconds),
+            "--t0", repr(t0)]
+    if rate_bps:
+        args += ["--rate", str(rate_bps)]
+    send = lab.spawn("client", [sys.executable, TRAFFIC, *args])
+    send.wait(timeout=seconds + 20)
+    sink.wait(timeout=seconds + 20)
+    samples = json.loads(report.read_text())["samples"]
+    lo, hi = t0 + 0.5, t0 + seconds
+    pts = [(t, b) for t, b in samples if lo <= t <= hi]
+    if len(pts) < 2:
+        raise LabError("the transfer produced too few samples")
+    (ta, ba), (tb, bb) = pts[0], pts[-1]
+    return float((bb - ba) * 8 / (tb - ta) / 1e9)
+
+
+def loopback_gbps(lab: Lab, seconds: float) -> float:
+    """The traffic tool's own ceiling: the same transfer over loopback inside the server
+    namespace (no forwarding at all)."""
+    port = 5299
+    ready = lab.dir / "lo.ready"
+    report = lab.dir / "lo.json"
+    sink = lab.spawn("server", [sys.executable, TRAFFIC, "sink", "--bind", "127.0.0.1",
+                                "--port", str(port), "--seconds", str(seconds + 3),
+                                "--interval", "0.25", "--ready", str(ready), "--report",
+                                str(report), "--t0", "0"])
+    while not ready.exists():
+        time.sleep(0.02)
+    t0 = time.monotonic() + 0.2
+    lab.spawn("server", [sys.executable, TRAFFIC, "send", "--to", "127.0.0.1", "--port",
+                         str(port), "--stop", str(seconds), "--t0", repr(t0)]).wait(seconds + 20)
+    sink.wait(seconds + 20)
+    s = [(t, b) for t, b in json.loads(report.read_text())["samples"]
+         if t0 + 0.5 <= t <= t0 + seconds]
+    return float((s[-1][1] - s[0][1]) * 8 / (s[-1][0] - s[0][0]) / 1e9)
+
+
+def run_bench(seconds: float = 5.0) -> dict[str, Any]:
+    """Run the benchmark in a fresh lab (removed afterwards)."""
+    lab = Lab.up()
+    try:
+        lab.set_forwarding("kernel")
+        kernel = transfer(lab, seconds)
+        lab.set_forwarding("box")
+        box = start_box(lab, UNSHAPED)
+        try:
+            unshaped = transfer(lab, seconds)
+        finally:
+            box.stop()
+        box = start_box(lab, SHAPED)
+        try:
+            shaped = transfer(lab, seconds)
+        finally:
+            box.stop()
+        half = unshaped / 2
+        box = start_box(lab, UNSHAPED)
+        try:
+            load = transfer(lab, seconds, rate_bps=half * 1e9)
+        finally:
+            final = box.stop()
+        lat = final.get("latency_us", {})
+        lo = loopback_gbps(lab, min(seconds, 3.0))
+    finally:
+        lab.down()
+    return {
+        "box_gbps": unshaped,
+        "kernel_gbps": kernel,
+        "box_shaped_gbps": shaped,
+        # The shaper counts IP bytes: a 1448-byte payload (MSS with timestamps) rides in a
+        # 1500-byte IP packet, so the shaped IP rate is the goodput times 1500/1448.
+        "box_shaped_ip_gbps": shaped * 1500 / 1448,
+        "box_vs_kernel": unshaped / kernel if kernel else float("nan"),
+        "added_latency_p50_us": lat.get("p50"),
+        "added_latency_p99_us": lat.get("p99"),
+        "added_latency_max_us": lat.get("max"),
+        "latency_samples": lat.get("count"),
+        "latency_load_gbps": load,
+        "traffic_tool_loopback_gbps": lo,
+        "seconds": seconds,
+        "mtu": 1500,
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "load_average": os.getloadavg()[0],
+        "git": _git_rev(),
+        "shaped_config": "prio(ack|interactive|good+default|bad) + 1 Gbit/s root serialiser "
+                         "(stand-in until ACK filtering and HTB land)",
+    }
+
+
+def _git_rev() -> str:
+    try:
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                           text=True, cwd=Path(__file__).parent, timeout=5)
+        return r.stdout.strip()
+    except OSError:
+        return ""

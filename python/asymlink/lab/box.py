@@ -1,0 +1,107 @@
+"""Running `asymlink-box` inside a lab's router namespace."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from asymlink.lab.netns import SIDE_A, SIDE_B, Lab, LabError
+from asymlink.live import box_binary, check_config
+
+
+class BoxProcess:
+    """A running box: its stats, SIGHUP reload, clean stop."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], config: Path, socket_path: Path,
+                 final: Path, log: Path) -> None:
+        self.proc = proc
+        self.config = config
+        self.socket_path = socket_path
+        self.final = final
+        self.log = log
+
+    def stats(self) -> dict[str, Any]:
+        """The current JSON snapshot from the unix socket (at most one interval old)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect(str(self.socket_path))
+            chunks = []
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+        return dict(json.loads(b"".join(chunks)))
+
+    def reload(self, config: dict[str, Any] | None = None) -> None:
+        """Write a new configuration (if given) and send SIGHUP."""
+        if config is not None:
+            self.config.write_text(tomli_w.dumps(config))
+        self.proc.send_signal(signal.SIGHUP)
+
+    def stop(self, timeout: float = 10) -> dict[str, Any]:
+        """SIGTERM, wait, and return the final stats the box wrote at exit."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise LabError(f"the box did not exit within {timeout} s of SIGTERM") from None
+        if self.proc.returncode != 0:
+            raise LabError(f"the box exited with status {self.proc.returncode}: "
+                           f"{self.log.read_text()[-2000:]}")
+        text = self.final.read_text() if self.final.exists() else ""
+        return dict(json.loads(text)) if text.strip() else {}
+
+
+def box_config(lab: Lab, body: dict[str, Any], capture_dir: Path | None) -> dict[str, Any]:
+    """The full box configuration for `lab`: `body` (the scenario's `[box]`: pipelines,
+    emulation, rewriters, seed, ...) plus interfaces, stats and captures."""
+    cfg = {k: v for k, v in body.items() if k not in ("interfaces", "stats", "capture")}
+    cfg["interfaces"] = {"kind": "packet", "a": SIDE_A, "b": SIDE_B, **body.get("interfaces", {})}
+    cfg["stats"] = {"socket": str(lab.dir / "box.sock"), "file": str(lab.dir / "final.json"),
+                    "interval": "50ms", **body.get("stats", {})}
+    if capture_dir is not None:
+        cfg["capture"] = {"dir": str(capture_dir), "to_a": "to_a.pcap", "to_b": "to_b.pcap",
+                          "snaplen": 128, **body.get("capture", {})}
+    return cfg
+
+
+def start_box(lab: Lab, body: dict[str, Any], capture_dir: Path | None = None,
+              timeout: float = 10) -> BoxProcess:
+    """Validate the configuration (refused before any device is touched), then start the
+    box in the router namespace and wait until its devices and endpoints are open."""
+    cfg = box_config(lab, body, capture_dir)
+    config = lab.dir / "box.toml"
+    config.write_text(tomli_w.dumps(cfg))
+    config.chmod(0o644)
+    err = check_config(config)
+    if err:
+        raise LabError(f"box configuration refused: {err}")
+    lab.set_forwarding("box")
+    ready = lab.dir / "ready"
+    ready.unlink(missing_ok=True)
+    log = lab.dir / "box.log"
+    with open(log, "wb") as logf:
+        proc = lab.spawn("router", [str(box_binary()), "--config", str(config),
+                                    "--ready-file", str(ready)], stdout=logf, stderr=logf)
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise LabError(f"the box exited at start ({proc.returncode}): {log.read_text()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise LabError(f"the box did not become ready in {timeout} s: {log.read_text()}")
+        time.sleep(0.02)
+    # The first snapshot is published within one interval.
+    sock = Path(cfg["stats"]["socket"])
+    return BoxProcess(proc, config, sock, Path(cfg["stats"]["file"]), log)

@@ -1,0 +1,244 @@
+"""Network namespaces for the lab: client, router and server, wired with veth pairs.
+
+```
+ al-XXXX-c                        al-XXXX-r                         al-XXXX-s
+ eth0 198.18.0.1/24 -- veth-a [asymlink-box or br0] veth-b -- eth0 198.18.0.2/24
+```
+
+The router's interfaces `veth-a` (side a of the box) and `veth-b` (side b) carry no
+address: the box forwards frames between them as a bump in the wire (AF_PACKET), or,
+for the kernel-forwarding baseline, a Linux bridge does. Offloads are switched off on
+every interface (GRO/GSO/TSO, checksum offload, VLAN acceleration) so that the
+disciplines see the packets that are really on the wire and checksums are complete.
+Addresses come from 198.18.0.0/15, the range RFC 2544 reserves for benchmarking, and
+exist only inside these namespaces.
+
+Every name carries the lab's unique prefix `al-XXXX`; `down` removes everything a lab
+created (namespaces, hence interfaces, and the processes it started), also after a failed
+`up`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PREFIX = "al-"
+STATE_DIR = Path(os.environ.get("ASYMLINK_LAB_STATE", "/run/asymlink-lab"))
+CLIENT_ADDR = "198.18.0.1"
+SERVER_ADDR = "198.18.0.2"
+PREFIX_LEN = 24
+SIDE_A = "veth-a"
+SIDE_B = "veth-b"
+OFFLOADS = ["rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan"]
+
+
+class LabError(RuntimeError):
+    """A lab operation failed; the message says which command and why."""
+
+
+def run(argv: list[str], check: bool = True,
+        timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run a command; raise `LabError` with its stderr on failure."""
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as e:
+        raise LabError(f"{argv[0]}: not installed ({e})") from None
+    if check and r.returncode != 0:
+        raise LabError(f"`{' '.join(argv)}` failed: {r.stderr.strip() or r.stdout.strip()}")
+    return r
+
+
+def can_run_labs() -> str | None:
+    """None if this process can build a lab, else the reason it cannot."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, veth, AF_PACKET)"
+    for tool in ("ip", "ethtool"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            return f"needs `{tool}` (iproute2 / ethtool)"
+    name = f"{PREFIX}probe-{secrets.token_hex(3)}"
+    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"cannot create network namespaces: {r.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return None
+
+
+@dataclass
+class Lab:
+    """A client/router/server lab. Create with `Lab.up()`, find again with `Lab.load()`."""
+
+    name: str
+    mtu: int = 1500
+    forwarding: str = "none"
+
+    @property
+    def client(self) -> str:
+        return f"{self.name}-c"
+
+    @property
+    def router(self) -> str:
+        return f"{self.name}-r"
+
+    @property
+    def server(self) -> str:
+        return f"{self.name}-s"
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.client, self.router, self.server]
+
+    @property
+    def dir(self) -> Path:
+        """The lab's working directory (world-traversable: the box reads its config
+        there after dropping privileges)."""
+        return STATE_DIR / self.name
+
+    def ns(self, role: str) -> str:
+        """Namespace of `client`, `router` or `server`."""
+        return {"client": self.client, "router": self.router, "server": self.server}[role]
+
+    def addr(self, role: str) -> str:
+        """Address of `client` or `server`."""
+        return {"client": CLIENT_ADDR, "server": SERVER_ADDR}[role]
+
+    # --- life cycle ---------------------------------------------------------------------
+
+    @classmethod
+    def up(cls, name: str | None = None, mtu: int = 1500) -> Lab:
+        """Create the namespaces and links. On failure, removes what it created."""
+        reason = can_run_labs()
+        if reason:
+            raise LabError(f"cannot build a lab here: {reason}")
+        name = name or f"{PREFIX}{secrets.token_hex(2)}"
+        if not name.startswith(PREFIX) or len(name) > 12 or not name[3:].replace("-", "").isalnum():
+            raise LabError(f"lab name '{name}' must start with '{PREFIX}' and have at most 12 "
+                           "letters, digits or dashes")
+        lab = cls(name=name, mtu=mtu)
+        if (STATE_DIR / f"{name}.json").exists():
+            raise LabError(f"lab {name} already exists (asymlink lab down {name})")
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        STATE_DIR.chmod(0o755)
+        lab.dir.mkdir(exist_ok=True)
+        lab.dir.chmod(0o755)
+        lab.save()
+        try:
+            lab._build()
+        except BaseException:
+            lab.down()
+            raise
+        return lab
+
+    def _build(self) -> None:
+        for ns in self.namespaces:
+            run(["ip", "netns", "add", ns])
+            self.ip(ns, "link", "set", "lo", "up")
+        run(["ip", "link", "add", "eth0", "netns", self.client, "type", "veth",
+             "peer", "name", SIDE_A, "netns", self.router])
+        run(["ip", "link", "add", "eth0", "netns", self.server, "type", "veth",
+             "peer", "name", SIDE_B, "netns", self.router])
+        for ns, dev in ((self.client, "eth0"), (self.server, "eth0"), (self.router, SIDE_A),
+                        (self.router, SIDE_B)):
+            self.ip(ns, "link", "set", "dev", dev, "mtu", str(self.mtu))
+            self.offloads_off(ns, dev)
+        for dev in (SIDE_A, SIDE_B):
+            self.sysctl(self.router, f"net.ipv6.conf.{dev}.disable_ipv6", "1")
+            self.ip(self.router, "link", "set", "dev", dev, "up")
+        for ns, addr in ((self.client, CLIENT_ADDR), (self.server, SERVER_ADDR)):
+            self.ip(ns, "addr", "add", f"{addr}/{PREFIX_LEN}", "dev", "eth0")
+            self.ip(ns, "link", "set", "dev", "eth0", "up")
+
+    def offloads_off(self, ns: str, dev: str) -> None:
+        """Switch off every offload `ethtool` knows on `dev` (unsupported ones are
+        skipped)."""
+        for feature in OFFLOADS:
+            run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, feature, "off"], check=False)
+
+    def _ns_pids(self) -> list[int]:
+        """Processes running inside the lab's namespaces (all of them ours)."""
+        pids = []
+        for ns in self.namespaces:
+            r = run(["ip", "netns", "pids", ns], check=False)
+            pids += [int(p) for p in r.stdout.split() if p.isdigit()]
+        return pids
+
+    def down(self) -> None:
+        """Stop the processes inside the lab's namespaces (SIGTERM, then SIGKILL after
+        3 s) and remove the namespaces. Only processes inside these namespaces are
+        signalled, never a process by a remembered id. Idempotent."""
+        for pid in self._ns_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        while self._ns_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in self._ns_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for ns in self.namespaces:
+            run(["ip", "netns", "del", ns], check=False)
+        (STATE_DIR / f"{self.name}.json").unlink(missing_ok=True)
+        if self.dir.exists():
+            for p in sorted(self.dir.rglob("*"), reverse=True):
+                p.unlink() if not p.is_dir() else p.rmdir()
+            self.dir.rmdir()
+
+    def save(self) -> None:
+        (STATE_DIR / f"{self.name}.json").write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, name: str) -> Lab:
+        p = STATE_DIR / f"{name}.json"
+        if not p.exists():
+            raise LabError(f"no lab named {name} (asymlink lab up)")
+        return cls(**json.loads(p.read_text()))
+
+    @staticmethod
+    def names() -> list[str]:
+        """Labs recorded on this machine."""
+        if not STATE_DIR.exists():
+            return []
+        return sorted(p.stem for p in STATE_DIR.glob(f"{PREFIX}*.json"))
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def ip(self, ns: str, *args: str) -> None:
+        run(["ip", "-n", ns, *args])
+
+    def sysctl(self, ns: str, key: str, value: str) -> None:
+        run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={value}"])
+
+    def exec_argv(self, role_or_ns: str, argv: list[str]) -> list[str]:
+        ns = self.ns(role_or_ns) if role_or_ns in ("client", "router", "server") else role_or_ns
+        return ["ip", "netns", "exec", ns, *argv]
+
+    def spawn(self, role: str, argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
+        """Start a process in a namespace; `down` stops it if it still runs."""
+        proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
+            self.exec_argv(role, argv), **kw)
+        return proc
+
+    def set_forwarding(self, mode: str) -> None:
+        """`box` (nothing in the router: the box forwards) or `kernel` (a Linux bridge)."""
+        if mode == self.forwarding:
+            return
+        if self.forwarding == "kernel":
+            self.ip(self.router, "link", "del", "dev", "br0")
+        if mode == "kernel":
+            self.ip(self.router, "link", "add", "br0", "type", "bridge")
+            self.sysctl(self.router, "net.ipv6.conf.br0.disable_ipv6", "1")
+            for dev in (SIDE_A, SIDE_B):
+                self.ip(self.router, "link", "set", "dev", dev, "master", "br0")
+            self.offloads_off(self.router, "br0")
+            self.ip(self.router, "link", "set", "dev", "br0", "up")
+        elif mode not in ("box", "none"):
+            raise LabError(f"unknown forwarding mode {mode!r}")
+        self.forwarding = mode
+        self.save()

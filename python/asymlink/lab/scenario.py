@@ -1,0 +1,432 @@
+"""Lab scenarios: what runs through the box, and the tables and metrics it produces.
+
+A lab scenario is a TOML file:
+
+```toml
+name = "adsl-problem"
+duration = "20s"
+interval = "100ms"            # sampling interval of the time series
+forwarding = "box"            # or "kernel" (a Linux bridge instead of the box: baseline)
+
+[box]                         # the box configuration without [interfaces]: the same
+seed = 1                      # vocabulary as a simulator [[middleboxes]] entry plus
+[box.to_b]                    # [emulation.*]; side a is the client, side b the server
+qdisc = { kind = "fifo", limit = "30p" }
+[box.emulation.to_b]
+rate = "512kbit"
+queue = "30p"
+
+[[flows]]                     # a bulk TCP transfer (real Linux TCP)
+name = "download"
+from = "server"               # sender: client | server
+to = "client"
+start = "0s"                  # default 0
+stop = "20s"                  # default: duration
+rate = "10Mbit"               # optional pacing (SO_MAX_PACING_RATE)
+
+[[probes]]
+name = "typing"
+kind = "echo"                 # typed-echo probe (echo_latency_s) or "ping" (ping_rtt_s)
+from = "client"
+to = "server"
+every = "200ms"
+
+[windows]                     # optional: metrics per time window as well
+alone = ["1s", "10s"]         # throughput_mbps_in.alone.<flow>, echo_latency_ms_in...
+contended = ["11s", "20s"]
+```
+
+`run_scenario` writes the simulator's tables (`flows`, `queues`, `measurements`,
+`flow_summary`, `queue_summary`: the same columns; what a real stack does not expose is
+NaN), `metrics.json`, the box's final stats (`box_stats.json`), its log, and with
+`capture = true` one pcap per direction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from asymlink.lab.box import start_box
+from asymlink.lab.netns import Lab, LabError
+
+TRAFFIC = str(Path(__file__).with_name("traffic.py"))
+ROLES = ("client", "server")
+
+_DUR = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s|min)\s*$")
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(bit|kbit|Mbit|Gbit)(/s)?\s*$")
+
+
+def seconds(v: Any, key: str) -> float:
+    """A duration as written in scenario files (`200ms`, `1.5s`, `2min`)."""
+    m = _DUR.match(str(v))
+    if not m:
+        raise LabError(f"{key}: '{v}' is not a duration (e.g. 200ms, 1.5s, 2min)")
+    mult = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}[m.group(2)]
+    return float(m.group(1)) * mult
+
+
+def bits_per_second(v: Any, key: str) -> float:
+    """A rate as written in scenario files (`512kbit`, `8Mbit`)."""
+    m = _RATE.match(str(v))
+    if not m:
+        raise LabError(f"{key}: '{v}' is not a rate (e.g. 512kbit, 8Mbit, 1Gbit)")
+    mult = {"bit": 1, "kbit": 1e3, "Mbit": 1e6, "Gbit": 1e9}[m.group(2)]
+    return float(m.group(1)) * mult
+
+
+@dataclass
+class Flow:
+    name: str
+    sender: str
+    receiver: str
+    start: float
+    stop: float
+    rate: float
+    port: int
+
+
+@dataclass
+class Probe:
+    name: str
+    kind: str
+    sender: str
+    receiver: str
+    start: float
+    stop: float
+    every: float
+    port: int
+
+
+@dataclass
+class LabScenario:
+    """A parsed, validated lab scenario."""
+
+    name: str
+    duration: float
+    interval: float
+    forwarding: str
+    box: dict[str, Any]
+    flows: list[Flow] = field(default_factory=list)
+    probes: list[Probe] = field(default_factory=list)
+    capture: bool = False
+    description: str = ""
+    windows: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_file(cls, path: Path) -> LabScenario:
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise LabError(f"{path}: {e}") from None
+        return cls.from_dict(doc, str(path))
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], origin: str = "scenario") -> LabScenario:
+        known = {"name", "description", "duration", "interval", "forwarding", "box", "flows",
+                 "probes", "capture", "windows"}
+        extra = set(doc) - known
+        if extra:
+            raise LabError(f"{origin}: unknown key(s) {sorted(extra)} (known: {sorted(known)})")
+        duration = seconds(doc.get("duration", "10s"), "duration")
+        if not 0 < duration <= 600:
+            raise LabError("duration: must be between 0 and 10 minutes")
+        fwd = doc.get("forwarding", "box")
+        if fwd not in ("box", "kernel"):
+            raise LabError("forwarding: must be 'box' or 'kernel'")
+        sc = cls(
+            name=str(doc.get("name", Path(origin).stem)),
+            description=str(doc.get("description", "")),
+            duration=duration,
+            interval=seconds(doc.get("interval", "100ms"), "interval"),
+            forwarding=fwd,
+            box=dict(doc.get("box", {})),
+            capture=bool(doc.get("capture", False)),
+        )
+        for wname, w in dict(doc.get("windows", {})).items():
+            key = f"windows.{wname}"
+            if not isinstance(w, list) or len(w) != 2:
+                raise LabError(f"{key}: must be [start, end]")
+            a, b = seconds(w[0], key), seconds(w[1], key)
+            if not 0 <= a < b <= duration:
+                raise LabError(f"{key}: needs 0 <= start < end <= duration")
+            sc.windows[str(wname)] = (a, b)
+        if "interfaces" in sc.box:
+            raise LabError("box.interfaces: set by the lab (a = client side, b = server side)")
+        port = 5001
+        for i, f in enumerate(doc.get("flows", [])):
+            key = f"flows[{i}]"
+            _only(f, {"name", "from", "to", "start", "stop", "rate", "app"}, key)
+            s, r = _roles(f, key)
+            start = seconds(f.get("start", "0s"), f"{key}.start")
+            stop = seconds(f["stop"], f"{key}.stop") if "stop" in f else duration
+            if not 0 <= start < stop <= duration:
+                raise LabError(f"{key}: needs 0 <= start < stop <= duration")
+            rate = bits_per_second(f["rate"], f"{key}.rate") if "rate" in f else 0.0
+            sc.flows.append(Flow(str(f.get("name", f"flow{i}")), s, r, start, stop, rate, port))
+            port += 1
+        for i, p in enumerate(doc.get("probes", [])):
+            key = f"probes[{i}]"
+            _only(p, {"name", "kind", "from", "to", "start", "stop", "every"}, key)
+            kind = p.get("kind", "echo")
+            if kind not in ("echo", "ping"):
+                raise LabError(f"{key}.kind: 'echo' or 'ping'")
+            s, r = _roles(p, key)
+            start = seconds(p.get("start", "0s"), f"{key}.start")
+            stop = seconds(p["stop"], f"{key}.stop") if "stop" in p else duration
+            if not 0 <= start < stop <= duration:
+                raise LabError(f"{key}: needs 0 <= start < stop <= duration")
+            sc.probes.append(Probe(str(p.get("name", f"{kind}{i}")), kind, s, r, start, stop,
+                                   seconds(p.get("every", "200ms"), f"{key}.every"), port))
+            port += 1
+        names = [f.name for f in sc.flows] + [p.name for p in sc.probes]
+        if len(set(names)) != len(names):
+            raise LabError(f"{origin}: flow and probe names must be unique")
+        return sc
+
+
+def _only(d: dict[str, Any], keys: set[str], where: str) -> None:
+    extra = set(d) - keys
+    if extra:
+        raise LabError(f"{where}: unknown key(s) {sorted(extra)}")
+    app = d.get("app", "bulk")
+    if app not in ("bulk", {"kind": "bulk"}):
+        raise LabError(f"{where}.app: the lab runs bulk transfers only")
+
+
+def _roles(d: dict[str, Any], key: str) -> tuple[str, str]:
+    s, r = d.get("from"), d.get("to")
+    if s not in ROLES or r not in ROLES or s == r:
+        raise LabError(f"{key}: from/to must be 'client' and 'server' (one each)")
+    return str(s), str(r)
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+def _traffic(lab: Lab, role: str, args: list[str]) -> subprocess.Popen[bytes]:
+    return lab.spawn(role, [sys.executable, TRAFFIC, *args], stdout=subprocess.DEVNULL,
+                     stderr=subprocess.PIPE)
+
+
+def _wait_for(paths: list[Path], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() for p in paths):
+        if time.monotonic() > deadline:
+            raise LabError(f"traffic servers did not start: {[str(p) for p in paths]}")
+        time.sleep(0.02)
+
+
+def run_scenario(sc: LabScenario, out: Path, lab: Lab | None = None) -> dict[str, Any]:
+    """Run `sc` (in `lab`, or in a lab created and removed for the run) and write its
+    results to `out`. Returns the metrics."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    own = lab is None
+    lab = lab or Lab.up()
+    try:
+        return _run(sc, out, lab)
+    finally:
+        if own:
+            lab.down()
+
+
+def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
+    work = lab.dir / f"run-{int(time.time() * 1000)}"
+    work.mkdir()
+    box = None
+    if sc.forwarding == "box":
+        box = start_box(lab, sc.box, capture_dir=out if sc.capture else None)
+    else:
+        lab.set_forwarding("kernel")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        servers = []
+        slack = 3.0
+        for f in sc.flows:
+            ready = work / f"{f.name}.ready"
+            servers.append(ready)
+            procs.append(_traffic(lab, f.receiver, [
+                "sink", "--port", str(f.port), "--seconds", str(sc.duration + slack + 2),
+                "--interval", str(sc.interval), "--ready", str(ready),
+                "--report", str(work / f"{f.name}.sink.json"), "--t0", "0"]))
+        for p in sc.probes:
+            if p.kind == "echo":
+                ready = work / f"{p.name}.ready"
+                servers.append(ready)
+                procs.append(_traffic(lab, p.receiver, [
+                    "echo-server", "--port", str(p.port), "--seconds",
+                    str(sc.duration + slack + 2), "--ready", str(ready)]))
+        _wait_for(servers, 10)
+        t0 = time.monotonic() + 0.5
+        # The sinks sample on their own clock; give them the shared origin via their report
+        # times (they started before t0; samples before t0 have negative t and are cut).
+        clients = []
+        for f in sc.flows:
+            args = ["send", "--to", lab.addr(f.receiver), "--port", str(f.port),
+                    "--start", str(f.start), "--stop", str(f.stop), "--t0", repr(t0),
+                    "--interval", str(sc.interval), "--report", str(work / f"{f.name}.send.json")]
+            if f.rate:
+                args += ["--rate", str(f.rate)]
+            clients.append(_traffic(lab, f.sender, args))
+        for p in sc.probes:
+            cmd = "echo-client" if p.kind == "echo" else "ping"
+            clients.append(_traffic(lab, p.sender, [
+                cmd, "--to", lab.addr(p.receiver), "--port", str(p.port), "--start", str(p.start),
+                "--stop", str(p.stop), "--every", str(p.every), "--t0", repr(t0),
+                "--report", str(work / f"{p.name}.probe.json")]))
+        procs += clients
+        queue_rows: list[dict[str, Any]] = []
+        end = t0 + sc.duration
+        next_poll = t0
+        while time.monotonic() < end + slack and any(c.poll() is None for c in clients):
+            now = time.monotonic()
+            if box is not None and now >= next_poll and now <= end:
+                with contextlib.suppress(OSError):
+                    queue_rows += _queue_rows(box.stats(), now - t0)
+                next_poll += sc.interval
+            time.sleep(min(0.02, max(0.0, next_poll - time.monotonic())))
+        for c in clients:
+            try:
+                c.wait(timeout=max(0.1, end + slack - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                c.kill()
+        servers_p = [proc for proc in procs if proc not in clients]
+        for proc in servers_p:
+            proc.terminate()
+        for proc in servers_p:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        errors = [c.stderr.read().decode(errors="replace") for c in clients
+                  if c.returncode not in (0, None) and c.stderr is not None]
+        if errors:
+            raise LabError("traffic failed: " + " | ".join(e.strip()[-500:] for e in errors))
+        final = box.stop() if box is not None else {}
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if box is not None and box.proc.poll() is None:
+            box.proc.kill()
+            box.proc.wait()
+    # The sinks' report times are absolute monotonic (t0 = 0): shift to the run's t0.
+    return _collect(sc, out, work, t0, final, queue_rows, box.log if box else None)
+
+
+def _stats_ms(vals: list[float]) -> dict[str, Any]:
+    return {
+        "count": len(vals),
+        "p50": float(np.percentile(vals, 50)) * 1e3 if vals else None,
+        "p90": float(np.percentile(vals, 90)) * 1e3 if vals else None,
+        "mean": float(np.mean(vals)) * 1e3 if vals else None,
+    }
+
+
+def _queue_rows(stats: dict[str, Any], t: float) -> list[dict[str, Any]]:
+    rows = []
+    for d, v in stats.get("directions", {}).items():
+        q = v["qdisc"]
+        rows.append({"t": t, "queue": f"box.{d}", "packets": q["backlog_packets"],
+                     "bytes": q["backlog_bytes"], "drops": sum(q["dropped"].values()),
+                     "filtered": sum(q["filtered"].values()), "dequeued": q["dequeued"]})
+        link = v["link"]
+        rows.append({"t": t, "queue": f"link.{d}", "packets": link["queue_packets"],
+                     "bytes": float("nan"), "drops": link["queue_dropped"] + link["lost"],
+                     "filtered": 0, "dequeued": link["delivered"]})
+    return rows
+
+
+def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str, Any],
+             queue_rows: list[dict[str, Any]], log: Path | None) -> dict[str, Any]:
+    from asymlink.results import TABLE_COLUMNS, Results
+
+    flow_rows = []
+    summary = []
+    metrics: dict[str, Any] = {"scenario": sc.name, "forwarding": sc.forwarding,
+                               "duration_s": sc.duration, "throughput_mbps": {},
+                               "delivered_bytes": {}}
+    for f in sc.flows:
+        sink = json.loads((work / f"{f.name}.sink.json").read_text())
+        send = json.loads((work / f"{f.name}.send.json").read_text())
+        st = np.array([s[0] - t0 for s in sink["samples"]])
+        sb = np.array([s[1] for s in sink["samples"]], dtype=float)
+        for sample in send["samples"]:
+            t = sample["t"]
+            r: dict[str, Any] = {c: float("nan") for c in TABLE_COLUMNS["flows"]}
+            r.update({k: v for k, v in sample.items() if k in r})
+            r["t"] = t
+            r["flow"] = f.name
+            r["bytes_delivered"] = float(np.interp(t, st, sb, left=0.0)) if len(st) else 0.0
+            flow_rows.append(r)
+        active = f.stop - f.start
+        def at(x: float, st: np.ndarray = st, sb: np.ndarray = sb) -> float:
+            return float(np.interp(x, st, sb, left=0.0)) if len(st) else 0.0
+
+        delivered = at(f.stop) - at(f.start)
+        mbps = delivered * 8 / active / 1e6
+        metrics["throughput_mbps"][f.name] = mbps
+        for wname, (wa, wb) in sc.windows.items():
+            lo, hi = max(wa, f.start), min(wb, f.stop)
+            v = (at(hi) - at(lo)) * 8 / (hi - lo) / 1e6 if hi > lo else 0.0
+            metrics.setdefault("throughput_mbps_in", {}).setdefault(wname, {})[f.name] = v
+        metrics["delivered_bytes"][f.name] = sink["bytes"]
+        last = send["samples"][-1] if send["samples"] else {}
+        summary.append({"flow": f.name, "from": f.sender, "to": f.receiver,
+                        "delivered_bytes": sink["bytes"], "throughput_bps": mbps * 1e6,
+                        "retransmits": last.get("retransmits", float("nan")),
+                        "min_srtt_ms": min((s.get("srtt_ms", math.inf) for s in send["samples"]),
+                                           default=float("nan"))})
+    meas = []
+    for p in sc.probes:
+        rep = json.loads((work / f"{p.name}.probe.json").read_text())
+        vals = [v for _, v in rep["samples"]]
+        for t, v in rep["samples"]:
+            meas.append({"t": t, "flow": p.name, "metric": rep["metric"], "value": v})
+        key = "echo_latency_ms" if p.kind == "echo" else "ping_rtt_ms"
+        metrics.setdefault(key, {})[p.name] = _stats_ms(vals)
+        for wname, (wa, wb) in sc.windows.items():
+            wv = [v for t, v in rep["samples"] if wa <= t <= wb]
+            metrics.setdefault(f"{key}_in", {}).setdefault(wname, {})[p.name] = _stats_ms(wv)
+    tables = {
+        "flows": pd.DataFrame(flow_rows, columns=list(TABLE_COLUMNS["flows"])),
+        "queues": pd.DataFrame(queue_rows, columns=list(TABLE_COLUMNS["queues"])),
+        "measurements": pd.DataFrame(meas, columns=list(TABLE_COLUMNS["measurements"])),
+        "flow_summary": pd.DataFrame(summary),
+    }
+    qs = []
+    for d, v in final.get("directions", {}).items():
+        qrow: dict[str, Any] = {"queue": f"box.{d}", "received": v["received"],
+                                "sent": v["sent"]}
+        qrow.update({f"discarded_{k}": n for k, n in v["discarded"].items()})
+        qrow.update({f"unparsed_{k}": n for k, n in v["unparsed"].items()})
+        qs.append(qrow)
+    if qs:
+        tables["queue_summary"] = pd.DataFrame(qs).fillna(0)
+        metrics["box"] = {d: {"received": v["received"], "sent": v["sent"],
+                              "discarded": v["discarded"], "classes": v["classes"]}
+                          for d, v in final["directions"].items()}
+        metrics["box"]["added_latency_us"] = final.get("latency_us", {})
+    meta = {"scenario": sc.name, "duration_s": sc.duration, "source": "lab",
+            "forwarding": sc.forwarding, "seed": final.get("seed")}
+    Results(meta, tables).to_csv(out)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    if final:
+        (out / "box_stats.json").write_text(json.dumps(final, indent=2) + "\n")
+    if log is not None and log.exists():
+        (out / "box.log").write_text(log.read_text())
+    return metrics

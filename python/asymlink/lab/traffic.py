@@ -1,0 +1,324 @@
+"""The lab's own traffic tool: real Linux TCP (and ICMP) between network namespaces.
+
+Run as a script inside a namespace (`ip netns exec NS python traffic.py CMD ...`); it
+imports nothing outside the standard library, so it starts fast and needs no installed
+package. Every command is bounded in time and writes a JSON report.
+
+Commands:
+* `sink`    — accept TCP connections, count bytes received; sample `bytes_delivered` every
+              `--interval` (the simulator's `flows.bytes_delivered`).
+* `send`    — connect and send as fast as TCP allows (optionally paced with
+              `SO_MAX_PACING_RATE`); sample the kernel's `TCP_INFO` every `--interval`: cwnd,
+              ssthresh, srtt, rto, bytes in flight, sent, acked, retransmits (the
+              simulator's `flows` columns).
+* `echo-server` / `echo-client` — typed-echo probes: one byte every `--every`, echoed
+              back; the time to the echo is `echo_latency_s` (as the simulator's telnet app).
+* `ping`    — ICMP echo over a raw socket (root in the namespace): `ping_rtt_s`.
+
+Times in reports are seconds since `--t0` (a `time.monotonic()` value shared by every
+process of a run; namespaces share the monotonic clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+TCP_INFO = 11
+SO_MAX_PACING_RATE = 47
+CHUNK = 1 << 16
+
+
+def _now(t0: float) -> float:
+    return time.monotonic() - t0
+
+
+def _write(path: str, report: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f)
+    os.replace(tmp, path)
+
+
+def tcp_info(sock: socket.socket) -> dict[str, float]:
+    """The fields of `struct tcp_info` (linux/tcp.h) the flow table needs."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, 232)
+    u32 = struct.unpack_from("24I", raw, 8)
+    mss = u32[2] or 1
+    out = {
+        "cwnd_bytes": float(u32[18] * mss),
+        # 0x7fffffff is the kernel's "infinite" (slow start never left).
+        "ssthresh_bytes": float(u32[17] * mss) if u32[17] < 0x7FFFFFFF else float("nan"),
+        "srtt_ms": u32[15] / 1000.0,
+        "rto_ms": u32[0] / 1000.0,
+        "inflight_bytes": float(u32[4] * mss),
+        "retransmits": float(u32[23]),
+    }
+    if len(raw) >= 216:
+        out["bytes_acked"] = float(struct.unpack_from("Q", raw, 120)[0])
+        out["bytes_sent"] = float(struct.unpack_from("Q", raw, 200)[0])
+    return out
+
+
+_stop = False
+
+
+def _on_term(signum: int, frame: object) -> None:
+    global _stop
+    _stop = True
+
+
+def sink(a: argparse.Namespace) -> None:
+    signal.signal(signal.SIGTERM, _on_term)
+    srv = socket.socket(socket.AF_INET6 if ":" in a.bind else socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if a.rcvbuf:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, a.rcvbuf)
+    srv.bind((a.bind, a.port))
+    srv.listen(16)
+    srv.setblocking(False)
+    deadline = time.monotonic() + a.seconds
+    conns: dict[socket.socket, int] = {}
+    total = 0
+    samples: list[tuple[float, int]] = []
+    next_sample = time.monotonic()
+    buf = bytearray(CHUNK * 4)
+    open(a.ready, "w").close() if a.ready else None
+    while time.monotonic() < deadline and not _stop:
+        now = time.monotonic()
+        if now >= next_sample:
+            samples.append((_now(a.t0), total))
+            next_sample = now + a.interval
+        timeout = max(0.0, min(next_sample, deadline) - time.monotonic())
+        try:
+            r, _, _ = select.select([srv, *conns], [], [], timeout)
+        except InterruptedError:
+            continue
+        for s in r:
+            if s is srv:
+                try:
+                    c, _ = srv.accept()
+                except BlockingIOError:
+                    continue
+                c.setblocking(False)
+                conns[c] = 0
+                continue
+            try:
+                n = s.recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                n = 0
+            if n == 0:
+                s.close()
+                conns.pop(s, None)
+                continue
+            total += n
+    samples.append((_now(a.t0), total))
+    _write(a.report, {"kind": "sink", "bytes": total, "samples": samples})
+
+
+def send(a: argparse.Namespace) -> None:
+    time.sleep(max(0.0, a.t0 + a.start - time.monotonic()))
+    fam = socket.AF_INET6 if ":" in a.to else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    if a.sndbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, a.sndbuf)
+    if a.rate:
+        s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(a.rate // 8))
+    deadline = a.t0 + a.stop
+    connect_deadline = time.monotonic() + 10
+    while True:
+        try:
+            s.settimeout(2.0)
+            s.connect((a.to, a.port))
+            break
+        except OSError:
+            if time.monotonic() > connect_deadline:
+                raise
+            time.sleep(0.1)
+            s.close()
+            s = socket.socket(fam, socket.SOCK_STREAM)
+            if a.rate:
+                s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(a.rate // 8))
+    s.setblocking(False)
+    data = memoryview(b"\x5a" * CHUNK)
+    sent = 0
+    samples: list[dict[str, float]] = []
+    next_sample = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        if now >= next_sample:
+            row = {"t": _now(a.t0), **tcp_info(s)}
+            samples.append(row)
+            next_sample = now + a.interval
+        timeout = max(0.0, min(next_sample, deadline) - time.monotonic())
+        _, w, _ = select.select([], [s], [], timeout)
+        if w:
+            try:
+                sent += s.send(data)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                break
+    samples.append({"t": _now(a.t0), **tcp_info(s)})
+    s.close()
+    _write(a.report, {"kind": "send", "bytes": sent, "samples": samples})
+
+
+def echo_server(a: argparse.Namespace) -> None:
+    signal.signal(signal.SIGTERM, _on_term)
+    srv = socket.socket(socket.AF_INET6 if ":" in a.bind else socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((a.bind, a.port))
+    srv.listen(4)
+    srv.setblocking(False)
+    deadline = time.monotonic() + a.seconds
+    conns: list[socket.socket] = []
+    open(a.ready, "w").close() if a.ready else None
+    while time.monotonic() < deadline and not _stop:
+        try:
+            wait = min(0.2, max(0.0, deadline - time.monotonic()))
+            r, _, _ = select.select([srv, *conns], [], [], wait)
+        except InterruptedError:
+            continue
+        for s in r:
+            if s is srv:
+                c, _ = srv.accept()
+                c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conns.append(c)
+                continue
+            try:
+                d = s.recv(4096)
+            except OSError:
+                d = b""
+            if not d:
+                s.close()
+                conns.remove(s)
+            else:
+                s.sendall(d)
+
+
+def echo_client(a: argparse.Namespace) -> None:
+    time.sleep(max(0.0, a.t0 + a.start - time.monotonic()))
+    s = socket.create_connection((a.to, a.port), timeout=10)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    deadline = a.t0 + a.stop
+    out: list[tuple[float, float]] = []
+    lost = 0
+    while time.monotonic() < deadline:
+        t_send = time.monotonic()
+        # A keystroke waits for its echo as long as the run lasts (a slow echo is the
+        # measurement, not a failure); one left unanswered at the end counts as lost.
+        s.settimeout(max(0.05, deadline + 1.0 - t_send))
+        try:
+            s.sendall(b"k")
+            if not s.recv(1):
+                break  # the server closed the connection
+            out.append((t_send - a.t0, time.monotonic() - t_send))
+        except TimeoutError:
+            lost += 1
+            break
+        except OSError:
+            break
+        time.sleep(max(0.0, t_send + a.every - time.monotonic()))
+    s.close()
+    _write(a.report, {"kind": "echo", "metric": "echo_latency_s", "samples": out, "lost": lost})
+
+
+def _icmp_checksum(b: bytes) -> int:
+    if len(b) % 2:
+        b += b"\0"
+    s: int = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def ping(a: argparse.Namespace) -> None:
+    time.sleep(max(0.0, a.t0 + a.start - time.monotonic()))
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    ident = os.getpid() & 0xFFFF
+    deadline = a.t0 + a.stop
+    out: list[tuple[float, float]] = []
+    sent = 0
+    seq = 0
+    while time.monotonic() < deadline:
+        seq = (seq + 1) & 0xFFFF
+        payload = struct.pack("!d", time.monotonic()) + b"asymlink" * 4
+        hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
+        pkt = struct.pack("!BBHHH", 8, 0, _icmp_checksum(hdr + payload), ident, seq) + payload
+        t_send = time.monotonic()
+        s.sendto(pkt, (a.to, 0))
+        sent += 1
+        wait_until = t_send + a.timeout
+        while time.monotonic() < wait_until:
+            r, _, _ = select.select([s], [], [], max(0.0, wait_until - time.monotonic()))
+            if not r:
+                break
+            data = s.recv(2048)
+            ihl = (data[0] & 0x0F) * 4
+            typ, _, _, rid, rseq = struct.unpack_from("!BBHHH", data, ihl)
+            if typ == 0 and rid == ident and rseq == seq:
+                out.append((_now(a.t0), time.monotonic() - t_send))
+                break
+        time.sleep(max(0.0, t_send + a.every - time.monotonic()))
+    _write(a.report, {"kind": "ping", "metric": "ping_rtt_s", "samples": out, "sent": sent})
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="traffic.py", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--t0", type=float, default=None, help="shared time origin (monotonic)")
+        sp.add_argument("--report", required=False, default=os.devnull)
+        sp.add_argument("--interval", type=float, default=0.1)
+
+    sp = sub.add_parser("sink")
+    common(sp)
+    sp.add_argument("--bind", default="0.0.0.0")
+    sp.add_argument("--port", type=int, required=True)
+    sp.add_argument("--seconds", type=float, required=True)
+    sp.add_argument("--rcvbuf", type=int, default=0)
+    sp.add_argument("--ready", default=None)
+    sp.set_defaults(fn=sink)
+    for name, fn in (("send", send), ("echo-client", echo_client), ("ping", ping)):
+        sp = sub.add_parser(name)
+        common(sp)
+        sp.add_argument("--to", required=True)
+        sp.add_argument("--port", type=int, default=0)
+        sp.add_argument("--start", type=float, default=0.0, help="seconds after t0")
+        sp.add_argument("--stop", type=float, required=True, help="seconds after t0")
+        sp.add_argument("--rate", type=float, default=0.0, help="pacing rate, bit/s")
+        sp.add_argument("--sndbuf", type=int, default=0)
+        sp.add_argument("--every", type=float, default=0.2)
+        sp.add_argument("--timeout", type=float, default=2.0)
+        sp.set_defaults(fn=fn)
+    sp = sub.add_parser("echo-server")
+    common(sp)
+    sp.add_argument("--bind", default="0.0.0.0")
+    sp.add_argument("--port", type=int, required=True)
+    sp.add_argument("--seconds", type=float, required=True)
+    sp.add_argument("--ready", default=None)
+    sp.set_defaults(fn=echo_server)
+    a = p.parse_args(argv)
+    if a.t0 is None:
+        a.t0 = time.monotonic()
+    if getattr(a, "seconds", 1) > 3600 or getattr(a, "stop", 1) > 3600:
+        p.error("runs are bounded to one hour")
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,158 @@
+"""The namespace lab: scenario files, `asymlink lab up|run|down`, metrics and tables.
+
+Validation tests run anywhere; the rest need root and network namespaces and are skipped
+with the reason where that is not possible.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from asymlink.cli import cli
+from asymlink.lab import Lab, LabError, LabScenario, can_run_labs, run_scenario
+from asymlink.lab.bench import scenario_path, shipped_scenarios
+from asymlink.live import BoxNotFound, box_binary
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def live_ok() -> None:
+    reason = can_run_labs()
+    if reason:
+        pytest.skip(f"lab tests need root and network namespaces: {reason}")
+    try:
+        box_binary()
+    except BoxNotFound:
+        subprocess.run(["cargo", "build", "--release", "-p", "asymlink-live"], cwd=ROOT,
+                       check=True)
+
+
+def _short(name: str, **over: object) -> LabScenario:
+    sc = LabScenario.from_file(scenario_path(name))
+    for k, v in over.items():
+        setattr(sc, k, v)
+    return sc
+
+
+# --- scenario files (no privileges needed) ------------------------------------------------
+
+
+def test_shipped_scenarios_parse() -> None:
+    names = [n for n, _ in shipped_scenarios()]
+    assert {"quick", "adsl-problem", "adsl-fix"} <= set(names)
+    for n in names:
+        sc = LabScenario.from_file(scenario_path(n))
+        assert sc.flows and sc.duration > 0
+
+
+@pytest.mark.parametrize(("doc", "needle"), [
+    ({"bogus": 1}, "bogus"),
+    ({"duration": "10"}, "duration"),
+    ({"flows": [{"from": "client", "to": "client"}]}, "flows[0]"),
+    ({"flows": [{"from": "client", "to": "server", "start": "5s", "stop": "1s"}]}, "flows[0]"),
+    ({"flows": [{"from": "client", "to": "server", "rate": "8mbps"}]}, "flows[0].rate"),
+    ({"probes": [{"kind": "traceroute", "from": "client", "to": "server"}]}, "probes[0].kind"),
+    ({"box": {"interfaces": {"a": "x"}}}, "box.interfaces"),
+    ({"forwarding": "magic"}, "forwarding"),
+])
+def test_scenario_errors_name_the_key(doc: dict, needle: str) -> None:
+    with pytest.raises(LabError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        LabScenario.from_dict(doc)
+
+
+def test_unknown_shipped_name() -> None:
+    with pytest.raises(LabError, match="quick"):
+        scenario_path("no-such-scenario")
+
+
+# --- real labs -----------------------------------------------------------------------------
+
+
+def test_lab_up_and_down_leave_nothing(live_ok: None) -> None:
+    runner = CliRunner()
+    res = runner.invoke(cli, ["lab", "up", "--name", "al-tupd"])
+    assert res.exit_code == 0, res.output
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    try:
+        assert "al-tupd-c" in out and "al-tupd-r" in out and "al-tupd-s" in out
+        assert "al-tupd" in runner.invoke(cli, ["lab", "list"]).output
+        res = runner.invoke(cli, ["lab", "up", "--name", "al-tupd"])
+        assert res.exit_code == 2 and "already exists" in res.output
+    finally:
+        res = runner.invoke(cli, ["lab", "down", "al-tupd"])
+    assert res.exit_code == 0, res.output
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "al-tupd" not in out
+    assert "al-tupd" not in Lab.names()
+
+
+def test_lab_run_writes_tables_metrics_and_pcaps(live_ok: None, tmp_path: Path) -> None:
+    sc = _short("quick", duration=3.0)
+    for f in sc.flows:
+        f.stop = 3.0
+    for p in sc.probes:
+        p.stop = 3.0
+    m = run_scenario(sc, tmp_path)
+    assert set(m["throughput_mbps"]) == {"download", "upload"}
+    # Emulated 50 Mbit/s down, 20 Mbit/s up, shared with the other direction's ACKs.
+    assert 5 < m["throughput_mbps"]["download"] <= 50.5
+    assert 2 < m["throughput_mbps"]["upload"] <= 20.5
+    assert m["ping_rtt_ms"]["ping"]["count"] >= 5
+    assert m["echo_latency_ms"]["typing"]["p50"] >= 10.0, "two 5 ms propagation delays"
+    assert json.loads((tmp_path / "metrics.json").read_text()) == m
+    flows = pd.read_csv(tmp_path / "flows.csv")
+    assert {"cwnd_bytes", "srtt_ms", "bytes_delivered"} <= set(flows.columns)
+    assert flows["bytes_delivered"].max() > 0
+    meas = pd.read_csv(tmp_path / "measurements.csv")
+    assert set(meas["metric"]) == {"echo_latency_s", "ping_rtt_s"}
+    queues = pd.read_csv(tmp_path / "queues.csv")
+    assert set(queues["queue"]) >= {"box.to_a", "box.to_b"}
+    assert (tmp_path / "to_a.pcap").stat().st_size > 1000
+    stats = json.loads((tmp_path / "box_stats.json").read_text())
+    for d in stats["directions"].values():
+        assert d["received"] == d["sent"] + sum(d["discarded"].values()) + d["held"]
+    assert Lab.names() == [] or all(not n.startswith("al-") or n != "quick" for n in Lab.names())
+
+
+def test_lab_kernel_baseline_and_cli(live_ok: None, tmp_path: Path) -> None:
+    scen = tmp_path / "kernel.toml"
+    scen.write_text('name = "kernel"\nduration = "2s"\nforwarding = "kernel"\n'
+                    '[[flows]]\nname = "bulk"\nfrom = "client"\nto = "server"\n'
+                    '[[probes]]\nname = "ping"\nkind = "ping"\nfrom = "client"\nto = "server"\n')
+    res = CliRunner().invoke(cli, ["lab", "run", str(scen), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    m = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert m["forwarding"] == "kernel" and m["throughput_mbps"]["bulk"] > 50
+    assert "box" not in m
+
+
+def test_adsl_problem_and_fix_order(live_ok: None, tmp_path: Path) -> None:
+    """The ADSL problem and its fix with real Linux TCP (shortened): once the upload fills
+    the modem's buffer, typed echoes wait behind it; with the box shaping the uplink below
+    the line rate and ACKs first, they do not, and the download keeps its rate. (The
+    simulator-parity check with the paper's HTB arms comes with issue 5.)"""
+    results = {}
+    for name in ("adsl-problem", "adsl-fix"):
+        sc = _short(name, duration=9.0, windows={"contended": (5.0, 9.0)})
+        for f in sc.flows:
+            f.stop = 9.0
+            if f.name == "upload":
+                f.start = 3.0
+        for p in sc.probes:
+            p.stop = 9.0
+        results[name] = run_scenario(sc, tmp_path / name)
+    prob, fix = results["adsl-problem"], results["adsl-fix"]
+    echo_p = prob["echo_latency_ms_in"]["contended"]["typing"]["p50"]
+    echo_f = fix["echo_latency_ms_in"]["contended"]["typing"]["p50"]
+    assert echo_p > 2 * echo_f, (echo_p, echo_f)
+    down_p = prob["throughput_mbps_in"]["contended"]["download"]
+    down_f = fix["throughput_mbps_in"]["contended"]["download"]
+    assert down_f >= 0.95 * down_p, (down_p, down_f)
+    assert fix["throughput_mbps_in"]["contended"]["upload"] > 0.05

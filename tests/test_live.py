@@ -1,0 +1,346 @@
+"""The live box (`asymlink-box`) on real devices.
+
+Tests that need root and network namespaces build a lab (`asymlink.lab`) with unique
+`al-` names and remove it afterwards; they are skipped, with the reason, where that is
+not possible. The box binary is built on demand (`cargo build --release -p asymlink-live`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from asymlink.lab import Lab, can_run_labs, start_box
+from asymlink.lab.bench import transfer
+from asymlink.live import BoxNotFound, box_binary
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def box_bin() -> Path:
+    try:
+        return box_binary()
+    except BoxNotFound:
+        pass
+    if subprocess.run(["which", "cargo"], capture_output=True).returncode != 0:
+        pytest.skip("asymlink-box is not built and cargo is not available")
+    subprocess.run(["cargo", "build", "--release", "-p", "asymlink-live"], cwd=ROOT, check=True)
+    return box_binary()
+
+
+@pytest.fixture
+def lab(box_bin: Path):
+    reason = can_run_labs()
+    if reason:
+        pytest.skip(f"live tests need root and network namespaces: {reason}")
+    lab = Lab.up()
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+def _wait_file(p: Path, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not p.exists():
+        assert time.monotonic() < deadline, f"{p} did not appear"
+        time.sleep(0.02)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- configuration refused before any device is touched ----------------------------------
+
+
+def test_bad_configuration_is_refused_with_the_key(box_bin: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "box.toml"
+    cfg.write_text('[interfaces]\na = "al-none0"\nb = "al-none1"\n'
+                   '[to_b]\nqdisc = { kind = "prio", bands = [{ classes = ["nope"] }] }\n')
+    r = subprocess.run([str(box_bin), "--config", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "to_b." in r.stderr and "nope" in r.stderr
+    cfg.write_text('[interfaces]\na = "al-none0"\nb = "al-none1"\n[stats]\n'
+                   'prometheus = "0.0.0.0:9464"\n')
+    r = subprocess.run([str(box_bin), "--config", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 2 and "stats.prometheus" in r.stderr and "loopback" in r.stderr
+
+
+def test_check_and_missing_device(box_bin: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "box.toml"
+    cfg.write_text('[interfaces]\na = "al-none0"\nb = "al-none1"\n')
+    r = subprocess.run([str(box_bin), "--config", str(cfg), "--check"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(box_bin), "--config", str(cfg)], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 1
+    assert "al-none0" in r.stderr
+
+
+def test_cli_box_check(box_bin: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "box.toml"
+    cfg.write_text('[interfaces]\na = "x0"\nb = "x1"\n[emulation.to_b]\nloss = 2.0\n')
+    from click.testing import CliRunner
+
+    from asymlink.cli import cli
+
+    res = CliRunner().invoke(cli, ["box", "--config", str(cfg), "--check"])
+    assert res.exit_code == 2, res.output
+    assert "emulation.to_b.loss" in res.output
+
+
+# --- real TCP through the box ---------------------------------------------------------------
+
+
+def test_real_tcp_stats_pcap_and_privileges(lab: Lab, tmp_path: Path) -> None:
+    port = _free_port()
+    box = start_box(lab, {"seed": 3, "stats": {"prometheus": f"127.0.0.1:{port}"},
+                          "emulation": {"to_b": {"rate": "50Mbit", "delay": "2ms"}}},
+                    capture_dir=tmp_path)
+    status = Path(f"/proc/{box.proc.pid}/status").read_text()
+    uid = [ln for ln in status.splitlines() if ln.startswith("Uid:")][0].split()
+    cap = [ln for ln in status.splitlines() if ln.startswith("CapEff:")][0].split()[1]
+    assert uid[1:] == ["65534"] * 4, status
+    assert int(cap, 16) == 0, "no capabilities after the devices are open"
+    gbps = transfer(lab, 2.0)
+    assert 0.02 < gbps <= 0.051, f"50 Mbit/s emulated link, got {gbps * 1e3:.1f} Mbit/s"
+    time.sleep(0.2)
+    live = box.stats()
+    assert live["directions"]["to_b"]["sent"] > 1000
+    # The endpoint listens on the loopback of the box's (router) namespace.
+    url = f"http://127.0.0.1:{port}/metrics"
+    fetch = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=5).read().decode())"
+    body = subprocess.run(lab.exec_argv("router", [sys.executable, "-c", fetch]),
+                          capture_output=True, text=True, check=True).stdout
+    assert 'asymlink_sent_total{dir="to_b"}' in body
+    assert "asymlink_qdisc_dequeued_total" in body
+    final = box.stop()
+    for d, v in final["directions"].items():
+        assert v["received"] == v["sent"] + sum(v["discarded"].values()) + v["held"], d
+    assert final["directions"]["to_b"]["link"]["delivered"] > 1000
+    for name in ("to_a.pcap", "to_b.pcap"):
+        data = (tmp_path / name).read_bytes()
+        magic, _, _, _, _, snaplen, linktype = struct.unpack("<IHHiIII", data[:24])
+        assert magic == 0xA1B23C4D, "nanosecond pcap"
+        assert linktype == 1, "Ethernet"
+        assert len(data) > 24 + 16 * 100
+    assert final["captures"]["to_b"]["packets"] == final["directions"]["to_b"]["sent"]
+
+
+UDP_SINK = textwrap.dedent("""
+    import socket, sys, time, json
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
+    s.bind(("0.0.0.0", int(sys.argv[1])))
+    s.settimeout(0.5)
+    open(sys.argv[3], "w").close()
+    got = []
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:
+        try:
+            got.append(int(s.recv(2048)[:8]))
+        except socket.timeout:
+            pass
+    print(json.dumps(got))
+""")
+
+UDP_BURST = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i in range(int(sys.argv[3])):
+        s.sendto(b"%08d" % i + b"x" * 1000, (sys.argv[1], int(sys.argv[2])))
+""")
+
+
+def test_sighup_reload_keeps_queued_packets(lab: Lab, tmp_path: Path) -> None:
+    """200 datagrams wait in a 100 kbit/s shaper; SIGHUP replaces it with a plain FIFO:
+    every datagram arrives, in order, and none is counted as discarded."""
+    slow = {"seed": 1, "to_b": {"qdisc": {"kind": "tbf", "rate": "100kbit", "limit": "500p"}}}
+    box = start_box(lab, slow)
+    ready = tmp_path / "sink.ready"
+    (tmp_path / "sink.py").write_text(UDP_SINK)
+    (tmp_path / "burst.py").write_text(UDP_BURST)
+    tmp_path.chmod(0o755)
+    sink = subprocess.Popen(lab.exec_argv("server", [sys.executable, str(tmp_path / "sink.py"),
+                                                     "7001", "6", str(ready)]),
+                            stdout=subprocess.PIPE, text=True)
+    _wait_file(ready)
+    # Resolve the server's MAC first: while ARP is pending, the client's kernel keeps
+    # only a few datagrams (neighbour queue) and would drop the start of the burst.
+    subprocess.run(lab.exec_argv("client", [sys.executable, str(tmp_path / "burst.py"),
+                                            lab.addr("server"), "7002", "1"]), check=True)
+    time.sleep(0.5)
+    subprocess.run(lab.exec_argv("client", [sys.executable, str(tmp_path / "burst.py"),
+                                            lab.addr("server"), "7001", "200"]), check=True)
+    time.sleep(1.0)
+    held = box.stats()["directions"]["to_b"]["qdisc"]["backlog_packets"]
+    assert held > 150, f"the shaper holds the burst ({held})"
+    box.reload({**_cfg(box), "to_b": {"qdisc": {"kind": "fifo", "limit": "1000p"}}})
+    out, _ = sink.communicate(timeout=20)
+    got = json.loads(out)
+    assert got == list(range(200)), "all datagrams, in order"
+    final = box.stop()
+    assert final["reloads"] == 1
+    assert final["directions"]["to_b"]["discarded"] == {}
+    assert "reloaded" in box.log.read_text()
+
+
+def _cfg(box) -> dict:
+    import tomllib
+
+    return tomllib.loads(box.config.read_text())
+
+
+def _eth(payload: bytes, ethertype: int = 0x0800) -> bytes:
+    dst, src = bytes.fromhex("020000000002"), bytes.fromhex("020000000001")
+    return dst + src + struct.pack("!H", ethertype) + payload
+
+
+def _ipv4_tcp(doff: int = 5, ihl: int = 5, total: int | None = None, opts: bytes = b"") -> bytes:
+    tcp = struct.pack("!HHIIBBHHH", 40000, 5001, 1, 0, (doff << 4), 0x10, 1000, 0, 0) + opts
+    ip_len = total if total is not None else 20 + len(tcp)
+    ip = struct.pack("!BBHHHBBH4s4s", (4 << 4) | ihl, 0, ip_len, 7, 0, 64, 6, 0,
+                     bytes([198, 18, 0, 1]), bytes([198, 18, 0, 2]))
+    return ip + tcp
+
+
+HOSTILE = {
+    "bad_ihl": _eth(_ipv4_tcp(ihl=15)),
+    "bad_data_offset": _eth(_ipv4_tcp(doff=15)),
+    "options_overrun": _eth(_ipv4_tcp(doff=6, opts=bytes([8, 40, 0, 0]))),
+    "truncated": _eth(_ipv4_tcp(total=900)),
+    "zero_total_length": _eth(_ipv4_tcp(total=0)),
+    "bad_version": _eth(b"\x75" + _ipv4_tcp()[1:]),
+    "ipv6_ext_truncated": _eth(bytes([0x60, 0, 0, 0, 0, 8, 0, 64]) + bytes(32)
+                               + bytes([6, 0, 1, 4, 0, 0, 0, 0]), 0x86DD),
+    "non_ip": _eth(bytes(46), 0x88B5),
+}
+
+RAW_SEND = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind(("eth0", 0))
+    for hexframe in sys.argv[1:]:
+        s.send(bytes.fromhex(hexframe))
+""")
+
+RAW_RECV = textwrap.dedent("""
+    import socket, sys, time, json
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+    s.bind(("eth0", 0))
+    s.settimeout(0.3)
+    open(sys.argv[2], "w").close()
+    got = []
+    end = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < end:
+        try:
+            f, addr = s.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if addr[2] != socket.PACKET_OUTGOING and f[:6] == bytes.fromhex("020000000002"):
+            got.append(f.hex())
+    print(json.dumps(got))
+""")
+
+
+def test_hostile_frames_cross_untouched_and_are_counted(lab: Lab, tmp_path: Path) -> None:
+    box = start_box(lab, {"seed": 1, "rewrite": [{"kind": "set_dscp", "dscp": 46}]})
+    (tmp_path / "send.py").write_text(RAW_SEND)
+    (tmp_path / "recv.py").write_text(RAW_RECV)
+    ready = tmp_path / "recv.ready"
+    rx = subprocess.Popen(lab.exec_argv("server", [sys.executable, str(tmp_path / "recv.py"),
+                                                   "3", str(ready)]),
+                          stdout=subprocess.PIPE, text=True)
+    _wait_file(ready)
+    frames = [f.ljust(60, b"\0") if len(f) < 60 else f for f in HOSTILE.values()]
+    subprocess.run(lab.exec_argv("client", [sys.executable, str(tmp_path / "send.py"),
+                                            *[f.hex() for f in frames]]), check=True)
+    out, _ = rx.communicate(timeout=10)
+    got = [bytes.fromhex(h) for h in json.loads(out)]
+    for name, f in zip(HOSTILE, frames, strict=True):
+        assert f in got, f"{name} arrived untouched"
+    st = box.stats()
+    u = st["directions"]["to_b"]["unparsed"]
+    malformed = u["bad_ip"] + u["bad_transport"] + u["bad_tcp_options"]
+    assert malformed == len(HOSTILE) - 1 and u["non_ip"] >= 1, u
+    # Still forwarding real traffic afterwards.
+    assert transfer(lab, 1.0) > 0.001
+    box.stop()
+
+
+def test_tun_pair_carries_real_tcp(lab: Lab, box_bin: Path, tmp_path: Path) -> None:
+    """TUN mode: the box creates two TUN devices in the client namespace; one is moved
+    to the server namespace (its file descriptor stays with the box), so every packet
+    between 198.19.0.1 and 198.19.0.2 crosses the box as raw IP."""
+    tmp_path.chmod(0o755)
+    cfg = tmp_path / "tun.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        seed = 1
+        [interfaces]
+        kind = "tun"
+        a = "al-tun-a"
+        b = "al-tun-b"
+        [emulation.to_b]
+        rate = "30Mbit"
+        [stats]
+        file = "{tmp_path / 'final.json'}"
+        [capture]
+        dir = "{tmp_path}"
+        to_b = "to_b.pcap"
+        """))
+    cfg.chmod(0o644)
+    ready = tmp_path / "ready"
+    log = open(tmp_path / "box.log", "wb")  # noqa: SIM115 (closed in finally)
+    box = subprocess.Popen(lab.exec_argv("client", [str(box_bin), "--config", str(cfg),
+                                                    "--ready-file", str(ready)]),
+                           stdout=log, stderr=log)
+    try:
+        _wait_file(ready)
+
+        def ip(ns: str, *args: str) -> None:
+            subprocess.run(["ip", "-n", ns, *args], check=True)
+
+        subprocess.run(["ip", "-n", lab.client, "link", "set", "dev", "al-tun-b", "netns",
+                        lab.server], check=True)
+        ip(lab.client, "addr", "add", "198.19.0.1/24", "dev", "al-tun-a")
+        ip(lab.server, "addr", "add", "198.19.0.2/24", "dev", "al-tun-b")
+        ip(lab.server, "link", "set", "dev", "al-tun-b", "up")
+        from asymlink.lab.scenario import TRAFFIC
+
+        sink_ready = tmp_path / "sink.ready"
+        report = tmp_path / "sink.json"
+        sink = subprocess.Popen(lab.exec_argv("server", [
+            sys.executable, TRAFFIC, "sink", "--port", "6001", "--seconds", "5",
+            "--ready", str(sink_ready), "--report", str(report), "--t0", "0"]))
+        _wait_file(sink_ready)
+        subprocess.run(lab.exec_argv("client", [
+            sys.executable, TRAFFIC, "send", "--to", "198.19.0.2", "--port", "6001",
+            "--stop", "2"]), check=True, timeout=30)
+        sink.terminate()
+        sink.wait(10)
+        got = json.loads(report.read_text())["bytes"]
+        assert got * 8 / 2 > 5e6, f"{got} bytes in 2 s over a 30 Mbit/s emulated TUN link"
+        assert got * 8 / 2 < 31e6
+    finally:
+        box.terminate()
+        box.wait(10)
+        log.close()
+    assert box.returncode == 0, (tmp_path / "box.log").read_text()
+    final = json.loads((tmp_path / "final.json").read_text())
+    assert final["directions"]["to_b"]["sent"] > 1000
+    assert final["directions"]["to_b"]["unparsed"]["runt"] == 0
+    data = (tmp_path / "to_b.pcap").read_bytes()
+    assert struct.unpack("<I", data[20:24])[0] == 101, "LINKTYPE_RAW"
