@@ -87,6 +87,9 @@ pub(crate) struct LinkDir {
     /// wait behind the transmitter, so an idle link costs no event per packet; an event
     /// whose time differs from this is stale and ignored.
     pub txdone_at: Option<u64>,
+    /// The discipline wants a `dequeue` call each time the transmitter frees up, even with
+    /// nothing queued (`Qdisc::wants_idle_dequeue`).
+    pub idle_dequeue: bool,
     pub wire: VecDeque<(u64, SimPacket)>,
     pub wake_at: Option<Instant>,
     pub tx_packets: u64,
@@ -287,6 +290,7 @@ impl World {
                     source: Source::Own(egress),
                     busy_until: 0,
                     txdone_at: None,
+                    idle_dequeue: false,
                     wire: VecDeque::new(),
                     wake_at: None,
                     tx_packets: 0,
@@ -335,6 +339,12 @@ impl World {
                 dirs: [to_b, to_a],
                 sched: None,
             });
+        }
+        for d in dirs.iter_mut() {
+            d.idle_dequeue = match &d.source {
+                Source::Own(e) => e.qdisc().wants_idle_dequeue(),
+                Source::Mb(m, md) => mbs[*m as usize].mb.egress(*md).qdisc().wants_idle_dequeue(),
+            };
         }
         // Static routes: BFS from every host over the link graph (hop count, ties broken
         // by link order), giving each router its next hop toward each host.
@@ -669,11 +679,13 @@ impl World {
         }
         let dir = &mut self.dirs[d as usize];
         dir.busy_until = done;
-        // Wake the transmitter when it is free only if something is waiting behind it.
-        let waiting = match &dir.source {
-            Source::Own(e) => e.qdisc().backlog().packets > 0,
-            Source::Mb(m, md) => self.mbs[*m as usize].mb.backlog(*md).packets > 0,
-        };
+        // Wake the transmitter when it is free only if something is waiting behind it, or
+        // if the discipline wants to see the link go idle.
+        let waiting = dir.idle_dequeue
+            || match &dir.source {
+                Source::Own(e) => e.qdisc().backlog().packets > 0,
+                Source::Mb(m, md) => self.mbs[*m as usize].mb.backlog(*md).packets > 0,
+            };
         if waiting && dir.txdone_at != Some(done) {
             dir.txdone_at = Some(done);
             self.schedule(Instant(done), Ev::TxDone(d));

@@ -7,10 +7,10 @@ its scenario files and `paper.toml` are package data under `scenarios/<id>/`. Se
 
 from asymlink.repro import (
     _selftest,  # noqa: F401  (registers the internal self-test)
-    ackdelay,  # noqa: F401  (ackdelay-satellite, -router)
+    ackdelay_router,  # noqa: F401  (ackdelay-router)
+    ackdelay_satellite,  # noqa: F401  (ackdelay-satellite)
     ackfilter,  # noqa: F401  (ackfilter-threshold, -delayed, -multi)
     adsl,  # noqa: F401  (adsl-problem, -linksharing, -ackfifo, -atm)
-)
 )
 from asymlink.repro.base import (
     Check,

@@ -987,6 +987,12 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Hfsc<P> {
             .collect()
     }
 
+    fn wants_idle_dequeue(&self) -> bool {
+        self.classes
+            .iter()
+            .any(|c| c.leaf.as_ref().is_some_and(|l| l.q.wants_idle_dequeue()))
+    }
+
     fn kind(&self) -> &'static str {
         "hfsc"
     }

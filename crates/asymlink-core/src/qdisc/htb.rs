@@ -671,6 +671,12 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             .collect()
     }
 
+    fn wants_idle_dequeue(&self) -> bool {
+        self.classes
+            .iter()
+            .any(|c| c.leaf.as_ref().is_some_and(|q| q.wants_idle_dequeue()))
+    }
+
     fn kind(&self) -> &'static str {
         "htb"
     }

@@ -14,6 +14,9 @@
 //!   a packet, "nothing before `t`" ([`Dequeued::NotBefore`], a shaper waiting for tokens)
 //!   or [`Dequeued::Empty`]. There is no peek: callers use [`Qdisc::backlog`] and
 //!   [`Qdisc::poll_at`].
+//!   Runtimes call it whenever the link can take a packet and the discipline holds
+//!   something; a discipline that must also see the link go idle says so with
+//!   [`Qdisc::wants_idle_dequeue`] and then gets a call each time the transmitter frees up.
 //! * [`Qdisc::poll_at`] is the earliest instant at which the answer of `dequeue` or the
 //!   discipline's internal state may change without a new packet (shaper tokens, ACK leak
 //!   timers); the runtime calls [`Qdisc::handle_timeout`] then.
@@ -502,6 +505,14 @@ pub trait Qdisc<P: Pkt>: Send {
     /// ACK shaper's delay-bound hits). Empty by default.
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+    /// Whether the discipline must be asked for a packet when the link becomes free even
+    /// if it holds nothing (to observe the link going idle, as the ACK filter's channel
+    /// estimators do). Runtimes always call `dequeue` when the link can take a packet
+    /// while the discipline has a backlog; when this returns true they also call it once
+    /// each time the transmitter frees up with nothing queued. Default: false.
+    fn wants_idle_dequeue(&self) -> bool {
+        false
     }
     /// A short name of the discipline kind ("fifo", "htb", ...).
     fn kind(&self) -> &'static str;

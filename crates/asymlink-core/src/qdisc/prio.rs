@@ -168,6 +168,10 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Prio<P> {
             .collect()
     }
 
+    fn wants_idle_dequeue(&self) -> bool {
+        self.bands.iter().any(|b| b.wants_idle_dequeue())
+    }
+
     fn kind(&self) -> &'static str {
         "prio"
     }

@@ -693,6 +693,10 @@ impl<P: Pkt + Send> Qdisc<P> for AckFilter<P> {
         &self.stats
     }
 
+    fn wants_idle_dequeue(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         "ack_filter"
     }
