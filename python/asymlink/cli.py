@@ -174,6 +174,80 @@ def validate_cmd(scenarios: tuple[Path, ...]) -> None:
         raise click.exceptions.Exit(USER_ERROR)
 
 
+# --- sweep -------------------------------------------------------------------------------
+
+
+@cli.command("sweep")
+@click.argument("spec_file", metavar="SPEC", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory (results.parquet, aggregate.parquet, figures/, cache/);"
+                   " required unless --check.")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Run on a Dask cluster (e.g. tcp://10.0.0.5:8786); needs asymlink[cluster].")
+@click.option("--workers", type=click.IntRange(min=1),
+              help="Local worker processes [default: one per core].")
+@click.option("--check", "check_only", is_flag=True,
+              help="Check the spec and every point, print the plan, run nothing.")
+@click.option("--fresh", is_flag=True, help="Ignore cached points (run everything again).")
+@click.option("--keep-runs", is_flag=True, help="Also keep every point's tables in DIR/runs/.")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Cache directory, e.g. shared by several sweeps [default: DIR/cache].")
+@click.option("--no-progress", is_flag=True, help="Do not show a progress bar.")
+def sweep_cmd(spec_file: Path, out_dir: Path | None, scheduler: str | None, workers: int | None,
+              check_only: bool, fresh: bool, keep_runs: bool, cache_dir: Path | None,
+              no_progress: bool) -> None:
+    """Run the grid or random sample of SPEC (a TOML sweep spec) over seeds.
+
+    Finished points are cached: an interrupted sweep continues where it stopped when the
+    same command runs again. See docs/sweeps.md."""
+    from asymlink.sweep import Cache, SweepError, SweepSpec, SweepSpecError, engine_fingerprint
+    from asymlink.sweep.run import CACHE_DIR, RESULTS_FILE
+
+    try:
+        spec = SweepSpec.from_file(spec_file)
+        plan = spec.plan(engine_fingerprint())
+    except SweepSpecError as e:
+        raise UserError(str(e)) from None
+    configs = len(spec.configurations)
+    head = (f"{len(plan)} points ({configs} configuration{'s' if configs != 1 else ''} × "
+            f"{len(spec.seeds)} seed{'s' if len(spec.seeds) != 1 else ''})")
+    if check_only:
+        click.echo(f"ok: {spec_file}: {head}, {len(spec.metrics)} metrics, "
+                   f"{len(spec.plots)} plots")
+        for p in plan[: len(spec.seeds) * 3 : len(spec.seeds)]:
+            click.echo(f"  configuration {p.config}: {p.describe().rsplit(', seed=', 1)[0]}")
+        if configs > 3:
+            click.echo(f"  ... ({configs - 3} more)")
+        return
+    if out_dir is None:
+        raise UserError("give --out DIR (or --check to run nothing)")
+    from asymlink.sweep import run_sweep
+
+    try:
+        result = run_sweep(spec, out_dir, scheduler=scheduler, workers=workers, fresh=fresh,
+                           keep_runs=keep_runs, cache_dir=cache_dir, progress=not no_progress,
+                           plan=plan)
+    except SweepError as e:
+        raise UserError(str(e)) from None
+    except KeyboardInterrupt:
+        cache = Cache(cache_dir or out_dir / CACHE_DIR)
+        done = sum(cache.path(p.key).is_file() for p in plan)
+        click.echo(f"interrupted: {done} of {len(plan)} points are cached; run the same "
+                   "command again to continue", err=True)
+        raise click.exceptions.Exit(130) from None
+    click.echo(f"{head}: {result.cached} cached, {result.ran} run, {result.failed} failed "
+               f"in {result.wall_s:.1f} s ({result.executor})")
+    click.echo(f"results: {out_dir / RESULTS_FILE}")
+    for f in result.figures:
+        click.echo(f"figure: {f}")
+    for w in result.warnings:
+        click.echo(f"warning: {w}", err=True)
+    if result.failed:
+        click.echo(f"Error: {result.failed} points failed (see {out_dir / 'summary.md'})",
+                   err=True)
+        raise click.exceptions.Exit(1)
+
+
 # --- bench -------------------------------------------------------------------------------
 
 
