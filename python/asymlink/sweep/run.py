@@ -158,7 +158,7 @@ def make_executor(scheduler: str | None, workers: int | None) -> Iterator[tuple[
         raise SweepError("--scheduler needs Dask distributed: pip install 'asymlink[cluster]'"
                          ) from None
     try:
-        client = Client(scheduler, timeout="20s")
+        client = Client(scheduler)   # timeout: dask's distributed.comm.timeouts.connect
     except (OSError, TimeoutError) as e:
         raise SweepError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
     try:

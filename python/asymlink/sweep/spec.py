@@ -415,8 +415,9 @@ def _parse(doc: Mapping[str, Any], text: str, origin: str, base_dir: Path) -> Sw
         parameters.extend(random_parameters)
 
     seen: dict[str, str] = {}
+    configured = base.with_overrides(overrides) if overrides else base
     for p in parameters:
-        _check_key(p.key, base, origin)
+        _check_key(p.key, configured, origin)
         if p.key in seen:
             raise SweepSpecError(f"{origin}: {p.key} is swept twice")
         if p.key in overrides:
@@ -569,7 +570,8 @@ def _check_key(key: str, base: Scenario, origin: str) -> None:
                                      ", not a table or array")
         base.with_overrides({key: base.get(key) if _exists(base, key) else 0})
     except ScenarioError as e:
-        raise SweepSpecError(f"{origin}: {key}: not in the base scenario: {e}") from None
+        raise SweepSpecError(f"{origin}: {key}: not in the base scenario (add the table in "
+                             f"overrides first): {e}") from None
 
 
 def _exists(base: Scenario, key: str) -> bool:
