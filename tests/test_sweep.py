@@ -54,7 +54,9 @@ def test_grid_crossed_with_seeds_in_order(spec_dir: Path) -> None:
     points = plan(spec_dir, HEAD + """
 [grid]
 "links.1.to_a.rate" = ["256kbit", "512kbit", "1Mbit"]
-"links.1.to_a.queue" = { values = [{ kind = "fifo", limit = "10p" }, { kind = "fifo", limit = "50p" }], labels = ["short", "long"] }
+[grid."links.1.to_a.queue"]
+values = [{ kind = "fifo", limit = "10p" }, { kind = "fifo", limit = "50p" }]
+labels = ["short", "long"]
 """ + METRIC)
     assert len(points) == 3 * 2 * 2
     assert [(p.config, p.seed) for p in points[:4]] == [(0, 1), (0, 2), (1, 1), (1, 2)]
@@ -70,8 +72,14 @@ def test_units_ranges_and_zip(spec_dir: Path) -> None:
     spec = load(spec_dir, HEAD + """
 overrides = { "links.1.to_a.queue" = { kind = "fifo", limit = "100p" } }
 [grid]
-"links.1.to_a.queue.limit" = { min = 10, max = 1000, count = 3, log = true, integer = true, unit = "p" }
 "links.1.delay" = { values = [5, 12.5], unit = "ms" }
+[grid."links.1.to_a.queue.limit"]
+min = 10
+max = 1000
+count = 3
+log = true
+integer = true
+unit = "p"
 [[zip]]
 "links.0.rate" = ["10Mbit", "100Mbit"]
 "links.0.delay" = ["1ms", "2ms"]
@@ -179,7 +187,8 @@ BAD = [
     ('base = "tiny.toml"\n[grid]\n"nodes.0.name.x" = [1]', "nodes.0.name is a str"),
     ('base = "tiny.toml"\n[grid]\n"links.1.rate" = []', "empty list of values"),
     ('base = "tiny.toml"\n[grid]\nseed = [1, 2]', "use `seeds`"),
-    ('base = "tiny.toml"\noverrides = { "links.1.rate" = "1Mbit" }\n[grid]\n"links.1.rate" = ["2Mbit"]',
+    ('base = "tiny.toml"\noverrides = { "links.1.rate" = "1Mbit" }\n'
+     '[grid]\n"links.1.rate" = ["2Mbit"]',
      "both swept and in overrides"),
     ('base = "tiny.toml"\n[grid]\n"links.1.rate" = ["1Mbit"]\n[[zip]]\n"links.1.rate" = ["2Mbit"]',
      "links.1.rate is swept twice"),
@@ -192,11 +201,13 @@ BAD = [
      "min must be < max"),
     ('base = "tiny.toml"\n[grid]\n"links.1.rate" = { min = 1, max = 2, count = 5, integer = true }',
      "rounding makes values equal"),
-    ('base = "tiny.toml"\n[grid]\n"links.1.delay" = { min = 0, max = 2, count = 5, log = true, unit = "ms" }',
+    ('base = "tiny.toml"\n[grid]\n"links.1.delay" = '
+     '{ min = 0, max = 2, count = 5, log = true, unit = "ms" }',
      "a log range needs min > 0"),
     ('base = "tiny.toml"\n[[zip]]\n"links.0.rate" = ["1Mbit"]\n"links.1.rate" = ["1Mbit", "2Mbit"]',
      "the lists must have equal lengths"),
-    ('base = "tiny.toml"\n[random]\nsamples = 0\n[random.params]\n"links.1.rate" = { choices = [1] }',
+    ('base = "tiny.toml"\n[random]\nsamples = 0\n[random.params]\n'
+     '"links.1.rate" = { choices = [1] }',
      "random.samples: must be >= 1"),
     ('base = "tiny.toml"\n[random]\nsamples = 2', "name at least one key to sample"),
     ('base = "tiny.toml"\n[random]\nsamples = 2\n[random.params]\n"links.1.delay" = { min = 1 }',
@@ -253,7 +264,8 @@ def test_bad_specs_are_named_before_anything_runs(spec_dir: Path, text: str,
 def test_plot_ambiguity_resolved_by_hue_or_where(spec_dir: Path) -> None:
     grid = HEAD + '[grid]\n"links.1.rate" = ["1Mbit", "2Mbit"]\n"links.1.delay" = ["1ms", "2ms"]\n'
     metric = '[[metrics]]\nname = "m"\ntable = "meta"\ncolumn = "events"\n'
-    load(spec_dir, grid + metric + '[[plots]]\nx = "links.1.rate"\ny = "m"\nhue = "links.1.delay"\n')
+    load(spec_dir, grid + metric + '[[plots]]\nx = "links.1.rate"\ny = "m"\n'
+         'hue = "links.1.delay"\n')
     load(spec_dir, grid + metric + '[[plots]]\nx = "links.1.rate"\ny = "m"\n'
          'where = { "links.1.delay" = "2ms" }\n')
     with pytest.raises(SweepSpecError, match="is not one of its values"):
@@ -295,7 +307,8 @@ def test_aggregate_across_seeds() -> None:
     assert agg["p"].tolist() == [5, 7]
     assert agg["m_mean"].tolist() == [2.0, 10.0]
     assert agg["m_n"].tolist() == [3, 2]
-    assert agg["m_ci_high"][0] - agg["m_ci_low"][0] == pytest.approx(2 * 4.302653 / math.sqrt(3), rel=1e-5)
+    width = agg["m_ci_high"][0] - agg["m_ci_low"][0]
+    assert width == pytest.approx(2 * 4.302653 / math.sqrt(3), rel=1e-5)
     assert agg["m_ci_low"][1] == agg["m_ci_high"][1] == 10.0
 
 

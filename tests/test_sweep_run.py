@@ -33,11 +33,23 @@ SPEC = """\
 name = "tiny-grid"
 base = "tiny.toml"
 seeds = [1, 2, 3]
-overrides = {{ duration = "{duration}", "links.1.loss" = 0.02, "links.1.to_a.queue" = {{ kind = "fifo", limit = "100p" }} }}
 
-[grid]
-"links.1.to_a.rate" = {{ min = 128, max = 1024, count = 10, log = true, integer = true, unit = "kbit" }}
-"links.1.to_a.queue.limit" = {{ values = [2, 3, 4, 6, 8, 12, 16, 24, 32, 64], unit = "p" }}
+[overrides]
+duration = "{duration}"
+"links.1.loss" = 0.02
+"links.1.to_a.queue" = {{ kind = "fifo", limit = "100p" }}
+
+[grid."links.1.to_a.rate"]
+min = 128
+max = 1024
+count = 10
+log = true
+integer = true
+unit = "kbit"
+
+[grid."links.1.to_a.queue.limit"]
+values = [2, 3, 4, 6, 8, 12, 16, 24, 32, 64]
+unit = "p"
 
 [[metrics]]
 name = "down_bps"
@@ -201,7 +213,7 @@ def test_cache_survives_renamed_metrics_and_reruns_for_new_ones(
     small = 'seeds = [1]\n'
     spec_path = write_spec(tmp_path, scenario_toml)
     text = spec_path.read_text().replace("seeds = [1, 2, 3]\n", small)
-    text = text.replace('count = 10, log', 'count = 2, log')
+    text = text.replace("count = 10\n", "count = 2\n")
     spec_path.write_text(text)
     first = run_sweep(SweepSpec.from_file(spec_path), tmp_path / "out", workers=1)
     assert first.ran == 20
@@ -233,7 +245,7 @@ def test_any_executor(tmp_path: Path, scenario_toml: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     spec_path = write_spec(tmp_path, scenario_toml)
-    spec_path.write_text(spec_path.read_text().replace("count = 10, log", "count = 2, log"))
+    spec_path.write_text(spec_path.read_text().replace("count = 10\n", "count = 2\n"))
     with ThreadPoolExecutor(2) as ex:
         result = run_sweep(SweepSpec.from_file(spec_path), tmp_path / "out", executor=ex)
     assert result.ran == 60 and result.executor == "ThreadPoolExecutor"
