@@ -443,14 +443,22 @@ def lab_list_cmd() -> None:
 
 
 @cli.command("reproduce")
-@click.argument("entry_id", metavar="ID|all", required=False)
+@click.argument("entry_ids", metavar="ID...|all", nargs=-1)
 @click.option("--list", "list_only", is_flag=True, help="List the catalog.")
 @click.option("--quick", is_flag=True, help="Shorter runs, same qualitative outcome.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Output directory (with `all`: one subdirectory per entry).")
-def reproduce_cmd(entry_id: str | None, list_only: bool, quick: bool,
-                  out_dir: Path | None) -> None:
-    """Reproduce a paper's result (ID), or every catalog entry (all)."""
+              help="Output directory (with `all` or several IDs: one subdirectory per entry "
+                   "and the HTML report, index.html).")
+@click.option("--no-report", is_flag=True,
+              help="With `all` or several IDs: do not write the HTML report.")
+def reproduce_cmd(entry_ids: tuple[str, ...], list_only: bool, quick: bool,
+                  out_dir: Path | None, no_report: bool) -> None:
+    """Reproduce a paper's result (ID), several (ID ID ...), or the whole catalog (all).
+
+    With `all` or several IDs each entry goes to DIR/ID and DIR/index.html is a static
+    HTML report of them all (paper vs measured, match or mismatch, notes, figures,
+    runtimes). An entry that fails is reported and the others still run; the exit status
+    is then 1. A mismatch is a result, not an error."""
     from asymlink import repro
 
     if list_only:
@@ -460,19 +468,46 @@ def reproduce_cmd(entry_id: str | None, list_only: bool, quick: bool,
         else:
             click.echo("no reproductions registered yet")
         return
-    if entry_id is None or out_dir is None:
-        raise UserError("give an ID (or `all`) and --out DIR, or use --list")
-    if entry_id == "all":
-        targets = [(e, out_dir / e.id) for e in repro.entries()]
+    if not entry_ids or out_dir is None:
+        raise UserError("give an ID (several, or `all`) and --out DIR, or use --list")
+    if "all" in entry_ids:
+        if len(entry_ids) > 1:
+            raise UserError("give `all` alone, or a list of IDs")
+        entries = repro.entries()
+        if not entries:
+            click.echo("no reproductions registered yet")
+            return
     else:
         try:
-            targets = [(repro.get(entry_id), out_dir)]
+            entries = [repro.get(i) for i in dict.fromkeys(entry_ids)]
         except KeyError as e:
             raise UserError(e.args[0]) from None
-    for entry, directory in targets:
-        _print_report(repro.reproduce(entry, directory, quick=quick))
-    if not targets:
-        click.echo("no reproductions registered yet")
+    if len(entries) == 1 and entry_ids != ("all",):
+        _print_report(repro.reproduce(entries[0], out_dir, quick=quick))
+        return
+    import time
+
+    from asymlink.report_html import outcome_of, write_report
+
+    start = time.perf_counter()
+    outcomes = []
+    for entry in entries:
+        outcome = outcome_of(entry, out_dir / entry.id, quick)
+        outcomes.append(outcome)
+        if outcome.report is not None:
+            _print_report(outcome.report)
+        else:
+            last = outcome.error.strip().splitlines()[-1]
+            click.echo(f"Error: {entry.id} failed after {outcome.wall_s:.1f} s: {last}", err=True)
+    failed = [o.entry.id for o in outcomes if o.report is None]
+    total = time.perf_counter() - start
+    if not no_report:
+        index = write_report(outcomes, out_dir, quick, total)
+        click.echo(f"report: {index}")
+    click.echo(f"{len(outcomes)} entries in {total:.1f} s"
+               + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if failed:
+        raise click.exceptions.Exit(1)
 
 
 def _print_report(report: Report) -> None:
