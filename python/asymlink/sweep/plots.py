@@ -12,9 +12,18 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from asymlink.sweep.spec import Parameter, Plot, SweepSpec
 from asymlink.sweep.stats import mean_ci
+
+
+def _log_axis(axis: Any, set_scale: Any) -> None:
+    """A log scale labelled 1, 2, 5, 10, 20, ... in plain numbers."""
+    set_scale("log")
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def sweep_figures(spec: SweepSpec, data: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -84,17 +93,17 @@ def draw(spec: SweepSpec, plot: Plot, data: pd.DataFrame, path: Path) -> Path:
     ax.set_xlabel(plot.xlabel or (f"{plot.x} ({xp.unit})" if xp.unit else plot.x))
     ax.set_ylabel(plot.ylabel or plot.y)
     seeds = len(spec.seeds)
-    ax.set_title(plot.title or f"{spec.name}: {plot.y} (mean of {seeds} seed"
-                 f"{'s' if seeds != 1 else ''}, {plot.ci:.0%} CI)")
+    what = "one seed" if seeds == 1 else f"mean of {seeds} seeds, {plot.ci:.0%} CI"
+    ax.set_title(plot.title or f"{spec.name}: {plot.y} ({what})")
     if categories is None:
         if plot.logx:
-            ax.set_xscale("log")
+            _log_axis(ax.xaxis, ax.set_xscale)
         ticks = sorted({float(v) for v in data[plot.x]})
         if 1 < len(ticks) <= 12:
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-            ax.minorticks_off()
+            ax.xaxis.set_minor_locator(NullLocator())
     if plot.logy:
-        ax.set_yscale("log")
+        _log_axis(ax.yaxis, ax.set_yscale)
     if plot.hue:
         hue_unit = params[plot.hue].unit
         ax.legend(title=f"{plot.hue} ({hue_unit})" if hue_unit else plot.hue, fontsize="small")
