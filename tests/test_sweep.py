@@ -334,6 +334,8 @@ def test_extract(results: Any) -> None:
     assert math.isnan(m(table="flows", column="cwnd_bytes", where={"flow": "none"}))
     assert m(table="flows", column="cwnd_bytes", where={"flow": "none"}, agg="count") == 0
     assert m(table="meta", column="events") == 1234
+    assert m(table="meta", column="events", scale=1e-3) == pytest.approx(1.234)
+    assert m(table="flows", column="cwnd_bytes", agg="count", scale=2.0) == 16
     assert math.isnan(m(table="measurements", column="value"))
 
 

@@ -362,7 +362,7 @@ def _sweep_json(result: SweepResult, engine: str) -> dict[str, Any]:
                        for p in spec.parameters],
         "metrics": [{"name": m.name, "table": m.table, "column": m.column, "agg": m.agg,
                      "where": {k: list(v) for k, v in m.where}, "t_min": m.t_min,
-                     "t_max": m.t_max} for m in spec.metrics],
+                     "t_max": m.t_max, "scale": m.scale} for m in spec.metrics],
         "ci": spec.ci,
         "cached": result.cached,
         "ran": result.ran,

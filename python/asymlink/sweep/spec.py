@@ -101,7 +101,8 @@ class Parameter:
 @dataclass(frozen=True)
 class Metric:
     """A number extracted from each point's results: `agg` over the rows of `table`
-    that match `where` (and lie in [t_min, t_max] for time series), of `column`."""
+    that match `where` (and lie in [t_min, t_max] for time series), of `column`, times
+    `scale` (e.g. 1e-6 for bit/s to Mbit/s)."""
 
     name: str
     table: str
@@ -110,13 +111,14 @@ class Metric:
     where: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     t_min: float | None = None
     t_max: float | None = None
+    scale: float = 1.0
 
     @cached_property
     def fingerprint(self) -> str:
         """A hash of the definition without its name: the cache stores values by it."""
         doc = {"table": self.table, "column": self.column, "agg": self.agg,
                "where": [[k, list(v)] for k, v in self.where],
-               "t_min": self.t_min, "t_max": self.t_max}
+               "t_min": self.t_min, "t_max": self.t_max, "scale": self.scale}
         return hashlib.sha256(_canonical_json(doc).encode()).hexdigest()[:16]
 
 
@@ -682,7 +684,8 @@ def _metrics(value: Any, origin: str, parameter_keys: set[str]) -> tuple[Metric,
     for i, item in enumerate(value):
         where = f"{origin}: metrics[{i}]"
         table = _table(item, where)
-        _only(table, {"name", "table", "column", "agg", "where", "t_min", "t_max"}, where)
+        _only(table, {"name", "table", "column", "agg", "where", "t_min", "t_max", "scale"},
+              where)
         for k in ("name", "table", "column"):
             if k not in table:
                 raise SweepSpecError(f"{where}: {k} is required")
@@ -714,8 +717,9 @@ def _metrics(value: Any, origin: str, parameter_keys: set[str]) -> tuple[Metric,
         t_max = _number(table["t_max"], f"{where}.t_max") if "t_max" in table else None
         if tname == "meta" and (conditions or t_min is not None or t_max is not None):
             raise SweepSpecError(f"{where}: meta has one row: no where, t_min or t_max")
+        scale = _number(table.get("scale", 1.0), f"{where}.scale")
         out.append(Metric(name, tname, _string(table["column"], f"{where}.column"), agg,
-                          tuple(conditions), t_min, t_max))
+                          tuple(conditions), t_min, t_max, scale))
     return tuple(out)
 
 

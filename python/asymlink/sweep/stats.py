@@ -19,7 +19,13 @@ from asymlink.sweep.spec import Metric
 
 
 def extract(metric: Metric, tables: Mapping[str, pd.DataFrame], meta: Mapping[str, Any]) -> float:
-    """The value of `metric` for one run: NaN when it selects no rows (0 for `count`)."""
+    """The value of `metric` for one run: NaN when it selects no rows (0 for `count`).
+    Every aggregation but `count` is multiplied by the metric's `scale`."""
+    value = _extract(metric, tables, meta)
+    return value if metric.agg == "count" else value * metric.scale
+
+
+def _extract(metric: Metric, tables: Mapping[str, pd.DataFrame], meta: Mapping[str, Any]) -> float:
     if metric.table == "meta":
         return float(meta[metric.column])
     df = tables.get(metric.table)
