@@ -294,6 +294,9 @@ def test_cli_missing_spec_and_out(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text('base = "showcase"\n')
     code, _, err = invoke("sweep", str(tmp_path / "s.toml"))
     assert code == 2 and "give --out DIR" in err
+    code, _, err = invoke("sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o"),
+                          "--workers", "2", "--scheduler", "tcp://127.0.0.1:9")
+    assert code == 2 and "not both" in err
 
 
 def test_cli_unreachable_scheduler(tmp_path: Path) -> None:

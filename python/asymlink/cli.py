@@ -203,6 +203,9 @@ def sweep_cmd(spec_file: Path, out_dir: Path | None, scheduler: str | None, work
     from asymlink.sweep import Cache, SweepError, SweepSpec, SweepSpecError, engine_fingerprint
     from asymlink.sweep.run import CACHE_DIR, RESULTS_FILE
 
+    if scheduler is not None and workers is not None:
+        raise UserError("give --workers (local processes) or --scheduler (a Dask cluster), "
+                        "not both")
     try:
         spec = SweepSpec.from_file(spec_file)
         plan = spec.plan(engine_fingerprint())
