@@ -158,7 +158,7 @@ def make_executor(scheduler: str | None, workers: int | None) -> Iterator[tuple[
         raise SweepError("--scheduler needs Dask distributed: pip install 'asymlink[cluster]'"
                          ) from None
     try:
-        client = Client(scheduler)   # timeout: dask's distributed.comm.timeouts.connect
+        client = Client(scheduler)   # timeout: dask's distributed.comm.timeouts.connect  # type: ignore[no-untyped-call]
     except (OSError, TimeoutError) as e:
         raise SweepError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
     try:
@@ -167,9 +167,9 @@ def make_executor(scheduler: str | None, workers: int | None) -> Iterator[tuple[
         except TimeoutError:
             raise SweepError(f"the Dask scheduler at {scheduler} has no workers") from None
         n = len(client.scheduler_info(n_workers=-1)["workers"])
-        yield client.get_executor(), f"Dask at {scheduler} ({n} worker{'s' if n != 1 else ''})"
+        yield client.get_executor(), f"Dask at {scheduler} ({n} worker{'s' if n != 1 else ''})"  # type: ignore[no-untyped-call]
     finally:
-        client.close()
+        client.close()  # type: ignore[no-untyped-call]
 
 
 # --- the sweep ----------------------------------------------------------------------------------
