@@ -158,7 +158,8 @@ def make_executor(scheduler: str | None, workers: int | None) -> Iterator[tuple[
         raise SweepError("--scheduler needs Dask distributed: pip install 'asymlink[cluster]'"
                          ) from None
     try:
-        client = Client(scheduler)   # timeout: dask's distributed.comm.timeouts.connect  # type: ignore[no-untyped-call]
+        # the connect timeout is dask's distributed.comm.timeouts.connect
+        client = Client(scheduler)  # type: ignore[no-untyped-call]
     except (OSError, TimeoutError) as e:
         raise SweepError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
     try:
@@ -167,7 +168,8 @@ def make_executor(scheduler: str | None, workers: int | None) -> Iterator[tuple[
         except TimeoutError:
             raise SweepError(f"the Dask scheduler at {scheduler} has no workers") from None
         n = len(client.scheduler_info(n_workers=-1)["workers"])
-        yield client.get_executor(), f"Dask at {scheduler} ({n} worker{'s' if n != 1 else ''})"  # type: ignore[no-untyped-call]
+        executor = client.get_executor()  # type: ignore[no-untyped-call]
+        yield executor, f"Dask at {scheduler} ({n} worker{'s' if n != 1 else ''})"
     finally:
         client.close()  # type: ignore[no-untyped-call]
 
