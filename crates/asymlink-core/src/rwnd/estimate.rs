@@ -92,6 +92,10 @@ mod tests {
             t += Duration::from_millis(90);
             r.handle_arrival(t, 1_000);
         }
-        assert_eq!(r.bytes_per_sec(), Some(fast), "a slower train does not lower it");
+        assert_eq!(
+            r.bytes_per_sec(),
+            Some(fast),
+            "a slower train does not lower it"
+        );
     }
 }

@@ -77,6 +77,8 @@ pub struct Policy<K: Ord + Copy> {
     idle_check: Option<Instant>,
     now: Instant,
     stats: PolicyStats,
+    /// Whether data sent while nothing arrives starts a request/response RTT sample.
+    response_samples: bool,
 }
 
 impl<K: Ord + Copy> Policy<K> {
@@ -96,7 +98,16 @@ impl<K: Ord + Copy> Policy<K> {
             idle_check: None,
             now: Instant::ZERO,
             stats: PolicyStats::default(),
+            response_samples: true,
         }
+    }
+
+    /// The same policy taking RTT samples only from [`Policy::handle_rtt_sample`]: for an
+    /// observer that does not see the whole request/response path (a middlebox sees a
+    /// request leave and its response arrive, but not the leg to the receiver and back).
+    pub fn without_response_samples(mut self) -> Policy<K> {
+        self.response_samples = false;
+        self
     }
 
     /// The parameters.
@@ -187,7 +198,7 @@ impl<K: Ord + Copy> Policy<K> {
         let quiet = f
             .last_data
             .is_none_or(|d| now.saturating_since(d) >= f.base_rtt.unwrap_or(Duration::ZERO));
-        if f.probe.is_none() && quiet {
+        if self.response_samples && f.probe.is_none() && quiet {
             f.probe = Some(now);
         }
         self.reclassify(id);

@@ -145,7 +145,9 @@ impl WindowRewriter {
             toward,
             max_flows: p.max_flows,
             flow_timeout: p.flow_timeout,
-            policy: Policy::from_params(p),
+            // A box sees a request leave and its response come back without the leg
+            // between the box and the receiver: such samples would understate BaseRTT.
+            policy: Policy::from_params(p).without_response_samples(),
             flows: BTreeMap::new(),
             sweep_at: None,
             counters: RewriteCounters::default(),
@@ -191,7 +193,13 @@ impl WindowRewriter {
         }
     }
 
-    fn track(&mut self, now: Instant, key: FlowKey, receiver_opened: bool, guess_ports: (u16, u16)) {
+    fn track(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        receiver_opened: bool,
+        guess_ports: (u16, u16),
+    ) {
         self.make_room(now);
         self.flows.insert(key, BoxFlow::new(now, receiver_opened));
         let guess = self.policy.guess_ports(guess_ports.0, guess_ports.1);
@@ -274,9 +282,10 @@ impl WindowRewriter {
         }
         // Never above what the receiver advertised; rounded up to the scale's unit (so
         // still at most the receiver's field).
-        let field = w.min(orig).div_ceil(unit);
-        if orig > want && want.div_ceil(unit) * unit - want >= mss as u64 {
-            // The scale's unit cannot express the allocation within one MSS.
+        let bound = w.min(orig);
+        let field = bound.div_ceil(unit);
+        if (field << shift) - bound >= mss as u64 {
+            // The scale's unit cannot express the allocation within one MSS: rounded up.
             self.counters.mss_inexpressible += 1;
         }
         let f = self.flows.get_mut(&key).expect("tracked");
@@ -304,11 +313,7 @@ impl WindowRewriter {
         for k in stale {
             self.forget(now, k);
         }
-        self.sweep_at = self
-            .flows
-            .values()
-            .map(|f| f.last_seen + timeout)
-            .min();
+        self.sweep_at = self.flows.values().map(|f| f.last_seen + timeout).min();
     }
 }
 
