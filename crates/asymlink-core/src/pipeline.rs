@@ -229,7 +229,7 @@ pub enum RewriterConfig {
         receivers: String,
         /// The policy's parameters.
         #[serde(default)]
-        policy: crate::rwnd::RwndConfig,
+        policy: Box<crate::rwnd::RwndConfig>,
     },
 }
 

@@ -17,8 +17,10 @@ fn policy(toml: &str) -> Policy<u32> {
 
 /// The classic scenario's modem: 28.8 kbit/s = 3600 B/s, access queue of 20 packets.
 fn modem() -> Policy<u32> {
-    policy(r#"link_rate = "28.8kbit"
-              access_queue = "20p""#)
+    policy(
+        r#"link_rate = "28.8kbit"
+              access_queue = "20p""#,
+    )
 }
 
 /// `n` full segments on `flow` at `t`.
@@ -40,13 +42,25 @@ fn flows_start_interactive_and_become_short_then_long_bulk() {
     p.handle_open(ms(0), 1, None);
     assert_eq!(class(&p, 1), FlowClass::Interactive);
     p.handle_data(ms(10), 1, 1_999);
-    assert_eq!(class(&p, 1), FlowClass::Interactive, "below Rcv_short (2 KB)");
+    assert_eq!(
+        class(&p, 1),
+        FlowClass::Interactive,
+        "below Rcv_short (2 KB)"
+    );
     p.handle_data(ms(20), 1, 1);
-    assert_eq!(class(&p, 1), FlowClass::ShortBulk, "2 KB since the last send");
+    assert_eq!(
+        class(&p, 1),
+        FlowClass::ShortBulk,
+        "2 KB since the last send"
+    );
     p.handle_data(ms(30), 1, 5_999);
     assert_eq!(class(&p, 1), FlowClass::ShortBulk);
     p.handle_data(ms(40), 1, 1);
-    assert_eq!(class(&p, 1), FlowClass::LongBulk, "8 KB since the last send");
+    assert_eq!(
+        class(&p, 1),
+        FlowClass::LongBulk,
+        "8 KB since the last send"
+    );
     // Pure ACKs are not "sending": the count goes on.
     p.handle_send(ms(50), 1, 0);
     assert_eq!(class(&p, 1), FlowClass::LongBulk);
@@ -66,9 +80,17 @@ fn ports_give_the_first_guess_then_behaviour_decides() {
     p.handle_open(ms(0), 1, g);
     assert_eq!(class(&p, 1), FlowClass::LongBulk);
     p.handle_data(ms(10), 1, 3_000);
-    assert_eq!(class(&p, 1), FlowClass::LongBulk, "a 3 KB start does not demote it");
+    assert_eq!(
+        class(&p, 1),
+        FlowClass::LongBulk,
+        "a 3 KB start does not demote it"
+    );
     p.handle_send(ms(20), 1, 10);
-    assert_eq!(class(&p, 1), FlowClass::Interactive, "it sends: behaviour from now on");
+    assert_eq!(
+        class(&p, 1),
+        FlowClass::Interactive,
+        "it sends: behaviour from now on"
+    );
     // telnet (port 23): interactive, and a telnet session that receives 8 KB (a `cat`)
     // becomes long bulk like any other flow (§IV-C.4).
     let g = p.guess_ports(23, 40_002);
@@ -152,8 +174,10 @@ fn eq1_with_the_target_queue_of_each_case() {
 #[test]
 fn two_transfers_share_the_loss_target() {
     // receiver-loss: 512 kbit/s = 64 000 B/s, BaseRTT 44 ms: 2816 B; QLength_Loss 6 × 536.
-    let mut p = policy(r#"link_rate = "512kbit"
-                          qlength_loss = "6p""#);
+    let mut p = policy(
+        r#"link_rate = "512kbit"
+                          qlength_loss = "6p""#,
+    );
     for f in [1, 2] {
         p.handle_open(ms(0), f, None);
         p.handle_rtt_sample(ms(44), f, Duration::from_millis(44));
@@ -167,8 +191,10 @@ fn two_transfers_share_the_loss_target() {
 #[test]
 fn qlength_loss_applies_when_it_is_smaller_than_the_delay_budget() {
     // 8 Mbit/s: 0.4 s is 400 KB, far more than half a 20-packet queue.
-    let mut p = policy(r#"link_rate = "8Mbit"
-                          access_queue = "20p""#);
+    let mut p = policy(
+        r#"link_rate = "8Mbit"
+                          access_queue = "20p""#,
+    );
     p.handle_open(ms(0), 1, Some(FlowClass::LongBulk));
     p.handle_open(ms(0), 2, None); // interactive
     p.handle_rtt_sample(ms(0), 1, Duration::from_millis(10));
@@ -177,12 +203,18 @@ fn qlength_loss_applies_when_it_is_smaller_than_the_delay_budget() {
 
 #[test]
 fn never_below_one_mss() {
-    let mut p = policy(r#"link_rate = "1kbit"
-                          qlength_loss = "100B""#);
+    let mut p = policy(
+        r#"link_rate = "1kbit"
+                          qlength_loss = "100B""#,
+    );
     p.handle_open(ms(0), 1, Some(FlowClass::LongBulk));
     p.handle_rtt_sample(ms(0), 1, Duration::from_millis(10));
     assert_eq!(p.target(1), Some(MSS as u64));
-    assert_eq!(p.window(ms(1), 1, 1_460), 1_460, "the MSS the caller gives counts");
+    assert_eq!(
+        p.window(ms(1), 1, 1_460),
+        1_460,
+        "the MSS the caller gives counts"
+    );
 }
 
 #[test]
@@ -224,16 +256,25 @@ fn base_rtt_is_the_smallest_sample_and_responses_give_samples() {
     p.handle_rtt_sample(ms(700), 1, Duration::from_millis(700));
     p.handle_rtt_sample(ms(900), 1, Duration::from_millis(300));
     p.handle_rtt_sample(ms(950), 1, Duration::from_millis(400));
-    assert_eq!(p.flow(1).unwrap().base_rtt, Some(Duration::from_millis(300)));
+    assert_eq!(
+        p.flow(1).unwrap().base_rtt,
+        Some(Duration::from_millis(300))
+    );
     // A keystroke sent while nothing arrives; its echo 170 ms later is a sample.
     p.handle_send(ms(5_000), 1, 1);
     p.handle_data(ms(5_170), 1, 1);
-    assert_eq!(p.flow(1).unwrap().base_rtt, Some(Duration::from_millis(170)));
+    assert_eq!(
+        p.flow(1).unwrap().base_rtt,
+        Some(Duration::from_millis(170))
+    );
     // Data sent while a response is still streaming in gives no sample.
     p.handle_data(ms(6_000), 1, MSS);
     p.handle_send(ms(6_010), 1, 1);
     p.handle_data(ms(6_020), 1, MSS);
-    assert_eq!(p.flow(1).unwrap().base_rtt, Some(Duration::from_millis(170)));
+    assert_eq!(
+        p.flow(1).unwrap().base_rtt,
+        Some(Duration::from_millis(170))
+    );
     assert_eq!(p.min_rtt(), Some(Duration::from_millis(170)));
 }
 
