@@ -119,7 +119,8 @@ def _run_telnet(out_dir: Path, quick: bool) -> dict[str, Any]:
                 "classic-managed",
                 out_dir,
                 quick,
-                {"nodes.0.rwnd_policy.qlength_delay": budget},
+                # a smaller budget may slow the download beyond the 90 s run
+                {"nodes.0.rwnd_policy.qlength_delay": budget, "duration": "300s"},
                 label=f"classic-managed-qdelay-{budget}",
             )
             for key, value in _telnet_metrics(results, 240_000, 0.0).items():
@@ -202,7 +203,10 @@ def _run_web(out_dir: Path, quick: bool) -> dict[str, Any]:
         for parallel in (2, 6):
             for arm in ("default", "managed"):
                 results = WEB.run_scenario(
-                    arm, out_dir, quick, {"flows.1.app.parallel": parallel},
+                    arm,
+                    out_dir,
+                    quick,
+                    {"flows.1.app.parallel": parallel, "duration": "500s"},
                     label=f"{arm}-parallel-{parallel}",
                 )
                 metrics.setdefault("sensitivity", {}).setdefault(f"parallel_{parallel}", {})[
