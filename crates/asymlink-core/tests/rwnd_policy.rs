@@ -276,6 +276,17 @@ fn base_rtt_is_the_smallest_sample_and_responses_give_samples() {
         Some(Duration::from_millis(170))
     );
     assert_eq!(p.min_rtt(), Some(Duration::from_millis(170)));
+    // An observer that does not see the whole request/response path (a middlebox) takes
+    // samples only from handshakes.
+    let mut p = modem().without_response_samples();
+    p.handle_open(ms(0), 1, None);
+    p.handle_rtt_sample(ms(300), 1, Duration::from_millis(300));
+    p.handle_send(ms(5_000), 1, 1);
+    p.handle_data(ms(5_170), 1, 1);
+    assert_eq!(
+        p.flow(1).unwrap().base_rtt,
+        Some(Duration::from_millis(300))
+    );
 }
 
 #[test]
