@@ -247,7 +247,10 @@ mod tests {
                 c.on_ack(Instant::ZERO, 1000, Some(Duration::from_millis(rtt_ms)));
             }
             let grown = (c.cwnd - 20_000) as f64 / 1000.0;
-            assert!((grown - g).abs() <= 0.2 * g.max(1.0), "rtt {rtt_ms}: {grown} vs {g}");
+            assert!(
+                (grown - g).abs() <= 0.2 * g.max(1.0),
+                "rtt {rtt_ms}: {grown} vs {g}"
+            );
         }
         // Never more than one MSS per ACK, however large g is.
         let mut cfg = TcpConfig::profile("paper").unwrap();

@@ -112,9 +112,10 @@ impl CaIncrease {
             CaIncrease::AggregateFair { rtt_av } if rtt_av.0.is_zero() => {
                 err("rtt_av", "must be positive")
             }
-            CaIncrease::ConstantRate { a } if !(a > 0.0 && a.is_finite()) => {
-                err("a", "must be a positive number (segments per second squared)")
-            }
+            CaIncrease::ConstantRate { a } if !(a > 0.0 && a.is_finite()) => err(
+                "a",
+                "must be a positive number (segments per second squared)",
+            ),
             CaIncrease::IncreaseByK { k, .. } if !(k > 0.0 && k <= 1000.0) => {
                 err("k", "must be in (0, 1000] segments per RTT")
             }
@@ -434,8 +435,8 @@ mod tests {
             let s: TcpSpec = v.get("t").unwrap().clone().try_into().unwrap();
             s.resolve("paper")
         };
-        let c = t("t = { ca_increase = { kind = \"aggregate_fair\", rtt_av = \"300ms\" } }")
-            .unwrap();
+        let c =
+            t("t = { ca_increase = { kind = \"aggregate_fair\", rtt_av = \"300ms\" } }").unwrap();
         let g = |ms: u64| c.ca_increase.gain(Some(Duration::from_millis(ms)));
         assert!((g(300) - 1.0).abs() < 1e-12);
         assert!((g(600) - 4.0).abs() < 1e-12);
@@ -443,8 +444,9 @@ mod tests {
         assert_eq!(c.ca_increase.gain(None), 1.0);
         let c = t("t = { ca_increase = { kind = \"constant_rate\", a = 100.0 } }").unwrap();
         assert!((c.ca_increase.gain(Some(Duration::from_millis(200))) - 4.0).abs() < 1e-12);
-        let c = t("t = { ca_increase = { kind = \"increase_by_k\", k = 4.0, min_rtt = \"100ms\" } }")
-            .unwrap();
+        let c =
+            t("t = { ca_increase = { kind = \"increase_by_k\", k = 4.0, min_rtt = \"100ms\" } }")
+                .unwrap();
         assert_eq!(c.ca_increase.gain(Some(Duration::from_millis(50))), 1.0);
         assert_eq!(c.ca_increase.gain(Some(Duration::from_millis(300))), 4.0);
         let e = t("t = { ca_increase = { kind = \"constant_rate\", a = -1.0 } }").unwrap_err();
