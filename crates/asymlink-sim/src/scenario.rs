@@ -87,6 +87,9 @@ pub struct NodeSpec {
     /// Address (hosts; assigned from 10.0.0.0/8 if absent).
     #[serde(default)]
     pub addr: Option<IpAddr>,
+    /// Aggregate rate control at this host's TCP output (see `docs/aggregates.md`).
+    #[serde(default)]
+    pub conditioner: Option<asymlink_core::aggregate::ControllerConfig>,
 }
 
 /// Per-direction link settings (all optional; they override the link-wide ones).
@@ -790,6 +793,18 @@ impl Spec {
             }
             if n.kind == NodeKind::Router && n.addr.is_some() {
                 return err(format!("nodes[{i}].addr"), "routers have no address here");
+            }
+            if let Some(c) = &n.conditioner {
+                if n.kind == NodeKind::Router {
+                    return err(
+                        format!("nodes[{i}].conditioner"),
+                        "a conditioner acts at a host's TCP output; routers have none",
+                    );
+                }
+                c.validate().map_err(|e| SpecError {
+                    key: format!("nodes[{i}].conditioner.{}", e.key),
+                    msg: e.msg,
+                })?;
             }
         }
         let node = |name: &str, key: String| -> Result<usize, SpecError> {
