@@ -310,8 +310,14 @@ impl<P: Pkt + Send> Qdisc<P> for Ered<P> {
         } else {
             self.counters.unmarked_arrivals += 1;
         }
-        // The average, from the instantaneous queue this packet finds.
+        // The average, from the instantaneous queue this packet finds. An idle queue stays
+        // idle until a packet is admitted: a packet dropped on arrival must not end the
+        // idle period (the average would then never decay again and every later arrival
+        // would be dropped).
         self.decay(now);
+        if self.q.is_empty() {
+            self.idle_since = Some(now);
+        }
         let b = self.stats.backlog;
         let q = if self.bytes {
             b.bytes
@@ -342,6 +348,7 @@ impl<P: Pkt + Send> Qdisc<P> for Ered<P> {
             drops.reject(pkt, DropReason::Aqm);
             return;
         }
+        self.idle_since = None;
         self.q.push_back(pkt);
         self.stats.on_enqueue(len);
     }
@@ -472,6 +479,37 @@ mod tests {
         // avg * (3/4)^10 = avg * 0.056.
         q.enqueue(ms(40), data(99, 1000), &mut d);
         assert!(q.avg() <= high / 10, "{} vs {high}", q.avg());
+        check(&q);
+    }
+
+    #[test]
+    fn drops_on_an_empty_queue_do_not_stop_the_idle_decay() {
+        // Drive the average above max_th (no gentle region: every arrival is dropped
+        // there), empty the queue, then offer a packet every second: each is dropped while
+        // the average is high, but the idle time keeps decaying it (250 packet times per
+        // second at 1 Mbit/s: x 0.61) and a later one is admitted.
+        let mut q = ered("limit = \"1000p\"\ngentle = false");
+        let mut d = Drops::new();
+        for i in 0..1000 {
+            q.enqueue(ms(0), data(i, 1000), &mut d);
+        }
+        let high = q.avg();
+        assert!(high > 15, "{high}");
+        drain(&mut q, ms(0));
+        let before = q.stats().enqueued;
+        let mut admitted = None;
+        for k in 0..20u64 {
+            q.enqueue(ms(1000 * k), data(2000 + k as u32, 1000), &mut d);
+            if q.stats().enqueued > before {
+                admitted = Some(k);
+                break;
+            }
+        }
+        assert!(
+            matches!(admitted, Some(k) if k >= 1),
+            "{admitted:?}, avg {}",
+            q.avg()
+        );
         check(&q);
     }
 
