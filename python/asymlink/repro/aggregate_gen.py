@@ -17,7 +17,10 @@ from pathlib import Path
 
 HERE = Path(__file__).parent / "scenarios"
 
-PAPER = 'Mehra, Tewari & Kandlur, "Design Considerations for Rate Control of Aggregated TCP\n# Connections" (NOSSDAV 1999)'
+PAPER = (
+    'Mehra, Tewari & Kandlur, "Design Considerations for Rate Control of Aggregated TCP\n'
+    '# Connections" (NOSSDAV 1999)'
+)
 
 #: Client link one-way delays: 2 * (1 + 4 + d) ms = 50, 300, 600 ms of propagation RTT.
 CLIENT_DELAYS_MS = (20, 145, 295)
@@ -79,7 +82,10 @@ REF_DELAY = "153333us"  # 2 * (1 + 4 + 153.333) ms = 316.67 ms
 
 
 def _topology(rates: tuple[int, int, int], client_queue: str, extra_clients: int = 0) -> str:
-    nodes = ['[[nodes]]\nname = "edge"\nkind = "router"', '[[nodes]]\nname = "isp"\nkind = "router"']
+    nodes = [
+        '[[nodes]]\nname = "edge"\nkind = "router"',
+        '[[nodes]]\nname = "isp"\nkind = "router"',
+    ]
     nodes += [f'[[nodes]]\nname = "client{i + 1}"' for i in range(3)]
     nodes += [f'[[nodes]]\nname = "ref{i + 1}"' for i in range(extra_clients)]
     links = [
@@ -134,10 +140,11 @@ def _flows(tcp: list[str] | None = None, names: tuple[str, ...] = ("conn1", "con
 def _diagram(rates: tuple[int, int, int], queue: str, client_note: str) -> str:
     r = [f"{x} kbit/s" for x in rates]
     return f"""\
-#                                                        +--c1 {r[0]:>11}, 20 ms--> client1  RTT  50 ms
-#  server ==lan== edge ===access=== isp -----------------+--c2 {r[1]:>11}, 145 ms-> client2  RTT 300 ms
-#  10.0.0.1       10 Mbit/s, 1 ms    1 Mbit/s, 4 ms       +--c3 {r[2]:>11}, 295 ms-> client3  RTT 600 ms
-#                 ERED 50p (min 5p, max 15p, max_p 0.1, marked 1.5x less likely dropped)
+#                                       +--c1 {r[0]:>11}, 20 ms--> client1  RTT  50 ms
+#  server ==lan== edge ===access=== isp +--c2 {r[1]:>11}, 145 ms-> client2  RTT 300 ms
+#  10.0.0.1   10 Mbit/s   1 Mbit/s      +--c3 {r[2]:>11}, 295 ms-> client3  RTT 600 ms
+#             1 ms        4 ms, ERED 50p (min 5p, max 15p, max_p 0.1,
+#                         marked 1.5x less likely dropped)
 #                 client links: {queue}{client_note}
 #  ACKs return over the same links (1000-packet FIFOs). Endless downloads, `paper` TCP
 #  (NewReno, 1000-byte segments + 40 header bytes, an ACK per segment, IW 1, RTO min 1 s).
@@ -184,25 +191,31 @@ def shaping(scheme: str, links: str) -> str:
     )
 
 
+#: The packet captures the policing entry adds when it runs (a dotted-path override of
+#: `monitor.capture`): the first 40 bytes of every packet toward each client, to count
+#: the marked (compliant) bytes. Not in the files, which then run without `--out`.
+CAPTURES = [
+    {"link": f"c{i}", "dir": "to_b", "file": f"c{i}.pcap", "snaplen": 40} for i in (1, 2, 3)
+]
+
+
 def policing(scheme: str, links: str) -> str:
     rates = LINK_RATES[links]
     what = (
         "No conditioning: every packet unmarked (the reference)."
         if POLICING_SCHEMES[scheme] is None
         else "The server polices the aggregate of its connections (all traffic from 10.0.0.1)\n"
-        "# with <B 40 KB, r_m 500 kbit/s, no peak limit, L_m 1040 B> at its TCP output: in-profile\n"
-        "# packets are marked DSCP 10 (AF11), the rest go unmarked;\n"
+        "# with <B 40 KB, r_m 500 kbit/s, no peak limit, L_m 1040 B> at its TCP output:\n"
+        "# in-profile packets are marked DSCP 10 (AF11), the rest go unmarked;\n"
         f"# {SCHEME_TEXT[scheme]}."
     )
     head = (
         f'# aggregate-policing: "{scheme}", {links} client links.\n# {PAPER}, §4.2.\n'
         "#\n"
-        + _diagram(rates, "drop-tail 20p", "; captured (40 bytes) toward each client")
+        + _diagram(rates, "drop-tail 20p", "")
         + f"#\n# {what}\n"
-    )
-    captures = "".join(
-        f'\n[[monitor.capture]]\nlink = "c{i}"\ndir = "to_b"\nfile = "c{i}.pcap"\nsnaplen = 40\n'
-        for i in (1, 2, 3)
+        + "# `asymlink reproduce` adds 40-byte captures toward each client (CAPTURES) to count\n"
+        + "# the marked bytes.\n"
     )
     return (
         head
@@ -210,7 +223,6 @@ def policing(scheme: str, links: str) -> str:
         + f'description = "aggregate policing and marking: {scheme}, {links} client links"\n'
         + 'duration = "200s"\nseed = 1\ntcp = "paper"\n\n'
         + MONITOR
-        + captures
         + '\n[[nodes]]\nname = "server"\naddr = "10.0.0.1"\n'
         + _conditioner(POLICING_SCHEMES[scheme], '{ kind = "police_mark", dscp = 10 }')
         + "\n"
@@ -224,15 +236,15 @@ def window(rule: str, versus: bool) -> str:
     inc = WINDOW_RULES[rule]
     tcp = None if inc is None else [f'{{ profile = "paper", ca_increase = {inc} }}'] * 3
     refs = 3 if versus else 0
-    diagram = f"""\
-#                                                        +--c1 10 Mbit/s, 20 ms----> client1  RTT  50 ms
-#  server ==lan== edge ===access=== isp -----------------+--c2 10 Mbit/s, 145 ms---> client2  RTT 300 ms
-#  10.0.0.1       10 Mbit/s, 1 ms    1 Mbit/s, 4 ms       +--c3 10 Mbit/s, 295 ms---> client3  RTT 600 ms
-#                 RED 50p (min 5p, max 15p, max_p 0.1)
+    diagram = """\
+#                                       +--c1 10 Mbit/s, 20 ms----> client1  RTT  50 ms
+#  server ==lan== edge ===access=== isp +--c2 10 Mbit/s, 145 ms---> client2  RTT 300 ms
+#  10.0.0.1   10 Mbit/s   1 Mbit/s      +--c3 10 Mbit/s, 295 ms---> client3  RTT 600 ms
+#             1 ms        4 ms, RED 50p (min 5p, max 15p, max_p 0.1)
 """
     if versus:
         diagram += (
-            "#                                          (isp) +--r1..r3 10 Mbit/s, 153.3 ms--> "
+            "#                                 (isp) +--r1..r3 10 Mbit/s, 153.3 ms--> "
             "ref1..3  RTT 316.7 ms\n"
         )
     diagram += (
