@@ -307,9 +307,9 @@ impl Controller {
     /// configuration order). Nothing is appended when no service is due at `now`.
     pub fn poll_wake(&mut self, now: Instant, out: &mut Vec<ConnKey>) {
         let now = self.clock(now);
-        let tick_due = self
-            .timer
-            .is_some_and(|d| now.0 % dur_ns(d).max(1) == 0 && self.served_tick != Some(now));
+        let tick_due = self.timer.is_some_and(|d| {
+            now.0.is_multiple_of(dur_ns(d).max(1)) && self.served_tick != Some(now)
+        });
         for a in self.policies.iter_mut() {
             a.advance(now);
         }

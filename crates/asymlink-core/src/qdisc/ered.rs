@@ -251,12 +251,12 @@ impl<P: Pkt> Ered<P> {
         let mut acc: u128 = P_ONE as u128;
         while m > 0 && acc > 0 {
             if m & 1 == 1 {
-                acc = acc * base >> 32;
+                acc = (acc * base) >> 32;
             }
-            base = base * base >> 32;
+            base = (base * base) >> 32;
             m >>= 1;
         }
-        self.avg = self.avg * acc >> 32;
+        self.avg = (self.avg * acc) >> 32;
     }
 
     /// The drop probability (1/2^32) of an arriving packet under the current average.
@@ -286,7 +286,7 @@ impl<P: Pkt> Ered<P> {
             }
         } else if self.gentle && avg < 2 * self.max_fp {
             self.count += 1;
-            let over = (avg - self.max_fp) as u128 * (P_ONE - self.max_p) as u128 / self.max_fp;
+            let over = (avg - self.max_fp) * (P_ONE - self.max_p) as u128 / self.max_fp;
             self.max_p + over as u64
         } else {
             self.count = 0;
