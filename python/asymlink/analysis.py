@@ -77,3 +77,47 @@ def jain_index(values: Sequence[float] | np.ndarray | pd.Series) -> float:
     if np.any(x < 0):
         raise ValueError("Jain's index is defined for non-negative values")
     return float(x.sum() ** 2 / (x.size * (x**2).sum()))
+
+
+def max_min_shares(
+    capacity: float, limits: Sequence[float] | np.ndarray | pd.Series
+) -> np.ndarray:
+    """Max-min fair shares of `capacity` among flows that can each use at most
+    `limits[i]` (e.g. their own access link; `inf` for none): water-filling, so that "if
+    any connection uses an amount less than its fair (i.e., equal) share, the unused amount
+    is shared equally among the remaining connections" (Mehra, Tewari & Kandlur §2.2,
+    s_i = min(S, ŝ_i)). The shares sum to min(capacity, sum of limits). `ValueError` for a
+    negative capacity or limit."""
+    lim = np.asarray(limits, dtype=float)
+    if capacity < 0 or np.any(lim < 0):
+        raise ValueError("capacity and limits must be non-negative")
+    shares = np.zeros(lim.size)
+    left, open_ = float(capacity), np.ones(lim.size, dtype=bool)
+    while open_.any() and left > 1e-12 * max(capacity, 1.0):
+        fair = left / open_.sum()
+        capped = open_ & (lim - shares <= fair)
+        if not capped.any():
+            shares[open_] += fair
+            break
+        left -= float((lim[capped] - shares[capped]).sum())
+        shares[capped] = lim[capped]
+        open_ &= ~capped
+    return shares
+
+
+def max_min_fairness_index(
+    values: Sequence[float] | np.ndarray | pd.Series,
+    shares: Sequence[float] | np.ndarray | pd.Series,
+) -> float:
+    """The max-min-modified fairness index (Mehra, Tewari & Kandlur §2.2):
+    (sum R_i/s_i)^2 / (n * sum (R_i/s_i)^2), Jain's index of each throughput R_i taken
+    relative to its max-min fair share s_i (see `max_min_shares`). Equal to
+    `jain_index(values)` when the shares are equal. NaN for empty or all-zero input;
+    `ValueError` for mismatched lengths, a negative value or a non-positive share."""
+    x = np.asarray(values, dtype=float)
+    s = np.asarray(shares, dtype=float)
+    if x.shape != s.shape:
+        raise ValueError(f"{x.size} values but {s.size} shares")
+    if np.any(s <= 0):
+        raise ValueError("max-min shares must be positive")
+    return jain_index(x / s)

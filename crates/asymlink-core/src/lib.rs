@@ -21,6 +21,9 @@
 //!   schedulers HTB and HFSC (with link-layer accounting) and the ADSL ack class's queue.
 //! * **Classification** — [`classify`]: rules → classes, the ADSL paper's five-class
 //!   preset and its peer-to-peer host heuristic.
+//! * **Aggregate rate control** — [`aggregate`]: policies (filter, profile ⟨B, r_m, r_p,
+//!   L_m⟩, shape / police-and-mark / police-and-drop) over TCP connection aggregates, with
+//!   partitioned, common (sequential / FCFS / LRU) and logical-partition token sharing.
 //! * **Receiver windows** — [`rwnd`]: the receiver-based allocation policy (classes,
 //!   eq. (1), gentle growth) and advertised-window rewriting at a middlebox.
 //! * **The middlebox** — [`pipeline`]: per direction classify → rewrite → discipline, with
@@ -33,6 +36,7 @@
 //! calls; a decrease is treated as no time passing.
 
 pub mod ack;
+pub mod aggregate;
 pub mod checksum;
 pub mod classify;
 pub mod estimator;

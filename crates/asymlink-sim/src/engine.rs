@@ -231,10 +231,21 @@ impl World {
                             }
                         },
                     };
+                    let conditioner = match &n.conditioner {
+                        Some(cfg) => Some(Box::new(
+                            crate::conditioner::AggregateConditioner::new(cfg).map_err(|e| {
+                                (
+                                    format!("nodes[{}].conditioner.{}", nodes.len(), e.key),
+                                    e.msg,
+                                )
+                            })?,
+                        ) as Box<dyn Conditioner>),
+                        None => None,
+                    };
                     hosts.push(Host {
                         node: nodes.len() as NodeId,
                         conns: Vec::new(),
-                        conditioner: None,
+                        conditioner,
                         rwnd: n.rwnd_policy.as_ref().map(|c| {
                             Box::new(crate::rwnd::RwndHost::new(c).expect("validated"))
                                 as Box<dyn RwndPolicy>
@@ -568,7 +579,11 @@ impl World {
                     return;
                 }
                 self.hosts[h as usize].cond_at = None;
-                let conns = self.hosts[h as usize].conns.clone();
+                let mut conns = self.hosts[h as usize].conns.clone();
+                let now = self.now;
+                if let Some(c) = self.hosts[h as usize].conditioner.as_mut() {
+                    c.wake_order(now, &mut conns);
+                }
                 for c in conns {
                     self.conn_call(c, |x, now, io| x.wake(now, io));
                 }
@@ -869,7 +884,17 @@ impl World {
             .expect("every app has a flow")
     }
 
-    fn new_slot(&mut self, id: ConnId, host: u32, remote_node: NodeId, app: u32, primary: bool) {
+    #[allow(clippy::too_many_arguments)]
+    fn new_slot(
+        &mut self,
+        id: ConnId,
+        host: u32,
+        remote_node: NodeId,
+        app: u32,
+        primary: bool,
+        local: (IpAddr, u16),
+        remote: (IpAddr, u16),
+    ) {
         let idx = id as usize;
         while self.conns.len() <= idx {
             self.conns.push(ConnSlot {
@@ -901,7 +926,7 @@ impl World {
         self.hosts[host as usize].conns.push(id);
         let now = self.now;
         if let Some(c) = self.hosts[host as usize].conditioner.as_mut() {
-            c.on_open(now, id);
+            c.on_open_flow(now, id, local, remote);
         }
         self.conns[idx] = ConnSlot {
             conn: None,
@@ -920,12 +945,16 @@ impl World {
         let flow = self.flow_of_app(app);
         let cfg = self.flows[flow].tcp.clone();
         let iss = self.iss_rng.next_u64() as u32;
-        self.new_slot(id, h, p.src_node, app, false);
-        self.conns[id as usize].peer = p.src_conn;
         let local = (
             self.hosts[h as usize].addr,
             p.hdr.tcp_repr().map(|t| t.dst_port).unwrap_or(0),
         );
+        let remote = (
+            p.hdr.ip.src,
+            p.hdr.tcp_repr().map(|t| t.src_port).unwrap_or(0),
+        );
+        self.new_slot(id, h, p.src_node, app, false, local, remote);
+        self.conns[id as usize].peer = p.src_conn;
         let hdr = p.hdr;
         let mut made = None;
         self.with_io(h, |now, io| {
@@ -1015,6 +1044,9 @@ impl World {
                 rwnd: host.rwnd.as_deref_mut().map(|r| r as &mut dyn RwndPolicy),
             };
             f(conn, self.now, &mut io);
+            if let Some(c) = io.conditioner.take() {
+                c.on_activity(self.now, cid, conn.srtt());
+            }
         }
         self.pending_out.push((out, ev));
         self.flush_io(cid);
@@ -1161,7 +1193,7 @@ impl World {
                 };
                 let local = (self.hosts[h as usize].addr, port_local);
                 let remote = (self.hosts[th as usize].addr, port);
-                self.new_slot(conn, h, to as NodeId, app, primary);
+                self.new_slot(conn, h, to as NodeId, app, primary, local, remote);
                 self.hosts[h as usize]
                     .demux
                     .insert((remote.0, remote.1, local.1), conn);

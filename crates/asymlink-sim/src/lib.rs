@@ -5,6 +5,7 @@
 
 pub mod apps;
 pub mod bench;
+pub mod conditioner;
 mod engine;
 pub mod monitor;
 pub mod packet;

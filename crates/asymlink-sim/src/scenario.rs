@@ -90,6 +90,9 @@ pub struct NodeSpec {
     /// Receiver-based window policy of a host's connections (see `docs/receiver-windows.md`).
     #[serde(default)]
     pub rwnd_policy: Option<asymlink_core::rwnd::RwndConfig>,
+    /// Aggregate rate control at this host's TCP output (see `docs/aggregates.md`).
+    #[serde(default)]
+    pub conditioner: Option<asymlink_core::aggregate::ControllerConfig>,
 }
 
 /// Per-direction link settings (all optional; they override the link-wide ones).
@@ -805,6 +808,18 @@ impl Spec {
                 if let Err(e) = p.params() {
                     return err(format!("nodes[{i}].rwnd_policy.{}", e.key), e.msg);
                 }
+            }
+            if let Some(c) = &n.conditioner {
+                if n.kind == NodeKind::Router {
+                    return err(
+                        format!("nodes[{i}].conditioner"),
+                        "a conditioner acts at a host's TCP output; routers have none",
+                    );
+                }
+                c.validate().map_err(|e| SpecError {
+                    key: format!("nodes[{i}].conditioner.{}", e.key),
+                    msg: e.msg,
+                })?;
             }
         }
         let node = |name: &str, key: String| -> Result<usize, SpecError> {

@@ -3,7 +3,8 @@
 
 use super::{
     AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, AckShaper, AckShaperConfig, Drr, DrrConfig,
-    Fifo, FifoConfig, Hfsc, HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
+    Ered, EredConfig, Fifo, FifoConfig, Hfsc, HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc,
+    Tbf, TbfConfig,
 };
 use crate::packet::{ClassId, Pkt};
 use crate::units::{Limit, Rate};
@@ -34,6 +35,8 @@ pub enum QdiscConfig {
     AckFifo(AckFifoConfig),
     /// [`AckShaper`] (the reverse direction of a middlebox).
     AckShaper(AckShaperConfig),
+    /// [`Ered`]: RED with a lower drop probability for marked packets.
+    Ered(EredConfig),
 }
 
 impl Default for QdiscConfig {
@@ -134,6 +137,7 @@ impl QdiscConfig {
             QdiscConfig::Hfsc(c) => Box::new(Hfsc::new(c, ctx)?),
             QdiscConfig::AckFifo(c) => Box::new(AckFifo::new(c)?),
             QdiscConfig::AckShaper(c) => Box::new(AckShaper::new(c)?),
+            QdiscConfig::Ered(c) => Box::new(Ered::new(c, ctx.seed, ctx.link_rate)?),
         })
     }
 
@@ -146,6 +150,7 @@ impl QdiscConfig {
             QdiscConfig::Tbf(c) => Some(c.limit),
             QdiscConfig::AckFilter(c) => Some(c.limit),
             QdiscConfig::AckFifo(c) => Some(c.limit),
+            QdiscConfig::Ered(c) => Some(c.limit),
             // Classful and shaping disciplines bound their leaves, not the whole.
             QdiscConfig::Prio(_)
             | QdiscConfig::Htb(_)
@@ -192,6 +197,7 @@ impl QdiscConfig {
             QdiscConfig::Hfsc(_) => "hfsc",
             QdiscConfig::AckFifo(_) => "ack_fifo",
             QdiscConfig::AckShaper(_) => "ack_shaper",
+            QdiscConfig::Ered(_) => "ered",
         }
     }
 }
@@ -214,6 +220,7 @@ mod tests {
             "kind = \"hfsc\"\nclasses = [{ name = \"a\", ls = { m2 = \"1Mbit\" } }]",
             "kind = \"ack_fifo\"\nlimit = \"5p\"\ndrop = \"lowest_seq\"",
             "kind = \"ack_shaper\"\nthreshold = \"50KB\"\nleak = { kind = \"rate\" }",
+            "kind = \"ered\"\nmarked_factor = 2.0",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();
             let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();

@@ -42,6 +42,7 @@ pub mod ack_filter;
 mod ack_shaper;
 mod config;
 mod drr;
+mod ered;
 mod fifo;
 pub mod hfsc;
 pub mod htb;
@@ -54,6 +55,7 @@ pub use ack_shaper::{
 };
 pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
+pub use ered::{Ered, EredConfig, EredCounters};
 pub use fifo::{Fifo, FifoConfig};
 pub use hfsc::{Hfsc, HfscConfig};
 pub use htb::ack_fifo::{AckFifo, AckFifoConfig, AckFifoDrop};

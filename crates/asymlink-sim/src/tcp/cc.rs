@@ -3,6 +3,8 @@
 
 use super::config::{CaIncrease, CcAlgo, SsGrowth, TcpConfig};
 use asymlink_core::time::{Duration, Instant};
+#[cfg(test)]
+use asymlink_core::units::Span;
 
 /// CUBIC constants (RFC 9438 §4.1): C = 0.4, β = 0.7.
 const CUBIC_C: f64 = 0.4;
@@ -75,6 +77,27 @@ impl Cc {
         match (self.algo, self.increase) {
             (CcAlgo::Cubic, CaIncrease::Standard) => self.cubic_ack(now, acked, srtt),
             (_, CaIncrease::Standard) => self.reno_ack(acked),
+            (_, rule) => self.scaled_ack(acked, rule.gain(srtt)),
+        }
+    }
+
+    /// Congestion avoidance growing by `g` segments per RTT: g·MSS²/cwnd per ACK (in
+    /// thousandths of a segment, carried between ACKs), at most one MSS per ACK.
+    fn scaled_ack(&mut self, acked: u64, g: f64) {
+        let g_milli = (g * 1000.0).round().clamp(1.0, 1e9) as u64;
+        let per_ack = match self.growth {
+            SsGrowth::PerAck | SsGrowth::Rfc5681 => self.mss,
+            SsGrowth::ByteCounting => acked,
+        };
+        self.ca_acc += per_ack * self.mss * g_milli;
+        let unit = self.cwnd.max(1) * 1000;
+        let inc = self.ca_acc / unit;
+        if inc >= self.mss {
+            self.cwnd += self.mss;
+            self.ca_acc = 0;
+        } else if inc > 0 {
+            self.ca_acc -= inc * unit;
+            self.cwnd += inc;
         }
     }
 
@@ -207,6 +230,36 @@ mod tests {
         c.on_timeout(4_000);
         assert_eq!(c.ssthresh, 2_000);
         assert_eq!(c.cwnd, 1_000);
+    }
+
+    #[test]
+    fn scaled_increase_grows_g_segments_per_window() {
+        for (rtt_ms, g) in [(600u64, 4.0f64), (150, 0.25), (300, 1.0)] {
+            let mut cfg = TcpConfig::profile("paper").unwrap();
+            cfg.ca_increase = CaIncrease::AggregateFair {
+                rtt_av: Span(Duration::from_millis(300)),
+            };
+            let mut c = Cc::new(&cfg, 1000);
+            c.cwnd = 20_000;
+            c.ssthresh = 10_000;
+            // One window of ACKs (20 ACKs of one segment each).
+            for _ in 0..20 {
+                c.on_ack(Instant::ZERO, 1000, Some(Duration::from_millis(rtt_ms)));
+            }
+            let grown = (c.cwnd - 20_000) as f64 / 1000.0;
+            assert!(
+                (grown - g).abs() <= 0.2 * g.max(1.0),
+                "rtt {rtt_ms}: {grown} vs {g}"
+            );
+        }
+        // Never more than one MSS per ACK, however large g is.
+        let mut cfg = TcpConfig::profile("paper").unwrap();
+        cfg.ca_increase = CaIncrease::ConstantRate { a: 1e6 };
+        let mut c = Cc::new(&cfg, 1000);
+        c.cwnd = 4_000;
+        c.ssthresh = 2_000;
+        c.on_ack(Instant::ZERO, 1000, Some(Duration::from_millis(100)));
+        assert_eq!(c.cwnd, 5_000);
     }
 
     #[test]

@@ -50,12 +50,78 @@ pub enum SsGrowth {
     ByteCounting,
 }
 
-/// Congestion-avoidance increase rule (a hook for aggregate-fair window adaptation).
+/// Congestion-avoidance increase rule: the window grows by g(rtt) segments per RTT
+/// instead of one (Mehra et al. §5; Floyd 1991; Henderson et al. 1998). The increase per
+/// ACK is g·MSS²/cwnd, never more than one MSS (Henderson's bound: never burstier than
+/// slow start). `rtt` is the connection's smoothed estimate (g = 1 before the first
+/// sample). With CUBIC, a non-standard rule replaces CUBIC's growth by this Reno-style one.
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum CaIncrease {
     /// The algorithm's own rule.
     Standard,
+    /// Aggregate fairness: g = rtt² / rtt_av², where `rtt_av` is the mean RTT of the
+    /// aggregate's connections (which the server knows; given here).
+    AggregateFair {
+        /// The aggregate's mean RTT.
+        rtt_av: Span,
+    },
+    /// Constant-Rate: g = a·rtt² (a in segments per second², e.g. 100: one segment per RTT
+    /// at 100 ms).
+    ConstantRate {
+        /// The constant a (1/s²).
+        a: f64,
+    },
+    /// Increase-by-K: g = K for connections whose RTT is at least `min_rtt` (all if absent).
+    IncreaseByK {
+        /// Segments per RTT.
+        k: f64,
+        /// RTT from which K applies.
+        #[serde(default)]
+        min_rtt: Option<Span>,
+    },
+}
+
+impl CaIncrease {
+    /// g(rtt): segments per RTT.
+    pub fn gain(&self, rtt: Option<Duration>) -> f64 {
+        let Some(rtt) = rtt.map(|d| d.as_secs_f64()) else {
+            return 1.0;
+        };
+        match *self {
+            CaIncrease::Standard => 1.0,
+            CaIncrease::AggregateFair { rtt_av } => {
+                let av = rtt_av.0.as_secs_f64();
+                rtt * rtt / (av * av)
+            }
+            CaIncrease::ConstantRate { a } => a * rtt * rtt,
+            CaIncrease::IncreaseByK { k, min_rtt } => {
+                if min_rtt.is_none_or(|m| rtt >= m.0.as_secs_f64()) {
+                    k
+                } else {
+                    1.0
+                }
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: &str| Err((format!("ca_increase.{k}"), m.to_string()));
+        match *self {
+            CaIncrease::Standard => Ok(()),
+            CaIncrease::AggregateFair { rtt_av } if rtt_av.0.is_zero() => {
+                err("rtt_av", "must be positive")
+            }
+            CaIncrease::ConstantRate { a } if !(a > 0.0 && a.is_finite()) => err(
+                "a",
+                "must be a positive number (segments per second squared)",
+            ),
+            CaIncrease::IncreaseByK { k, .. } if !(k > 0.0 && k <= 1000.0) => {
+                err("k", "must be in (0, 1000] segments per RTT")
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A fully resolved TCP configuration.
@@ -322,6 +388,7 @@ impl TcpConfig {
         if self.dupthresh == 0 {
             return err("dupthresh", "must be positive");
         }
+        self.ca_increase.validate()?;
         Ok(())
     }
 
@@ -359,6 +426,31 @@ mod tests {
         );
         assert!(bad.is_err());
         assert!(TcpSpec::Name("bsd".into()).resolve("rfc").is_err());
+    }
+
+    #[test]
+    fn ca_increase_rules() {
+        let t = |src: &str| -> Result<TcpConfig, (String, String)> {
+            let v: toml::Value = toml::from_str(src).unwrap();
+            let s: TcpSpec = v.get("t").unwrap().clone().try_into().unwrap();
+            s.resolve("paper")
+        };
+        let c =
+            t("t = { ca_increase = { kind = \"aggregate_fair\", rtt_av = \"300ms\" } }").unwrap();
+        let g = |ms: u64| c.ca_increase.gain(Some(Duration::from_millis(ms)));
+        assert!((g(300) - 1.0).abs() < 1e-12);
+        assert!((g(600) - 4.0).abs() < 1e-12);
+        assert!((g(150) - 0.25).abs() < 1e-12);
+        assert_eq!(c.ca_increase.gain(None), 1.0);
+        let c = t("t = { ca_increase = { kind = \"constant_rate\", a = 100.0 } }").unwrap();
+        assert!((c.ca_increase.gain(Some(Duration::from_millis(200))) - 4.0).abs() < 1e-12);
+        let c =
+            t("t = { ca_increase = { kind = \"increase_by_k\", k = 4.0, min_rtt = \"100ms\" } }")
+                .unwrap();
+        assert_eq!(c.ca_increase.gain(Some(Duration::from_millis(50))), 1.0);
+        assert_eq!(c.ca_increase.gain(Some(Duration::from_millis(300))), 4.0);
+        let e = t("t = { ca_increase = { kind = \"constant_rate\", a = -1.0 } }").unwrap_err();
+        assert_eq!(e.0, "ca_increase.a");
     }
 
     #[test]

@@ -31,8 +31,9 @@ pub use config::{CcAlgo, TcpConfig, TcpSpec};
 pub use conn::{CaState, ConnEvent, ConnStats, Connection, State};
 
 use crate::packet::ConnId;
-use asymlink_core::time::Instant;
+use asymlink_core::time::{Duration, Instant};
 use asymlink_core::wire::Headers;
+use core::net::IpAddr;
 
 /// What a [`Conditioner`] says about a segment the sender wants to transmit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +60,24 @@ pub trait Conditioner: Send {
     fn poll_at(&self) -> Option<Instant> {
         None
     }
+    /// A connection of this host opened; `local` is this host's end, `remote` the peer's
+    /// (policy filters match on them). The default calls [`Conditioner::on_open`].
+    fn on_open_flow(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        _local: (IpAddr, u16),
+        _remote: (IpAddr, u16),
+    ) {
+        self.on_open(now, conn);
+    }
+    /// Something happened on `conn` (an ACK or other segment, an application write, a
+    /// timer, a wake-up); `srtt` is its smoothed RTT estimate. Called after every call
+    /// into the connection: the aggregate's other shaping triggers (§6.3).
+    fn on_activity(&mut self, _now: Instant, _conn: ConnId, _srtt: Option<Duration>) {}
+    /// At a wake-up (`poll_at` reached): keep in `conns`, the host's connections, those to
+    /// wake, in the order they may send. The default wakes all in connection order.
+    fn wake_order(&mut self, _now: Instant, _conns: &mut Vec<ConnId>) {}
 }
 
 /// A receive-window policy at the receiver (bounds the window each connection advertises).
