@@ -174,6 +174,83 @@ def validate_cmd(scenarios: tuple[Path, ...]) -> None:
         raise click.exceptions.Exit(USER_ERROR)
 
 
+# --- sweep -------------------------------------------------------------------------------
+
+
+@cli.command("sweep")
+@click.argument("spec_file", metavar="SPEC", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory (results.parquet, aggregate.parquet, figures/, cache/);"
+                   " required unless --check.")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Run on a Dask cluster (e.g. tcp://10.0.0.5:8786); needs asymlink[cluster].")
+@click.option("--workers", type=click.IntRange(min=1),
+              help="Local worker processes [default: one per core].")
+@click.option("--check", "check_only", is_flag=True,
+              help="Check the spec and every point, print the plan, run nothing.")
+@click.option("--fresh", is_flag=True, help="Ignore cached points (run everything again).")
+@click.option("--keep-runs", is_flag=True, help="Also keep every point's tables in DIR/runs/.")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Cache directory, e.g. shared by several sweeps [default: DIR/cache].")
+@click.option("--no-progress", is_flag=True, help="Do not show a progress bar.")
+def sweep_cmd(spec_file: Path, out_dir: Path | None, scheduler: str | None, workers: int | None,
+              check_only: bool, fresh: bool, keep_runs: bool, cache_dir: Path | None,
+              no_progress: bool) -> None:
+    """Run the grid or random sample of SPEC (a TOML sweep spec) over seeds.
+
+    Finished points are cached: an interrupted sweep continues where it stopped when the
+    same command runs again. See docs/sweeps.md."""
+    from asymlink.sweep import Cache, SweepError, SweepSpec, SweepSpecError, engine_fingerprint
+    from asymlink.sweep.run import CACHE_DIR, RESULTS_FILE
+
+    if scheduler is not None and workers is not None:
+        raise UserError("give --workers (local processes) or --scheduler (a Dask cluster), "
+                        "not both")
+    try:
+        spec = SweepSpec.from_file(spec_file)
+        plan = spec.plan(engine_fingerprint())
+    except SweepSpecError as e:
+        raise UserError(str(e)) from None
+    configs = len(spec.configurations)
+    head = (f"{len(plan)} points ({configs} configuration{'s' if configs != 1 else ''} × "
+            f"{len(spec.seeds)} seed{'s' if len(spec.seeds) != 1 else ''})")
+    if check_only:
+        click.echo(f"ok: {spec_file}: {head}, {len(spec.metrics)} metrics, "
+                   f"{len(spec.plots)} plots")
+        for p in plan[: len(spec.seeds) * 3 : len(spec.seeds)]:
+            click.echo(f"  configuration {p.config}: {p.describe().rsplit(', seed=', 1)[0]}")
+        if configs > 3:
+            click.echo(f"  ... ({configs - 3} more)")
+        return
+    if out_dir is None:
+        raise UserError("give --out DIR (or --check to run nothing)")
+    from asymlink.sweep import run_sweep
+
+    try:
+        result = run_sweep(spec, out_dir, scheduler=scheduler, workers=workers, fresh=fresh,
+                           keep_runs=keep_runs, cache_dir=cache_dir, progress=not no_progress,
+                           plan=plan)
+    except SweepError as e:
+        raise UserError(str(e)) from None
+    except KeyboardInterrupt:
+        cache = Cache(cache_dir or out_dir / CACHE_DIR)
+        done = sum(cache.path(p.key).is_file() for p in plan)
+        click.echo(f"interrupted: {done} of {len(plan)} points are cached; run the same "
+                   "command again to continue", err=True)
+        raise click.exceptions.Exit(130) from None
+    click.echo(f"{head}: {result.cached} cached, {result.ran} run, {result.failed} failed "
+               f"in {result.wall_s:.1f} s ({result.executor})")
+    click.echo(f"results: {out_dir / RESULTS_FILE}")
+    for f in result.figures:
+        click.echo(f"figure: {f}")
+    for w in result.warnings:
+        click.echo(f"warning: {w}", err=True)
+    if result.failed:
+        click.echo(f"Error: {result.failed} points failed (see {out_dir / 'summary.md'})",
+                   err=True)
+        raise click.exceptions.Exit(1)
+
+
 # --- bench -------------------------------------------------------------------------------
 
 
@@ -369,14 +446,22 @@ def lab_list_cmd() -> None:
 
 
 @cli.command("reproduce")
-@click.argument("entry_id", metavar="ID|all", required=False)
+@click.argument("entry_ids", metavar="ID...|all", nargs=-1)
 @click.option("--list", "list_only", is_flag=True, help="List the catalog.")
 @click.option("--quick", is_flag=True, help="Shorter runs, same qualitative outcome.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Output directory (with `all`: one subdirectory per entry).")
-def reproduce_cmd(entry_id: str | None, list_only: bool, quick: bool,
-                  out_dir: Path | None) -> None:
-    """Reproduce a paper's result (ID), or every catalog entry (all)."""
+              help="Output directory (with `all` or several IDs: one subdirectory per entry "
+                   "and the HTML report, index.html).")
+@click.option("--no-report", is_flag=True,
+              help="With `all` or several IDs: do not write the HTML report.")
+def reproduce_cmd(entry_ids: tuple[str, ...], list_only: bool, quick: bool,
+                  out_dir: Path | None, no_report: bool) -> None:
+    """Reproduce a paper's result (ID), several (ID ID ...), or the whole catalog (all).
+
+    With `all` or several IDs each entry goes to DIR/ID and DIR/index.html is a static
+    HTML report of them all (paper vs measured, match or mismatch, notes, figures,
+    runtimes). An entry that fails is reported and the others still run; the exit status
+    is then 1. A mismatch is a result, not an error."""
     from asymlink import repro
 
     if list_only:
@@ -386,19 +471,46 @@ def reproduce_cmd(entry_id: str | None, list_only: bool, quick: bool,
         else:
             click.echo("no reproductions registered yet")
         return
-    if entry_id is None or out_dir is None:
-        raise UserError("give an ID (or `all`) and --out DIR, or use --list")
-    if entry_id == "all":
-        targets = [(e, out_dir / e.id) for e in repro.entries()]
+    if not entry_ids or out_dir is None:
+        raise UserError("give an ID (several, or `all`) and --out DIR, or use --list")
+    if "all" in entry_ids:
+        if len(entry_ids) > 1:
+            raise UserError("give `all` alone, or a list of IDs")
+        entries = repro.entries()
+        if not entries:
+            click.echo("no reproductions registered yet")
+            return
     else:
         try:
-            targets = [(repro.get(entry_id), out_dir)]
+            entries = [repro.get(i) for i in dict.fromkeys(entry_ids)]
         except KeyError as e:
             raise UserError(e.args[0]) from None
-    for entry, directory in targets:
-        _print_report(repro.reproduce(entry, directory, quick=quick))
-    if not targets:
-        click.echo("no reproductions registered yet")
+    if len(entries) == 1 and entry_ids != ("all",):
+        _print_report(repro.reproduce(entries[0], out_dir, quick=quick))
+        return
+    import time
+
+    from asymlink.report_html import outcome_of, write_report
+
+    start = time.perf_counter()
+    outcomes = []
+    for entry in entries:
+        outcome = outcome_of(entry, out_dir / entry.id, quick)
+        outcomes.append(outcome)
+        if outcome.report is not None:
+            _print_report(outcome.report)
+        else:
+            last = outcome.error.strip().splitlines()[-1]
+            click.echo(f"Error: {entry.id} failed after {outcome.wall_s:.1f} s: {last}", err=True)
+    failed = [o.entry.id for o in outcomes if o.report is None]
+    total = time.perf_counter() - start
+    if not no_report:
+        index = write_report(outcomes, out_dir, quick, total)
+        click.echo(f"report: {index}")
+    click.echo(f"{len(outcomes)} entries in {total:.1f} s"
+               + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if failed:
+        raise click.exceptions.Exit(1)
 
 
 def _print_report(report: Report) -> None:

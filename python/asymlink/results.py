@@ -31,12 +31,13 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "t", "flow", "cwnd_bytes", "ssthresh_bytes", "srtt_ms", "rto_ms", "inflight_bytes",
         "bytes_sent", "bytes_acked", "bytes_delivered", "retransmits", "timeouts",
     ),
-    "queues": ("t", "queue", "packets", "bytes", "drops", "filtered", "dequeued"),
+    "queues": ("t", "queue", "packets", "bytes", "drops", "filtered", "dequeued", "sojourn_ms"),
     "links": ("t", "link", "utilization", "tx_bytes"),
     "events": ("t", "kind", "where", "flow", "detail"),
     "measurements": ("t", "flow", "metric", "value"),
     "flow_summary": ("flow",),
     "queue_summary": ("queue",),
+    "qdisc_counters": ("queue", "counter", "value"),
 }
 
 
@@ -100,6 +101,11 @@ class Results:
     def queue_summary(self) -> pd.DataFrame:
         """One row per queue, counters by reason."""
         return self.table("queue_summary")
+
+    @property
+    def qdisc_counters(self) -> pd.DataFrame:
+        """Discipline-specific counters: queue, counter, value."""
+        return self.table("qdisc_counters")
 
     def to_parquet(self, directory: str | PathLike[str]) -> Path:
         """Write `<table>.parquet` per table and `meta.json`; returns the directory."""

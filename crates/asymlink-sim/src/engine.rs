@@ -204,6 +204,9 @@ fn host_addr(k: usize) -> IpAddr {
 impl World {
     pub fn build(spec: Spec, opts: &RunOptions) -> Result<World, (String, String)> {
         let seed = opts.seed.unwrap_or(spec.seed);
+        let mut spec = spec;
+        // The seed in effect (a run option overrides the file's), so results report it.
+        spec.seed = seed;
         let end = Instant::ZERO + spec.duration;
         // Nodes and hosts.
         let mut nodes = Vec::new();

@@ -18,6 +18,8 @@
 //!   by reason and, for link directions, what the link sent: `tx_wire_bytes` (after the
 //!   link layer, e.g. ATM cells), `tx_pure_acks`, `tx_pure_ack_bytes`,
 //!   `tx_pure_ack_wire_bytes`, and the sojourn times `mean_sojourn_ms`, `max_sojourn_ms`.
+//! * `qdisc_counters` — discipline-specific counters (`Qdisc::counters`, e.g. the ACK
+//!   shaper's delay-bound hits): `queue`, `counter`, `value`.
 
 /// The data of one column.
 #[derive(Clone, Debug, PartialEq)]

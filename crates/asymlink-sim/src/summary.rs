@@ -1,6 +1,6 @@
 //! Turning the world's state into result tables.
 
-use crate::engine::{dir_stats, World};
+use crate::engine::{LinkDir, Source, World};
 use crate::results::{ColumnData, Results, Table};
 use asymlink_core::qdisc::{DropReason, FilterReason, QdiscStats};
 
@@ -12,6 +12,7 @@ pub(crate) fn results(w: &World, wall_s: f64) -> Results {
         .tables(&w.labels, &queue_names, &queue_names, &flow_names);
     tables.push(flow_summary(w));
     tables.push(queue_summary(w));
+    tables.push(qdisc_counters(w));
     Results {
         scenario: w.spec.name.clone(),
         seed: w.spec.seed,
@@ -92,190 +93,134 @@ fn flow_summary(w: &World) -> Table {
         .with("goodput_bps", ColumnData::F64(goodput))
 }
 
+/// One row of `queue_summary`: a link direction's discipline, or one of its classes.
+struct QueueRow<'a> {
+    name: String,
+    dir: &'a LinkDir,
+    kind: &'static str,
+    stats: QdiscStats,
+    /// Whether the row is the link direction itself (link columns apply) or a class.
+    is_link: bool,
+}
+
 fn queue_summary(w: &World) -> Table {
-    let mut rows: Vec<(
-        String,
-        String,
-        String,
-        String,
-        QdiscStats,
-        Option<(u64, u64, u64, u64, f64)>,
-    )> = Vec::new();
-    // Per row, for link directions: wire bytes, pure ACKs (packets, IP bytes, wire bytes),
-    // mean and max sojourn (ms).
-    let mut extra: Vec<Option<(u64, (u64, u64, u64), f64, f64)>> = Vec::new();
-    let end_ns = w.now.as_nanos().max(1);
+    let mut rows: Vec<QueueRow<'_>> = Vec::new();
     for d in &w.dirs {
-        let st = dir_stats(&w.mbs, d);
-        let kind = match &d.source {
-            crate::engine::Source::Own(e) => e.qdisc().kind(),
-            crate::engine::Source::Mb(m, md) => w.mbs[*m as usize].mb.egress(*md).qdisc().kind(),
-        };
-        let util = d.busy_ns.min(end_ns) as f64 / end_ns as f64;
-        rows.push((
-            d.name.clone(),
-            d.link.clone(),
-            d.dir_name.to_string(),
-            kind.to_string(),
-            st.clone(),
-            Some((d.tx_packets, d.tx_bytes, d.lost, d.rate.0, util)),
-        ));
-        extra.push(Some((
-            d.tx_wire_bytes,
-            d.tx_acks,
-            if d.tx_packets == 0 {
-                0.0
-            } else {
-                d.sojourn_sum_ns as f64 / d.tx_packets as f64 / 1e6
-            },
-            d.sojourn_max_ns as f64 / 1e6,
-        )));
-        let children = match &d.source {
-            crate::engine::Source::Own(e) => e.qdisc().child_stats(),
-            crate::engine::Source::Mb(m, md) => {
-                w.mbs[*m as usize].mb.egress(*md).qdisc().child_stats()
-            }
-        };
-        for (cname, cst) in children {
-            extra.push(None);
-            rows.push((
-                format!("{}/{cname}", d.name),
-                d.link.clone(),
-                d.dir_name.to_string(),
-                "class".into(),
-                cst,
-                None,
-            ));
+        let q = egress_qdisc(w, d);
+        rows.push(QueueRow {
+            name: d.name.clone(),
+            dir: d,
+            kind: q.kind(),
+            stats: q.stats().clone(),
+            is_link: true,
+        });
+        for (cname, cst) in q.child_stats() {
+            rows.push(QueueRow {
+                name: format!("{}/{cname}", d.name),
+                dir: d,
+                kind: "class",
+                stats: cst,
+                is_link: false,
+            });
         }
     }
-    let col_s = |f: &dyn Fn(
-        &(
-            String,
-            String,
-            String,
-            String,
-            QdiscStats,
-            Option<(u64, u64, u64, u64, f64)>,
-        ),
-    ) -> String| { ColumnData::Str(rows.iter().map(f).collect()) };
-    let col_i = |f: &dyn Fn(
-        &(
-            String,
-            String,
-            String,
-            String,
-            QdiscStats,
-            Option<(u64, u64, u64, u64, f64)>,
-        ),
-    ) -> i64| { ColumnData::I64(rows.iter().map(f).collect()) };
+    let end_ns = w.now.as_nanos().max(1);
+    let s = |f: &dyn Fn(&QueueRow<'_>) -> String| ColumnData::Str(rows.iter().map(f).collect());
+    let i = |f: &dyn Fn(&QdiscStats) -> u64| {
+        ColumnData::I64(rows.iter().map(|r| f(&r.stats) as i64).collect())
+    };
+    // Link columns: -1 (or NaN) on class rows.
+    let li = |f: &dyn Fn(&LinkDir) -> u64| {
+        ColumnData::I64(
+            rows.iter()
+                .map(|r| if r.is_link { f(r.dir) as i64 } else { -1 })
+                .collect(),
+        )
+    };
+    let lf = |f: &dyn Fn(&LinkDir) -> f64| {
+        ColumnData::F64(
+            rows.iter()
+                .map(|r| if r.is_link { f(r.dir) } else { f64::NAN })
+                .collect(),
+        )
+    };
     let mut t = Table::new("queue_summary")
-        .with("queue", col_s(&|r| r.0.clone()))
-        .with("link", col_s(&|r| r.1.clone()))
-        .with("dir", col_s(&|r| r.2.clone()))
-        .with("kind", col_s(&|r| r.3.clone()))
-        .with("received", col_i(&|r| r.4.received as i64))
-        .with("enqueued", col_i(&|r| r.4.enqueued as i64))
-        .with("dequeued", col_i(&|r| r.4.dequeued as i64))
-        .with("dequeued_bytes", col_i(&|r| r.4.dequeued_bytes as i64))
-        .with("dropped", col_i(&|r| r.4.drops() as i64))
-        .with("filtered", col_i(&|r| r.4.filters() as i64))
-        .with("backlog_packets", col_i(&|r| r.4.backlog.packets as i64))
+        .with("queue", s(&|r| r.name.clone()))
+        .with("link", s(&|r| r.dir.link.clone()))
+        .with("dir", s(&|r| r.dir.dir_name.to_string()))
+        .with("kind", s(&|r| r.kind.to_string()))
+        .with("received", i(&|st| st.received))
+        .with("enqueued", i(&|st| st.enqueued))
+        .with("dequeued", i(&|st| st.dequeued))
+        .with("dequeued_bytes", i(&|st| st.dequeued_bytes))
+        .with("dropped", i(&|st| st.drops()))
+        .with("filtered", i(&|st| st.filters()))
+        .with("backlog_packets", i(&|st| st.backlog.packets as u64))
         .with(
             "max_backlog_packets",
-            col_i(&|r| r.4.max_backlog_packets as i64),
+            i(&|st| st.max_backlog_packets as u64),
         )
-        .with(
-            "max_backlog_bytes",
-            col_i(&|r| r.4.max_backlog_bytes as i64),
-        );
+        .with("max_backlog_bytes", i(&|st| st.max_backlog_bytes));
     for reason in DropReason::ALL {
         t = t.with(
             &format!("dropped_{}", reason.name()),
-            col_i(&|r| r.4.dropped_for(reason) as i64),
+            i(&|st| st.dropped_for(reason)),
         );
     }
     for reason in FilterReason::ALL {
         t = t.with(
             &format!("filtered_{}", reason.name()),
-            col_i(&|r| r.4.filtered_for(reason) as i64),
+            i(&|st| st.filtered_for(reason)),
         );
     }
-    t.with(
-        "tx_packets",
-        col_i(&|r| r.5.map(|x| x.0 as i64).unwrap_or(-1)),
-    )
-    .with(
-        "tx_bytes",
-        col_i(&|r| r.5.map(|x| x.1 as i64).unwrap_or(-1)),
-    )
-    .with(
-        "link_loss",
-        col_i(&|r| r.5.map(|x| x.2 as i64).unwrap_or(-1)),
-    )
-    .with(
-        "rate_bps",
-        col_i(&|r| r.5.map(|x| x.3 as i64).unwrap_or(-1)),
-    )
-    .with(
-        "utilization",
-        ColumnData::F64(
-            rows.iter()
-                .map(|r| r.5.map(|x| x.4).unwrap_or(f64::NAN))
-                .collect(),
-        ),
-    )
-    .with(
-        "tx_wire_bytes",
-        ColumnData::I64(
-            extra
-                .iter()
-                .map(|e| e.map(|x| x.0 as i64).unwrap_or(-1))
-                .collect(),
-        ),
-    )
-    .with(
-        "tx_pure_acks",
-        ColumnData::I64(
-            extra
-                .iter()
-                .map(|e| e.map(|x| x.1 .0 as i64).unwrap_or(-1))
-                .collect(),
-        ),
-    )
-    .with(
-        "tx_pure_ack_bytes",
-        ColumnData::I64(
-            extra
-                .iter()
-                .map(|e| e.map(|x| x.1 .1 as i64).unwrap_or(-1))
-                .collect(),
-        ),
-    )
-    .with(
-        "tx_pure_ack_wire_bytes",
-        ColumnData::I64(
-            extra
-                .iter()
-                .map(|e| e.map(|x| x.1 .2 as i64).unwrap_or(-1))
-                .collect(),
-        ),
-    )
-    .with(
-        "mean_sojourn_ms",
-        ColumnData::F64(
-            extra
-                .iter()
-                .map(|e| e.map(|x| x.2).unwrap_or(f64::NAN))
-                .collect(),
-        ),
-    )
-    .with(
-        "max_sojourn_ms",
-        ColumnData::F64(
-            extra
-                .iter()
-                .map(|e| e.map(|x| x.3).unwrap_or(f64::NAN))
-                .collect(),
-        ),
-    )
+    t.with("tx_packets", li(&|d| d.tx_packets))
+        .with("tx_bytes", li(&|d| d.tx_bytes))
+        .with("tx_wire_bytes", li(&|d| d.tx_wire_bytes))
+        .with("tx_pure_acks", li(&|d| d.tx_acks.0))
+        .with("tx_pure_ack_bytes", li(&|d| d.tx_acks.1))
+        .with("tx_pure_ack_wire_bytes", li(&|d| d.tx_acks.2))
+        .with("link_loss", li(&|d| d.lost))
+        .with("rate_bps", li(&|d| d.rate.0))
+        .with(
+            "utilization",
+            lf(&|d| d.busy_ns.min(end_ns) as f64 / end_ns as f64),
+        )
+        .with(
+            "mean_sojourn_ms",
+            lf(&|d| {
+                if d.tx_packets == 0 {
+                    0.0
+                } else {
+                    d.sojourn_sum_ns as f64 / d.tx_packets as f64 / 1e6
+                }
+            }),
+        )
+        .with("max_sojourn_ms", lf(&|d| d.sojourn_max_ns as f64 / 1e6))
+}
+
+fn egress_qdisc<'a>(
+    w: &'a World,
+    d: &'a LinkDir,
+) -> &'a dyn asymlink_core::qdisc::Qdisc<crate::packet::SimPacket> {
+    match &d.source {
+        Source::Own(e) => e.qdisc(),
+        Source::Mb(m, md) => w.mbs[*m as usize].mb.egress(*md).qdisc(),
+    }
+}
+
+/// Discipline-specific counters (`Qdisc::counters`, e.g. the ACK shaper's delay-bound
+/// hits), one row per counter.
+fn qdisc_counters(w: &World) -> Table {
+    let (mut queue, mut name, mut value) = (Vec::new(), Vec::new(), Vec::new());
+    for d in &w.dirs {
+        for (n, v) in egress_qdisc(w, d).counters() {
+            queue.push(d.name.clone());
+            name.push(n.to_string());
+            value.push(v as i64);
+        }
+    }
+    Table::new("qdisc_counters")
+        .with("queue", ColumnData::Str(queue))
+        .with("counter", ColumnData::Str(name))
+        .with("value", ColumnData::I64(value))
 }

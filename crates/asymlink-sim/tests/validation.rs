@@ -274,3 +274,11 @@ fn conservation_holds_on_every_queue_under_overload() {
     sim.check_conservation().unwrap();
     assert!(col_f64(&r, "queue_summary", "dropped").iter().sum::<f64>() > 10.0);
 }
+
+#[test]
+fn results_report_the_seed_in_effect() {
+    let src = dumbbell("1s", "10Mbit", "1Mbit", 5.0, "\"rfc\"", "", "");
+    let mut sim = Simulation::from_toml(&src, "v", RunOptions { seed: Some(42), ..RunOptions::default() }).unwrap();
+    sim.run();
+    assert_eq!(sim.results().seed, 42);
+}
