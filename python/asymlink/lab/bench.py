@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from asymlink.lab.box import start_box
-from asymlink.lab.netns import Lab, LabError
+from asymlink.lab.netns import TCP_CC, Lab, LabError
 from asymlink.lab.scenario import TRAFFIC
 
 #: The forwarding thread runs under SCHED_FIFO (see docs/performance.md: on this shared
@@ -107,7 +107,7 @@ def transfer(lab: Lab, seconds: float, rate_bps: float = 0.0, port: int = 5201) 
         time.sleep(0.02)
     t0 = time.monotonic() + 0.2
     args = ["send", "--to", lab.addr("server"), "--port", str(port), "--stop", str(seconds),
-            "--t0", repr(t0)]
+            "--t0", repr(t0), "--cc", TCP_CC]
     if rate_bps:
         args += ["--rate", str(rate_bps)]
     send = lab.spawn("client", [sys.executable, TRAFFIC, *args])
@@ -136,7 +136,8 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
         time.sleep(0.02)
     t0 = time.monotonic() + 0.2
     lab.spawn("server", [sys.executable, TRAFFIC, "send", "--to", "127.0.0.1", "--port",
-                         str(port), "--stop", str(seconds), "--t0", repr(t0)]).wait(seconds + 20)
+                         str(port), "--stop", str(seconds), "--t0", repr(t0), "--cc",
+                         TCP_CC]).wait(seconds + 20)
     sink.wait(seconds + 20)
     s = [(t, b) for t, b in json.loads(report.read_text())["samples"]
          if t0 + 0.5 <= t <= t0 + seconds]

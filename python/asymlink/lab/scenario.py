@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from asymlink.lab.box import start_box
-from asymlink.lab.netns import Lab, LabError
+from asymlink.lab.netns import TCP_CC, Lab, LabError
 
 TRAFFIC = str(Path(__file__).with_name("traffic.py"))
 ROLES = ("client", "server")
@@ -250,8 +250,10 @@ def _roles(d: dict[str, Any], key: str) -> tuple[str, str]:
 
 
 def _traffic(lab: Lab, role: str, args: list[str]) -> subprocess.Popen[bytes]:
-    return lab.spawn(role, [sys.executable, TRAFFIC, *args], stdout=subprocess.DEVNULL,
-                     stderr=subprocess.PIPE)
+    """Start the traffic tool (`args[0]` its command) in `role`'s namespace; every TCP
+    socket it opens uses `TCP_CC`."""
+    return lab.spawn(role, [sys.executable, TRAFFIC, args[0], "--cc", TCP_CC, *args[1:]],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _wait_for(paths: list[Path], timeout: float) -> None:
@@ -427,9 +429,11 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
     flow_rows = []
     summary = []
     delivered: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    tcp_cc: dict[str, str] = {}
     for f in sc.flows:
         sink = json.loads((work / f"{f.name}.sink.json").read_text())
         send = json.loads((work / f"{f.name}.send.json").read_text())
+        tcp_cc[f.name] = send.get("cc", "")
         st = np.array([s[0] - t0 for s in sink["samples"]])
         sb = np.array([s[1] for s in sink["samples"]], dtype=float)
         delivered[f.name] = (st, sb)
@@ -457,7 +461,7 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
         for t, v in rep["samples"]:
             meas.append({"t": t, "flow": p.name, "metric": rep["metric"], "value": v})
     metrics: dict[str, Any] = {"scenario": sc.name, "forwarding": sc.forwarding,
-                               "duration_s": sc.duration}
+                               "duration_s": sc.duration, "tcp_congestion_control": tcp_cc}
     metrics.update(window_metrics(sc, delivered, probes))
     metrics["delivered_bytes"] = {r["flow"]: r["delivered_bytes"] for r in summary}
     tables = {
@@ -480,7 +484,8 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
                           for d, v in final["directions"].items()}
         metrics["box"]["added_latency_us"] = final.get("latency_us", {})
     meta = {"scenario": sc.name, "duration_s": sc.duration, "source": "lab",
-            "forwarding": sc.forwarding, "seed": final.get("seed")}
+            "forwarding": sc.forwarding, "seed": final.get("seed"),
+            "tcp_congestion_control": tcp_cc}
     Results(meta, tables).to_csv(out)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     if final:

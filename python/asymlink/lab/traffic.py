@@ -71,6 +71,26 @@ def tcp_info(sock: socket.socket) -> dict[str, float]:
     return out
 
 
+def tcp_socket(a: argparse.Namespace, family: int) -> socket.socket:
+    """A TCP socket with congestion control `--cc` (default: the namespace's). Per socket,
+    because a network namespace other than the host's may only default to the host's
+    *allowed* algorithms; root may still pick any available one per socket. Connections
+    accepted on a listening socket inherit its algorithm."""
+    s = socket.socket(family, socket.SOCK_STREAM)
+    if a.cc:
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, a.cc.encode())
+        except OSError as e:
+            s.close()
+            raise SystemExit(f"traffic.py: congestion control '{a.cc}': {e.strerror} "
+                             "(see /proc/sys/net/ipv4/tcp_available_congestion_control)") from None
+    return s
+
+
+def congestion_control(s: socket.socket) -> str:
+    return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
+
+
 _stop = False
 
 
@@ -81,7 +101,7 @@ def _on_term(signum: int, frame: object) -> None:
 
 def sink(a: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _on_term)
-    srv = socket.socket(socket.AF_INET6 if ":" in a.bind else socket.AF_INET, socket.SOCK_STREAM)
+    srv = tcp_socket(a, socket.AF_INET6 if ":" in a.bind else socket.AF_INET)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if a.rcvbuf:
         srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, a.rcvbuf)
@@ -137,6 +157,12 @@ def sink(a: argparse.Namespace) -> None:
                 s.close()
                 conns.pop(s, None)
                 continue
+            if a.window:
+                # Re-assert the clamp: Linux (6.x) resets a connection's window clamp to
+                # its whole buffer whenever it re-estimates the buffer's payload ratio
+                # (`scaling_ratio`, on a change of the received segment size), even with
+                # the buffer locked; the window would then open to 2-4 times `--window`.
+                s.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, a.window)
             total += n
     samples.append((_now(a.t0), total))
     _write(a.report, {"kind": "sink", "bytes": total, "samples": samples})
@@ -145,7 +171,7 @@ def sink(a: argparse.Namespace) -> None:
 def send(a: argparse.Namespace) -> None:
     time.sleep(max(0.0, a.t0 + a.start - time.monotonic()))
     fam = socket.AF_INET6 if ":" in a.to else socket.AF_INET
-    s = socket.socket(fam, socket.SOCK_STREAM)
+    s = tcp_socket(a, fam)
     if a.sndbuf:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, a.sndbuf)
     if a.rate:
@@ -162,7 +188,7 @@ def send(a: argparse.Namespace) -> None:
                 raise
             time.sleep(0.1)
             s.close()
-            s = socket.socket(fam, socket.SOCK_STREAM)
+            s = tcp_socket(a, fam)
             if a.rate:
                 s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(a.rate // 8))
     s.setblocking(False)
@@ -188,13 +214,14 @@ def send(a: argparse.Namespace) -> None:
             except OSError:
                 break
     samples.append({"t": _now(a.t0), **tcp_info(s)})
+    cc = congestion_control(s)
     s.close()
-    _write(a.report, {"kind": "send", "bytes": sent, "samples": samples})
+    _write(a.report, {"kind": "send", "bytes": sent, "samples": samples, "cc": cc})
 
 
 def echo_server(a: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _on_term)
-    srv = socket.socket(socket.AF_INET6 if ":" in a.bind else socket.AF_INET, socket.SOCK_STREAM)
+    srv = tcp_socket(a, socket.AF_INET6 if ":" in a.bind else socket.AF_INET)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((a.bind, a.port))
     srv.listen(4)
@@ -230,7 +257,9 @@ def echo_client(a: argparse.Namespace) -> None:
     simulator's telnet app types); each echo's latency is recorded when it arrives, at
     its arrival time. Echoes still missing one second after `--stop` count as lost."""
     time.sleep(max(0.0, a.t0 + a.start - time.monotonic()))
-    s = socket.create_connection((a.to, a.port), timeout=10)
+    s = tcp_socket(a, socket.AF_INET6 if ":" in a.to else socket.AF_INET)
+    s.settimeout(10)
+    s.connect((a.to, a.port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.setblocking(False)
     deadline = a.t0 + a.stop
@@ -324,6 +353,7 @@ def main(argv: list[str] | None = None) -> None:
         sp.add_argument("--t0", type=float, default=None, help="shared time origin (monotonic)")
         sp.add_argument("--report", required=False, default=os.devnull)
         sp.add_argument("--interval", type=float, default=0.1)
+        sp.add_argument("--cc", default="", help="TCP congestion control (e.g. cubic)")
 
     sp = sub.add_parser("sink")
     common(sp)
