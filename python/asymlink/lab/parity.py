@@ -211,14 +211,131 @@ def compare(arms: dict[str, tuple[dict[str, Any], dict[str, Any]]],
 
 def table(rows: list[Row], tol: float) -> str:
     """A Markdown table of the rows, each marked within / outside `tol`."""
-    out = ["| arm | metric | sim | lab | diff | within ±%d %% |" % round(tol * 100),
+    out = [f"| arm | metric | sim | lab | (sim − lab) / lab | within ±{round(tol * 100)} % |",
            "|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r.arm} | {r.metric} | {r.sim:.3g} | {r.lab:.3g} | "
-                   f"{r.rel * 100:+.0f} % | {'yes' if r.rel <= tol else 'NO'} |")
+        diff = (r.sim - r.lab) / abs(r.lab) if r.lab else (0.0 if r.sim == 0 else math.inf)
+        out.append(f"| {r.arm} | `{r.metric}` | {r.sim:.3g} | {r.lab:.3g} | "
+                   f"{diff * 100:+.0f} % | {'yes' if r.rel <= tol else 'NO'} |")
     return "\n".join(out)
 
 
 def ordering(arms: dict[str, dict[str, Any]], metric: str) -> list[str]:
     """Arm names sorted by `metric`, ascending."""
     return sorted(arms, key=lambda a: get(arms[a], metric))
+
+
+# --- the parity experiments ------------------------------------------------------------------
+
+#: Relative tolerance of every compared metric (issue 8: ±15 %).
+TOLERANCE = 0.15
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One parity experiment: shipped lab scenarios (the arms), the metrics compared
+    between simulator and lab, and the metrics whose ordering of arms must agree."""
+
+    name: str
+    arms: tuple[str, ...]
+    metrics: tuple[str, ...]
+    ordering: tuple[str, ...]
+    what: str
+
+
+PAIRS: dict[str, Pair] = {
+    "adsl": Pair(
+        "adsl", ("adsl-problem", "adsl-fix"),
+        ("throughput_mbps_in.alone.download",
+         "throughput_mbps_in.contended.download",
+         "throughput_mbps_in.contended.upload",
+         "echo_latency_ms_in.alone.typing.p50",
+         "echo_latency_ms_in.contended.typing.p50",
+         "echo_latency_ms_in.contended.typing.p90"),
+        ("throughput_mbps_in.contended.download",
+         "throughput_mbps_in.contended.upload",
+         "echo_latency_ms_in.contended.typing.p50"),
+        "the ADSL problem (an upload fills the modem) and its fix (five classes, HTB, ATM "
+        "cells in the box)"),
+    "ackfilter": Pair(
+        "ackfilter", ("ackfilter-off", "ackfilter-on"),
+        ("throughput_mbps_in.steady.download",
+         "echo_latency_ms_in.steady.typing.p50",
+         "echo_latency_ms_in.steady.typing.p90"),
+        ("throughput_mbps_in.steady.download",
+         "echo_latency_ms_in.steady.typing.p50"),
+        "a download clocked by ACKs over a 100 kbit/s reverse link, without and with "
+        "classic ACK filtering"),
+}
+
+
+@dataclass
+class Outcome:
+    """The result of one parity experiment."""
+
+    pair: Pair
+    sim: dict[str, dict[str, Any]]
+    lab: dict[str, dict[str, Any]]
+    rows: list[Row]
+    tol: float
+
+    @property
+    def outside(self) -> list[Row]:
+        """Compared metrics outside the tolerance."""
+        return [r for r in self.rows if not r.rel <= self.tol]
+
+    def orderings(self) -> list[tuple[str, list[str], list[str]]]:
+        """(metric, arms ascending in the simulator, arms ascending in the lab)."""
+        return [(k, ordering(self.sim, k), ordering(self.lab, k)) for k in self.pair.ordering]
+
+    @property
+    def ordering_mismatches(self) -> list[str]:
+        return [k for k, s, la in self.orderings() if s != la]
+
+    @property
+    def ok(self) -> bool:
+        return not self.outside and not self.ordering_mismatches
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pair": self.pair.name, "arms": list(self.pair.arms), "tolerance": self.tol,
+                "ok": self.ok,
+                "rows": [{"arm": r.arm, "metric": r.metric, "sim": r.sim, "lab": r.lab,
+                          "rel": r.rel, "within": r.rel <= self.tol} for r in self.rows],
+                "ordering": [{"metric": k, "sim": s, "lab": la, "same": s == la}
+                             for k, s, la in self.orderings()],
+                "tcp_congestion_control": {a: self.lab[a].get("tcp_congestion_control")
+                                           for a in self.pair.arms}}
+
+    def markdown(self) -> str:
+        lines = [f"### {self.pair.name}: {self.pair.what}", "", table(self.rows, self.tol), ""]
+        for k, s, la in self.orderings():
+            lines.append(f"* ordering by `{k}` (ascending): simulator {' < '.join(s)}, "
+                         f"lab {' < '.join(la)} — {'same' if s == la else 'DIFFERENT'}")
+        return "\n".join(lines) + "\n"
+
+
+def run_pair(pair: Pair, out: Any, lab: Any = None, tol: float = TOLERANCE,
+             seed: int = 1) -> Outcome:
+    """Run every arm of `pair` in the simulator and in the lab (`lab`, or a fresh one
+    removed afterwards); the lab's results go to `out/<arm>`."""
+    from pathlib import Path
+
+    from asymlink.lab.bench import scenario_path
+    from asymlink.lab.netns import Lab
+    from asymlink.lab.scenario import run_scenario
+
+    out = Path(out)
+    own = lab is None
+    lab = lab or Lab.up()
+    try:
+        sims: dict[str, dict[str, Any]] = {}
+        labs: dict[str, dict[str, Any]] = {}
+        for arm in pair.arms:
+            sc = LabScenario.from_file(scenario_path(arm))
+            sims[arm] = run_sim(sc, seed)
+            labs[arm] = run_scenario(sc, out / arm, lab)
+    finally:
+        if own:
+            lab.down()
+    rows = compare({a: (sims[a], labs[a]) for a in pair.arms}, list(pair.metrics))
+    return Outcome(pair, sims, labs, rows, tol)
