@@ -278,7 +278,15 @@ fn conservation_holds_on_every_queue_under_overload() {
 #[test]
 fn results_report_the_seed_in_effect() {
     let src = dumbbell("1s", "10Mbit", "1Mbit", 5.0, "\"rfc\"", "", "");
-    let mut sim = Simulation::from_toml(&src, "v", RunOptions { seed: Some(42), ..RunOptions::default() }).unwrap();
+    let mut sim = Simulation::from_toml(
+        &src,
+        "v",
+        RunOptions {
+            seed: Some(42),
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
     sim.run();
     assert_eq!(sim.results().seed, 42);
 }

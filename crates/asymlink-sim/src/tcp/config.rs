@@ -21,6 +21,7 @@
 //! | Nagle | off | on | on |
 //! | limited transmit | off | on | on |
 //! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | 6 MB / 4 MB |
+//! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
 
 use asymlink_core::time::Duration;
 use asymlink_core::units::{Bytes, Span};
@@ -109,6 +110,9 @@ pub struct TcpConfig {
     pub dupthresh: u32,
     /// Congestion-avoidance increase rule.
     pub ca_increase: CaIncrease,
+    /// Undo a retransmission timeout found spurious by the echoed timestamp (Eifel
+    /// detection, RFC 3522, as Linux does): needs timestamps.
+    pub rto_undo: bool,
 }
 
 impl TcpConfig {
@@ -139,6 +143,7 @@ impl TcpConfig {
             limited_transmit: true,
             dupthresh: 3,
             ca_increase: CaIncrease::Standard,
+            rto_undo: false,
         };
         Some(match name {
             "rfc" => base,
@@ -166,6 +171,7 @@ impl TcpConfig {
                 quickack: 16,
                 rto_min: Duration::from_millis(200),
                 ss_growth: SsGrowth::ByteCounting,
+                rto_undo: true,
                 ..base
             },
             _ => return None,
@@ -215,6 +221,7 @@ pub struct TcpOverrides {
     pub limited_transmit: Option<bool>,
     pub dupthresh: Option<u32>,
     pub ca_increase: Option<CaIncrease>,
+    pub rto_undo: Option<bool>,
 }
 
 impl<'de> Deserialize<'de> for TcpSpec {
@@ -289,6 +296,7 @@ impl TcpSpec {
         set!(limited_transmit);
         set!(dupthresh);
         set!(ca_increase);
+        set!(rto_undo);
         c.validate()?;
         Ok(c)
     }
