@@ -21,6 +21,8 @@
 //!   schedulers HTB and HFSC (with link-layer accounting) and the ADSL ack class's queue.
 //! * **Classification** — [`classify`]: rules → classes, the ADSL paper's five-class
 //!   preset and its peer-to-peer host heuristic.
+//! * **Receiver windows** — [`rwnd`]: the receiver-based allocation policy (classes,
+//!   eq. (1), gentle growth) and advertised-window rewriting at a middlebox.
 //! * **The middlebox** — [`pipeline`]: per direction classify → rewrite → discipline, with
 //!   cross-direction observations passed explicitly.
 //!
@@ -39,6 +41,7 @@ pub mod packet;
 pub mod pipeline;
 pub mod qdisc;
 pub mod rand;
+pub mod rwnd;
 pub mod time;
 pub mod units;
 pub mod wire;

@@ -222,6 +222,15 @@ pub enum RewriterConfig {
         #[serde(default)]
         dir: Option<String>,
     },
+    /// Advertised-window rewriting for the receivers on side `receivers` (`"a"` or
+    /// `"b"`) with the receiver-based policy (see [`crate::rwnd`]).
+    Rwnd {
+        /// The side the receivers are on.
+        receivers: String,
+        /// The policy's parameters.
+        #[serde(default)]
+        policy: Box<crate::rwnd::RwndConfig>,
+    },
 }
 
 /// A middlebox configuration: rewriters plus one egress per direction.
@@ -291,6 +300,22 @@ impl RewriterConfig {
                         .transpose()?,
                     marked: 0,
                 }))
+            }
+            RewriterConfig::Rwnd { receivers, policy } => {
+                let toward = match receivers.as_str() {
+                    "a" => Dir::ToA,
+                    "b" => Dir::ToB,
+                    s => {
+                        return Err(QdiscBuildError::new(
+                            "rewrite.receivers",
+                            format!("'{s}' is not a side (a, b)"),
+                        ))
+                    }
+                };
+                let r = crate::rwnd::WindowRewriter::new(policy, toward).map_err(|e| {
+                    QdiscBuildError::new(format!("rewrite.policy.{}", e.key), e.msg)
+                })?;
+                Ok(Box::new(r))
             }
         }
     }

@@ -509,6 +509,23 @@ mod tests {
     }
 
     #[test]
+    fn the_receiver_window_rewriter_needs_no_live_code() {
+        // The box builds its pipeline from the core's `RewriterConfig`: the receiver
+        // policy's rewriter is configured exactly as in a simulated middlebox.
+        let rw = "rewrite = [{ kind = \"rwnd\", receivers = \"a\", \
+                  policy = { link_rate = \"8Mbit\", qlength_loss = \"6p\" } }]\n";
+        let c = BoxConfig::parse(&format!("{rw}{MIN}")).unwrap();
+        c.validate().unwrap();
+        let bad = "rewrite = [{ kind = \"rwnd\", receivers = \"a\", \
+                   policy = { qlength_delay = \"0s\" } }]\n";
+        let e = BoxConfig::parse(&format!("{bad}{MIN}"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("qlength_delay"), "{e}");
+    }
+
+    #[test]
     fn reload_restart_keys() {
         let a = BoxConfig::parse(MIN).unwrap();
         let mut b = a.clone();

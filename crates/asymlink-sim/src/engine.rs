@@ -235,7 +235,10 @@ impl World {
                         node: nodes.len() as NodeId,
                         conns: Vec::new(),
                         conditioner: None,
-                        rwnd: None,
+                        rwnd: n.rwnd_policy.as_ref().map(|c| {
+                            Box::new(crate::rwnd::RwndHost::new(c).expect("validated"))
+                                as Box<dyn RwndPolicy>
+                        }),
                         cond_at: None,
                         addr,
                         out_dir: u32::MAX,

@@ -11,6 +11,7 @@ pub mod packet;
 pub mod pcap;
 pub mod queue;
 pub mod results;
+pub mod rwnd;
 pub mod scenario;
 mod summary;
 pub mod tcp;

@@ -19,7 +19,8 @@
 //!   link layer, e.g. ATM cells), `tx_pure_acks`, `tx_pure_ack_bytes`,
 //!   `tx_pure_ack_wire_bytes`, and the sojourn times `mean_sojourn_ms`, `max_sojourn_ms`.
 //! * `qdisc_counters` — discipline-specific counters (`Qdisc::counters`, e.g. the ACK
-//!   shaper's delay-bound hits): `queue`, `counter`, `value`.
+//!   shaper's delay-bound hits), and middlebox rewriters' counters with `queue`
+//!   `<middlebox>:rewrite:<kind>` (e.g. `pool:rewrite:rwnd`): `queue`, `counter`, `value`.
 
 /// The data of one column.
 #[derive(Clone, Debug, PartialEq)]

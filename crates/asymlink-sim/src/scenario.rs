@@ -87,6 +87,9 @@ pub struct NodeSpec {
     /// Address (hosts; assigned from 10.0.0.0/8 if absent).
     #[serde(default)]
     pub addr: Option<IpAddr>,
+    /// Receiver-based window policy of a host's connections (see `docs/receiver-windows.md`).
+    #[serde(default)]
+    pub rwnd_policy: Option<asymlink_core::rwnd::RwndConfig>,
 }
 
 /// Per-direction link settings (all optional; they override the link-wide ones).
@@ -790,6 +793,18 @@ impl Spec {
             }
             if n.kind == NodeKind::Router && n.addr.is_some() {
                 return err(format!("nodes[{i}].addr"), "routers have no address here");
+            }
+            if let Some(p) = &n.rwnd_policy {
+                if n.kind == NodeKind::Router {
+                    return err(
+                        format!("nodes[{i}].rwnd_policy"),
+                        "routers have no TCP receivers; put it on the receiving host \
+                         (or rewrite windows in a middlebox: kind = \"rwnd\")",
+                    );
+                }
+                if let Err(e) = p.params() {
+                    return err(format!("nodes[{i}].rwnd_policy.{}", e.key), e.msg);
+                }
             }
         }
         let node = |name: &str, key: String| -> Result<usize, SpecError> {

@@ -209,7 +209,7 @@ fn egress_qdisc<'a>(
 }
 
 /// Discipline-specific counters (`Qdisc::counters`, e.g. the ACK shaper's delay-bound
-/// hits), one row per counter.
+/// hits), then middlebox rewriters' counters (`Rewriter::counters`), one row per counter.
 fn qdisc_counters(w: &World) -> Table {
     let (mut queue, mut name, mut value) = (Vec::new(), Vec::new(), Vec::new());
     for d in &w.dirs {
@@ -217,6 +217,16 @@ fn qdisc_counters(w: &World) -> Table {
             queue.push(d.name.clone());
             name.push(n.to_string());
             value.push(v as i64);
+        }
+    }
+    // Middlebox rewriters' counters, as `<middlebox>:rewrite:<kind>`.
+    for m in &w.mbs {
+        for r in m.mb.rewriters() {
+            for (n, v) in r.counters() {
+                queue.push(format!("{}:rewrite:{}", m.name, r.kind()));
+                name.push(n.to_string());
+                value.push(v as i64);
+            }
         }
     }
     Table::new("qdisc_counters")
