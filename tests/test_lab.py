@@ -46,7 +46,7 @@ def _short(name: str, **over: object) -> LabScenario:
 
 def test_shipped_scenarios_parse() -> None:
     names = [n for n, _ in shipped_scenarios()]
-    assert {"quick", "adsl-problem", "adsl-fix"} <= set(names)
+    assert {"quick", "adsl-problem", "adsl-fix", "ackfilter-off", "ackfilter-on"} <= set(names)
     for n in names:
         sc = LabScenario.from_file(scenario_path(n))
         assert sc.flows and sc.duration > 0
@@ -137,7 +137,7 @@ def test_adsl_problem_and_fix_order(live_ok: None, tmp_path: Path) -> None:
     """The ADSL problem and its fix with real Linux TCP (shortened): once the upload fills
     the modem's buffer, typed echoes wait behind it; with the box shaping the uplink below
     the line rate and ACKs first, they do not, and the download keeps its rate. (The
-    simulator-parity check with the paper's HTB arms comes with issue 5.)"""
+    comparison with the simulator is tests/test_parity.py.)"""
     results = {}
     for name in ("adsl-problem", "adsl-fix"):
         sc = _short(name, duration=9.0, windows={"contended": (5.0, 9.0)})

@@ -430,6 +430,57 @@ def lab_down_cmd(names: tuple[str, ...], all_labs: bool) -> None:
         click.echo(f"removed {n}")
 
 
+@lab_group.command("parity")
+@click.argument("pairs", nargs=-1)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True, help="Output directory (each arm's lab results, parity.json, "
+                                  "parity.md).")
+@click.option("--lab", "lab_name", help="Use this lab (default: a fresh one, removed after).")
+@click.option("--tolerance", type=float, default=None,
+              help="Relative tolerance per metric (default 0.15).")
+def lab_parity_cmd(pairs: tuple[str, ...], out_dir: Path, lab_name: str | None,
+                   tolerance: float | None) -> None:
+    """Run parity experiments (default: all of them) in the simulator and in the lab and
+    compare them metric by metric; exit 1 if a metric or an ordering of arms disagrees."""
+    import json as _json
+
+    from asymlink.lab import Lab
+    from asymlink.lab.parity import PAIRS, TOLERANCE, run_pair
+
+    names = list(pairs) or list(PAIRS)
+    unknown = [n for n in names if n not in PAIRS]
+    if unknown:
+        raise UserError(f"unknown parity experiment {', '.join(unknown)} "
+                        f"(known: {', '.join(PAIRS)})")
+    tol = TOLERANCE if tolerance is None else tolerance
+    if not 0 < tol < 10:
+        raise UserError("--tolerance: a relative tolerance, e.g. 0.15")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lab = Lab.load(lab_name) if lab_name else Lab.up()
+    except _lab_errors() as e:
+        raise UserError(str(e)) from None
+    outcomes = []
+    try:
+        for n in names:
+            outcomes.append(run_pair(PAIRS[n], out_dir / n, lab, tol))
+    except _lab_errors() as e:
+        raise UserError(str(e)) from None
+    finally:
+        if not lab_name:
+            lab.down()
+    md = "".join(o.markdown() + "\n" for o in outcomes)
+    (out_dir / "parity.md").write_text(md)
+    (out_dir / "parity.json").write_text(
+        _json.dumps([o.to_dict() for o in outcomes], indent=2) + "\n")
+    click.echo(md, nl=False)
+    bad = [o.pair.name for o in outcomes if not o.ok]
+    click.echo(f"results in {out_dir}")
+    if bad:
+        click.echo(f"parity NOT met: {', '.join(bad)}", err=True)
+        raise SystemExit(1)
+
+
 @lab_group.command("list")
 def lab_list_cmd() -> None:
     """List the labs on this machine and the shipped lab scenarios."""

@@ -559,6 +559,7 @@ struct HostState {
     rate: Tsw,
     p2p_seen: Option<Instant>,
     flagged_until: Option<Instant>,
+    last_seen: Instant,
 }
 
 /// The peer-to-peer host heuristic.
@@ -569,6 +570,7 @@ struct P2pHosts {
     ports: Vec<PortRange>,
     hosts: BTreeMap<IpAddr, HostState>,
     flagged_total: u64,
+    evicted: u64,
 }
 
 impl P2pHosts {
@@ -581,7 +583,10 @@ impl P2pHosts {
         } else {
             return false;
         };
-        if !self.hosts.contains_key(&local) && self.hosts.len() >= self.cfg.max_hosts as usize {
+        if !self.hosts.contains_key(&local)
+            && self.hosts.len() >= self.cfg.max_hosts as usize
+            && !self.evict(now)
+        {
             return false;
         }
         let window = self.cfg.window.0;
@@ -589,7 +594,9 @@ impl P2pHosts {
             rate: Tsw::new(window),
             p2p_seen: None,
             flagged_until: None,
+            last_seen: now,
         });
+        st.last_seen = now;
         st.rate.update(now, ip_len);
         if remote_port.is_some_and(|p| self.ports.iter().any(|r| r.contains(p))) {
             st.p2p_seen = Some(now);
@@ -604,6 +611,27 @@ impl P2pHosts {
             st.flagged_until = Some(now + self.cfg.hold.0);
         }
         st.flagged_until.is_some_and(|u| u > now)
+    }
+
+    /// Make room for a new host (the table is full): forget the least recently seen host
+    /// that is not flagged. A flood of spoofed local addresses thus cannot grow the table
+    /// or keep real hosts out of it, and never clears a flag. Returns false when every
+    /// host is flagged (the new one is then not tracked).
+    fn evict(&mut self, now: Instant) -> bool {
+        let victim = self
+            .hosts
+            .iter()
+            .filter(|(_, s)| s.flagged_until.is_none_or(|u| u <= now))
+            .min_by_key(|(a, s)| (s.last_seen, **a))
+            .map(|(a, _)| *a);
+        match victim {
+            Some(a) => {
+                self.hosts.remove(&a);
+                self.evicted += 1;
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -658,6 +686,7 @@ impl Classifier {
                     ports: ranges(&P2P_PORTS),
                     hosts: BTreeMap::new(),
                     flagged_total: 0,
+                    evicted: 0,
                 })
             }
         };
@@ -724,6 +753,16 @@ impl Classifier {
     /// How many times a host became flagged.
     pub fn p2p_flagged_total(&self) -> u64 {
         self.p2p.as_ref().map(|p| p.flagged_total).unwrap_or(0)
+    }
+
+    /// Local hosts the peer-to-peer heuristic currently tracks (at most `max_hosts`).
+    pub fn p2p_hosts(&self) -> usize {
+        self.p2p.as_ref().map(|p| p.hosts.len()).unwrap_or(0)
+    }
+
+    /// Hosts the heuristic forgot to make room for new ones.
+    pub fn p2p_evicted(&self) -> u64 {
+        self.p2p.as_ref().map(|p| p.evicted).unwrap_or(0)
     }
 }
 
@@ -970,6 +1009,31 @@ mod tests {
         let mut slow_web = pkt_from("10.0.0.7", "192.0.2.9", 40000, 80, a, 100);
         let id = c.classify(Instant::from_secs(10), &mut slow_web);
         assert_eq!(name(&c, id), "good");
+    }
+
+    #[test]
+    fn p2p_host_table_is_bounded_and_keeps_flagged_hosts() {
+        let mut c = cls("preset = \"five_class\"\nlocal = [\"10.0.0.0/8\"]\n\
+             p2p_hosts = { threshold = \"100kbit\", window = \"1s\", hold = \"60s\", max_hosts = 8 }");
+        let a = TcpFlags::ACK;
+        // Host 10.0.0.5 is flagged ...
+        for t in (0..1000).step_by(10) {
+            let mut p = pkt_from("10.0.0.5", "198.51.100.7", 40001, 6881, a, 1460);
+            c.classify(Instant::from_millis(t), &mut p);
+        }
+        assert!(c.is_p2p_host("10.0.0.5".parse().unwrap(), Instant::from_millis(1000)));
+        // ... then a flood of 10 000 other local source addresses passes.
+        for i in 0..10_000u32 {
+            let src = format!("10.1.{}.{}", i / 250, i % 250 + 1);
+            let mut p = pkt_from(&src, "192.0.2.9", 40000, 80, a, 100);
+            c.classify(Instant::from_millis(1000 + i as u64 / 10), &mut p);
+            assert!(c.p2p_hosts() <= 8);
+        }
+        assert_eq!(c.p2p_evicted(), 10_000 - 7);
+        // The flag survived the flood.
+        let mut web = pkt_from("10.0.0.5", "192.0.2.9", 40000, 80, a, 1460);
+        let id = c.classify(Instant::from_secs(3), &mut web);
+        assert_eq!(name(&c, id), "bad");
     }
 
     #[test]

@@ -83,6 +83,13 @@ pub struct Engine {
     seed: u64,
     generation: u64,
     ready: [Option<Instant>; 2],
+    /// Per direction: the discipline wants a `dequeue` call each time its link frees up,
+    /// even with nothing queued (`Qdisc::wants_idle_dequeue`: the ACK filter's channel
+    /// estimators observe the link going idle that way).
+    idle_dequeue: [bool; 2],
+    /// Per direction: a packet went onto the serialiser since the discipline last
+    /// answered `Empty`, so it must be asked again when the serialiser frees up.
+    idle_pending: [bool; 2],
     counters: [DirCounters; 2],
     /// Discipline counters accumulated over previous configurations (before reloads).
     retired: [Vec<QdiscStats>; 2],
@@ -102,7 +109,7 @@ impl Engine {
             Link::new(cfg.emulation(Dir::ToB), derive_seed(seed, "link:to_b")),
             Link::new(cfg.emulation(Dir::ToA), derive_seed(seed, "link:to_a")),
         ];
-        Ok(Engine {
+        let mut e = Engine {
             mb,
             links,
             drops: Drops::new(),
@@ -112,11 +119,19 @@ impl Engine {
             seed,
             generation: 0,
             ready: [None, None],
+            idle_dequeue: [false, false],
+            idle_pending: [false, false],
             counters: Default::default(),
             retired: Default::default(),
             latency: Histogram::default(),
             reloads: 0,
-        })
+        };
+        e.idle_dequeue = e.wants_idle_dequeue();
+        Ok(e)
+    }
+
+    fn wants_idle_dequeue(&self) -> [bool; 2] {
+        [Dir::ToB, Dir::ToA].map(|d| self.mb.egress(d).qdisc().wants_idle_dequeue())
     }
 
     /// The pool buffers are taken from and returned to.
@@ -205,6 +220,7 @@ impl Engine {
                     if let Some(p) = self.links[i].offer(now, ready, p) {
                         self.discard(p, reason::LINK_QUEUE_FULL);
                     }
+                    self.idle_pending[i] = self.idle_dequeue[i];
                 }
                 Dequeued::NotBefore(t) => {
                     self.ready[i] = Some(t);
@@ -212,6 +228,7 @@ impl Engine {
                 }
                 Dequeued::Empty => {
                     self.ready[i] = None;
+                    self.idle_pending[i] = false;
                     break;
                 }
             }
@@ -240,6 +257,11 @@ impl Engine {
             let i = d.index();
             let link = &self.links[i];
             t = earliest(t, link.poll_at());
+            if self.idle_pending[i] && self.mb.backlog(d).packets == 0 {
+                // The discipline watches the link: wake when the serialiser frees up, to
+                // tell it that nothing is left to send (as the simulator's links do).
+                t = earliest(t, Some(link.free_at()));
+            }
             if self.mb.backlog(d).packets > 0 {
                 let mut when = self.ready[i].unwrap_or(Instant::ZERO);
                 if !link.has_queue() {
@@ -288,6 +310,8 @@ impl Engine {
         self.links[1].reconfigure(cfg.emulation(Dir::ToA));
         self.malformed = cfg.malformed;
         self.ready = [None, None];
+        self.idle_dequeue = self.wants_idle_dequeue();
+        self.idle_pending = self.idle_dequeue;
         self.generation = generation;
         self.reloads += 1;
         Ok(n)
@@ -375,8 +399,21 @@ impl Engine {
                     json!(counts.last().copied().unwrap_or(0)),
                 );
             }
+            let p2p_hosts = eg.classifier().map(|c| c.p2p_hosts()).unwrap_or(0);
+            let p2p_evicted = eg.classifier().map(|c| c.p2p_evicted()).unwrap_or(0);
             let q = eg.qdisc();
             let mut qd = qdisc_json(q.kind(), q.stats());
+            // Per-flow state (connection tables, ACK histories, host table): bounded by
+            // configuration; watched under floods of new flows.
+            qd.insert("flow_entries".into(), json!(q.flow_entries()));
+            let extra: Map<String, Value> = q
+                .counters()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
+            if !extra.is_empty() {
+                qd.insert("counters".into(), Value::Object(extra));
+            }
             let children: Map<String, Value> = q
                 .child_stats()
                 .into_iter()
@@ -422,6 +459,7 @@ impl Engine {
                     "unparsed": unparsed,
                     "discarded": discarded,
                     "classes": classes,
+                    "classifier_hosts": { "tracked": p2p_hosts, "evicted": p2p_evicted },
                     "qdisc": qd,
                     "qdisc_dequeued_before_reloads": retired,
                     "rewriters": rewriters,

@@ -315,6 +315,7 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         m.insert("wakeups".into(), json!(self.wakeups));
         m.insert("reload_failures".into(), json!(self.reload_failures));
         m.insert("last_reload_error".into(), json!(self.last_reload_error));
+        m.insert("rss_bytes".into(), json!(sys::rss_bytes()));
         let a = self.engine.counters(Dir::ToB);
         let b = self.engine.counters(Dir::ToA);
         m.insert(

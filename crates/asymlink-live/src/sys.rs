@@ -572,6 +572,21 @@ pub fn poll(
     Ok(ready)
 }
 
+/// Resident memory of this process in bytes (`/proc/self/statm`), 0 if unknown.
+pub fn rss_bytes() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(0) as u64
+}
+
 /// Ask the kernel for precise timer wake-ups (the default slack is 50 µs).
 pub fn set_timer_slack_ns(ns: u64) {
     // SAFETY: plain prctl.

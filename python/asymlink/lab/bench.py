@@ -5,11 +5,9 @@ MTU 1500):
 
 * `kernel_gbps` — through a Linux bridge in the router namespace (kernel forwarding);
 * `box_gbps` — through the box, unshaped (a 1000-packet FIFO each way, no emulation);
-* `box_shaped_gbps` — through the box with the five-class classifier, ACKs first, and the
-  root shaped to 1 Gbit/s (`[emulation.to_b] rate = "1Gbit"`). Until ACK filtering and
-  HTB land (issues 3 and 5) this uses the core's prio + a 1 Gbit/s serialiser as the
-  root; the configuration is `SHAPED` below, to be switched to the real five-class HTB
-  with the ACK filter once they exist;
+* `box_shaped_gbps` — through the box with ACK filtering and the five-class shaper (HTB)
+  whose root is set to 1 Gbit/s, each direction (`SHAPED` below); the goodput, and
+  `box_shaped_ip_gbps` the IP rate the shaper counts;
 * `added_latency_p50_us` / `added_latency_p99_us` — time from the kernel's receive
   timestamp on the box's ingress socket to the return of the send call, for every packet
   of a transfer paced (`SO_MAX_PACING_RATE`) at half of `box_gbps`.
@@ -32,38 +30,38 @@ from pathlib import Path
 from typing import Any
 
 from asymlink.lab.box import start_box
-from asymlink.lab.netns import Lab, LabError
+from asymlink.lab.netns import TCP_CC, Lab, LabError
 from asymlink.lab.scenario import TRAFFIC
 
 #: The forwarding thread runs under SCHED_FIFO (see docs/performance.md: on this shared
 #: 2-core machine an ordinary-priority box waits behind compilers and traffic generators).
 PROCESS = {"realtime_priority": 20, "horizon": "50us"}
 UNSHAPED: dict[str, Any] = {"seed": 1, "process": PROCESS}
-CLASSES = {
-    "default": "default",
-    "rules": [
-        {"class": "ack", "match": {"pure_ack": True}},
-        {"class": "interactive", "match": {"port": ["22", "23"]}},
-        {"class": "bad", "match": {"port": ["6881-6889"]}},
-        {"class": "good", "match": {"port": ["80", "443"]}},
-    ],
-}
+#: The five-class shaper (docs/adsl.md's tree, scaled to a 1 Gbit/s root): the paper's
+#: classes from the classifier's `five_class` preset, ACKs first through a classic ACK
+#: filter, interactive next, the bulk classes borrowing up to the root's rate. The
+#: benchmark's transfer (port 5201) is `default`; its ACKs cross the `ack` class of the
+#: other direction.
+FIVE_CLASS_HTB: dict[str, Any] = {
+    "kind": "htb", "default": "default", "classes": [
+        {"name": "root", "rate": "1Gbit"},
+        {"name": "ack", "parent": "root", "rate": "880Mbit", "ceil": "1Gbit", "prio": 0,
+         "queue": {"kind": "ack_filter", "policy": "classic", "limit": "1000p"}},
+        {"name": "interactive", "parent": "root", "rate": "36Mbit", "ceil": "200Mbit",
+         "prio": 0, "queue": {"kind": "fifo", "limit": "100p"}},
+        {"name": "bulk", "parent": "root", "rate": "84Mbit", "ceil": "1Gbit"},
+        {"name": "good", "parent": "bulk", "rate": "42Mbit", "ceil": "800Mbit", "prio": 3,
+         "queue": {"kind": "fifo", "limit": "1000p"}},
+        {"name": "default", "parent": "bulk", "rate": "30Mbit", "ceil": "1Gbit", "prio": 5,
+         "queue": {"kind": "fifo", "limit": "1000p"}},
+        {"name": "bad", "parent": "bulk", "rate": "12Mbit", "ceil": "1Gbit", "prio": 7,
+         "queue": {"kind": "fifo", "limit": "1000p"}},
+    ]}
 SHAPED: dict[str, Any] = {
     "seed": 1,
     "process": PROCESS,
-    "to_b": {
-        "classifier": CLASSES,
-        "qdisc": {"kind": "prio", "bands": [{"classes": ["ack"]}, {"classes": ["interactive"]},
-                                            {"classes": ["good", "default"]},
-                                            {"classes": ["bad"]}]},
-    },
-    "to_a": {
-        "classifier": CLASSES,
-        "qdisc": {"kind": "prio", "bands": [{"classes": ["ack"]}, {"classes": ["interactive"]},
-                                            {"classes": ["good", "default"]},
-                                            {"classes": ["bad"]}]},
-    },
-    "emulation": {"to_b": {"rate": "1Gbit"}},
+    "to_b": {"classifier": {"preset": "five_class"}, "qdisc": FIVE_CLASS_HTB},
+    "to_a": {"classifier": {"preset": "five_class"}, "qdisc": FIVE_CLASS_HTB},
 }
 
 
@@ -107,7 +105,7 @@ def transfer(lab: Lab, seconds: float, rate_bps: float = 0.0, port: int = 5201) 
         time.sleep(0.02)
     t0 = time.monotonic() + 0.2
     args = ["send", "--to", lab.addr("server"), "--port", str(port), "--stop", str(seconds),
-            "--t0", repr(t0)]
+            "--t0", repr(t0), "--cc", TCP_CC]
     if rate_bps:
         args += ["--rate", str(rate_bps)]
     send = lab.spawn("client", [sys.executable, TRAFFIC, *args])
@@ -136,7 +134,8 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
         time.sleep(0.02)
     t0 = time.monotonic() + 0.2
     lab.spawn("server", [sys.executable, TRAFFIC, "send", "--to", "127.0.0.1", "--port",
-                         str(port), "--stop", str(seconds), "--t0", repr(t0)]).wait(seconds + 20)
+                         str(port), "--stop", str(seconds), "--t0", repr(t0), "--cc",
+                         TCP_CC]).wait(seconds + 20)
     sink.wait(seconds + 20)
     s = [(t, b) for t, b in json.loads(report.read_text())["samples"]
          if t0 + 0.5 <= t <= t0 + seconds]
@@ -159,7 +158,7 @@ def run_bench(seconds: float = 5.0) -> dict[str, Any]:
         try:
             shaped = transfer(lab, seconds)
         finally:
-            box.stop()
+            shaped_final = box.stop()
         half = unshaped / 2
         box = start_box(lab, UNSHAPED)
         try:
@@ -178,6 +177,10 @@ def run_bench(seconds: float = 5.0) -> dict[str, Any]:
         # 1500-byte IP packet, so the shaped IP rate is the goodput times 1500/1448.
         "box_shaped_ip_gbps": shaped * 1500 / 1448,
         "box_vs_kernel": unshaped / kernel if kernel else float("nan"),
+        # What the shaper's ACK filter did to the transfer's ACKs (direction to_a).
+        "shaped_acks_classified": _dir(shaped_final, "to_a").get("classes", {}).get("ack"),
+        "shaped_acks_filtered": _dir(shaped_final, "to_a").get("discarded", {})
+        .get("ack_superseded", 0),
         "added_latency_p50_us": lat.get("p50"),
         "added_latency_p99_us": lat.get("p99"),
         "added_latency_max_us": lat.get("max"),
@@ -190,9 +193,13 @@ def run_bench(seconds: float = 5.0) -> dict[str, Any]:
         "kernel": platform.release(),
         "load_average": os.getloadavg()[0],
         "git": _git_rev(),
-        "shaped_config": "prio(ack|interactive|good+default|bad) + 1 Gbit/s root serialiser "
-                         "(stand-in until ACK filtering and HTB land)",
+        "shaped_config": "five_class classifier + HTB (root 1 Gbit/s; ack class: classic "
+                         "ACK filter), both directions",
     }
+
+
+def _dir(stats: dict[str, Any], d: str) -> dict[str, Any]:
+    return dict(stats.get("directions", {}).get(d, {}))
 
 
 def _git_rev() -> str:

@@ -38,6 +38,13 @@ PREFIX_LEN = 24
 SIDE_A = "veth-a"
 SIDE_B = "veth-b"
 OFFLOADS = ["rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan"]
+#: The end hosts keep no TCP metrics cache: a transfer does not start from the ssthresh
+#: a previous run in the same lab left behind.
+HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1"}
+#: The end hosts' congestion control: what the simulator's `linux` profile models,
+#: whatever the machine's default is (it may be BBR). Set per socket by the traffic tool
+#: (`--cc`): a namespace may only default to the host's *allowed* algorithms.
+TCP_CC = "cubic"
 
 
 class LabError(RuntimeError):
@@ -152,6 +159,8 @@ class Lab:
             self.sysctl(self.router, f"net.ipv6.conf.{dev}.disable_ipv6", "1")
             self.ip(self.router, "link", "set", "dev", dev, "up")
         for ns, addr in ((self.client, CLIENT_ADDR), (self.server, SERVER_ADDR)):
+            for key, value in HOST_SYSCTLS.items():
+                self.sysctl(ns, key, value)
             self.ip(ns, "addr", "add", f"{addr}/{PREFIX_LEN}", "dev", "eth0")
             self.ip(ns, "link", "set", "dev", "eth0", "up")
 

@@ -23,6 +23,9 @@ to = "client"
 start = "0s"                  # default 0
 stop = "20s"                  # default: duration
 rate = "10Mbit"               # optional pacing (SO_MAX_PACING_RATE)
+window = "64KiB"              # optional: a fixed receive window (TCP_WINDOW_CLAMP on a locked
+                              # buffer); default: Linux receive-buffer autotuning
+port = 80                     # optional listening port (default: 5001, 5002, ... in order)
 
 [[probes]]
 name = "typing"
@@ -60,12 +63,13 @@ import numpy as np
 import pandas as pd
 
 from asymlink.lab.box import start_box
-from asymlink.lab.netns import Lab, LabError
+from asymlink.lab.netns import TCP_CC, Lab, LabError
 
 TRAFFIC = str(Path(__file__).with_name("traffic.py"))
 ROLES = ("client", "server")
 
 _DUR = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s|min)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB)\s*$")
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(bit|kbit|Mbit|Gbit)(/s)?\s*$")
 
 
@@ -87,6 +91,15 @@ def bits_per_second(v: Any, key: str) -> float:
     return float(m.group(1)) * mult
 
 
+def size_bytes(v: Any, key: str) -> int:
+    """A size as written in scenario files (`34752B`, `64KiB`, `1MB`)."""
+    m = _SIZE.match(str(v))
+    if not m:
+        raise LabError(f"{key}: '{v}' is not a size (e.g. 34752B, 64KiB, 1MB)")
+    mult = {"B": 1, "KB": 1000, "KiB": 1024, "MB": 10**6, "MiB": 1 << 20}[m.group(2)]
+    return int(m.group(1)) * mult
+
+
 @dataclass
 class Flow:
     name: str
@@ -96,6 +109,7 @@ class Flow:
     stop: float
     rate: float
     port: int
+    window: int = 0
 
 
 @dataclass
@@ -168,18 +182,23 @@ class LabScenario:
         port = 5001
         for i, f in enumerate(doc.get("flows", [])):
             key = f"flows[{i}]"
-            _only(f, {"name", "from", "to", "start", "stop", "rate", "app"}, key)
+            _only(f, {"name", "from", "to", "start", "stop", "rate", "app", "port", "window"},
+                  key)
             s, r = _roles(f, key)
             start = seconds(f.get("start", "0s"), f"{key}.start")
             stop = seconds(f["stop"], f"{key}.stop") if "stop" in f else duration
             if not 0 <= start < stop <= duration:
                 raise LabError(f"{key}: needs 0 <= start < stop <= duration")
             rate = bits_per_second(f["rate"], f"{key}.rate") if "rate" in f else 0.0
-            sc.flows.append(Flow(str(f.get("name", f"flow{i}")), s, r, start, stop, rate, port))
+            window = size_bytes(f["window"], f"{key}.window") if "window" in f else 0
+            if window and not 2048 <= window <= 1 << 30:
+                raise LabError(f"{key}.window: must be between 2048 B and 1 GiB")
+            sc.flows.append(Flow(str(f.get("name", f"flow{i}")), s, r, start, stop, rate,
+                                 _port(f, port, key), window))
             port += 1
         for i, p in enumerate(doc.get("probes", [])):
             key = f"probes[{i}]"
-            _only(p, {"name", "kind", "from", "to", "start", "stop", "every"}, key)
+            _only(p, {"name", "kind", "from", "to", "start", "stop", "every", "port"}, key)
             kind = p.get("kind", "echo")
             if kind not in ("echo", "ping"):
                 raise LabError(f"{key}.kind: 'echo' or 'ping'")
@@ -189,12 +208,26 @@ class LabScenario:
             if not 0 <= start < stop <= duration:
                 raise LabError(f"{key}: needs 0 <= start < stop <= duration")
             sc.probes.append(Probe(str(p.get("name", f"{kind}{i}")), kind, s, r, start, stop,
-                                   seconds(p.get("every", "200ms"), f"{key}.every"), port))
+                                   seconds(p.get("every", "200ms"), f"{key}.every"),
+                                   _port(p, port, key)))
             port += 1
         names = [f.name for f in sc.flows] + [p.name for p in sc.probes]
         if len(set(names)) != len(names):
             raise LabError(f"{origin}: flow and probe names must be unique")
+        ports = [(f.receiver, f.port) for f in sc.flows]
+        ports += [(p.receiver, p.port) for p in sc.probes if p.kind == "echo"]
+        if len(set(ports)) != len(ports):
+            raise LabError(f"{origin}: two flows or probes listen on the same port of one host")
         return sc
+
+
+def _port(d: dict[str, Any], default: int, key: str) -> int:
+    """The listening port of a flow or probe: `port` (e.g. 22 to be classed interactive,
+    80 good, 6881 bad by the five-class preset), else the next free one from 5001."""
+    v = d.get("port", default)
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 65535:
+        raise LabError(f"{key}.port: must be an integer 1-65535")
+    return v
 
 
 def _only(d: dict[str, Any], keys: set[str], where: str) -> None:
@@ -217,8 +250,10 @@ def _roles(d: dict[str, Any], key: str) -> tuple[str, str]:
 
 
 def _traffic(lab: Lab, role: str, args: list[str]) -> subprocess.Popen[bytes]:
-    return lab.spawn(role, [sys.executable, TRAFFIC, *args], stdout=subprocess.DEVNULL,
-                     stderr=subprocess.PIPE)
+    """Start the traffic tool (`args[0]` its command) in `role`'s namespace; every TCP
+    socket it opens uses `TCP_CC`."""
+    return lab.spawn(role, [sys.executable, TRAFFIC, args[0], "--cc", TCP_CC, *args[1:]],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _wait_for(paths: list[Path], timeout: float) -> None:
@@ -261,7 +296,8 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
             procs.append(_traffic(lab, f.receiver, [
                 "sink", "--port", str(f.port), "--seconds", str(sc.duration + slack + 2),
                 "--interval", str(sc.interval), "--ready", str(ready),
-                "--report", str(work / f"{f.name}.sink.json"), "--t0", "0"]))
+                "--report", str(work / f"{f.name}.sink.json"), "--t0", "0",
+                "--window", str(f.window)]))
         for p in sc.probes:
             if p.kind == "echo":
                 ready = work / f"{p.name}.ready"
@@ -351,20 +387,56 @@ def _queue_rows(stats: dict[str, Any], t: float) -> list[dict[str, Any]]:
     return rows
 
 
+def _delivered_between(t: np.ndarray, b: np.ndarray, lo: float, hi: float) -> float:
+    if not len(t):
+        return 0.0
+    return float(np.interp(hi, t, b, left=0.0) - np.interp(lo, t, b, left=0.0))
+
+
+def window_metrics(sc: LabScenario, delivered: dict[str, tuple[np.ndarray, np.ndarray]],
+                   probes: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
+    """The metrics of a run from its raw series — shared by the lab and the simulator
+    mirror (`asymlink.lab.parity`), so both are computed the same way.
+
+    `delivered[flow]` is (t, cumulative bytes delivered to the receiver) sampled over the
+    run; `probes[probe]` is [(t, seconds)] of echo latencies or ping RTTs. Throughput is
+    the bytes delivered between a flow's start and stop (or a window's ends, clipped to
+    the flow's activity) over that time, in Mbit/s; latencies are p50/p90/mean in ms over
+    the run and over each window."""
+    m: dict[str, Any] = {"throughput_mbps": {}}
+    for f in sc.flows:
+        t, b = delivered[f.name]
+        m["throughput_mbps"][f.name] = (_delivered_between(t, b, f.start, f.stop) * 8
+                                        / (f.stop - f.start) / 1e6)
+        for wname, (wa, wb) in sc.windows.items():
+            lo, hi = max(wa, f.start), min(wb, f.stop)
+            v = _delivered_between(t, b, lo, hi) * 8 / (hi - lo) / 1e6 if hi > lo else 0.0
+            m.setdefault("throughput_mbps_in", {}).setdefault(wname, {})[f.name] = v
+    for p in sc.probes:
+        samples = probes[p.name]
+        key = "echo_latency_ms" if p.kind == "echo" else "ping_rtt_ms"
+        m.setdefault(key, {})[p.name] = _stats_ms([v for _, v in samples])
+        for wname, (wa, wb) in sc.windows.items():
+            wv = [v for t, v in samples if wa <= t <= wb]
+            m.setdefault(f"{key}_in", {}).setdefault(wname, {})[p.name] = _stats_ms(wv)
+    return m
+
+
 def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str, Any],
              queue_rows: list[dict[str, Any]], log: Path | None) -> dict[str, Any]:
     from asymlink.results import TABLE_COLUMNS, Results
 
     flow_rows = []
     summary = []
-    metrics: dict[str, Any] = {"scenario": sc.name, "forwarding": sc.forwarding,
-                               "duration_s": sc.duration, "throughput_mbps": {},
-                               "delivered_bytes": {}}
+    delivered: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    tcp_cc: dict[str, str] = {}
     for f in sc.flows:
         sink = json.loads((work / f"{f.name}.sink.json").read_text())
         send = json.loads((work / f"{f.name}.send.json").read_text())
+        tcp_cc[f.name] = send.get("cc", "")
         st = np.array([s[0] - t0 for s in sink["samples"]])
         sb = np.array([s[1] for s in sink["samples"]], dtype=float)
+        delivered[f.name] = (st, sb)
         for sample in send["samples"]:
             t = sample["t"]
             r: dict[str, Any] = {c: float("nan") for c in TABLE_COLUMNS["flows"]}
@@ -373,35 +445,25 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
             r["flow"] = f.name
             r["bytes_delivered"] = float(np.interp(t, st, sb, left=0.0)) if len(st) else 0.0
             flow_rows.append(r)
-        active = f.stop - f.start
-        def at(x: float, st: np.ndarray = st, sb: np.ndarray = sb) -> float:
-            return float(np.interp(x, st, sb, left=0.0)) if len(st) else 0.0
-
-        delivered = at(f.stop) - at(f.start)
-        mbps = delivered * 8 / active / 1e6
-        metrics["throughput_mbps"][f.name] = mbps
-        for wname, (wa, wb) in sc.windows.items():
-            lo, hi = max(wa, f.start), min(wb, f.stop)
-            v = (at(hi) - at(lo)) * 8 / (hi - lo) / 1e6 if hi > lo else 0.0
-            metrics.setdefault("throughput_mbps_in", {}).setdefault(wname, {})[f.name] = v
-        metrics["delivered_bytes"][f.name] = sink["bytes"]
         last = send["samples"][-1] if send["samples"] else {}
         summary.append({"flow": f.name, "from": f.sender, "to": f.receiver,
-                        "delivered_bytes": sink["bytes"], "throughput_bps": mbps * 1e6,
+                        "delivered_bytes": sink["bytes"],
+                        "throughput_bps": _delivered_between(st, sb, f.start, f.stop) * 8
+                        / (f.stop - f.start),
                         "retransmits": last.get("retransmits", float("nan")),
                         "min_srtt_ms": min((s.get("srtt_ms", math.inf) for s in send["samples"]),
                                            default=float("nan"))})
     meas = []
+    probes: dict[str, list[tuple[float, float]]] = {}
     for p in sc.probes:
         rep = json.loads((work / f"{p.name}.probe.json").read_text())
-        vals = [v for _, v in rep["samples"]]
+        probes[p.name] = [(t, v) for t, v in rep["samples"]]
         for t, v in rep["samples"]:
             meas.append({"t": t, "flow": p.name, "metric": rep["metric"], "value": v})
-        key = "echo_latency_ms" if p.kind == "echo" else "ping_rtt_ms"
-        metrics.setdefault(key, {})[p.name] = _stats_ms(vals)
-        for wname, (wa, wb) in sc.windows.items():
-            wv = [v for t, v in rep["samples"] if wa <= t <= wb]
-            metrics.setdefault(f"{key}_in", {}).setdefault(wname, {})[p.name] = _stats_ms(wv)
+    metrics: dict[str, Any] = {"scenario": sc.name, "forwarding": sc.forwarding,
+                               "duration_s": sc.duration, "tcp_congestion_control": tcp_cc}
+    metrics.update(window_metrics(sc, delivered, probes))
+    metrics["delivered_bytes"] = {r["flow"]: r["delivered_bytes"] for r in summary}
     tables = {
         "flows": pd.DataFrame(flow_rows, columns=list(TABLE_COLUMNS["flows"])),
         "queues": pd.DataFrame(queue_rows, columns=list(TABLE_COLUMNS["queues"])),
@@ -422,7 +484,8 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
                           for d, v in final["directions"].items()}
         metrics["box"]["added_latency_us"] = final.get("latency_us", {})
     meta = {"scenario": sc.name, "duration_s": sc.duration, "source": "lab",
-            "forwarding": sc.forwarding, "seed": final.get("seed")}
+            "forwarding": sc.forwarding, "seed": final.get("seed"),
+            "tcp_congestion_control": tcp_cc}
     Results(meta, tables).to_csv(out)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     if final:

@@ -11,8 +11,10 @@ Commands:
               `SO_MAX_PACING_RATE`); sample the kernel's `TCP_INFO` every `--interval`: cwnd,
               ssthresh, srtt, rto, bytes in flight, sent, acked, retransmits (the
               simulator's `flows` columns).
-* `echo-server` / `echo-client` — typed-echo probes: one byte every `--every`, echoed
-              back; the time to the echo is `echo_latency_s` (as the simulator's telnet app).
+* `echo-server` / `echo-client` — typed-echo probes: one byte every `--every` (not
+              waiting for the previous echo), echoed back; the time to the echo is
+              `echo_latency_s`, recorded when the echo arrives (as the simulator's telnet
+              app).
 * `ping`    — ICMP echo over a raw socket (root in the namespace): `ping_rtt_s`.
 
 Times in reports are seconds since `--t0` (a `time.monotonic()` value shared by every
@@ -33,6 +35,7 @@ import time
 from typing import Any
 
 TCP_INFO = 11
+TCP_WINDOW_CLAMP = 10
 SO_MAX_PACING_RATE = 47
 CHUNK = 1 << 16
 
@@ -68,6 +71,26 @@ def tcp_info(sock: socket.socket) -> dict[str, float]:
     return out
 
 
+def tcp_socket(a: argparse.Namespace, family: int) -> socket.socket:
+    """A TCP socket with congestion control `--cc` (default: the namespace's). Per socket,
+    because a network namespace other than the host's may only default to the host's
+    *allowed* algorithms; root may still pick any available one per socket. Connections
+    accepted on a listening socket inherit its algorithm."""
+    s = socket.socket(family, socket.SOCK_STREAM)
+    if a.cc:
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, a.cc.encode())
+        except OSError as e:
+            s.close()
+            raise SystemExit(f"traffic.py: congestion control '{a.cc}': {e.strerror} "
+                             "(see /proc/sys/net/ipv4/tcp_available_congestion_control)") from None
+    return s
+
+
+def congestion_control(s: socket.socket) -> str:
+    return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
+
+
 _stop = False
 
 
@@ -78,10 +101,19 @@ def _on_term(signum: int, frame: object) -> None:
 
 def sink(a: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _on_term)
-    srv = socket.socket(socket.AF_INET6 if ":" in a.bind else socket.AF_INET, socket.SOCK_STREAM)
+    srv = tcp_socket(a, socket.AF_INET6 if ":" in a.bind else socket.AF_INET)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if a.rcvbuf:
         srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, a.rcvbuf)
+    if a.window:
+        # A fixed receive window (what the simulator's `rcvbuf` is): a buffer large enough
+        # for it (Linux doubles SO_RCVBUF and advertises about half to two thirds of the
+        # buffer), which also turns receive-buffer autotuning off — autotuning would
+        # raise the window clamp with the buffer — and the clamp itself. Accepted
+        # connections inherit both.
+        if not a.rcvbuf:
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2 * a.window)
+        srv.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, a.window)
     srv.bind((a.bind, a.port))
     srv.listen(16)
     srv.setblocking(False)
@@ -109,6 +141,10 @@ def sink(a: argparse.Namespace) -> None:
                 except BlockingIOError:
                     continue
                 c.setblocking(False)
+                if a.window:
+                    # Also on the connection itself: a clamp set on a listening socket
+                    # does not reach the connections it accepts on every kernel.
+                    c.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, a.window)
                 conns[c] = 0
                 continue
             try:
@@ -121,6 +157,12 @@ def sink(a: argparse.Namespace) -> None:
                 s.close()
                 conns.pop(s, None)
                 continue
+            if a.window:
+                # Re-assert the clamp: Linux (6.x) resets a connection's window clamp to
+                # its whole buffer whenever it re-estimates the buffer's payload ratio
+                # (`scaling_ratio`, on a change of the received segment size), even with
+                # the buffer locked; the window would then open to 2-4 times `--window`.
+                s.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, a.window)
             total += n
     samples.append((_now(a.t0), total))
     _write(a.report, {"kind": "sink", "bytes": total, "samples": samples})
@@ -129,7 +171,7 @@ def sink(a: argparse.Namespace) -> None:
 def send(a: argparse.Namespace) -> None:
     time.sleep(max(0.0, a.t0 + a.start - time.monotonic()))
     fam = socket.AF_INET6 if ":" in a.to else socket.AF_INET
-    s = socket.socket(fam, socket.SOCK_STREAM)
+    s = tcp_socket(a, fam)
     if a.sndbuf:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, a.sndbuf)
     if a.rate:
@@ -146,7 +188,7 @@ def send(a: argparse.Namespace) -> None:
                 raise
             time.sleep(0.1)
             s.close()
-            s = socket.socket(fam, socket.SOCK_STREAM)
+            s = tcp_socket(a, fam)
             if a.rate:
                 s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(a.rate // 8))
     s.setblocking(False)
@@ -172,13 +214,14 @@ def send(a: argparse.Namespace) -> None:
             except OSError:
                 break
     samples.append({"t": _now(a.t0), **tcp_info(s)})
+    cc = congestion_control(s)
     s.close()
-    _write(a.report, {"kind": "send", "bytes": sent, "samples": samples})
+    _write(a.report, {"kind": "send", "bytes": sent, "samples": samples, "cc": cc})
 
 
 def echo_server(a: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _on_term)
-    srv = socket.socket(socket.AF_INET6 if ":" in a.bind else socket.AF_INET, socket.SOCK_STREAM)
+    srv = tcp_socket(a, socket.AF_INET6 if ":" in a.bind else socket.AF_INET)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((a.bind, a.port))
     srv.listen(4)
@@ -210,30 +253,56 @@ def echo_server(a: argparse.Namespace) -> None:
 
 
 def echo_client(a: argparse.Namespace) -> None:
+    """One keystroke every `--every`, whether or not the previous one was echoed (as the
+    simulator's telnet app types); each echo's latency is recorded when it arrives, at
+    its arrival time. Echoes still missing one second after `--stop` count as lost."""
     time.sleep(max(0.0, a.t0 + a.start - time.monotonic()))
-    s = socket.create_connection((a.to, a.port), timeout=10)
+    s = tcp_socket(a, socket.AF_INET6 if ":" in a.to else socket.AF_INET)
+    s.settimeout(10)
+    s.connect((a.to, a.port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.setblocking(False)
     deadline = a.t0 + a.stop
     out: list[tuple[float, float]] = []
-    lost = 0
-    while time.monotonic() < deadline:
-        t_send = time.monotonic()
-        # A keystroke waits for its echo as long as the run lasts (a slow echo is the
-        # measurement, not a failure); one left unanswered at the end counts as lost.
-        s.settimeout(max(0.05, deadline + 1.0 - t_send))
+    typed: list[float] = []
+    echoed = 0
+    next_key = time.monotonic()
+    closed = False
+    while not closed:
+        now = time.monotonic()
+        if now >= deadline + 1.0 or (now >= deadline and echoed == len(typed)):
+            break
+        if now >= next_key and now < deadline:
+            try:
+                if s.send(b"k") == 1:
+                    typed.append(now)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                break
+            next_key += a.every
+            continue
+        wake = next_key if next_key < deadline else deadline + 1.0
+        r, _, _ = select.select([s], [], [], max(0.0, wake - time.monotonic()))
+        if not r:
+            continue
         try:
-            s.sendall(b"k")
-            if not s.recv(1):
-                break  # the server closed the connection
-            out.append((t_send - a.t0, time.monotonic() - t_send))
-        except TimeoutError:
-            lost += 1
-            break
+            d = s.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            continue
         except OSError:
+            d = b""
+        if not d:
+            closed = True
             break
-        time.sleep(max(0.0, t_send + a.every - time.monotonic()))
+        t = time.monotonic()
+        for _ in range(len(d)):
+            if echoed < len(typed):
+                out.append((t - a.t0, t - typed[echoed]))
+                echoed += 1
     s.close()
-    _write(a.report, {"kind": "echo", "metric": "echo_latency_s", "samples": out, "lost": lost})
+    _write(a.report, {"kind": "echo", "metric": "echo_latency_s", "samples": out,
+                      "lost": len(typed) - echoed})
 
 
 def _icmp_checksum(b: bytes) -> int:
@@ -284,6 +353,7 @@ def main(argv: list[str] | None = None) -> None:
         sp.add_argument("--t0", type=float, default=None, help="shared time origin (monotonic)")
         sp.add_argument("--report", required=False, default=os.devnull)
         sp.add_argument("--interval", type=float, default=0.1)
+        sp.add_argument("--cc", default="", help="TCP congestion control (e.g. cubic)")
 
     sp = sub.add_parser("sink")
     common(sp)
@@ -291,6 +361,7 @@ def main(argv: list[str] | None = None) -> None:
     sp.add_argument("--port", type=int, required=True)
     sp.add_argument("--seconds", type=float, required=True)
     sp.add_argument("--rcvbuf", type=int, default=0)
+    sp.add_argument("--window", type=int, default=0, help="TCP_WINDOW_CLAMP, bytes")
     sp.add_argument("--ready", default=None)
     sp.set_defaults(fn=sink)
     for name, fn in (("send", send), ("echo-client", echo_client), ("ping", ping)):

@@ -993,6 +993,14 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Hfsc<P> {
             .any(|c| c.leaf.as_ref().is_some_and(|l| l.q.wants_idle_dequeue()))
     }
 
+    fn flow_entries(&self) -> u64 {
+        self.classes
+            .iter()
+            .filter_map(|c| c.leaf.as_ref())
+            .map(|l| l.q.flow_entries())
+            .sum()
+    }
+
     fn kind(&self) -> &'static str {
         "hfsc"
     }

@@ -677,6 +677,14 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             .any(|c| c.leaf.as_ref().is_some_and(|q| q.wants_idle_dequeue()))
     }
 
+    fn flow_entries(&self) -> u64 {
+        self.classes
+            .iter()
+            .filter_map(|c| c.leaf.as_ref())
+            .map(|q| q.flow_entries())
+            .sum()
+    }
+
     fn kind(&self) -> &'static str {
         "htb"
     }

@@ -516,6 +516,14 @@ pub trait Qdisc<P: Pkt>: Send {
     fn wants_idle_dequeue(&self) -> bool {
         false
     }
+    /// Entries of per-flow state held — connection tables, ACK histories — by this
+    /// discipline and its children together: what grows with the number of flows seen
+    /// rather than with the backlog. Every such table has a configured bound and evicts
+    /// beyond it; runtimes report this number so a flood of new flows can be watched.
+    /// Default 0 (no per-flow state).
+    fn flow_entries(&self) -> u64 {
+        0
+    }
     /// A short name of the discipline kind ("fifo", "htb", ...).
     fn kind(&self) -> &'static str;
 }

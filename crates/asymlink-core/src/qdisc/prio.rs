@@ -172,6 +172,10 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Prio<P> {
         self.bands.iter().any(|b| b.wants_idle_dequeue())
     }
 
+    fn flow_entries(&self) -> u64 {
+        self.bands.iter().map(|b| b.flow_entries()).sum()
+    }
+
     fn kind(&self) -> &'static str {
         "prio"
     }

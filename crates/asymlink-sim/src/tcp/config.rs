@@ -21,6 +21,7 @@
 //! | Nagle | off | on | on |
 //! | limited transmit | off | on | on |
 //! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | 6 MB / 4 MB |
+//! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
 
 use asymlink_core::time::Duration;
 use asymlink_core::units::{Bytes, Span};
@@ -175,6 +176,9 @@ pub struct TcpConfig {
     pub dupthresh: u32,
     /// Congestion-avoidance increase rule.
     pub ca_increase: CaIncrease,
+    /// Undo a retransmission timeout found spurious by the echoed timestamp (Eifel
+    /// detection, RFC 3522, as Linux does): needs timestamps.
+    pub rto_undo: bool,
 }
 
 impl TcpConfig {
@@ -205,6 +209,7 @@ impl TcpConfig {
             limited_transmit: true,
             dupthresh: 3,
             ca_increase: CaIncrease::Standard,
+            rto_undo: false,
         };
         Some(match name {
             "rfc" => base,
@@ -232,6 +237,7 @@ impl TcpConfig {
                 quickack: 16,
                 rto_min: Duration::from_millis(200),
                 ss_growth: SsGrowth::ByteCounting,
+                rto_undo: true,
                 ..base
             },
             _ => return None,
@@ -281,6 +287,7 @@ pub struct TcpOverrides {
     pub limited_transmit: Option<bool>,
     pub dupthresh: Option<u32>,
     pub ca_increase: Option<CaIncrease>,
+    pub rto_undo: Option<bool>,
 }
 
 impl<'de> Deserialize<'de> for TcpSpec {
@@ -355,6 +362,7 @@ impl TcpSpec {
         set!(limited_transmit);
         set!(dupthresh);
         set!(ca_increase);
+        set!(rto_undo);
         c.validate()?;
         Ok(c)
     }

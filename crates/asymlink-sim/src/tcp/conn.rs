@@ -89,6 +89,8 @@ pub struct ConnStats {
     pub retransmits: u64,
     /// Retransmission timeouts.
     pub timeouts: u64,
+    /// Timeouts found spurious and undone (`TcpConfig::rto_undo`).
+    pub spurious_timeouts: u64,
     /// Fast retransmits (recovery episodes entered by duplicate ACKs or SACK).
     pub fast_retransmits: u64,
     /// Payload bytes the peer acknowledged.
@@ -141,6 +143,9 @@ pub struct Connection {
     recover: u64,
     ecn_recover: u64,
     cwr_pending: bool,
+    /// Spurious-timeout undo (`TcpConfig::rto_undo`): cwnd and ssthresh before the
+    /// timeout and the timestamp of its first retransmission.
+    undo: Option<(u64, u64, u32)>,
     // receive side (offsets from irs)
     rcv: Receiver,
     rcv_edge: u64,
@@ -216,6 +221,7 @@ impl Connection {
             recover: 0,
             ecn_recover: 0,
             cwr_pending: false,
+            undo: None,
             rcv: Receiver::new(0),
             rcv_edge: 0,
             ack_pending: 0,
@@ -634,6 +640,9 @@ impl Connection {
                 }
             }
             self.rtt.reset_backoff();
+            if self.ca_state == CaState::Loss {
+                self.maybe_undo_timeout(t);
+            }
             let data_acked = data_bytes_between(self.snd_una, ack, self.fin_off);
             self.snd_una = ack;
             self.stats.bytes_acked += data_acked;
@@ -665,6 +674,7 @@ impl Connection {
                 CaState::Loss => {
                     if ack >= self.recover {
                         self.ca_state = CaState::Open;
+                        self.undo = None;
                     }
                     self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
                 }
@@ -738,6 +748,27 @@ impl Connection {
             self.ecn_recover = self.snd_max;
             self.cwr_pending = true;
             self.stats.ecn_reductions += 1;
+        }
+    }
+
+    /// Eifel detection (RFC 3522), as Linux does it after a timeout: the first ACK that
+    /// advances `snd_una` in the Loss state echoes a timestamp older than the timeout's
+    /// first retransmission, so it acknowledges an original transmission — the timeout
+    /// was spurious (the ACKs were only late). Restore cwnd and ssthresh, forget the
+    /// loss marks (no go-back-N), and leave the Loss state.
+    fn maybe_undo_timeout(&mut self, t: &TcpRepr) {
+        let Some((cwnd, ssthresh, retx_ts)) = self.undo.take() else {
+            return;
+        };
+        let Some(ts) = t.opts.timestamp.filter(|ts| self.ts_ok && ts.ecr != 0) else {
+            return;
+        };
+        if (ts.ecr.wrapping_sub(retx_ts) as i32) < 0 {
+            self.cc.cwnd = self.cc.cwnd.max(cwnd);
+            self.cc.ssthresh = self.cc.ssthresh.max(ssthresh);
+            self.sb.unmark_lost();
+            self.ca_state = CaState::Open;
+            self.stats.spurious_timeouts += 1;
         }
     }
 
@@ -922,6 +953,9 @@ impl Connection {
         //# retransmission timer, the value of ssthresh MUST be set to no more
         //# than the value given in equation (4).
         if self.ca_state != CaState::Loss {
+            if self.cfg.rto_undo && self.ts_ok {
+                self.undo = Some((self.cc.cwnd, self.cc.ssthresh, ts_clock(now)));
+            }
             self.cc.on_timeout(self.flight());
         } else {
             self.cc.cwnd = self.mss as u64;

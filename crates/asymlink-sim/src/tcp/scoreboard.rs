@@ -318,6 +318,15 @@ impl Scoreboard {
         }
     }
 
+    /// A timeout was spurious: nothing is presumed lost any more (retransmissions already
+    /// sent stay in flight).
+    pub fn unmark_lost(&mut self) {
+        self.lost = 0;
+        for s in self.segs.iter_mut() {
+            s.flags &= !LOST;
+        }
+    }
+
     /// The first segment to retransmit: lost, not SACKed, no retransmission in flight.
     pub fn next_retransmit(&self) -> Option<usize> {
         if self.lost == 0 {

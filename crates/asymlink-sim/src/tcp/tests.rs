@@ -415,3 +415,43 @@ fn pacing_spreads_a_window_over_the_rtt() {
     );
     assert_eq!(p.delivered(), 2_000_000);
 }
+
+/// ACKs that are only late (the reverse path's delay jumps from 20 ms to 1 s mid-transfer)
+/// make the sender time out. With `rto_undo` (the `linux` profile) the first late ACK
+/// echoes a timestamp older than the retransmission: the timeout is undone — cwnd and
+/// ssthresh back, one retransmission per timeout, no go-back-N. Without it, the sender
+/// slow-starts from one segment and resends what was already delivered.
+#[test]
+fn spurious_timeout_is_undone_with_timestamps() {
+    let run = |undo: bool| {
+        let mut cfg = TcpConfig::profile("linux").unwrap();
+        cfg.rto_undo = undo;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 3_000_000, io));
+        p.run(Instant::from_millis(600));
+        let cwnd_before = p.c[0].as_ref().unwrap().cwnd();
+        p.pipes[1].delay = Duration::from_secs(1);
+        p.run(Instant::from_millis(700));
+        p.pipes[1].delay = Duration::from_millis(20);
+        p.run(Instant::from_secs(60));
+        assert_eq!(p.delivered(), 3_000_000, "undo={undo}");
+        let c = p.c[0].as_ref().unwrap();
+        (*c.stats(), cwnd_before, c.cwnd())
+    };
+    let (s, before, after) = run(true);
+    assert!(s.timeouts >= 1, "{s:?}");
+    assert!(s.spurious_timeouts >= 1, "{s:?}");
+    assert!(
+        s.retransmits <= s.timeouts,
+        "one retransmission per timeout: {s:?}"
+    );
+    assert!(after >= before, "cwnd restored: {before} -> {after}");
+    let (s0, _, _) = run(false);
+    assert!(s0.timeouts >= 1, "{s0:?}");
+    assert_eq!(s0.spurious_timeouts, 0, "{s0:?}");
+    assert!(
+        s0.retransmits > s.retransmits + 5,
+        "go-back-N without undo: {s0:?} vs {s:?}"
+    );
+}

@@ -697,6 +697,18 @@ impl<P: Pkt + Send> Qdisc<P> for AckFilter<P> {
         true
     }
 
+    fn flow_entries(&self) -> u64 {
+        self.tracked as u64
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("connections", self.tracked as u64),
+            ("evicted", self.evicted),
+            ("untracked", self.untracked),
+        ]
+    }
+
     fn kind(&self) -> &'static str {
         "ack_filter"
     }

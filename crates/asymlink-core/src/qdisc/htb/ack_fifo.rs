@@ -25,8 +25,11 @@
 //! one that must stay (the "suffix"), so a connection's ACKs stay in order.
 //!
 //! The duplicate test needs each connection's previous ACK: the queue keeps an
-//! [`AckState`] per connection for the segments it sees (at most `max_connections`; a
-//! connection beyond that is never filtered). In the five-class middlebox it sees the
+//! [`AckState`] per connection for the segments it sees, at most `max_connections` of
+//! them; a new connection beyond that evicts the least recently seen one (a flood of new
+//! flows cannot grow the table, nor lock later connections out of the policy). An evicted
+//! connection that comes back starts a fresh history, whose first ACK counts as a
+//! possible duplicate and is never removed — eviction costs filtering, never safety. In the five-class middlebox it sees the
 //! pure ACKs only — a connection's data segments go to other classes — which is enough:
 //! an ACK equal to the previous *data* segment's acknowledgment is judged against the
 //! previous pure ACK, and is removed only in favour of a strictly newer cumulative ACK,
@@ -89,7 +92,12 @@ struct Item<P> {
 pub struct AckFifo<P> {
     cfg: AckFifoConfig,
     q: VecDeque<Item<P>>,
-    history: BTreeMap<FlowKey, AckState>,
+    /// Per connection: its ACK history and when it was last seen (a tick of `clock`).
+    history: BTreeMap<FlowKey, (AckState, u64)>,
+    /// The connections by last-seen tick, least recent first (for eviction).
+    lru: BTreeMap<u64, FlowKey>,
+    clock: u64,
+    evicted: u64,
     stats: QdiscStats,
 }
 
@@ -109,6 +117,9 @@ impl<P: Pkt> AckFifo<P> {
             cfg: *cfg,
             q: VecDeque::new(),
             history: BTreeMap::new(),
+            lru: BTreeMap::new(),
+            clock: 0,
+            evicted: 0,
             stats: QdiscStats::default(),
         })
     }
@@ -121,15 +132,32 @@ impl<P: Pkt> AckFifo<P> {
         h.tcp_repr()
             .map(|_| {
                 let key = h.flow_key();
-                let full = self.history.len() >= self.cfg.max_connections as usize;
-                let meta = match self.history.get_mut(&key) {
-                    Some(st) => st.observe(h),
-                    None if full => AckState::new().observe(h),
-                    None => self.history.entry(key).or_default().observe(h),
-                };
-                (Some(key), meta)
+                self.clock += 1;
+                let tick = self.clock;
+                if let Some((_, seen)) = self.history.get(&key) {
+                    self.lru.remove(seen);
+                } else if self.history.len() >= self.cfg.max_connections as usize {
+                    if let Some((_, old)) = self.lru.pop_first() {
+                        self.history.remove(&old);
+                        self.evicted += 1;
+                    }
+                }
+                self.lru.insert(tick, key);
+                let (st, seen) = self.history.entry(key).or_default();
+                *seen = tick;
+                (Some(key), st.observe(h))
             })
             .unwrap_or((None, None))
+    }
+
+    /// Connections whose ACK history is kept.
+    pub fn connections(&self) -> usize {
+        self.history.len()
+    }
+
+    /// Histories evicted to make room for new connections.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
     }
 
     /// Index of the lowest-sequence ACK of connection `key` that `newer` supersedes, among
@@ -251,6 +279,17 @@ impl<P: Pkt + Send> Qdisc<P> for AckFifo<P> {
 
     fn stats(&self) -> &QdiscStats {
         &self.stats
+    }
+
+    fn flow_entries(&self) -> u64 {
+        self.history.len() as u64
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("connections", self.history.len() as u64),
+            ("evicted", self.evicted),
+        ]
     }
 
     fn kind(&self) -> &'static str {
@@ -375,6 +414,34 @@ mod tests {
             Verdict::Filtered(FilterReason::AckLowestSeq)
         );
         assert_eq!(acks_in(&mut f), vec![(0, 1000), (0, 3000), (1, 500)]);
+        check(&f);
+    }
+
+    #[test]
+    fn a_flood_of_connections_evicts_the_least_recently_seen() {
+        let cfg: AckFifoConfig =
+            toml::from_str("limit = \"3p\"\ndrop = \"lowest_seq\"\nmax_connections = 4").unwrap();
+        let mut f: AckFifo<HeaderPacket> = AckFifo::new(&cfg).unwrap();
+        let mut d = Drops::new();
+        // Connection 0 keeps talking while 1000 others pass once each.
+        for c in 1..=1000u16 {
+            f.enqueue(ms(0), ack(0, 1000 * c as u32), &mut d);
+            f.enqueue(ms(0), ack(c, 1), &mut d);
+            acks_in(&mut f);
+            assert!(f.connections() <= 4);
+            assert_eq!(f.flow_entries(), f.connections() as u64);
+        }
+        assert_eq!(f.evicted(), 1000 - 3);
+        // Connection 0 kept its history throughout: its first ACK here is not "the first
+        // of a connection" (which would have to stay), so when the queue is full it is
+        // the lowest removable one.
+        for a in [2_000_000, 2_001_000, 2_002_000, 2_003_000] {
+            f.enqueue(ms(1), ack(0, a), &mut d);
+        }
+        assert_eq!(
+            acks_in(&mut f),
+            vec![(0, 2_001_000), (0, 2_002_000), (0, 2_003_000)]
+        );
         check(&f);
     }
 

@@ -1,0 +1,341 @@
+"""Simulator ↔ lab parity: one lab scenario, run in the simulator and in the lab.
+
+`sim_scenario` translates a lab scenario into a simulator scenario with the same path —
+the box's pipelines verbatim as a `[[middleboxes]]` entry, its link emulation as links
+with the same rates, delays, framing and buffers — and the same traffic (real Linux
+bulk transfers become `linux`-profile bulk flows, typed-echo probes `telnet` flows
+without Nagle, ICMP pings UDP pings). `sim_metrics` computes, from the simulator's
+tables, the metrics `run_scenario` computes from the lab's, with the same code, so
+`compare` can put them side by side.
+
+The path in the lab (per direction, inside the box):
+
+```
+ client ── [to_b discipline ─► modem buffer (queue) ─► rate, linklayer ─► delay] ── server
+ client ── [delay ◄─ rate, linklayer ◄─ modem buffer ◄─ to_a discipline]          ── server
+```
+
+and in the simulator:
+
+```
+ client ──line_a── box ──line_b── server            (no `queue`: the discipline feeds the line)
+ client ──line_a── modem_a ──tap_a── box ──tap_b── modem_b ──line_b── server   (with `queue`)
+```
+
+`line_b.to_b` carries `[emulation.to_b]` (rate, delay, linklayer, loss) and `line_a.to_a`
+carries `[emulation.to_a]`; with a `queue`, a modem router with a FIFO of that size sits
+between the box and the line, joined to the box by a fast tap (10 Gbit/s, no delay) —
+the box drains its discipline into the modem as fast as it releases packets, as the
+box does. The other directions of the lines (hosts → box) are fast wires, like the lab's
+veth pairs. A direction without emulation is a fast wire too (10 Gbit/s: the box's
+forwarding speed is far above every rate the parity scenarios use).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from asymlink.lab.netns import CLIENT_ADDR, SERVER_ADDR
+from asymlink.lab.scenario import LabScenario, window_metrics
+
+#: Rate of the hops that are fast in the lab (veth, the box's own forwarding).
+FAST = "10Gbit"
+#: The lab's TCP: real Linux; the simulator's closest model.
+PROFILE = "linux"
+
+
+def _emu(sc: LabScenario, d: str) -> dict[str, Any]:
+    return dict(sc.box.get("emulation", {}).get(d, {}))
+
+
+def _line(name: str, a: str, b: str, direction: str, emu: dict[str, Any]) -> dict[str, Any]:
+    """A link whose `direction` carries the emulated line and whose other direction is a
+    fast wire."""
+    slow: dict[str, Any] = {"rate": emu.get("rate", FAST)}
+    if "delay" in emu:
+        slow["delay"] = emu["delay"]
+    if "linklayer" in emu:
+        slow["linklayer"] = copy.deepcopy(emu["linklayer"])
+    if emu.get("loss"):
+        slow["loss"] = emu["loss"]
+    if "queue" in emu:
+        slow["queue"] = {"kind": "fifo", "limit": emu["queue"]}
+    other = "to_a" if direction == "to_b" else "to_b"
+    return {"name": name, "a": a, "b": b, "rate": FAST, direction: slow,
+            other: {"rate": FAST}}
+
+
+def sim_scenario(sc: LabScenario, seed: int = 1) -> dict[str, Any]:
+    """The simulator scenario (a dict in the scenario-file vocabulary) of lab scenario
+    `sc`. Raises `ValueError` for what the simulator cannot mirror (kernel forwarding,
+    paced senders)."""
+    if sc.forwarding != "box":
+        raise ValueError(f"{sc.name}: kernel forwarding has no simulator counterpart")
+    nodes: list[dict[str, Any]] = [
+        {"name": "client", "addr": CLIENT_ADDR},
+        {"name": "box", "kind": "router"},
+        {"name": "server", "addr": SERVER_ADDR},
+    ]
+    links: list[dict[str, Any]] = []
+    ea, eb = _emu(sc, "to_a"), _emu(sc, "to_b")
+    # Side a (client).
+    if "queue" in ea:
+        nodes.append({"name": "modem_a", "kind": "router"})
+        links.append(_line("line_a", "modem_a", "client", "to_b", ea))
+        links.append({"name": "tap_a", "a": "box", "b": "modem_a", "rate": FAST})
+        side_a = "tap_a"
+    else:
+        links.append(_line("line_a", "client", "box", "to_a", ea))
+        side_a = "line_a"
+    # Side b (server).
+    if "queue" in eb:
+        nodes.append({"name": "modem_b", "kind": "router"})
+        links.append({"name": "tap_b", "a": "box", "b": "modem_b", "rate": FAST})
+        links.append(_line("line_b", "modem_b", "server", "to_b", eb))
+        side_b = "tap_b"
+    else:
+        links.append(_line("line_b", "box", "server", "to_b", eb))
+        side_b = "line_b"
+    mb: dict[str, Any] = {"node": "box", "a": side_a, "b": side_b}
+    for k in ("rewrite", "to_a", "to_b"):
+        if k in sc.box:
+            mb[k] = copy.deepcopy(sc.box[k])
+    flows: list[dict[str, Any]] = []
+    for f in sc.flows:
+        if f.rate:
+            raise ValueError(f"{sc.name}: flow {f.name} is paced; the simulator's linux "
+                             "profile has no SO_MAX_PACING_RATE")
+        tcp: Any = PROFILE
+        if f.window:
+            # The lab clamps the receiver's window (TCP_WINDOW_CLAMP): the simulator's
+            # receive window is its buffer.
+            tcp = {"profile": PROFILE, "rcvbuf": f"{f.window}B"}
+        flows.append({"name": f.name, "from": f.sender, "to": f.receiver, "port": f.port,
+                      "start": f"{f.start}s", "stop": f"{f.stop}s", "tcp": tcp,
+                      "app": {"kind": "bulk", "open": "sender"}})
+    for p in sc.probes:
+        if p.kind == "echo":
+            flows.append({"name": p.name, "from": p.sender, "to": p.receiver, "port": p.port,
+                          "start": f"{p.start}s", "stop": f"{p.stop}s",
+                          # The lab's echo client and server set TCP_NODELAY.
+                          "tcp": {"profile": PROFILE, "nagle": False},
+                          "app": {"kind": "telnet", "interval": f"{p.every}s"}})
+        else:
+            flows.append({"name": p.name, "from": p.sender, "to": p.receiver, "port": p.port,
+                          "start": f"{p.start}s", "stop": f"{p.stop}s",
+                          "app": {"kind": "ping", "interval": f"{p.every}s", "size": "64B",
+                                  "port": p.port}})
+    return {
+        "name": f"{sc.name}-sim",
+        "description": f"simulator mirror of lab scenario {sc.name}",
+        "duration": f"{sc.duration}s",
+        "seed": seed,
+        "tcp": PROFILE,
+        "monitor": {"interval": f"{sc.interval}s", "events": False},
+        "nodes": nodes,
+        "links": links,
+        "middleboxes": [mb],
+        "flows": flows,
+    }
+
+
+def run_sim(sc: LabScenario, seed: int = 1) -> dict[str, Any]:
+    """Run the simulator mirror of `sc`; returns metrics shaped like the lab's."""
+    from asymlink.runner import run
+    from asymlink.scenario import Scenario
+
+    res = run(Scenario.from_dict(sim_scenario(sc, seed), origin=f"{sc.name}-sim"))
+    return sim_metrics(sc, res)
+
+
+def sim_metrics(sc: LabScenario, res: Any) -> dict[str, Any]:
+    """The lab's metrics (`throughput_mbps`, `throughput_mbps_in`, `echo_latency_ms`,
+    `echo_latency_ms_in`, `ping_rtt_ms`, ...) from a simulator run of `sim_scenario(sc)`."""
+    flows = res.flows
+    delivered: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for f in sc.flows:
+        rows = flows[flows["flow"] == f.name].sort_values("t")
+        delivered[f.name] = (rows["t"].to_numpy(float), rows["bytes_delivered"].to_numpy(float))
+    meas = res.measurements
+    probes: dict[str, list[tuple[float, float]]] = {}
+    for p in sc.probes:
+        metric = "echo_latency_s" if p.kind == "echo" else "rtt_s"
+        rows = meas[(meas["flow"] == p.name) & (meas["metric"] == metric)]
+        probes[p.name] = list(zip(rows["t"].astype(float), rows["value"].astype(float),
+                                  strict=True))
+    m: dict[str, Any] = {"scenario": sc.name, "source": "sim"}
+    m.update(window_metrics(sc, delivered, probes))
+    return m
+
+
+# --- comparison ----------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One compared metric: its path, both values, the relative difference."""
+
+    arm: str
+    metric: str
+    sim: float
+    lab: float
+
+    @property
+    def rel(self) -> float:
+        """|sim − lab| / lab (inf when lab is 0 and sim is not)."""
+        if self.lab == 0:
+            return 0.0 if self.sim == 0 else math.inf
+        return abs(self.sim - self.lab) / abs(self.lab)
+
+
+def get(m: dict[str, Any], path: str) -> float:
+    """The value at a dotted metric path (`throughput_mbps_in.contended.download`,
+    `echo_latency_ms_in.contended.typing.p50`)."""
+    v: Any = m
+    for part in path.split("."):
+        v = v[part]
+    return float(v)
+
+
+def compare(arms: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+            metrics: list[str]) -> list[Row]:
+    """Rows for every arm (name → (sim metrics, lab metrics)) and metric path."""
+    return [Row(arm, k, get(s, k), get(lab, k)) for arm, (s, lab) in arms.items()
+            for k in metrics]
+
+
+def table(rows: list[Row], tol: float) -> str:
+    """A Markdown table of the rows, each marked within / outside `tol`."""
+    out = [f"| arm | metric | sim | lab | (sim − lab) / lab | within ±{round(tol * 100)} % |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        diff = (r.sim - r.lab) / abs(r.lab) if r.lab else (0.0 if r.sim == 0 else math.inf)
+        out.append(f"| {r.arm} | `{r.metric}` | {r.sim:.3g} | {r.lab:.3g} | "
+                   f"{diff * 100:+.0f} % | {'yes' if r.rel <= tol else 'NO'} |")
+    return "\n".join(out)
+
+
+def ordering(arms: dict[str, dict[str, Any]], metric: str) -> list[str]:
+    """Arm names sorted by `metric`, ascending."""
+    return sorted(arms, key=lambda a: get(arms[a], metric))
+
+
+# --- the parity experiments ------------------------------------------------------------------
+
+#: Relative tolerance of every compared metric (issue 8: ±15 %).
+TOLERANCE = 0.15
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One parity experiment: shipped lab scenarios (the arms), the metrics compared
+    between simulator and lab, and the metrics whose ordering of arms must agree."""
+
+    name: str
+    arms: tuple[str, ...]
+    metrics: tuple[str, ...]
+    ordering: tuple[str, ...]
+    what: str
+
+
+PAIRS: dict[str, Pair] = {
+    "adsl": Pair(
+        "adsl", ("adsl-problem", "adsl-fix"),
+        ("throughput_mbps_in.alone.download",
+         "throughput_mbps_in.contended.download",
+         "throughput_mbps_in.contended.upload",
+         "echo_latency_ms_in.alone.typing.p50",
+         "echo_latency_ms_in.contended.typing.p50",
+         "echo_latency_ms_in.contended.typing.p90"),
+        ("throughput_mbps_in.contended.download",
+         "throughput_mbps_in.contended.upload",
+         "echo_latency_ms_in.contended.typing.p50"),
+        "the ADSL problem (an upload fills the modem) and its fix (five classes, HTB, ATM "
+        "cells in the box)"),
+    "ackfilter": Pair(
+        "ackfilter", ("ackfilter-off", "ackfilter-on"),
+        ("throughput_mbps_in.steady.download",
+         "echo_latency_ms_in.steady.typing.p50",
+         "echo_latency_ms_in.steady.typing.p90"),
+        ("throughput_mbps_in.steady.download",
+         "echo_latency_ms_in.steady.typing.p50"),
+        "a download clocked by ACKs over a 100 kbit/s reverse link, without and with "
+        "classic ACK filtering"),
+}
+
+
+@dataclass
+class Outcome:
+    """The result of one parity experiment."""
+
+    pair: Pair
+    sim: dict[str, dict[str, Any]]
+    lab: dict[str, dict[str, Any]]
+    rows: list[Row]
+    tol: float
+
+    @property
+    def outside(self) -> list[Row]:
+        """Compared metrics outside the tolerance."""
+        return [r for r in self.rows if not r.rel <= self.tol]
+
+    def orderings(self) -> list[tuple[str, list[str], list[str]]]:
+        """(metric, arms ascending in the simulator, arms ascending in the lab)."""
+        return [(k, ordering(self.sim, k), ordering(self.lab, k)) for k in self.pair.ordering]
+
+    @property
+    def ordering_mismatches(self) -> list[str]:
+        return [k for k, s, la in self.orderings() if s != la]
+
+    @property
+    def ok(self) -> bool:
+        return not self.outside and not self.ordering_mismatches
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pair": self.pair.name, "arms": list(self.pair.arms), "tolerance": self.tol,
+                "ok": self.ok,
+                "rows": [{"arm": r.arm, "metric": r.metric, "sim": r.sim, "lab": r.lab,
+                          "rel": r.rel, "within": r.rel <= self.tol} for r in self.rows],
+                "ordering": [{"metric": k, "sim": s, "lab": la, "same": s == la}
+                             for k, s, la in self.orderings()],
+                "tcp_congestion_control": {a: self.lab[a].get("tcp_congestion_control")
+                                           for a in self.pair.arms}}
+
+    def markdown(self) -> str:
+        lines = [f"### {self.pair.name}: {self.pair.what}", "", table(self.rows, self.tol), ""]
+        for k, s, la in self.orderings():
+            lines.append(f"* ordering by `{k}` (ascending): simulator {' < '.join(s)}, "
+                         f"lab {' < '.join(la)} — {'same' if s == la else 'DIFFERENT'}")
+        return "\n".join(lines) + "\n"
+
+
+def run_pair(pair: Pair, out: Any, lab: Any = None, tol: float = TOLERANCE,
+             seed: int = 1) -> Outcome:
+    """Run every arm of `pair` in the simulator and in the lab (`lab`, or a fresh one
+    removed afterwards); the lab's results go to `out/<arm>`."""
+    from pathlib import Path
+
+    from asymlink.lab.bench import scenario_path
+    from asymlink.lab.netns import Lab
+    from asymlink.lab.scenario import run_scenario
+
+    out = Path(out)
+    own = lab is None
+    lab = lab or Lab.up()
+    try:
+        sims: dict[str, dict[str, Any]] = {}
+        labs: dict[str, dict[str, Any]] = {}
+        for arm in pair.arms:
+            sc = LabScenario.from_file(scenario_path(arm))
+            sims[arm] = run_sim(sc, seed)
+            labs[arm] = run_scenario(sc, out / arm, lab)
+    finally:
+        if own:
+            lab.down()
+    rows = compare({a: (sims[a], labs[a]) for a in pair.arms}, list(pair.metrics))
+    return Outcome(pair, sims, labs, rows, tol)
