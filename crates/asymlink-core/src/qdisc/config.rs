@@ -2,9 +2,9 @@
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
 use super::{
-    AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, AckShaper, AckShaperConfig, Drr, DrrConfig,
-    Ered, EredConfig, Fifo, FifoConfig, Hfsc, HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc,
-    Tbf, TbfConfig,
+    AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, AckShaper, AckShaperConfig, Aggregate,
+    AggregateConfig, Drr, DrrConfig, Ered, EredConfig, Fifo, FifoConfig, Hfsc, HfscConfig, Htb,
+    HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
 };
 use crate::packet::{ClassId, Pkt};
 use crate::units::{Limit, Rate};
@@ -37,6 +37,8 @@ pub enum QdiscConfig {
     AckShaper(AckShaperConfig),
     /// [`Ered`]: RED with a lower drop probability for marked packets.
     Ered(EredConfig),
+    /// [`Aggregate`]: aggregate rate control with per-connection queues.
+    Aggregate(AggregateConfig),
 }
 
 impl Default for QdiscConfig {
@@ -138,6 +140,7 @@ impl QdiscConfig {
             QdiscConfig::AckFifo(c) => Box::new(AckFifo::new(c)?),
             QdiscConfig::AckShaper(c) => Box::new(AckShaper::new(c)?),
             QdiscConfig::Ered(c) => Box::new(Ered::new(c, ctx.seed, ctx.link_rate)?),
+            QdiscConfig::Aggregate(c) => Box::new(Aggregate::new(c)?),
         })
     }
 
@@ -151,6 +154,7 @@ impl QdiscConfig {
             QdiscConfig::AckFilter(c) => Some(c.limit),
             QdiscConfig::AckFifo(c) => Some(c.limit),
             QdiscConfig::Ered(c) => Some(c.limit),
+            QdiscConfig::Aggregate(c) => Some(c.limit),
             // Classful and shaping disciplines bound their leaves, not the whole.
             QdiscConfig::Prio(_)
             | QdiscConfig::Htb(_)
@@ -198,6 +202,7 @@ impl QdiscConfig {
             QdiscConfig::AckFifo(_) => "ack_fifo",
             QdiscConfig::AckShaper(_) => "ack_shaper",
             QdiscConfig::Ered(_) => "ered",
+            QdiscConfig::Aggregate(_) => "aggregate",
         }
     }
 }
@@ -221,6 +226,7 @@ mod tests {
             "kind = \"ack_fifo\"\nlimit = \"5p\"\ndrop = \"lowest_seq\"",
             "kind = \"ack_shaper\"\nthreshold = \"50KB\"\nleak = { kind = \"rate\" }",
             "kind = \"ered\"\nmarked_factor = 2.0",
+            "kind = \"aggregate\"\n[[policies]]\nprofile = { depth = \"3KB\", rate = \"1Mbit\" }\naction = { kind = \"shape\" }\nscheme = { kind = \"common\" }",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();
             let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();

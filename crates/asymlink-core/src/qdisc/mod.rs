@@ -40,6 +40,7 @@
 
 pub mod ack_filter;
 mod ack_shaper;
+mod aggregate;
 mod config;
 mod drr;
 mod ered;
@@ -53,6 +54,7 @@ pub use ack_filter::{AckFilter, AckFilterConfig};
 pub use ack_shaper::{
     AckShaper, AckShaperConfig, AckShaperCounters, Fraction, LeakConfig, Threshold, Tuning,
 };
+pub use aggregate::{Aggregate, AggregateConfig, AggregateCounters};
 pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use ered::{Ered, EredConfig, EredCounters};
