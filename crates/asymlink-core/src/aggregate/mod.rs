@@ -37,8 +37,9 @@
 //! It does not queue packets: a sans-IO [`Controller`] answers "send, mark, wait until,
 //! drop" for a packet a sender wants to transmit. The simulator's TCP asks it before every
 //! transmission (`asymlink-sim`'s conditioner adapter, as in the paper's `qosmgr` agent).
-//! A live egress shaper (not written yet) would hold packets in per-connection queues and
-//! ask it for each queue's head ([`Controller::cancel_wait`] when a queue empties).
+//! The egress shaper [`crate::qdisc::Aggregate`] (`kind = "aggregate"`, simulator
+//! middleboxes and the live box) holds packets in per-connection queues and asks it for
+//! each queue's head ([`Controller::cancel_wait`] when a queue empties).
 //! Complete generality (nested aggregates, per-connection profiles) is not a goal.
 //!
 //! # Worked example (the paper's setting)
