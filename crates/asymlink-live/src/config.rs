@@ -526,6 +526,23 @@ mod tests {
     }
 
     #[test]
+    fn the_aggregate_shaper_needs_no_live_code() {
+        // The egress aggregate shaper is a core discipline: the box builds it from the same
+        // `QdiscConfig` as a simulated middlebox, and its errors name the key.
+        let q = "[to_a.qdisc]\nkind = \"aggregate\"\n[[to_a.qdisc.policies]]\n\
+                 filter = { src = \"198.18.0.2\" }\n\
+                 profile = { depth = \"15KB\", rate = \"6Mbit\" }\n\
+                 action = { kind = \"shape\" }\nscheme = { kind = \"logical\" }\n";
+        let c = BoxConfig::parse(&format!("{MIN}{q}")).unwrap();
+        c.validate().unwrap();
+        let e = BoxConfig::parse(&format!("{MIN}{}", q.replace("15KB", "100B")))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("profile.depth"), "{e}");
+    }
+
+    #[test]
     fn reload_restart_keys() {
         let a = BoxConfig::parse(MIN).unwrap();
         let mut b = a.clone();
