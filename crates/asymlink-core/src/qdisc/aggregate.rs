@@ -155,6 +155,9 @@ pub struct Aggregate<P> {
     now: Instant,
     next_sweep: Instant,
     woken: Vec<ConnKey>,
+    /// What is really held (ready queue and connection queues), kept apart from the
+    /// counters so that the conservation check compares two accounts.
+    held: Backlog,
     counters: AggregateCounters,
     stats: QdiscStats,
 }
@@ -197,6 +200,7 @@ impl<P: Pkt> Aggregate<P> {
             now: Instant::ZERO,
             next_sweep: Instant::ZERO,
             woken: Vec::new(),
+            held: Backlog::default(),
             counters: AggregateCounters::default(),
             stats: QdiscStats::default(),
         })
@@ -341,6 +345,7 @@ impl<P: Pkt> Aggregate<P> {
             Decision::Drop => {
                 let p = c.q.pop_front().expect("head exists");
                 c.bytes -= len as u64;
+                self.held.sub(len);
                 let v = Verdict::Dropped(DropReason::Policed);
                 self.stats.on_remove(v, len);
                 drops.push(p, v, super::Stage::Removed);
@@ -413,6 +418,7 @@ impl<P: Pkt + Send> Qdisc<P> for Aggregate<P> {
         let Some((flow, flags)) = flow else {
             self.counters.unmatched_packets += 1;
             self.ready.push_back(pkt);
+            self.held.add(len);
             self.stats.on_enqueue(len);
             return;
         };
@@ -421,6 +427,7 @@ impl<P: Pkt + Send> Qdisc<P> for Aggregate<P> {
             Err(false) => {
                 self.counters.unmatched_packets += 1;
                 self.ready.push_back(pkt);
+                self.held.add(len);
                 self.stats.on_enqueue(len);
                 return;
             }
@@ -444,6 +451,7 @@ impl<P: Pkt + Send> Qdisc<P> for Aggregate<P> {
                 let c = self.conns.get_mut(&key).expect("just found");
                 c.q.push_back(pkt);
                 c.bytes += len as u64;
+                self.held.add(len);
                 self.stats.on_enqueue(len);
                 self.ctl.handle_event(now, key);
                 if qlen == 0 {
@@ -470,6 +478,7 @@ impl<P: Pkt + Send> Qdisc<P> for Aggregate<P> {
                     }
                     self.mark(&mut pkt, d);
                     self.ready.push_back(pkt);
+                    self.held.add(len);
                     self.stats.on_enqueue(len);
                 }
                 Decision::Wait(_) => unreachable!("policing never waits"),
@@ -484,6 +493,7 @@ impl<P: Pkt + Send> Qdisc<P> for Aggregate<P> {
         let now = self.clock(now);
         self.serve(now, drops);
         if let Some(p) = self.ready.pop_front() {
+            self.held.sub(p.ip_len());
             self.stats.on_dequeue(p.ip_len());
             return Dequeued::Packet(p);
         }
@@ -515,16 +525,7 @@ impl<P: Pkt + Send> Qdisc<P> for Aggregate<P> {
     }
 
     fn backlog(&self) -> Backlog {
-        let mut b = Backlog::default();
-        for p in &self.ready {
-            b.add(p.ip_len());
-        }
-        for c in self.conns.values() {
-            for p in &c.q {
-                b.add(p.ip_len());
-            }
-        }
-        b
+        self.held
     }
 
     fn stats(&self) -> &QdiscStats {
@@ -611,9 +612,23 @@ mod tests {
                 }
             }
             check(q);
+            assert_eq!(q.backlog(), recount(q));
         }
         assert!(d.is_empty(), "unexpected drops: {:?}", d.since(0).len());
         sent
+    }
+
+    /// The packets really queued, counted afresh.
+    fn recount(q: &Aggregate<HeaderPacket>) -> Backlog {
+        let mut b = Backlog::default();
+        for p in q
+            .ready
+            .iter()
+            .chain(q.conns.values().flat_map(|c| c.q.iter()))
+        {
+            b.add(p.ip_len());
+        }
+        b
     }
 
     fn mbit(bytes: u64, ms: u64) -> f64 {
