@@ -209,8 +209,9 @@ impl LivePacket {
     }
 }
 
-/// Whether `ip` starts with an IPv4 header whose checksum verifies.
-fn ipv4_header_ok(ip: &[u8]) -> bool {
+/// Whether `ip` starts with an IPv4 header whose checksum verifies (for invariant checks:
+/// the robustness tests and the fuzz targets).
+pub fn ipv4_header_ok(ip: &[u8]) -> bool {
     if ip.len() < 20 || ip[0] >> 4 != 4 {
         return false;
     }

@@ -63,7 +63,11 @@ fuzz_target!(|data: &[u8]| {
             // The original is the input frame of the same length that differs only where
             // the rewrite may write.
             let ok = originals.keys().any(|o| p.is_rewrite_of(o));
-            assert!(ok, "a frame left that never entered, or corrupted: {:02x?}", p.frame());
+            assert!(
+                ok,
+                "a frame left that never entered, or corrupted: {:02x?}",
+                p.frame()
+            );
             e.on_sent(p);
         }
         e.check_conservation().unwrap();
