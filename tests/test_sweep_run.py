@@ -164,7 +164,10 @@ def _start(spec: Path, out: Path) -> subprocess.Popen[str]:
         [sys.executable, "-c", "from asymlink.cli import main; main()", "sweep", str(spec),
          "--out", str(out),
          "--workers", "1", "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # Ctrl-C must reach it even when the tests run as a background job, whose children
+        # inherit SIGINT ignored (Python then installs no KeyboardInterrupt handler).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_cache(proc: subprocess.Popen[str], out: Path, at_least: int) -> int:

@@ -190,6 +190,43 @@ impl LivePacket {
             None => false,
         }
     }
+
+    /// Whether this packet can be what the box made of the input frame `orig`: same
+    /// length, differences only where a rewriter may write (IPv4 TOS and header checksum,
+    /// IPv6 version/traffic class/flow bytes), and a valid IPv4 header checksum still
+    /// valid. The invariant the robustness tests and the `pipeline` fuzz target check on
+    /// every frame that leaves; it never panics.
+    pub fn is_rewrite_of(&self, orig: &[u8]) -> bool {
+        let f = self.frame();
+        if f.len() != orig.len() {
+            return false;
+        }
+        let l3 = self.l3 as usize;
+        let only_header_bytes = f.iter().zip(orig).enumerate().all(|(i, (a, b))| {
+            a == b || (self.parsed.is_some() && matches!(i.wrapping_sub(l3), 0 | 1 | 10 | 11))
+        });
+        only_header_bytes && (!ipv4_header_ok(&orig[l3..]) || ipv4_header_ok(self.ip_bytes()))
+    }
+}
+
+/// Whether `ip` starts with an IPv4 header whose checksum verifies (for invariant checks:
+/// the robustness tests and the fuzz targets).
+pub fn ipv4_header_ok(ip: &[u8]) -> bool {
+    if ip.len() < 20 || ip[0] >> 4 != 4 {
+        return false;
+    }
+    let ihl = (ip[0] & 0x0f) as usize * 4;
+    if ihl < 20 || ip.len() < ihl {
+        return false;
+    }
+    let mut s: u32 = ip[..ihl]
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
+        .sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s == 0xffff
 }
 
 impl Pkt for LivePacket {

@@ -2,21 +2,13 @@
 
 use asymlink_core::pipeline::Dir;
 use asymlink_core::time::Instant;
-use asymlink_live::clock::{Clock, FakeClock};
-use asymlink_live::packet::LinkType;
-use asymlink_live::runtime::{Control, EventLoop, MemIo};
+use asymlink_live::clock::Clock;
+use asymlink_live::runtime::Control;
 use asymlink_live::sys::Signal;
-use asymlink_live::BoxConfig;
 use etherparse::PacketBuilder;
 
-const BASE: &str = "[interfaces]\na = \"a0\"\nb = \"b0\"\n[stats]\ninterval = \"1000s\"\n";
-
-fn ms(x: u64) -> Instant {
-    Instant::from_millis(x)
-}
-fn us(x: u64) -> Instant {
-    Instant::from_micros(x)
-}
+mod common;
+use common::*;
 
 /// An Ethernet + IPv4 + TCP frame with `payload` bytes, tagged by the IP identification.
 fn tcp(tag: u16, payload: usize, ack_only: bool) -> Vec<u8> {
@@ -42,44 +34,6 @@ fn fix_ipv4_checksum(h: &mut [u8]) {
     h[11] = 0;
     let c = ipv4_sum(h);
     h[10..12].copy_from_slice(&(!c).to_be_bytes());
-}
-
-fn ipv4_sum(h: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for w in h.chunks(2) {
-        s += u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32;
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
-
-fn tag_of(frame: &[u8]) -> u16 {
-    u16::from_be_bytes([frame[18], frame[19]])
-}
-
-fn setup(extra: &str) -> (EventLoop<FakeClock, MemIo>, FakeClock) {
-    let cfg = BoxConfig::parse(&format!("{extra}\n{BASE}")).unwrap();
-    cfg.validate().unwrap();
-    let clock = FakeClock::new();
-    let io = MemIo::new(clock.clone(), LinkType::Ethernet);
-    let mut el = EventLoop::new(clock.clone(), io, cfg, 1).unwrap();
-    el.set_log(Box::new(|_| {}));
-    (el, clock)
-}
-
-fn run_until(el: &mut EventLoop<FakeClock, MemIo>, clock: &FakeClock, until: Instant) -> Control {
-    for _ in 0..1_000_000 {
-        if el.step().unwrap() == Control::Exit {
-            return Control::Exit;
-        }
-        if clock.now() > until {
-            break;
-        }
-    }
-    el.engine().check_conservation().unwrap();
-    Control::Continue
 }
 
 #[test]

@@ -6,16 +6,11 @@
 use asymlink_core::pipeline::Dir;
 use asymlink_core::time::Instant;
 use asymlink_live::clock::{Clock, FakeClock};
-use asymlink_live::packet::LinkType;
 use asymlink_live::runtime::{EventLoop, MemIo};
-use asymlink_live::BoxConfig;
 use etherparse::PacketBuilder;
 
-const BASE: &str = "[interfaces]\na = \"a0\"\nb = \"b0\"\n[stats]\ninterval = \"1000s\"\n";
-
-fn ms(x: u64) -> Instant {
-    Instant::from_millis(x)
-}
+mod common;
+use common::*;
 
 /// A frame of connection `port`: a pure ACK acknowledging `ack` (payload 0) or a data
 /// segment, tagged by the IP identification.
@@ -32,41 +27,6 @@ fn seg(tag: u16, port: u16, ack: u32, payload: usize) -> Vec<u8> {
     let c = ipv4_sum(&out[14..34]);
     out[24..26].copy_from_slice(&(!c).to_be_bytes());
     out
-}
-
-fn ipv4_sum(h: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for w in h.chunks(2) {
-        s += u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32;
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
-
-fn tag_of(frame: &[u8]) -> u16 {
-    u16::from_be_bytes([frame[18], frame[19]])
-}
-
-fn setup(extra: &str) -> (EventLoop<FakeClock, MemIo>, FakeClock) {
-    let cfg = BoxConfig::parse(&format!("{extra}\n{BASE}")).unwrap();
-    cfg.validate().unwrap();
-    let clock = FakeClock::new();
-    let io = MemIo::new(clock.clone(), LinkType::Ethernet);
-    let mut el = EventLoop::new(clock.clone(), io, cfg, 1).unwrap();
-    el.set_log(Box::new(|_| {}));
-    (el, clock)
-}
-
-fn run_until(el: &mut EventLoop<FakeClock, MemIo>, clock: &FakeClock, until: Instant) {
-    for _ in 0..10_000_000 {
-        el.step().unwrap();
-        if clock.now() > until {
-            break;
-        }
-    }
-    el.engine().check_conservation().unwrap();
 }
 
 /// Departure times (ms, fractional) of the frames sent on `side` whose tag is in `tags`.

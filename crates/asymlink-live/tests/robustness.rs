@@ -14,12 +14,11 @@
 //!
 //! The coverage-guided search itself is `crates/asymlink-live/fuzz` (nightly).
 
-use asymlink_core::packet::Pkt;
 use asymlink_core::pipeline::Dir;
 use asymlink_core::time::{Duration, Instant};
 use asymlink_live::config::BoxConfig;
 use asymlink_live::engine::Engine;
-use asymlink_live::packet::{LinkType, LivePacket};
+use asymlink_live::packet::LinkType;
 use etherparse::PacketBuilder;
 use std::collections::HashSet;
 
@@ -150,42 +149,6 @@ fn frame(r: &mut Rng, clock: u32) -> Vec<u8> {
     f
 }
 
-fn ipv4_ok(ip: &[u8]) -> bool {
-    if ip.len() < 20 || ip[0] >> 4 != 4 {
-        return false;
-    }
-    let ihl = (ip[0] & 0x0f) as usize * 4;
-    if ihl < 20 || ip.len() < ihl {
-        return false;
-    }
-    let mut s: u32 = 0;
-    for w in ip[..ihl].chunks(2) {
-        s += u16::from_be_bytes([w[0], w[1]]) as u32;
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s == 0xffff
-}
-
-/// Whether `p` can be what became of input frame `orig` (see the module docs).
-fn is_rewrite_of(p: &LivePacket, orig: &[u8]) -> bool {
-    let f = p.frame();
-    if f.len() != orig.len() {
-        return false;
-    }
-    let l3 = f.len() - p.ip_bytes().len();
-    for i in 0..f.len() {
-        if f[i] != orig[i] {
-            let rel = i.wrapping_sub(l3);
-            if p.headers().is_none() || !matches!(rel, 0 | 1 | 10 | 11) {
-                return false;
-            }
-        }
-    }
-    !ipv4_ok(&orig[l3..]) || ipv4_ok(p.ip_bytes())
-}
-
 fn run(config: &str, seed: u64, frames: usize) -> (u64, u64, serde_json::Value) {
     let cfg = BoxConfig::parse(config).unwrap();
     cfg.validate().unwrap();
@@ -210,7 +173,7 @@ fn run(config: &str, seed: u64, frames: usize) -> (u64, u64, serde_json::Value) 
             assert!(
                 originals
                     .iter()
-                    .any(|o| o.len() == p.frame().len() && is_rewrite_of(&p, o)),
+                    .any(|o| o.len() == p.frame().len() && p.is_rewrite_of(o)),
                 "a frame left that never entered, or corrupted: {:02x?}",
                 p.frame()
             );

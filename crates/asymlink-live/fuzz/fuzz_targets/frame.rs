@@ -9,30 +9,18 @@
 use asymlink_core::packet::Pkt;
 use asymlink_core::time::Instant;
 use asymlink_core::wire::Ecn;
-use asymlink_live::packet::{LinkType, LivePacket};
+use asymlink_live::packet::{ipv4_header_ok, LinkType, LivePacket};
 use libfuzzer_sys::fuzz_target;
 
-fn ipv4_header_ok(ip: &[u8]) -> bool {
-    if ip.len() < 20 || ip[0] >> 4 != 4 {
-        return false;
-    }
-    let ihl = (ip[0] & 0x0f) as usize * 4;
-    if ihl < 20 || ip.len() < ihl {
-        return false;
-    }
-    let mut s: u32 = 0;
-    for w in ip[..ihl].chunks(2) {
-        s += u16::from_be_bytes([w[0], w[1]]) as u32;
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s == 0xffff
-}
-
 fuzz_target!(|data: &[u8]| {
-    let Some((&ctl, frame)) = data.split_first() else { return };
-    let lt = if ctl & 1 == 1 { LinkType::RawIp } else { LinkType::Ethernet };
+    let Some((&ctl, frame)) = data.split_first() else {
+        return;
+    };
+    let lt = if ctl & 1 == 1 {
+        LinkType::RawIp
+    } else {
+        LinkType::Ethernet
+    };
     let mut p = LivePacket::new(frame.to_vec(), lt, Instant::ZERO, 0);
     assert_eq!(p.frame(), frame);
     let l3 = frame.len() - p.ip_bytes().len();
@@ -56,7 +44,9 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(p.frame(), &before[..]);
     } else {
         // Only the window and the TCP checksum may change.
-        let diff: Vec<usize> = (0..before.len()).filter(|&i| before[i] != p.frame()[i]).collect();
+        let diff: Vec<usize> = (0..before.len())
+            .filter(|&i| before[i] != p.frame()[i])
+            .collect();
         assert!(diff.len() <= 4, "{diff:?}");
     }
 });
