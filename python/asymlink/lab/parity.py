@@ -184,6 +184,13 @@ class Row:
     metric: str
     sim: float
     lab: float
+    #: Absolute allowance (the metric's unit) besides the relative tolerance; see
+    #: `Pair.latency_allowance_ms`.
+    allow: float = 0.0
+
+    def within(self, tol: float) -> bool:
+        """Within ±`tol` relative, or within the absolute allowance."""
+        return self.rel <= tol or abs(self.sim - self.lab) <= self.allow
 
     @property
     def rel(self) -> float:
@@ -203,10 +210,11 @@ def get(m: dict[str, Any], path: str) -> float:
 
 
 def compare(arms: dict[str, tuple[dict[str, Any], dict[str, Any]]],
-            metrics: list[str]) -> list[Row]:
-    """Rows for every arm (name → (sim metrics, lab metrics)) and metric path."""
-    return [Row(arm, k, get(s, k), get(lab, k)) for arm, (s, lab) in arms.items()
-            for k in metrics]
+            metrics: list[str], latency_allowance_ms: float = 0.0) -> list[Row]:
+    """Rows for every arm (name → (sim metrics, lab metrics)) and metric path; latency
+    metrics (`…_ms_…`) get `latency_allowance_ms` as their absolute allowance."""
+    return [Row(arm, k, get(s, k), get(lab, k), latency_allowance_ms if "_ms_" in k else 0.0)
+            for arm, (s, lab) in arms.items() for k in metrics]
 
 
 def table(rows: list[Row], tol: float) -> str:
@@ -216,8 +224,14 @@ def table(rows: list[Row], tol: float) -> str:
     for r in rows:
         diff = (r.sim - r.lab) / abs(r.lab) if r.lab else (0.0 if r.sim == 0 else math.inf)
         out.append(f"| {r.arm} | `{r.metric}` | {r.sim:.3g} | {r.lab:.3g} | "
-                   f"{diff * 100:+.0f} % | {'yes' if r.rel <= tol else 'NO'} |")
+                   f"{diff * 100:+.0f} % | {_verdict(r, tol)} |")
     return "\n".join(out)
+
+
+def _verdict(r: Row, tol: float) -> str:
+    if r.rel <= tol:
+        return "yes"
+    return f"yes (within {r.allow:g} ms)" if r.within(tol) else "NO"
 
 
 def ordering(arms: dict[str, dict[str, Any]], metric: str) -> list[str]:
@@ -241,6 +255,11 @@ class Pair:
     metrics: tuple[str, ...]
     ordering: tuple[str, ...]
     what: str
+    #: Absolute allowance for latency metrics, besides ±15 %: a typed echo's latency
+    #: behind a shaped upload depends on whether it lands behind a packet being
+    #: serialized on the slow link — a phase effect the simulator and the lab do not
+    #: share, which moves tail percentiles by up to one such packet's time.
+    latency_allowance_ms: float = 0.0
 
 
 PAIRS: dict[str, Pair] = {
@@ -256,7 +275,9 @@ PAIRS: dict[str, Pair] = {
          "throughput_mbps_in.contended.upload",
          "echo_latency_ms_in.contended.typing.p50"),
         "the ADSL problem (an upload fills the modem) and its fix (five classes, HTB, ATM "
-        "cells in the box)"),
+        "cells in the box)",
+        # Half of one 1500-byte packet's time on the 495 kbit/s of ATM cells (27 ms).
+        latency_allowance_ms=13.5),
     "ackfilter": Pair(
         "ackfilter", ("ackfilter-off", "ackfilter-on"),
         ("throughput_mbps_in.steady.download",
@@ -282,7 +303,7 @@ class Outcome:
     @property
     def outside(self) -> list[Row]:
         """Compared metrics outside the tolerance."""
-        return [r for r in self.rows if not r.rel <= self.tol]
+        return [r for r in self.rows if not r.within(self.tol)]
 
     def orderings(self) -> list[tuple[str, list[str], list[str]]]:
         """(metric, arms ascending in the simulator, arms ascending in the lab)."""
@@ -300,7 +321,8 @@ class Outcome:
         return {"pair": self.pair.name, "arms": list(self.pair.arms), "tolerance": self.tol,
                 "ok": self.ok,
                 "rows": [{"arm": r.arm, "metric": r.metric, "sim": r.sim, "lab": r.lab,
-                          "rel": r.rel, "within": r.rel <= self.tol} for r in self.rows],
+                          "rel": r.rel, "allow": r.allow, "within": r.within(self.tol)}
+                         for r in self.rows],
                 "ordering": [{"metric": k, "sim": s, "lab": la, "same": s == la}
                              for k, s, la in self.orderings()],
                 "tcp_congestion_control": {a: self.lab[a].get("tcp_congestion_control")
@@ -337,5 +359,6 @@ def run_pair(pair: Pair, out: Any, lab: Any = None, tol: float = TOLERANCE,
     finally:
         if own:
             lab.down()
-    rows = compare({a: (sims[a], labs[a]) for a in pair.arms}, list(pair.metrics))
+    rows = compare({a: (sims[a], labs[a]) for a in pair.arms}, list(pair.metrics),
+                   pair.latency_allowance_ms)
     return Outcome(pair, sims, labs, rows, tol)
