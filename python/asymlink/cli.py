@@ -295,9 +295,9 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
     if as_json:
         click.echo(json.dumps(result))
         return
-    rows = [[key, v if isinstance(v, str) else fmt_number(v, digits=6)] for key, v in
-            result.items()]
-    _stdout().print(TextTable("Simulator benchmark", ["metric", "value"], rows).rich())
+    lines = [[key, v if isinstance(v, str) else fmt_number(v, digits=6)] for key, v in
+             result.items()]
+    _stdout().print(TextTable("Simulator benchmark", ["metric", "value"], lines).rich())
 
 
 @bench_group.command("live")
