@@ -116,3 +116,21 @@ def synthetic_results() -> Results:
 @pytest.fixture
 def results() -> Results:
     return synthetic_results()
+
+
+@pytest.fixture(scope="module")
+def live_ok() -> None:
+    """Skip unless labs can run here (root, network namespaces); build the box if needed."""
+    import subprocess
+
+    from asymlink.lab import can_run_labs
+    from asymlink.live import BoxNotFound, box_binary
+
+    reason = can_run_labs()
+    if reason:
+        pytest.skip(f"lab tests need root and network namespaces: {reason}")
+    try:
+        box_binary()
+    except BoxNotFound:
+        subprocess.run(["cargo", "build", "--release", "-p", "asymlink-live"],
+                       cwd=Path(__file__).resolve().parents[1], check=True)

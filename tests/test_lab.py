@@ -15,23 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from asymlink.cli import cli
-from asymlink.lab import Lab, LabError, LabScenario, can_run_labs, run_scenario
+from asymlink.lab import Lab, LabError, LabScenario, run_scenario
 from asymlink.lab.bench import scenario_path, shipped_scenarios
-from asymlink.live import BoxNotFound, box_binary
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def live_ok() -> None:
-    reason = can_run_labs()
-    if reason:
-        pytest.skip(f"lab tests need root and network namespaces: {reason}")
-    try:
-        box_binary()
-    except BoxNotFound:
-        subprocess.run(["cargo", "build", "--release", "-p", "asymlink-live"], cwd=ROOT,
-                       check=True)
 
 
 def _short(name: str, **over: object) -> LabScenario:

@@ -11,33 +11,18 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pytest
 
-from asymlink.lab import LabScenario, can_run_labs, run_scenario
+from asymlink.lab import LabScenario, run_scenario
 from asymlink.lab.bench import scenario_path
-from asymlink.live import BoxNotFound, box_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # 1448-byte segments (timestamps on) in 1500-byte IP packets.
 GOODPUT_PER_IP = 1448 / 1500
-
-
-@pytest.fixture(scope="module")
-def live_ok() -> None:
-    reason = can_run_labs()
-    if reason:
-        pytest.skip(f"lab tests need root and network namespaces: {reason}")
-    try:
-        box_binary()
-    except BoxNotFound:
-        subprocess.run(["cargo", "build", "--release", "-p", "asymlink-live"], cwd=ROOT,
-                       check=True)
 
 
 def jain(x: list[float]) -> float:
