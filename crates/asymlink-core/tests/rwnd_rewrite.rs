@@ -580,3 +580,82 @@ fn port_guesses_apply_in_the_box() {
     let key = w.hdr.flow_key().canonical();
     assert_eq!(rw.policy().flow(key).unwrap().class, FlowClass::LongBulk);
 }
+
+/// `bytes` (IPv4, TCP) with a TCP-MD5 option (RFC 2385, kind 19, 18 bytes) appended to its
+/// TCP options.
+fn with_md5(bytes: &[u8]) -> Vec<u8> {
+    let hl = (bytes[32] >> 4) as usize * 4;
+    let mut b = bytes[..20 + hl].to_vec();
+    b.extend_from_slice(&[1, 1, 19, 18]);
+    b.extend_from_slice(&[0xab; 16]);
+    b.extend_from_slice(&bytes[20 + hl..]);
+    b[32] = (((hl + 20) / 4) as u8) << 4 | (b[32] & 0x0f);
+    let total = b.len() as u16;
+    b[2..4].copy_from_slice(&total.to_be_bytes());
+    b
+}
+
+/// `bytes` (IPv4, TCP) carried behind an IP Authentication Header (RFC 4302).
+fn behind_ah(bytes: &[u8]) -> Vec<u8> {
+    let mut b = bytes[..20].to_vec();
+    b[9] = 51;
+    b.extend_from_slice(&[6, 4, 0, 0, 0, 0, 0x10, 0x01, 0, 0, 0, 7]);
+    b.extend_from_slice(&[0x5a; 12]);
+    b.extend_from_slice(&bytes[20..]);
+    let total = b.len() as u16;
+    b[2..4].copy_from_slice(&total.to_be_bytes());
+    b
+}
+
+/// Pass `bytes` and return them as they left.
+fn through(rw: &mut WindowRewriter, t: u64, dir: Dir, bytes: &[u8]) -> Vec<u8> {
+    let mut w = Wire::new(bytes);
+    assert_eq!(rw.on_packet(ms(t), dir, &mut w), Action::Pass);
+    w.buf
+}
+
+#[test]
+fn signed_segments_are_never_edited() {
+    let mut rw = rewriter(MODEM, Dir::ToA);
+    // A receiver's signed SYN keeps its window (an unsigned one is lowered to 1460 above).
+    let syn = seg(
+        true,
+        RCV_PORT + 1,
+        TcpFlags::SYN,
+        ISS_RCV,
+        0,
+        65_535,
+        syn_opts(1460, None),
+        0,
+    );
+    for signed in [with_md5(&syn), behind_ah(&syn)] {
+        assert!(Headers::parse(&signed).unwrap().0.is_signed());
+        assert_eq!(through(&mut rw, 0, Dir::ToB, &signed), signed);
+    }
+    // A tracked bulk flow: the unsigned ACK is lowered, its signed twins are not.
+    handshake(&mut rw, 0, RCV_PORT, 536, None, None);
+    data(&mut rw, 200, RCV_PORT, 0, 16, 536);
+    let ack = seg(
+        true,
+        RCV_PORT,
+        TcpFlags::ACK,
+        ISS_RCV + 1,
+        ISS_SND + 1 + 16 * 536,
+        32_000,
+        TcpOptions::default(),
+        0,
+    );
+    let edits = counter(&rw, "syn_rewritten") + counter(&rw, "rewritten");
+    for signed in [with_md5(&ack), behind_ah(&ack)] {
+        assert_eq!(through(&mut rw, 201, Dir::ToB, &signed), signed);
+    }
+    assert_eq!(counter(&rw, "signed_untouched"), 4);
+    assert_eq!(
+        counter(&rw, "syn_rewritten") + counter(&rw, "rewritten"),
+        edits
+    );
+    assert_eq!(
+        ack_from_receiver(&mut rw, 202, RCV_PORT, 16 * 536, 32_000),
+        2_016
+    );
+}

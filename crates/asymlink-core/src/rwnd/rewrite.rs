@@ -18,6 +18,10 @@
 //!   allocation;
 //! * a connection whose handshake it did not see (unknown scale) passes untouched and is
 //!   counted, as do packets it cannot parse and non-TCP packets;
+//! * a segment that may be signed end to end
+//!   ([`Headers::is_signed`](crate::wire::Headers::is_signed): TCP-MD5, TCP-AO, TCP
+//!   behind an IP Authentication Header, options not readable to the end) is never
+//!   edited (`signed_untouched`): the peer would discard it;
 //! * the flow table is bounded (`max_flows`, least recently active evicted) and flows
 //!   quiet for `flow_timeout` are forgotten.
 //!
@@ -49,6 +53,9 @@ pub struct RewriteCounters {
     pub untracked: u64,
     /// Packets that could not be parsed (passed untouched).
     pub unparsed: u64,
+    /// Segments from receivers that may be signed end to end (TCP-MD5, TCP-AO, behind an
+    /// IP Authentication Header, or options not readable to the end): never edited.
+    pub signed_untouched: u64,
     /// Flows evicted because the table was full.
     pub evicted: u64,
     /// Flows forgotten after `flow_timeout` without packets.
@@ -330,6 +337,7 @@ impl<P: Pkt> Rewriter<P> for WindowRewriter {
             return Action::Pass;
         };
         let payload = h.payload_len;
+        let signed = h.is_signed();
         let key = h.flow_key().canonical();
         let to_rcv = dir == self.toward;
         let syn = t.flags.contains(TcpFlags::SYN);
@@ -371,7 +379,11 @@ impl<P: Pkt> Rewriter<P> for WindowRewriter {
             if payload > 0 {
                 self.policy.handle_send(now, key, payload);
             }
-            self.rewrite(now, key, &t, pkt);
+            if signed {
+                self.counters.signed_untouched += 1;
+            } else {
+                self.rewrite(now, key, &t, pkt);
+            }
         }
         let f = &self.flows[&key];
         if f.fin_to_receiver && f.fin_from_receiver {
@@ -400,6 +412,7 @@ impl<P: Pkt> Rewriter<P> for WindowRewriter {
             ("unknown_scale", c.unknown_scale),
             ("untracked", c.untracked),
             ("unparsed", c.unparsed),
+            ("signed_untouched", c.signed_untouched),
             ("evicted", c.evicted),
             ("expired", c.expired),
             ("tracked", self.flows.len() as u64),
