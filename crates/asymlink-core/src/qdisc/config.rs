@@ -3,8 +3,8 @@
 
 use super::{
     AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, AckShaper, AckShaperConfig, Aggregate,
-    AggregateConfig, Drr, DrrConfig, Ered, EredConfig, Fifo, FifoConfig, Hfsc, HfscConfig, Htb,
-    HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
+    AggregateConfig, Codel, CodelConfig, Drr, DrrConfig, Ered, EredConfig, Fifo, FifoConfig, Hfsc,
+    HfscConfig, Htb, HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
 };
 use crate::packet::{ClassId, Pkt};
 use crate::units::{Limit, Rate};
@@ -39,6 +39,8 @@ pub enum QdiscConfig {
     Ered(EredConfig),
     /// [`Aggregate`]: aggregate rate control with per-connection queues.
     Aggregate(AggregateConfig),
+    /// [`Codel`]: controlled-delay AQM (RFC 8289).
+    Codel(CodelConfig),
 }
 
 impl Default for QdiscConfig {
@@ -141,6 +143,7 @@ impl QdiscConfig {
             QdiscConfig::AckShaper(c) => Box::new(AckShaper::new(c)?),
             QdiscConfig::Ered(c) => Box::new(Ered::new(c, ctx.seed, ctx.link_rate)?),
             QdiscConfig::Aggregate(c) => Box::new(Aggregate::new(c)?),
+            QdiscConfig::Codel(c) => Box::new(Codel::new(c, ctx)?),
         })
     }
 
@@ -155,6 +158,7 @@ impl QdiscConfig {
             QdiscConfig::AckFifo(c) => Some(c.limit),
             QdiscConfig::Ered(c) => Some(c.limit),
             QdiscConfig::Aggregate(c) => Some(c.limit),
+            QdiscConfig::Codel(c) => Some(c.limit),
             // Classful and shaping disciplines bound their leaves, not the whole.
             QdiscConfig::Prio(_)
             | QdiscConfig::Htb(_)
@@ -203,6 +207,7 @@ impl QdiscConfig {
             QdiscConfig::AckShaper(_) => "ack_shaper",
             QdiscConfig::Ered(_) => "ered",
             QdiscConfig::Aggregate(_) => "aggregate",
+            QdiscConfig::Codel(_) => "codel",
         }
     }
 }
@@ -226,6 +231,7 @@ mod tests {
             "kind = \"ack_fifo\"\nlimit = \"5p\"\ndrop = \"lowest_seq\"",
             "kind = \"ack_shaper\"\nthreshold = \"50KB\"\nleak = { kind = \"rate\" }",
             "kind = \"ered\"\nmarked_factor = 2.0",
+            "kind = \"codel\"\ntarget = \"5ms\"\necn = true",
             "kind = \"aggregate\"\n[[policies]]\nprofile = { depth = \"3KB\", rate = \"1Mbit\" }\naction = { kind = \"shape\" }\nscheme = { kind = \"common\" }",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();

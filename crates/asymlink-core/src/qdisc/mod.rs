@@ -41,6 +41,7 @@
 pub mod ack_filter;
 mod ack_shaper;
 mod aggregate;
+mod codel;
 mod config;
 mod drr;
 mod ered;
@@ -55,6 +56,7 @@ pub use ack_shaper::{
     AckShaper, AckShaperConfig, AckShaperCounters, Fraction, LeakConfig, Threshold, Tuning,
 };
 pub use aggregate::{Aggregate, AggregateConfig, AggregateCounters};
+pub use codel::{Codel, CodelConfig, CodelCounters};
 pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use ered::{Ered, EredConfig, EredCounters};
