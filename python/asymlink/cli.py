@@ -257,7 +257,7 @@ def sweep_cmd(spec_file: Path, out_dir: Path | None, scheduler: str | None, work
     except KeyboardInterrupt:
         cache = Cache(cache_dir or out_dir / CACHE_DIR)
         done = sum(cache.path(p.key).is_file() for p in plan)
-        click.echo(f"interrupted: {done} of {plural(len(plan), 'point')} cached; run the same "
+        click.echo(f"interrupted: {done} of {len(plan)} points are cached; run the same "
                    "command again to continue", err=True)
         raise click.exceptions.Exit(130) from None
     click.echo(f"{head}: {result.cached} cached, {result.ran} run, {result.failed} failed "
