@@ -555,6 +555,22 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("codel.interval"), "{e}");
+        for q in [
+            "[to_a.qdisc]\nkind = \"fq_codel\"\nflows = 256\n",
+            "[to_b.qdisc]\nkind = \"host_fq_codel\"\nhosts = \"dst\"\n",
+        ] {
+            BoxConfig::parse(&format!("{MIN}{q}"))
+                .unwrap()
+                .validate()
+                .unwrap();
+        }
+        let e = BoxConfig::parse(&format!(
+            "{MIN}[to_b.qdisc]\nkind = \"host_fq_codel\"\nflows = 12\n"
+        ))
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("host_fq_codel.flows"), "{e}");
     }
 
     #[test]
