@@ -132,9 +132,9 @@ impl fmt::Debug for Rate {
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        if b >= 1_000_000_000 && b % 1_000_000 == 0 {
+        if b >= 1_000_000_000 && b.is_multiple_of(1_000_000) {
             write!(f, "{}Gbit", b as f64 / 1e9)
-        } else if b >= 1_000_000 && b % 1_000 == 0 {
+        } else if b >= 1_000_000 && b.is_multiple_of(1_000) {
             write!(f, "{}Mbit", b as f64 / 1e6)
         } else if b >= 1_000 {
             write!(f, "{}kbit", b as f64 / 1e3)
@@ -319,11 +319,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
 /// Format a duration the way [`parse_duration`] reads it.
 pub fn format_duration(d: Duration) -> String {
     let ns = dur_ns(d);
-    if ns % 1_000_000_000 == 0 {
+    if ns.is_multiple_of(1_000_000_000) {
         format!("{}s", ns / 1_000_000_000)
-    } else if ns % 1_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000) {
         format!("{}ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         format!("{}us", ns / 1_000)
     } else {
         format!("{ns}ns")
