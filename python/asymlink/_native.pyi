@@ -6,8 +6,10 @@ from typing import Any, TypedDict, final, type_check_only
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["__version__", "Simulation", "ScenarioError", "scenario_error", "bench_sim",
-           "box_main", "box_check"]
+__all__ = [
+    "__version__", "Simulation", "ScenarioError", "scenario_error", "bench_sim", "value_span",
+    "box_main", "box_check",
+]
 
 __version__: str
 
@@ -21,6 +23,9 @@ class ScenarioError(ValueError):
 
 def scenario_error(origin: str, key: str, msg: str) -> ScenarioError:
     """Build (not raise) a ScenarioError exactly as the engine would."""
+
+def value_span(src: str, key: str) -> tuple[int, int] | None:
+    """Byte range of the value at dotted path `key` in TOML `src`; None if not written."""
 
 @type_check_only
 class Meta(TypedDict):

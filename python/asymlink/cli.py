@@ -18,7 +18,7 @@ from rich.console import Console
 
 from asymlink import __version__, examples
 from asymlink._native import ScenarioError
-from asymlink.report import TextTable, fmt_number
+from asymlink.report import TextTable, fmt_number, plural
 from asymlink.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -84,8 +84,11 @@ def parse_set(assignments: Sequence[str]) -> dict[str, Any]:
 
 
 def _load(path: Path | None, example: str | None) -> Scenario:
-    if (path is None) == (example is None):
-        raise UserError("give either a SCENARIO file or --example NAME (not both)")
+    if path is None and example is None:
+        raise UserError("no scenario: give a SCENARIO file or --example NAME "
+                        "(`asymlink examples` lists them)")
+    if path is not None and example is not None:
+        raise UserError("give either a SCENARIO file or --example NAME, not both")
     if example is None:
         assert path is not None
         return Scenario.from_file(path)
@@ -130,9 +133,13 @@ def run_cmd(scenario: Path | None, example: str | None, out_dir: Path, seed: int
 
 @cli.command("examples")
 def examples_cmd() -> None:
-    """List the shipped example scenarios."""
-    rows = [[name, examples.describe(name)] for name in examples.names()]
-    _stdout().print(TextTable("Examples", ["name", "description"], rows).rich())
+    """List the shipped example scenarios with their header (topology drawing, commands)."""
+    for i, name in enumerate(examples.names()):
+        if i:
+            click.echo()
+        click.echo(f"{name}  (asymlink run --example {name} --out out/{name})")
+        for line in examples.header(name):
+            click.echo(f"  {line}".rstrip())
 
 
 @cli.command("plot")
@@ -146,12 +153,27 @@ def plot_cmd(results_dir: Path, out_dir: Path | None, interval: float) -> None:
     from asymlink.plot import standard_figures
     from asymlink.results import Results
 
+    if not (results_dir / "meta.json").is_file() and results_dir.is_dir():
+        raise UserError(_not_a_run_dir(results_dir))
     written = standard_figures(Results.load(results_dir), out_dir or results_dir / "figures",
                                interval)
     for path in written:
         click.echo(path)
     if not written:
         click.echo("no figures: the results have no time series", err=True)
+
+
+def _not_a_run_dir(d: Path) -> str:
+    """Why `d` cannot be plotted, and where the runs' results directories are."""
+    runs = sorted(p.parent for p in d.glob("**/meta.json"))
+    if not runs:
+        return (f"{d}: not a run's results directory (no meta.json); give a directory "
+                "written by `asymlink run --out`")
+    first = runs[0]
+    kind = ("a sweep" if (d / "results.parquet").is_file() or (d / "cache").is_dir()
+            else "a reproduction" if (d / "metrics.json").is_file() else "a directory")
+    return (f"{d} is {kind} holding {plural(len(runs), 'run')}; each run's results are in "
+            f"{first.parent}/<scenario>, e.g. `asymlink plot {first}`")
 
 
 @cli.command("validate")
@@ -213,11 +235,11 @@ def sweep_cmd(spec_file: Path, out_dir: Path | None, scheduler: str | None, work
     except SweepSpecError as e:
         raise UserError(str(e)) from None
     configs = len(spec.configurations)
-    head = (f"{len(plan)} points ({configs} configuration{'s' if configs != 1 else ''} × "
-            f"{len(spec.seeds)} seed{'s' if len(spec.seeds) != 1 else ''})")
+    head = (f"{plural(len(plan), 'point')} ({plural(configs, 'configuration')} × "
+            f"{plural(len(spec.seeds), 'seed')})")
     if check_only:
-        click.echo(f"ok: {spec_file}: {head}, {len(spec.metrics)} metrics, "
-                   f"{len(spec.plots)} plots")
+        click.echo(f"ok: {spec_file}: {head}, {plural(len(spec.metrics), 'metric')}, "
+                   f"{plural(len(spec.plots), 'plot')}")
         for p in plan[: len(spec.seeds) * 3 : len(spec.seeds)]:
             click.echo(f"  configuration {p.config}: {p.describe().rsplit(', seed=', 1)[0]}")
         if configs > 3:
@@ -247,7 +269,8 @@ def sweep_cmd(spec_file: Path, out_dir: Path | None, scheduler: str | None, work
     for w in result.warnings:
         click.echo(f"warning: {w}", err=True)
     if result.failed:
-        click.echo(f"Error: {result.failed} points failed (see {out_dir / 'summary.md'})",
+        click.echo(f"Error: {plural(result.failed, 'point')} failed "
+                   f"(see {out_dir / 'summary.md'})",
                    err=True)
         raise click.exceptions.Exit(1)
 
@@ -514,6 +537,9 @@ def reproduce_cmd(entry_ids: tuple[str, ...], list_only: bool, quick: bool,
     from asymlink import repro
 
     if list_only:
+        if entry_ids:
+            raise UserError(f"--list takes no ID (got {' '.join(entry_ids)}); "
+                            "run `asymlink reproduce --list` alone")
         rows = [[e.id, e.paper, e.title] for e in repro.entries()]
         if rows:
             _stdout().print(TextTable("Reproductions", ["id", "paper", "title"], rows).rich())

@@ -194,6 +194,18 @@ fn box_check(path: PathBuf) -> Option<String> {
     asymlink_live::cli::check(&path)
 }
 
+/// The byte range `(start, end)` of the value at the dotted key path `key`
+/// (`links.1.to_a.rate`) in the TOML text `src`, or `None` when that value is not written
+/// there (or the text does not parse). Used to apply `--set` overrides to the original
+/// text, so that comments and line numbers stay those of the file.
+#[pyfunction]
+fn value_span(src: &str, key: &str) -> Option<(usize, usize)> {
+    match asymlink_sim::scenario::span_of_key(src, key)? {
+        (span, true) => Some((span.start, span.end)),
+        (_, false) => None,
+    }
+}
+
 /// The private native module behind the `asymlink` package.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -204,5 +216,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(box_check, m)?)?;
     m.add("ScenarioError", m.py().get_type::<error::ScenarioError>())?;
     m.add_function(wrap_pyfunction!(error::py_scenario_error, m)?)?;
+    m.add_function(wrap_pyfunction!(value_span, m)?)?;
     Ok(())
 }

@@ -73,7 +73,17 @@ impl Simulation {
             key: e.key,
             msg: e.msg,
         })?;
-        Simulation::from_spec(spec, origin, opts)
+        Simulation::from_spec(spec, origin, opts).map_err(|mut e| {
+            let located = scenario::with_key_line(
+                src,
+                scenario::SpecError {
+                    key: e.key.clone(),
+                    msg: e.msg.clone(),
+                },
+            );
+            e.msg = located.msg;
+            e
+        })
     }
 
     /// Build from an already validated scenario.

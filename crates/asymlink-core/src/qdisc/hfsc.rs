@@ -517,6 +517,19 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
                 ));
             }
             if is_leaf {
+                // The leaf's discipline sees the class's long-term rate as its link rate
+                // (CoDel's low-rate target): the real-time m2, else the link-share m2.
+                let rate = [cl.rsc, cl.fsc]
+                    .into_iter()
+                    .flatten()
+                    .map(|s| s.m2)
+                    .find(|&m2| m2 > 0)
+                    .map(Rate)
+                    .or(ctx.link_rate);
+                let ctx = &BuildCtx {
+                    link_rate: rate,
+                    ..ctx.clone()
+                };
                 let q = match &c.queue {
                     Some(q) => q.build(ctx),
                     None => QdiscConfig::default().build(ctx),
