@@ -7,6 +7,7 @@ and exit with status 2; click's own usage errors exit with 2 as well.
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -360,24 +361,21 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None) -> None
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), help="Master seed.")
 def box_cmd(config: Path, check: bool, seed: int | None) -> None:
-    """Run the live middlebox (the Rust binary asymlink-box) in the foreground.
+    """Run the live middlebox in the foreground (in this process).
 
     SIGHUP reloads the configuration keeping queued packets; SIGINT/SIGTERM flush the
     captures and stats and exit. Needs CAP_NET_RAW + CAP_NET_ADMIN (or root); privileges
     are dropped once the devices are open."""
-    from asymlink.live import BoxNotFound, check_config, exec_box
+    from asymlink.live import check_config, run_box
 
-    try:
-        if check:
-            err = check_config(config)
-            if err:
-                raise UserError(err)
-            click.echo(f"ok: {config}")
-            return
-        extra = ["--seed", str(seed)] if seed is not None else []
-        exec_box(config, extra)
-    except BoxNotFound as e:
-        raise UserError(str(e)) from None
+    if check:
+        err = check_config(config)
+        if err:
+            raise UserError(err)
+        click.echo(f"ok: {config}")
+        return
+    extra = ["--seed", str(seed)] if seed is not None else []
+    sys.exit(run_box(["--config", str(config), *extra]))
 
 
 @cli.group("lab")

@@ -59,6 +59,10 @@ pub(crate) enum Ev {
 }
 
 /// Where a link direction takes its packets from.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per link direction, built once; boxing would add a pointer chase per packet"
+)]
 pub(crate) enum Source {
     /// Its own classifier + discipline.
     Own(Egress<SimPacket>),

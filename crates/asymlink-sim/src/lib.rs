@@ -1,7 +1,7 @@
 //! # asymlink-sim: a deterministic discrete-event simulator for TCP over asymmetric links
 //!
-//! (Under construction: the engine lands in the following commits. This file fixes the
-//! public API the Python front end binds to.)
+//! This file is the public API the Python front end binds to: build a [`Simulation`] from
+//! a TOML scenario, advance it, and read its [`Results`].
 
 pub mod apps;
 pub mod bench;

@@ -15,7 +15,7 @@ a server. Every metric is computed here from the simulation's tables only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -318,7 +318,7 @@ def _ackfifo_measure(res: Results, ack_rate: float) -> dict[str, float]:
         "share": removed / offered if offered else 0.0,
         "use": ack_line / ack_rate,
         "ack_rtt": ping_rtt_ms(res, "ping_ack", t0),
-        "retx": float(fs.loc["down", "retransmits"]),
+        "retx": float(cast(float, fs.loc["down", "retransmits"])),
     }
 
 
