@@ -18,6 +18,7 @@ from rich.console import Console
 
 from asymlink import __version__, examples
 from asymlink._native import ScenarioError
+from asymlink.bench import STANDARD as _BENCH_STANDARD
 from asymlink.report import TextTable, fmt_number, plural
 from asymlink.scenario import Scenario
 
@@ -286,11 +287,11 @@ def bench_group() -> None:
 @bench_group.command("sim")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--flows", type=click.IntRange(min=1), default=None,
-              help="Number of flows (default: the standard 100).")
+              help=f"Number of flows (default: {_BENCH_STANDARD['flows']:g}).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Simulated seconds (default: the standard 60).")
+              help=f"Simulated seconds (default: {_BENCH_STANDARD['duration_s']:g}).")
 @click.option("--bottleneck", "bottleneck_bps", type=click.IntRange(min=1), default=None,
-              help="Bottleneck rate in bit/s (default: 100 Mbit/s).")
+              help=f"Bottleneck rate in bit/s (default: {_BENCH_STANDARD['bottleneck_bps']:g}).")
 @click.option("--scaling", is_flag=True,
               help="Run the scaling series N = 10, 100, 1000, 10000 (N x 10 Mbit/s).")
 def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
