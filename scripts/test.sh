@@ -53,6 +53,11 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v ethtool >/dev/nu
   echo "   root with every tool: a skipped test is a failure"
 fi
 
+# One build for the extension and the Rust tests, tuned for build time: no cross-crate
+# LTO and line tables only (linking dominates on 2 cores). Benchmarks and normal installs
+# keep the full release profile.
+export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
+
 stage "python environment (builds the extension)"
 . scripts/env.sh
 
