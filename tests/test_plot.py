@@ -113,3 +113,21 @@ def test_headline_of_a_flow_starting_late() -> None:
     table = headline_table(_late_start_results())
     assert table is not None
     assert [r[:3] for r in table.rows] == [["10–15 s", "upload alone", "upload 1 Mbit/s"]]
+
+
+def test_showcase_figures_mark_the_upload_and_keep_cwnd_readable(tmp_path: Path) -> None:
+    from asymlink import examples
+    from asymlink.runner import run
+
+    res = run(examples.load("showcase"), progress=False)
+    # ssthresh is absent (NaN) while unbounded, never the engine's 4.6e18
+    ss = res.flows["ssthresh_bytes"]
+    assert ss.isna().any() and ss.dropna().max() < 1e12
+    assert np.isnan(ss[res.flows["t"] == res.flows["t"].min()]).all()
+    ax = plot_cwnd(res)
+    peaks = res.flows.groupby("flow")["cwnd_bytes"].max()
+    assert peaks.max() / peaks.min() > 10 and ax.get_yscale() == "log"
+    for ax in (plot_cwnd(res), plot_throughput(res)):
+        marks = [t.get_text() for t in ax.texts]
+        assert marks == ["upload starts"]
+        assert ax.title.get_text() and "(" in ax.get_ylabel()  # a title and a unit

@@ -11,7 +11,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from asymlink.analysis import flow_totals, queue_totals
+from asymlink.analysis import flow_starts, flow_totals, queue_totals
 from asymlink.results import Results
 
 
@@ -66,17 +66,15 @@ def _phases(results: Results) -> list[tuple[float, float, list[str]]]:
     flow is active from its first sent byte to its last delivered one."""
     f = results.flows
     duration = float(results.meta.get("duration_s", f["t"].max() if len(f) else 0.0))
-    sent = "bytes_sent" if "bytes_sent" in f.columns else "bytes_delivered"
+    starts = flow_starts(f)
     spans = {}
     for flow, rows in f.sort_values("t").groupby("flow", sort=True):
         t = rows["t"].to_numpy(float)
-        moving = np.flatnonzero(rows[sent].to_numpy(float) > 0)
-        if not len(moving):
+        if str(flow) not in starts:
             continue
         delivered = rows["bytes_delivered"].to_numpy(float)
         last = np.flatnonzero(delivered < delivered[-1])
-        # the sample before the first one with data: the flow started in that interval
-        start = float(t[moving[0] - 1]) if moving[0] > 0 else 0.0
+        start = starts[str(flow)]
         done = float(t[last[-1] + 1]) if len(last) and last[-1] + 1 < len(t) else duration
         # a flow that delivers nothing for a while at the end has finished; a short lull
         # (a starved flow) does not cut the run into phases
