@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from asymlink.analysis import throughput
+from asymlink.analysis import INTERVAL_DRAWSTYLE, SAMPLE_DRAWSTYLE, throughput
 from asymlink.results import Results
 
 DPI = 120
@@ -38,12 +38,16 @@ def save(fig: Figure | SubFigure, path: str | PathLike[str]) -> Path:
 
 
 def plot_series(
-    table: pd.DataFrame, key: str, column: str, ax: Axes, *, scale: float = 1.0
+    table: pd.DataFrame, key: str, column: str, ax: Axes, *, scale: float = 1.0,
+    per_interval: bool = False,
 ) -> Axes:
-    """One line per value of `key`: `column` × `scale` against `t`."""
+    """One line per value of `key`: `column` × `scale` against `t`. `per_interval`: the
+    values describe the interval that ends at `t` (throughput, utilization) and are drawn
+    over it; otherwise they are samples held until the next one."""
+    style = INTERVAL_DRAWSTYLE if per_interval else SAMPLE_DRAWSTYLE
     for name, rows in table.groupby(key, sort=True):
         rows = rows.sort_values("t")
-        ax.plot(rows["t"], rows[column] * scale, label=str(name), drawstyle="steps-post")
+        ax.plot(rows["t"], rows[column] * scale, label=str(name), drawstyle=style)
     ax.set_xlabel("time (s)")
     if table[key].nunique() > 1:
         ax.legend(title=key, fontsize="small")
@@ -63,7 +67,8 @@ def plot_cwnd(results: Results, ax: Axes | None = None) -> Axes:
 def plot_throughput(results: Results, interval: float = 1.0, ax: Axes | None = None) -> Axes:
     """Delivered throughput (Mbit/s) of each flow over `interval`-second bins."""
     ax = ax or new_axes()
-    plot_series(throughput(results.flows, interval), "flow", "throughput_bps", ax, scale=1e-6)
+    plot_series(throughput(results.flows, interval), "flow", "throughput_bps", ax, scale=1e-6,
+                per_interval=True)
     ax.set_ylabel(f"throughput (Mbit/s, {interval:g} s bins)")
     ax.set_title(f"{results.meta.get('scenario', '')}: throughput")
     return ax
@@ -81,7 +86,7 @@ def plot_queues(results: Results, ax: Axes | None = None) -> Axes:
 def plot_utilization(results: Results, ax: Axes | None = None) -> Axes:
     """Utilization (%) of each link direction against time."""
     ax = ax or new_axes()
-    plot_series(results.links, "link", "utilization", ax, scale=100.0)
+    plot_series(results.links, "link", "utilization", ax, scale=100.0, per_interval=True)
     ax.set_ylabel("utilization (%)")
     ax.set_ylim(0, 105)
     ax.set_title(f"{results.meta.get('scenario', '')}: link utilization")

@@ -46,6 +46,11 @@ def _md_escape(cell: str) -> str:
     return cell.replace("|", "\\|")
 
 
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`1 seed`, `2 seeds` (`words` for an irregular plural)."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
 def fmt_number(x: float | None, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
     """`x × scale` with `digits` significant digits and a unit; "n/a" for None or NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
