@@ -7,6 +7,7 @@ pub mod apps;
 pub mod bench;
 pub mod conditioner;
 mod engine;
+pub mod hist;
 pub mod monitor;
 pub mod packet;
 pub mod pcap;
