@@ -204,6 +204,13 @@ def test_reproduce_list_hides_internal_entries() -> None:
     assert "_selftest" not in out
 
 
+def test_piped_tables_are_not_cut_at_80_columns() -> None:
+    code, out, _ = invoke("reproduce", "--list")
+    assert code == 0
+    assert "ack-delay-control-satellite" in out and "…" not in out
+    assert max(map(len, out.splitlines())) > 80
+
+
 def test_reproduce_list_takes_no_id() -> None:
     code, _, err = invoke("reproduce", "--list", "extra")
     assert_user_error(code, err, "--list takes no ID (got extra)")
