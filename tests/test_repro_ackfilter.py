@@ -140,4 +140,4 @@ def test_the_delta_sweep_peaks_below_delta_o_only_by_its_head_start() -> None:
         acked[delta] = np.interp([10.0, 20.0], f["t"], f["bytes_acked"])
     lead = acked[18] - acked[30]
     assert 0 < lead[0] < 0.01 * acked[30][0]
-    assert abs(lead[1] - lead[0]) <= 2000  # the same rate from 10 s to 20 s: only the head start differs
+    assert abs(lead[1] - lead[0]) <= 2000  # same rate 10-20 s: only the head start differs
