@@ -28,8 +28,9 @@ from asymlink.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "python" / "asymlink"
-# Placeholders of a synopsis line ("asymlink run SCENARIO --out DIR [...]"): not runnable.
-SYNOPSIS = re.compile(r"\[|\.\.\.|\||\b(SCENARIO|DIR|SPEC|ID|NAME|FILE|RESULTS_DIR|ADDRESS|S|N)\b")
+# Words of a synopsis line ("asymlink run SCENARIO --out DIR [...]"): not runnable.
+SYNOPSIS = re.compile(r"^\[|\.\.\.|^\|$|^(SCENARIO|DIR|SPEC|ID|NAME|FILE|RESULTS_DIR|ADDRESS|S|N)"
+                      r"(\.\.\.)?\]?$")
 ROOT_ONLY = {("box",), ("lab",), ("bench", "live")}
 
 
@@ -69,9 +70,9 @@ def _commands_in(lines: list[tuple[int, str]], source: Path, base: Path, block: 
         text = text.removeprefix("$ ").strip()
         if not text.startswith("asymlink ") or "$" in text or "<" in text:
             continue
-        if SYNOPSIS.search(text.split("#", 1)[0]):
-            continue
         args = tuple(shlex.split(text, comments=True))[1:]
+        if any(SYNOPSIS.search(a) for a in args):
+            continue
         rel = source.relative_to(REPO)
         found.append(Command(f"{rel}:{number}", base, block, args))
     return found

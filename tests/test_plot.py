@@ -87,3 +87,47 @@ def test_a_flow_starting_at_10s_is_drawn_from_10s() -> None:
     assert _drawn_from(ax.lines[0]) == pytest.approx(10.0)
     ax = plot_utilization(res)
     assert _drawn_from(ax.lines[0]) == pytest.approx(10.0)
+
+
+def test_showcase_summary_leads_with_the_headline(tmp_path: Path) -> None:
+    from asymlink import examples
+    from asymlink.runner import run
+
+    md = run_summary_markdown(run(examples.load("showcase"), progress=False))
+    sections = md.split("\n## ")
+    assert sections[1].startswith("Headline")
+    head = sections[1].splitlines()
+    assert head[2] == "| time | flows | goodput (mean RTT) | line:to_a queue delay |"
+    alone, both = head[4], head[5]
+    assert alone.startswith("| 0–10 s | download alone | download ")
+    assert both.startswith("| 10–30 s | download + upload | download ")
+    rate = [float(row.split("download ")[2].split(" Mbit/s")[0]) for row in (alone, both)]
+    assert rate[0] > 2 * rate[1]  # the collapse the showcase is about
+    delay = [float(row.split("|")[-2].split(" ms")[0]) for row in (alone, both)]
+    assert delay[1] > delay[0] + 50
+
+
+def test_headline_of_a_flow_starting_late() -> None:
+    from asymlink.report import headline_table
+
+    table = headline_table(_late_start_results())
+    assert table is not None
+    assert [r[:3] for r in table.rows] == [["10–15 s", "upload alone", "upload 1 Mbit/s"]]
+
+
+def test_showcase_figures_mark_the_upload_and_keep_cwnd_readable(tmp_path: Path) -> None:
+    from asymlink import examples
+    from asymlink.runner import run
+
+    res = run(examples.load("showcase"), progress=False)
+    # ssthresh is absent (NaN) while unbounded, never the engine's 4.6e18
+    ss = res.flows["ssthresh_bytes"]
+    assert ss.isna().any() and ss.dropna().max() < 1e12
+    assert np.isnan(ss[res.flows["t"] == res.flows["t"].min()]).all()
+    ax = plot_cwnd(res)
+    peaks = res.flows.groupby("flow")["cwnd_bytes"].max()
+    assert peaks.max() / peaks.min() > 10 and ax.get_yscale() == "log"
+    for ax in (plot_cwnd(res), plot_throughput(res)):
+        marks = [t.get_text() for t in ax.texts]
+        assert marks == ["upload starts"]
+        assert ax.title.get_text() and "(" in ax.get_ylabel()  # a title and a unit

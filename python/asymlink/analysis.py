@@ -55,6 +55,19 @@ def throughput(
     return pd.concat(parts, ignore_index=True)
 
 
+def flow_starts(flows: pd.DataFrame) -> dict[str, float]:
+    """When each flow started sending: the sample time just before its first sent byte
+    (0 for a flow sending from the first sample). Flows that never sent are left out."""
+    sent = "bytes_sent" if "bytes_sent" in flows.columns else "bytes_delivered"
+    starts = {}
+    for flow, rows in flows.sort_values("t").groupby("flow", sort=True):
+        moving = np.flatnonzero(rows[sent].to_numpy(dtype=float) > 0)
+        if len(moving):
+            t = rows["t"].to_numpy(dtype=float)
+            starts[str(flow)] = float(t[moving[0] - 1]) if moving[0] > 0 else 0.0
+    return starts
+
+
 def flow_totals(results: Results) -> pd.DataFrame:
     """Per flow: `delivered_bytes` (last sample) and `throughput_bps`, its mean over the
     whole run (NaN when the run has no duration)."""

@@ -50,8 +50,16 @@ class _Cli(click.Group):
             raise UserError(_os_message(e)) from None
 
 
+# Width when stdout is not a terminal (a pipe, a file): tables keep their natural width
+# instead of rich's 80-column default.
+PIPE_WIDTH = 400
+
+
 def _stdout() -> Console:
-    return Console()
+    """The console for results: the terminal's width, or `PIPE_WIDTH` when piped."""
+    import sys
+
+    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})

@@ -120,6 +120,8 @@ pub(crate) struct LinkDir {
     /// Sum and maximum of the sojourn times (offer to start of transmission), ns.
     pub sojourn_sum_ns: u64,
     pub sojourn_max_ns: u64,
+    /// Distribution of the sojourn times (percentiles in `queue_summary`).
+    pub sojourn_hist: crate::hist::Histogram,
     /// Packets lost to the random `loss`.
     pub lost: u64,
     /// Indices into `World::captures` of the pcap files recording this direction.
@@ -381,6 +383,7 @@ impl World {
                     tx_acks: (0, 0, 0),
                     sojourn_sum_ns: 0,
                     sojourn_max_ns: 0,
+                    sojourn_hist: Default::default(),
                     lost: 0,
                     captures: Vec::new(),
                 });
@@ -741,6 +744,7 @@ impl World {
         let sojourn = now.as_nanos().saturating_sub(p.queued_at);
         dir.sojourn_sum_ns += sojourn;
         dir.sojourn_max_ns = dir.sojourn_max_ns.max(sojourn);
+        dir.sojourn_hist.record(sojourn);
         dir.busy_ns += tx_ns;
         self.packet_hops += 1;
         self.trace_hash = trace_mix(self.trace_hash, now.as_nanos(), d, &p);

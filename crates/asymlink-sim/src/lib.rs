@@ -7,6 +7,7 @@ pub mod apps;
 pub mod bench;
 pub mod conditioner;
 mod engine;
+pub mod hist;
 pub mod monitor;
 pub mod packet;
 pub mod pcap;
@@ -111,6 +112,13 @@ impl Simulation {
     /// The end of the run.
     pub fn end(&self) -> Instant {
         self.world.end
+    }
+
+    /// The monitors' sampling interval, and which time series are recorded
+    /// (flows, queues, links): what makes the results grow with the duration.
+    pub fn monitor_plan(&self) -> (core::time::Duration, [bool; 3]) {
+        let m = &self.world.monitor;
+        (m.interval, [m.flows_on(), m.queues_on(), m.links_on()])
     }
 
     /// Whether the run reached its end.
