@@ -224,12 +224,6 @@ def test_reproduce_internal_entry_by_id(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.json").is_file()
 
 
-def test_reproduce_all_runs_only_the_catalog(tmp_path: Path) -> None:
-    code, _, _ = invoke("reproduce", "all", "--quick", "--out", str(tmp_path))
-    assert code == 0
-    assert not (tmp_path / "_selftest").exists()
-
-
 def test_reproduce_unknown_id(tmp_path: Path) -> None:
     code, _, err = invoke("reproduce", "nope", "--out", str(tmp_path))
     assert_user_error(code, err, "no reproduction 'nope'")
