@@ -3,7 +3,9 @@ simulation numbers."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -120,17 +122,34 @@ def results() -> Results:
 
 @pytest.fixture(scope="module")
 def live_ok() -> None:
-    """Skip unless labs can run here (root, network namespaces); build the box if needed."""
-    import subprocess
-
+    """Skip unless labs can run here (root, network namespaces, the tools)."""
     from asymlink.lab import can_run_labs
-    from asymlink.live import BoxNotFound, box_binary
 
     reason = can_run_labs()
     if reason:
         pytest.skip(f"lab tests need root and network namespaces: {reason}")
-    try:
-        box_binary()
-    except BoxNotFound:
-        subprocess.run(["cargo", "build", "--release", "-p", "asymlink-live"],
-                       cwd=Path(__file__).resolve().parents[1], check=True)
+
+
+#: Modules that build namespace labs or run the box on real packets. Under pytest-xdist
+#: (`-n 2 --dist loadgroup`, as scripts/test.sh runs) they share one worker and so run one
+#: at a time, while the simulator tests run on the other.
+LAB_MODULES = {"test_lab", "test_lab_mechanisms", "test_live", "test_parity", "test_package"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.rsplit(".", 1)[-1] in LAB_MODULES:
+            item.add_marker(pytest.mark.xdist_group("lab"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """With ASYMLINK_NO_SKIPS=1 (set by scripts/test.sh when it runs as root with every
+    tool installed) a skipped test is a failure: nothing may silently not run."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("ASYMLINK_NO_SKIPS") == "1":
+        report.outcome = "failed"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.longrepr = f"skipped although ASYMLINK_NO_SKIPS=1: {reason}"
