@@ -29,9 +29,10 @@
 //! * a connection counts in the policy's shares only once its handshake completed or data
 //!   flowed: unanswered (possibly spoofed) SYNs shrink no one's window; until then its
 //!   SYN-ACK gets the window it would get as one more flow;
-//! * the flow table is bounded (`max_flows`): flows still in their handshake are evicted
-//!   first, oldest first, in amortized constant time; only a table full of counted flows
-//!   evicts the least recently active one; flows quiet for `flow_timeout` are forgotten.
+//! * the flow table is bounded (`max_flows`): flows still in their handshake are evicted,
+//!   oldest first, in amortized constant time; counted flows are never evicted (a new
+//!   flow that finds the table full of them is not tracked, `table_full`), so no live
+//!   connection's windows change mid-stream; flows quiet for `flow_timeout` are forgotten.
 //!
 //! On real packets, [`Pkt::set_tcp_window`] edits the bytes with an RFC 1624 incremental
 //! checksum update.
@@ -67,8 +68,11 @@ pub struct RewriteCounters {
     /// Segments from receivers with the ACK number and window of the previous one, sent
     /// with the previous segment's window (so a duplicate ACK stays a duplicate).
     pub frozen: u64,
-    /// Flows evicted because the table was full.
+    /// Flows still in their handshake evicted because the table was full.
     pub evicted: u64,
+    /// New flows not tracked because the table was full of counted flows (those are
+    /// never evicted; they leave when they close or go quiet for `flow_timeout`).
+    pub table_full: u64,
     /// Flows forgotten after `flow_timeout` without packets.
     pub expired: u64,
 }
@@ -233,24 +237,24 @@ impl WindowRewriter {
         None
     }
 
-    fn make_room(&mut self, now: Instant) {
+    /// Make room for one more flow: evict the oldest flow still in its handshake. A table
+    /// full of counted flows evicts none of them (that would change the windows of a live
+    /// connection mid-stream, and let a SYN flood push real flows out): the new flow is
+    /// not tracked (`table_full`). Amortized O(1), no scan of the table.
+    fn make_room(&mut self, now: Instant) -> bool {
         while self.flows.len() >= self.max_flows {
-            // Flows in their handshake go first (a SYN flood evicts only its own kind);
-            // a table full of counted flows loses the least recently active one.
-            if let Some(k) = self.oldest_embryonic() {
-                self.forget(now, k);
-                self.counters.evicted += 1;
-                continue;
+            match self.oldest_embryonic() {
+                Some(k) => {
+                    self.forget(now, k);
+                    self.counters.evicted += 1;
+                }
+                None => {
+                    self.counters.table_full += 1;
+                    return false;
+                }
             }
-            let oldest = self
-                .flows
-                .iter()
-                .min_by_key(|(_, f)| f.last_seen)
-                .map(|(k, _)| *k)
-                .expect("table is full");
-            self.forget(now, oldest);
-            self.counters.evicted += 1;
         }
+        true
     }
 
     fn track(
@@ -259,8 +263,10 @@ impl WindowRewriter {
         key: FlowKey,
         receiver_opened: bool,
         guess_ports: (u16, u16),
-    ) {
-        self.make_room(now);
+    ) -> bool {
+        if !self.make_room(now) {
+            return false;
+        }
         let mut f = BoxFlow::new(now, receiver_opened);
         f.guess = self.policy.guess_ports(guess_ports.0, guess_ports.1);
         self.flows.insert(key, f);
@@ -271,6 +277,7 @@ impl WindowRewriter {
                 .retain(|(k, born)| flows.get(k).is_some_and(|f| !f.counted && f.born == *born));
         }
         self.sweep_at = earliest(self.sweep_at, Some(now + self.flow_timeout));
+        true
     }
 
     /// Let the policy count the flow (once its handshake completed or data flowed).
@@ -298,7 +305,9 @@ impl WindowRewriter {
                 self.forget(now, key);
             }
             if !self.flows.contains_key(&key) {
-                self.track(now, key, !to_rcv, ports);
+                if !self.track(now, key, !to_rcv, ports) {
+                    return;
+                }
                 self.flows.get_mut(&key).expect("tracked").syn_at = Some(now);
             }
         } else if !self.flows.contains_key(&key) {
@@ -306,7 +315,9 @@ impl WindowRewriter {
                 // The receiver's SYN was not seen: its scale is unknown.
                 return;
             }
-            self.track(now, key, false, ports);
+            if !self.track(now, key, false, ports) {
+                return;
+            }
         }
         let f = self.flows.get_mut(&key).expect("tracked");
         if synack {
@@ -513,6 +524,7 @@ impl<P: Pkt> Rewriter<P> for WindowRewriter {
             ("signed_untouched", c.signed_untouched),
             ("frozen", c.frozen),
             ("evicted", c.evicted),
+            ("table_full", c.table_full),
             ("expired", c.expired),
             ("tracked", self.flows.len() as u64),
         ]
