@@ -215,7 +215,7 @@ impl Connection {
             max_snd_wnd: 0,
             sb: Scoreboard::default(),
             cc: Cc::new(cfg, mss),
-            rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
+            rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max, cfg.rto_floor),
             ca_state: CaState::Open,
             dupacks: 0,
             recover: 0,
