@@ -17,6 +17,7 @@
 //! | slow-start growth | +1 MSS per ACK | +min(acked, MSS) per ACK (RFC 5681) | +acked bytes |
 //! | delayed ACK | every segment (d = 1) | d = 2, 200 ms | d = 2, 40 ms, 16 quick ACKs |
 //! | minimum RTO | 1 s | 1 s | 200 ms |
+//! | RTO floor | RTO ≥ min RTO | RTO ≥ min RTO | RTO ≥ SRTT + min RTO |
 //! | initial RTO | 3 s | 1 s | 1 s |
 //! | Nagle | off | on | on |
 //! | limited transmit | off | on | on |
@@ -49,6 +50,17 @@ pub enum SsGrowth {
     Rfc5681,
     /// All bytes acknowledged (Linux counts acknowledged packets).
     ByteCounting,
+}
+
+/// How the minimum RTO bounds the retransmission timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RtoFloor {
+    /// RFC 6298 (2.4): RTO = max(`rto_min`, SRTT + max(G, 4·RTTVAR)).
+    Rto,
+    /// Linux `tcp_rtt_estimator` / `tcp_set_rto`: the variation term is at least `rto_min`,
+    /// so RTO = SRTT + max(`rto_min`, 4·RTTVAR) — never less than SRTT + 200 ms by default.
+    Variation,
 }
 
 /// Congestion-avoidance increase rule: the window grows by g(rtt) segments per RTT
@@ -156,8 +168,10 @@ pub struct TcpConfig {
     pub delack_timeout: Duration,
     /// Segments acknowledged immediately at connection start (Linux quick-ACK mode).
     pub quickack: u32,
-    /// Minimum RTO.
+    /// Minimum RTO (how it applies: `rto_floor`).
     pub rto_min: Duration,
+    /// Whether `rto_min` bounds the RTO itself (RFC 6298) or its variation term (Linux).
+    pub rto_floor: RtoFloor,
     /// RTO before any RTT sample.
     pub rto_initial: Duration,
     /// Maximum RTO.
@@ -200,6 +214,7 @@ impl TcpConfig {
             delack_timeout: Duration::from_millis(200),
             quickack: 0,
             rto_min: Duration::from_secs(1),
+            rto_floor: RtoFloor::Rto,
             rto_initial: Duration::from_secs(1),
             rto_max: Duration::from_secs(60),
             syn_retries: 6,
@@ -236,6 +251,7 @@ impl TcpConfig {
                 delack_timeout: Duration::from_millis(40),
                 quickack: 16,
                 rto_min: Duration::from_millis(200),
+                rto_floor: RtoFloor::Variation,
                 ss_growth: SsGrowth::ByteCounting,
                 rto_undo: true,
                 ..base
@@ -278,6 +294,7 @@ pub struct TcpOverrides {
     pub delack_timeout: Option<Span>,
     pub quickack: Option<u32>,
     pub rto_min: Option<Span>,
+    pub rto_floor: Option<RtoFloor>,
     pub rto_initial: Option<Span>,
     pub rto_max: Option<Span>,
     pub syn_retries: Option<u32>,
@@ -353,6 +370,7 @@ impl TcpSpec {
         set!(delack_timeout, |s: Span| s.0);
         set!(quickack);
         set!(rto_min, |s: Span| s.0);
+        set!(rto_floor);
         set!(rto_initial, |s: Span| s.0);
         set!(rto_max, |s: Span| s.0);
         set!(syn_retries);

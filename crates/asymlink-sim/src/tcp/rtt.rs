@@ -1,5 +1,6 @@
 //! Retransmission timer computation (RFC 6298).
 
+use super::config::RtoFloor;
 use asymlink_core::time::{dur_ns, Duration};
 
 /// SRTT/RTTVAR/RTO per RFC 6298, in nanoseconds, with the clock granularity G taken as
@@ -12,14 +13,15 @@ pub struct RttEstimator {
     rto: u64,
     rto_min: u64,
     rto_max: u64,
+    floor: RtoFloor,
     backoff: u32,
 }
 
 const G_NS: u64 = 1_000_000;
 
 impl RttEstimator {
-    /// A fresh estimator (RTO = `initial`).
-    pub fn new(initial: Duration, min: Duration, max: Duration) -> RttEstimator {
+    /// A fresh estimator (RTO = `initial`); `floor` says how `min` bounds the RTO.
+    pub fn new(initial: Duration, min: Duration, max: Duration, floor: RtoFloor) -> RttEstimator {
         RttEstimator {
             srtt: None,
             rttvar: 0,
@@ -27,6 +29,7 @@ impl RttEstimator {
             rto: dur_ns(initial),
             rto_min: dur_ns(min),
             rto_max: dur_ns(max),
+            floor,
             backoff: 0,
         }
     }
@@ -53,7 +56,15 @@ impl RttEstimator {
             }
         }
         let s = self.srtt.unwrap_or(r);
-        self.rto = (s + G_NS.max(4 * self.rttvar)).clamp(self.rto_min, self.rto_max);
+        self.rto = match self.floor {
+            //= https://www.rfc-editor.org/rfc/rfc6298#section-2
+            //# (2.4) Whenever RTO is computed, if it is less than 1 second, then the
+            //#       RTO SHOULD be rounded up to 1 second.
+            RtoFloor::Rto => (s + G_NS.max(4 * self.rttvar)).clamp(self.rto_min, self.rto_max),
+            // Linux keeps the variation term (`rttvar_us`, the maximum of `mdev` over the
+            // last RTT) at or above the minimum RTO; `__tcp_set_rto` adds it to SRTT.
+            RtoFloor::Variation => (s + self.rto_min.max(4 * self.rttvar)).min(self.rto_max),
+        };
         // A new sample after backoff: RFC 6298 §5 — the backed-off RTO is kept until an
         // acknowledgment of new data arrives; the caller resets the backoff then.
     }
@@ -105,6 +116,7 @@ mod tests {
             Duration::from_secs(1),
             Duration::from_millis(200),
             Duration::from_secs(60),
+            RtoFloor::Rto,
         );
         assert_eq!(e.rto(), Duration::from_secs(1));
         e.sample(Duration::from_millis(100));
@@ -124,5 +136,27 @@ mod tests {
             Duration::from_millis(200),
             "clamped at the minimum"
         );
+    }
+
+    #[test]
+    fn linux_floor_applies_to_the_variation() {
+        let mut e = RttEstimator::new(
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+            RtoFloor::Variation,
+        );
+        for _ in 0..50 {
+            e.sample(Duration::from_millis(100));
+        }
+        // RTTVAR has decayed to nothing: RTO = SRTT + 200 ms, not max(200 ms, SRTT).
+        assert_eq!(e.rto(), Duration::from_millis(300));
+        for _ in 0..50 {
+            e.sample(Duration::from_millis(1000));
+        }
+        let rto = e.srtt().unwrap() + Duration::from_millis(200);
+        assert_eq!(e.rto(), rto);
+        e.back_off();
+        assert_eq!(e.rto(), 2 * rto);
     }
 }
