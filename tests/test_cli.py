@@ -79,11 +79,57 @@ def test_run_bad_set(scenario_file: Path, tmp_path: Path, assignment: str, fragm
     assert_user_error(code, err, fragment)
 
 
-@pytest.mark.parametrize("args", [[], ["SCENARIO", "--example", "showcase"]])
-def test_run_needs_exactly_one_source(scenario_file: Path, tmp_path: Path, args: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [([], "no scenario: give a SCENARIO file or --example NAME"),
+     (["SCENARIO", "--example", "showcase"], "either a SCENARIO file or --example NAME, not both")],
+)
+def test_run_needs_exactly_one_source(scenario_file: Path, tmp_path: Path, args: list[str],
+                                      fragment: str) -> None:
     args = [str(scenario_file) if a == "SCENARIO" else a for a in args]
     code, _, err = invoke("run", *args, "--out", str(tmp_path))
-    assert_user_error(code, err, "either a SCENARIO file or --example NAME")
+    assert_user_error(code, err, fragment)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message", "written"),
+    [("duration=-30s",
+      "duration: duration '-30s' is negative; it must be positive, e.g. '200ms'", "duration = "),
+     ("links.1.to_a.rate=-5Mbit", "links[1].to_a.rate: rate '-5Mbit' is negative",
+      "to_a = { rate = "),
+     ("links.1.to_a.rate=0kbit", "links[1].to_a.rate: must be positive", "to_a = { rate = ")],
+)
+def test_bad_values_name_the_key_and_the_line_of_the_shipped_example(
+    tmp_path: Path, assignment: str, message: str, written: str
+) -> None:
+    from asymlink import examples
+
+    lines = examples.load("showcase").to_toml().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if text.startswith(written))
+    code, _, err = invoke("run", "--example", "showcase", "--out", str(tmp_path), "--set",
+                          assignment)
+    assert_user_error(code, err, f"example:showcase: {message}")
+    assert err.strip().endswith(f"(line {line})")
+    assert "unknown unit" not in err
+
+
+def test_a_binary_scenario_file_is_one_line_everywhere(scenario_file: Path,
+                                                       tmp_path: Path) -> None:
+    from asymlink import Scenario, ScenarioError
+
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"name = 'x'\n\xff\xfe\x00\x01")
+    expected = f"{binary}: not a UTF-8 text file (byte 0xff at line 2)"
+    with pytest.raises(ScenarioError, match="not a UTF-8 text file"):
+        Scenario.from_file(binary)
+    code, _, err = invoke("run", str(binary), "--out", str(tmp_path / "o"))
+    assert_user_error(code, err, expected)
+    code, _, err = invoke("sweep", str(binary), "--check")
+    assert_user_error(code, err, expected)
+    code, out, err = invoke("validate", str(binary), str(scenario_file))
+    assert code == 2
+    assert expected in err and "Traceback" not in err
+    assert f"ok: {scenario_file}" in out  # the files after it are still checked
 
 
 def test_run_unknown_example(tmp_path: Path) -> None:
@@ -120,7 +166,17 @@ def test_plot_results_dir(results: Results, tmp_path: Path) -> None:
 
 def test_plot_of_a_non_results_dir(tmp_path: Path) -> None:
     code, _, err = invoke("plot", str(tmp_path))
-    assert_user_error(code, err, "not a results directory")
+    assert_user_error(code, err, "not a run's results directory")
+
+
+def test_plot_of_a_reproduction_dir_says_where_the_runs_are(results: Results,
+                                                            tmp_path: Path) -> None:
+    (tmp_path / "metrics.json").write_text("{}")
+    results.to_parquet(tmp_path / "runs" / "arm-a")
+    results.to_parquet(tmp_path / "runs" / "arm-b")
+    code, _, err = invoke("plot", str(tmp_path))
+    assert_user_error(code, err, f"{tmp_path} is a reproduction holding 2 runs; each run's "
+                                 f"results are in {tmp_path / 'runs'}/<scenario>")
 
 
 def test_bench_sim_json() -> None:
@@ -146,6 +202,18 @@ def test_reproduce_list_hides_internal_entries() -> None:
     code, out, _ = invoke("reproduce", "--list")
     assert code == 0
     assert "_selftest" not in out
+
+
+def test_piped_tables_are_not_cut_at_80_columns() -> None:
+    code, out, _ = invoke("reproduce", "--list")
+    assert code == 0
+    assert "ack-delay-control-satellite" in out and "…" not in out
+    assert max(map(len, out.splitlines())) > 80
+
+
+def test_reproduce_list_takes_no_id() -> None:
+    code, _, err = invoke("reproduce", "--list", "extra")
+    assert_user_error(code, err, "--list takes no ID (got extra)")
 
 
 def test_reproduce_internal_entry_by_id(tmp_path: Path) -> None:

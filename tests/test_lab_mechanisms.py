@@ -1,5 +1,5 @@
-"""Every mechanism live (issue 8): aggregate shaping (issue 6) and advertised-window
-rewriting (issue 7) run by the box on real packets, with real Linux TCP in the namespace
+"""Every mechanism live: aggregate shaping and advertised-window
+rewriting run by the box on real packets, with real Linux TCP in the namespace
 lab.
 
 The scenario checks run anywhere; the lab tests need root and network namespaces and are

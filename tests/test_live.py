@@ -20,25 +20,19 @@ import pytest
 
 from asymlink.lab import Lab, can_run_labs, start_box
 from asymlink.lab.bench import transfer
-from asymlink.live import BoxNotFound, box_binary
+from asymlink.live import box_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def box_bin() -> Path:
-    try:
-        return box_binary()
-    except BoxNotFound:
-        pass
-    if subprocess.run(["which", "cargo"], capture_output=True).returncode != 0:
-        pytest.skip("asymlink-box is not built and cargo is not available")
-    subprocess.run(["cargo", "build", "--release", "-p", "asymlink-live"], cwd=ROOT, check=True)
-    return box_binary()
+def box_cmd() -> list[str]:
+    """The box as the package runs it (the extension module, no separate binary)."""
+    return box_command()
 
 
 @pytest.fixture
-def lab(box_bin: Path):
+def lab(box_cmd: list[str]):
     reason = can_run_labs()
     if reason:
         pytest.skip(f"live tests need root and network namespaces: {reason}")
@@ -65,32 +59,32 @@ def _free_port() -> int:
 # --- configuration refused before any device is touched ----------------------------------
 
 
-def test_bad_configuration_is_refused_with_the_key(box_bin: Path, tmp_path: Path) -> None:
+def test_bad_configuration_is_refused_with_the_key(box_cmd: list[str], tmp_path: Path) -> None:
     cfg = tmp_path / "box.toml"
     cfg.write_text('[interfaces]\na = "al-none0"\nb = "al-none1"\n'
                    '[to_b]\nqdisc = { kind = "prio", bands = [{ classes = ["nope"] }] }\n')
-    r = subprocess.run([str(box_bin), "--config", str(cfg)], capture_output=True, text=True)
+    r = subprocess.run([*box_cmd, "--config", str(cfg)], capture_output=True, text=True)
     assert r.returncode == 2
     assert "to_b." in r.stderr and "nope" in r.stderr
     cfg.write_text('[interfaces]\na = "al-none0"\nb = "al-none1"\n[stats]\n'
                    'prometheus = "0.0.0.0:9464"\n')
-    r = subprocess.run([str(box_bin), "--config", str(cfg)], capture_output=True, text=True)
+    r = subprocess.run([*box_cmd, "--config", str(cfg)], capture_output=True, text=True)
     assert r.returncode == 2 and "stats.prometheus" in r.stderr and "loopback" in r.stderr
 
 
-def test_check_and_missing_device(box_bin: Path, tmp_path: Path) -> None:
+def test_check_and_missing_device(box_cmd: list[str], tmp_path: Path) -> None:
     cfg = tmp_path / "box.toml"
     cfg.write_text('[interfaces]\na = "al-none0"\nb = "al-none1"\n')
-    r = subprocess.run([str(box_bin), "--config", str(cfg), "--check"], capture_output=True,
+    r = subprocess.run([*box_cmd, "--config", str(cfg), "--check"], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([str(box_bin), "--config", str(cfg)], capture_output=True, text=True,
+    r = subprocess.run([*box_cmd, "--config", str(cfg)], capture_output=True, text=True,
                        timeout=10)
     assert r.returncode == 1
     assert "al-none0" in r.stderr
 
 
-def test_cli_box_check(box_bin: Path, tmp_path: Path) -> None:
+def test_cli_box_check(box_cmd: list[str], tmp_path: Path) -> None:
     cfg = tmp_path / "box.toml"
     cfg.write_text('[interfaces]\na = "x0"\nb = "x1"\n[emulation.to_b]\nloss = 2.0\n')
     from click.testing import CliRunner
@@ -281,7 +275,7 @@ def test_hostile_frames_cross_untouched_and_are_counted(lab: Lab, tmp_path: Path
     box.stop()
 
 
-def test_tun_pair_carries_real_tcp(lab: Lab, box_bin: Path, tmp_path: Path) -> None:
+def test_tun_pair_carries_real_tcp(lab: Lab, box_cmd: list[str], tmp_path: Path) -> None:
     """TUN mode: the box creates two TUN devices in the client namespace; one is moved
     to the server namespace (its file descriptor stays with the box), so every packet
     between 198.19.0.1 and 198.19.0.2 crosses the box as raw IP."""
@@ -304,7 +298,7 @@ def test_tun_pair_carries_real_tcp(lab: Lab, box_bin: Path, tmp_path: Path) -> N
     cfg.chmod(0o644)
     ready = tmp_path / "ready"
     log = open(tmp_path / "box.log", "wb")  # noqa: SIM115 (closed in finally)
-    box = subprocess.Popen(lab.exec_argv("client", [str(box_bin), "--config", str(cfg),
+    box = subprocess.Popen(lab.exec_argv("client", [*box_cmd, "--config", str(cfg),
                                                     "--ready-file", str(ready)]),
                            stdout=log, stderr=log)
     try:

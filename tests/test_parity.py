@@ -1,4 +1,4 @@
-"""Simulator ↔ lab parity (issue 8): the same scenario — the ADSL problem and its fix, and
+"""Simulator ↔ lab parity: the same scenario — the ADSL problem and its fix, and
 a download over an ACK-filtered slow reverse link — run in the simulator (`linux` TCP
 profile) and in the namespace lab with real Linux TCP gives the same ordering of arms and
 every compared metric within ±15 %.
@@ -11,7 +11,6 @@ skipped, saying why, where they are missing. It runs the four lab scenarios once
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from asymlink.cli import cli
 from asymlink.lab import Lab, LabScenario, can_run_labs
 from asymlink.lab.bench import scenario_path
 from asymlink.lab.parity import PAIRS, TOLERANCE, get, run_pair, run_sim, sim_scenario
-from asymlink.live import BoxNotFound, box_binary
 from asymlink.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,11 +77,6 @@ def lab() -> Lab:
     reason = can_run_labs()
     if reason:
         pytest.skip(f"parity tests need root and network namespaces: {reason}")
-    try:
-        box_binary()
-    except BoxNotFound:
-        subprocess.run(["cargo", "build", "--release", "-p", "asymlink-live"], cwd=ROOT,
-                       check=True)
     lab = Lab.up()
     yield lab
     lab.down()

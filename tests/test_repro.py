@@ -115,6 +115,19 @@ def test_paper_toml_drives_the_verdicts() -> None:
     assert checks[2].measured == "18 kbit/s"
 
 
+def test_comparison_rows_carry_the_units_of_their_metric() -> None:
+    from asymlink.repro.base import Expectation, check_expectation, fmt_metric
+
+    metrics = {"acked_bytes_at_10s": {"delta_3": 9.177e6, "none": 2.68e6}}
+    c = check_expectation(Expectation(("acked_bytes_at_10s", "delta_3"), ">",
+                                      than=("acked_bytes_at_10s", "none")), metrics)
+    assert (c.metric, c.paper, c.measured, c.status) == (
+        "acked_bytes_at_10s.delta_3", "> acked_bytes_at_10s.none", "9.177 MB vs 2.68 MB", "yes")
+    assert fmt_metric(41_200.0, ("mean_file_throughput_bps", "large")) == "41.2 kbit/s"
+    assert fmt_metric(52.2, ("rtt_ms",)) == "52.2 ms"
+    assert fmt_metric(0.95, ("fairness_index", "fcfs")) == "0.95"
+
+
 @pytest.mark.parametrize(
     ("doc", "fragment"),
     [

@@ -65,6 +65,23 @@ def test_overrides_set_nested_values_and_leave_the_original(scenario: Scenario) 
     assert new.origin == scenario.origin
 
 
+def test_overrides_of_written_values_keep_the_text_and_its_lines() -> None:
+    from asymlink import examples
+
+    showcase = examples.load("showcase")
+    new = showcase.with_overrides({"links.1.to_a.rate": "1Mbit",
+                                   "links.1.to_a.queue": {"kind": "fifo", "limit": "10p"}})
+    old_lines, new_lines = showcase.to_toml().splitlines(), new.to_toml().splitlines()
+    assert len(new_lines) == len(old_lines) and new_lines[0] == old_lines[0]  # comments kept
+    assert ('to_a = { rate = "1Mbit", queue = { kind = "fifo", limit = "10p" } }'
+            in new_lines)
+    assert tomllib.loads(new.to_toml()) == new.data
+    # a new key cannot be written in place: the text is re-serialised, same data
+    added = showcase.with_overrides({"tcp.initial_window": 4})
+    assert added.get("tcp.initial_window") == 4
+    assert tomllib.loads(added.to_toml()) == added.data
+
+
 def test_override_may_add_a_key_to_an_existing_table(scenario: Scenario) -> None:
     new = scenario.with_overrides({"flows.0.tcp.initial_window": 10})
     assert new.get("flows.0.tcp.initial_window") == 10

@@ -266,7 +266,7 @@ def test_cli_check_runs_nothing(tmp_path: Path, scenario_toml: str) -> None:
     spec = write_spec(tmp_path, scenario_toml)
     code, out, _ = invoke("sweep", str(spec), "--check")
     assert code == 0
-    assert f"ok: {spec}: 300 points (100 configurations × 3 seeds), 3 metrics, 1 plots" in out
+    assert f"ok: {spec}: 300 points (100 configurations × 3 seeds), 3 metrics, 1 plot" in out
     assert "configuration 0: links.1.to_a.rate='128kbit', links.1.to_a.queue.limit='2p'" in out
     assert not (tmp_path / "out").exists()
 

@@ -8,10 +8,33 @@ discrete-event simulator, and analyse, plot and report the results.
 >>> results.flows.head()                                          # doctest: +SKIP
 """
 
-from asymlink import examples
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from asymlink._native import ScenarioError, __version__
-from asymlink.results import Results
-from asymlink.runner import run
-from asymlink.scenario import Scenario
+
+if TYPE_CHECKING:
+    from asymlink import examples
+    from asymlink.results import Results
+    from asymlink.runner import run
+    from asymlink.scenario import Scenario
 
 __all__ = ["Results", "Scenario", "ScenarioError", "__version__", "examples", "run"]
+
+# The public names load on first use (PEP 562), so that `python -m asymlink.live` (the
+# live box) starts without importing pandas and matplotlib.
+_LAZY = {"examples": ("asymlink.examples", None), "Results": ("asymlink.results", "Results"),
+         "run": ("asymlink.runner", "run"), "Scenario": ("asymlink.scenario", "Scenario")}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'asymlink' has no attribute {name!r}") from None
+    value = importlib.import_module(module)
+    value = value if attr is None else getattr(value, attr)
+    globals()[name] = value
+    return value

@@ -6,7 +6,10 @@ from typing import Any, TypedDict, final, type_check_only
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["__version__", "Simulation", "ScenarioError", "scenario_error", "bench_sim"]
+__all__ = [
+    "__version__", "Simulation", "ScenarioError", "scenario_error", "bench_sim", "value_span",
+    "box_main", "box_check",
+]
 
 __version__: str
 
@@ -20,6 +23,9 @@ class ScenarioError(ValueError):
 
 def scenario_error(origin: str, key: str, msg: str) -> ScenarioError:
     """Build (not raise) a ScenarioError exactly as the engine would."""
+
+def value_span(src: str, key: str) -> tuple[int, int] | None:
+    """Byte range of the value at dotted path `key` in TOML `src`; None if not written."""
 
 @type_check_only
 class Meta(TypedDict):
@@ -78,3 +84,12 @@ def bench_sim(
     """Run the simulator benchmark (dumbbell, one-BDP buffer) without the GIL; returns
     flows, sim_s, wall_s, setup_s, packet_hops, events, packet_hops_per_sec,
     events_per_sec, ns_per_hop, bottleneck_utilization."""
+
+
+def box_main(argv: list[str]) -> int:
+    """Run the live middlebox command (`asymlink-box` arguments, program name excluded)
+    in this process without the GIL; returns its exit status (0, 1 runtime, 2 invalid)."""
+
+
+def box_check(path: str | PathLike[str]) -> str | None:
+    """Validate a live box configuration without touching devices: None or the error."""

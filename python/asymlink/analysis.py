@@ -2,6 +2,12 @@
 
 The flow counters (`bytes_delivered`, ...) and the queue counters (`drops`, `filtered`,
 ...) are cumulative since the start of the run.
+
+Time convention: every row of a table is a sample taken at its `t`. A value that
+describes an interval (a throughput bin here; `utilization` and `sojourn_ms` in the
+simulator's tables) is labelled with the END of the interval it covers, (t - interval, t].
+Figures draw such values with `INTERVAL_DRAWSTYLE` ("steps-pre"), so each value spans the
+interval it describes; instantaneous samples (cwnd, queue length) use "steps-post".
 """
 
 from __future__ import annotations
@@ -13,6 +19,11 @@ import pandas as pd
 
 from asymlink.results import Results
 
+INTERVAL_DRAWSTYLE = "steps-pre"
+"""matplotlib drawstyle for end-labelled interval values: the value at t covers (t', t]."""
+SAMPLE_DRAWSTYLE = "steps-post"
+"""matplotlib drawstyle for instantaneous samples: held until the next sample."""
+
 
 def throughput(
     flows: pd.DataFrame, interval: float = 1.0, column: str = "bytes_delivered"
@@ -20,7 +31,8 @@ def throughput(
     """Throughput per flow in bit/s: the cumulative byte counter `column`, interpolated
     linearly at multiples of `interval` seconds (zero at t = 0) and differentiated.
 
-    Returns columns `t` (end of each interval), `flow`, `throughput_bps`.
+    Returns columns `t` (the END of each bin: the row t = 11 is the bin (10 s, 11 s]),
+    `flow`, `throughput_bps`. Draw it with `INTERVAL_DRAWSTYLE`.
     """
     if not interval > 0:
         raise ValueError(f"interval must be > 0 seconds, got {interval}")
@@ -41,6 +53,19 @@ def throughput(
     if not parts:
         return pd.DataFrame(columns=["t", "flow", "throughput_bps"])
     return pd.concat(parts, ignore_index=True)
+
+
+def flow_starts(flows: pd.DataFrame) -> dict[str, float]:
+    """When each flow started sending: the sample time just before its first sent byte
+    (0 for a flow sending from the first sample). Flows that never sent are left out."""
+    sent = "bytes_sent" if "bytes_sent" in flows.columns else "bytes_delivered"
+    starts = {}
+    for flow, rows in flows.sort_values("t").groupby("flow", sort=True):
+        moving = np.flatnonzero(rows[sent].to_numpy(dtype=float) > 0)
+        if len(moving):
+            t = rows["t"].to_numpy(dtype=float)
+            starts[str(flow)] = float(t[moving[0] - 1]) if moving[0] > 0 else 0.0
+    return starts
 
 
 def flow_totals(results: Results) -> pd.DataFrame:

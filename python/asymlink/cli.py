@@ -7,6 +7,7 @@ and exit with status 2; click's own usage errors exit with 2 as well.
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +18,8 @@ from rich.console import Console
 
 from asymlink import __version__, examples
 from asymlink._native import ScenarioError
-from asymlink.report import TextTable, fmt_number
+from asymlink.bench import STANDARD as _BENCH_STANDARD
+from asymlink.report import TextTable, fmt_number, plural
 from asymlink.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -48,8 +50,16 @@ class _Cli(click.Group):
             raise UserError(_os_message(e)) from None
 
 
+# Width when stdout is not a terminal (a pipe, a file): tables keep their natural width
+# instead of rich's 80-column default.
+PIPE_WIDTH = 400
+
+
 def _stdout() -> Console:
-    return Console()
+    """The console for results: the terminal's width, or `PIPE_WIDTH` when piped."""
+    import sys
+
+    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,8 +93,11 @@ def parse_set(assignments: Sequence[str]) -> dict[str, Any]:
 
 
 def _load(path: Path | None, example: str | None) -> Scenario:
-    if (path is None) == (example is None):
-        raise UserError("give either a SCENARIO file or --example NAME (not both)")
+    if path is None and example is None:
+        raise UserError("no scenario: give a SCENARIO file or --example NAME "
+                        "(`asymlink examples` lists them)")
+    if path is not None and example is not None:
+        raise UserError("give either a SCENARIO file or --example NAME, not both")
     if example is None:
         assert path is not None
         return Scenario.from_file(path)
@@ -129,9 +142,13 @@ def run_cmd(scenario: Path | None, example: str | None, out_dir: Path, seed: int
 
 @cli.command("examples")
 def examples_cmd() -> None:
-    """List the shipped example scenarios."""
-    rows = [[name, examples.describe(name)] for name in examples.names()]
-    _stdout().print(TextTable("Examples", ["name", "description"], rows).rich())
+    """List the shipped example scenarios with their header (topology drawing, commands)."""
+    for i, name in enumerate(examples.names()):
+        if i:
+            click.echo()
+        click.echo(f"{name}  (asymlink run --example {name} --out out/{name})")
+        for line in examples.header(name):
+            click.echo(f"  {line}".rstrip())
 
 
 @cli.command("plot")
@@ -145,12 +162,27 @@ def plot_cmd(results_dir: Path, out_dir: Path | None, interval: float) -> None:
     from asymlink.plot import standard_figures
     from asymlink.results import Results
 
+    if not (results_dir / "meta.json").is_file() and results_dir.is_dir():
+        raise UserError(_not_a_run_dir(results_dir))
     written = standard_figures(Results.load(results_dir), out_dir or results_dir / "figures",
                                interval)
     for path in written:
         click.echo(path)
     if not written:
         click.echo("no figures: the results have no time series", err=True)
+
+
+def _not_a_run_dir(d: Path) -> str:
+    """Why `d` cannot be plotted, and where the runs' results directories are."""
+    runs = sorted(p.parent for p in d.glob("**/meta.json"))
+    if not runs:
+        return (f"{d}: not a run's results directory (no meta.json); give a directory "
+                "written by `asymlink run --out`")
+    first = runs[0]
+    kind = ("a sweep" if (d / "results.parquet").is_file() or (d / "cache").is_dir()
+            else "a reproduction" if (d / "metrics.json").is_file() else "a directory")
+    return (f"{d} is {kind} holding {plural(len(runs), 'run')}; each run's results are in "
+            f"{first.parent}/<scenario>, e.g. `asymlink plot {first}`")
 
 
 @cli.command("validate")
@@ -212,11 +244,11 @@ def sweep_cmd(spec_file: Path, out_dir: Path | None, scheduler: str | None, work
     except SweepSpecError as e:
         raise UserError(str(e)) from None
     configs = len(spec.configurations)
-    head = (f"{len(plan)} points ({configs} configuration{'s' if configs != 1 else ''} × "
-            f"{len(spec.seeds)} seed{'s' if len(spec.seeds) != 1 else ''})")
+    head = (f"{plural(len(plan), 'point')} ({plural(configs, 'configuration')} × "
+            f"{plural(len(spec.seeds), 'seed')})")
     if check_only:
-        click.echo(f"ok: {spec_file}: {head}, {len(spec.metrics)} metrics, "
-                   f"{len(spec.plots)} plots")
+        click.echo(f"ok: {spec_file}: {head}, {plural(len(spec.metrics), 'metric')}, "
+                   f"{plural(len(spec.plots), 'plot')}")
         for p in plan[: len(spec.seeds) * 3 : len(spec.seeds)]:
             click.echo(f"  configuration {p.config}: {p.describe().rsplit(', seed=', 1)[0]}")
         if configs > 3:
@@ -246,7 +278,8 @@ def sweep_cmd(spec_file: Path, out_dir: Path | None, scheduler: str | None, work
     for w in result.warnings:
         click.echo(f"warning: {w}", err=True)
     if result.failed:
-        click.echo(f"Error: {result.failed} points failed (see {out_dir / 'summary.md'})",
+        click.echo(f"Error: {plural(result.failed, 'point')} failed "
+                   f"(see {out_dir / 'summary.md'})",
                    err=True)
         raise click.exceptions.Exit(1)
 
@@ -262,11 +295,11 @@ def bench_group() -> None:
 @bench_group.command("sim")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--flows", type=click.IntRange(min=1), default=None,
-              help="Number of flows (default: the standard 100).")
+              help=f"Number of flows (default: {_BENCH_STANDARD['flows']:g}).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Simulated seconds (default: the standard 60).")
+              help=f"Simulated seconds (default: {_BENCH_STANDARD['duration_s']:g}).")
 @click.option("--bottleneck", "bottleneck_bps", type=click.IntRange(min=1), default=None,
-              help="Bottleneck rate in bit/s (default: 100 Mbit/s).")
+              help=f"Bottleneck rate in bit/s (default: {_BENCH_STANDARD['bottleneck_bps']:g}).")
 @click.option("--scaling", is_flag=True,
               help="Run the scaling series N = 10, 100, 1000, 10000 (N x 10 Mbit/s).")
 def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
@@ -336,24 +369,21 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None) -> None
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), help="Master seed.")
 def box_cmd(config: Path, check: bool, seed: int | None) -> None:
-    """Run the live middlebox (the Rust binary asymlink-box) in the foreground.
+    """Run the live middlebox in the foreground (in this process).
 
     SIGHUP reloads the configuration keeping queued packets; SIGINT/SIGTERM flush the
     captures and stats and exit. Needs CAP_NET_RAW + CAP_NET_ADMIN (or root); privileges
     are dropped once the devices are open."""
-    from asymlink.live import BoxNotFound, check_config, exec_box
+    from asymlink.live import check_config, run_box
 
-    try:
-        if check:
-            err = check_config(config)
-            if err:
-                raise UserError(err)
-            click.echo(f"ok: {config}")
-            return
-        extra = ["--seed", str(seed)] if seed is not None else []
-        exec_box(config, extra)
-    except BoxNotFound as e:
-        raise UserError(str(e)) from None
+    if check:
+        err = check_config(config)
+        if err:
+            raise UserError(err)
+        click.echo(f"ok: {config}")
+        return
+    extra = ["--seed", str(seed)] if seed is not None else []
+    sys.exit(run_box(["--config", str(config), *extra]))
 
 
 @cli.group("lab")
@@ -516,6 +546,9 @@ def reproduce_cmd(entry_ids: tuple[str, ...], list_only: bool, quick: bool,
     from asymlink import repro
 
     if list_only:
+        if entry_ids:
+            raise UserError(f"--list takes no ID (got {' '.join(entry_ids)}); "
+                            "run `asymlink reproduce --list` alone")
         rows = [[e.id, e.paper, e.title] for e in repro.entries()]
         if rows:
             _stdout().print(TextTable("Reproductions", ["id", "paper", "title"], rows).rich())

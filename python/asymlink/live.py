@@ -1,63 +1,58 @@
-"""Finding, checking and running the live middlebox binary (`asymlink-box`).
+"""Running the live middlebox, which ships inside the package.
 
-The box is a Rust program (signals, privileges and devices are handled there); this
-module only locates it and starts it. It looks, in order, at `$ASYMLINK_BOX`, the
-workspace's `target/release` and `target/debug` (a source checkout), then `PATH`.
-Build it with `cargo build --release -p asymlink-live`.
+The box's Rust code (event loop, signals, privileges, devices) is compiled into the
+extension module `asymlink._native`, so `pip install` is all it takes: no separate
+binary to build or find. `python -m asymlink.live ARGS` (also installed as the
+`asymlink-box` command) runs it as its own process, with the GIL released for the whole
+run; `asymlink box` and the lab use that. `$ASYMLINK_BOX` may name another executable
+taking the same arguments (for instance a standalone `cargo build -p asymlink-live`).
+
+This module imports nothing heavy: starting the box does not load pandas or matplotlib.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
+import sys
 from pathlib import Path
-
-BINARY = "asymlink-box"
 
 
 class BoxNotFound(RuntimeError):
-    """The binary is not built or not on PATH."""
+    """`$ASYMLINK_BOX` names something that is not an executable file."""
 
 
-def _workspace() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
-def box_binary() -> Path:
-    """The path of `asymlink-box`; raises `BoxNotFound` with how to build it."""
+def box_command() -> list[str]:
+    """The command that runs the box; append the box's arguments (`--config FILE` ...)."""
     env = os.environ.get("ASYMLINK_BOX")
     if env:
         p = Path(env)
         if p.is_file() and os.access(p, os.X_OK):
-            return p
+            return [str(p)]
         raise BoxNotFound(f"ASYMLINK_BOX={env} is not an executable file")
-    for profile in ("release", "debug"):
-        p = _workspace() / "target" / profile / BINARY
-        if p.is_file() and os.access(p, os.X_OK):
-            return p
-    found = shutil.which(BINARY)
-    if found:
-        return Path(found)
-    raise BoxNotFound(
-        f"{BINARY} not found: build it with `cargo build --release -p asymlink-live` "
-        "(or set ASYMLINK_BOX to its path)"
-    )
+    return [sys.executable, "-m", "asymlink.live"]
 
 
 def check_config(path: Path) -> str | None:
-    """Validate a box configuration with the binary itself; returns the error message or
-    None when valid. Touches no device."""
-    r = subprocess.run([str(box_binary()), "--config", str(path), "--check"],
-                       capture_output=True, text=True, timeout=30)
-    if r.returncode == 0:
-        return None
-    return (r.stderr or r.stdout).strip().removeprefix("asymlink-box: ")
+    """Validate a box configuration; returns the one-line error, or None when valid.
+    Touches no device."""
+    from asymlink._native import box_check
+
+    err = box_check(str(path))
+    return None if err is None else err
 
 
-def exec_box(config: Path, extra: list[str] | None = None) -> None:
-    """Replace this process with the box (the `asymlink box` command): signals reach the
-    box directly (SIGHUP reload, SIGINT/SIGTERM clean exit) and its exit status is the
-    command's. Does not return."""
-    binary = str(box_binary())
-    os.execv(binary, [binary, "--config", str(config), *(extra or [])])
+def run_box(argv: list[str]) -> int:
+    """Run the box in this process (arguments as for `asymlink-box`); returns its exit
+    status. SIGINT/SIGTERM stop it cleanly and SIGHUP reloads, as for the binary."""
+    from asymlink._native import box_main
+
+    return box_main(argv)
+
+
+def main() -> None:
+    """Entry point of `python -m asymlink.live` and of the `asymlink-box` command."""
+    sys.exit(run_box(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

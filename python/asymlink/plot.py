@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from asymlink.analysis import throughput
+from asymlink.analysis import INTERVAL_DRAWSTYLE, SAMPLE_DRAWSTYLE, flow_starts, throughput
 from asymlink.results import Results
 
 DPI = 120
@@ -38,12 +38,16 @@ def save(fig: Figure | SubFigure, path: str | PathLike[str]) -> Path:
 
 
 def plot_series(
-    table: pd.DataFrame, key: str, column: str, ax: Axes, *, scale: float = 1.0
+    table: pd.DataFrame, key: str, column: str, ax: Axes, *, scale: float = 1.0,
+    per_interval: bool = False,
 ) -> Axes:
-    """One line per value of `key`: `column` × `scale` against `t`."""
+    """One line per value of `key`: `column` × `scale` against `t`. `per_interval`: the
+    values describe the interval that ends at `t` (throughput, utilization) and are drawn
+    over it; otherwise they are samples held until the next one."""
+    style = INTERVAL_DRAWSTYLE if per_interval else SAMPLE_DRAWSTYLE
     for name, rows in table.groupby(key, sort=True):
         rows = rows.sort_values("t")
-        ax.plot(rows["t"], rows[column] * scale, label=str(name), drawstyle="steps-post")
+        ax.plot(rows["t"], rows[column] * scale, label=str(name), drawstyle=style)
     ax.set_xlabel("time (s)")
     if table[key].nunique() > 1:
         ax.legend(title=key, fontsize="small")
@@ -51,22 +55,45 @@ def plot_series(
     return ax
 
 
+# A log scale when one flow's largest window exceeds another's by this factor.
+CWND_LOG_RATIO = 10.0
+
+
+def mark_flow_starts(results: Results, ax: Axes) -> Axes:
+    """A dotted vertical line, labelled "<flow> starts", where each flow that does not
+    start at 0 begins sending (the events a user looks for: an upload starting)."""
+    for flow, t in flow_starts(results.flows).items():
+        if t > 0:
+            ax.axvline(t, color="grey", linestyle=":", linewidth=1.0)
+            ax.annotate(f"{flow} starts", (t, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(3, -3), textcoords="offset points", va="top",
+                        fontsize="small", color="grey")
+    return ax
+
+
 def plot_cwnd(results: Results, ax: Axes | None = None) -> Axes:
-    """Congestion window (KB) of each flow against time."""
+    """Congestion window (KB) of each flow against time; on a log scale when one flow's
+    window dwarfs another's (so both stay readable)."""
     ax = ax or new_axes()
     plot_series(results.flows, "flow", "cwnd_bytes", ax, scale=1e-3)
-    ax.set_ylabel("cwnd (KB)")
+    peaks = results.flows.groupby("flow")["cwnd_bytes"].max()
+    if len(peaks) > 1 and peaks.min() > 0 and peaks.max() / peaks.min() > CWND_LOG_RATIO:
+        ax.set_yscale("log")
+        ax.set_ylabel("cwnd (KB, log scale)")
+    else:
+        ax.set_ylabel("cwnd (KB)")
     ax.set_title(f"{results.meta.get('scenario', '')}: congestion window")
-    return ax
+    return mark_flow_starts(results, ax)
 
 
 def plot_throughput(results: Results, interval: float = 1.0, ax: Axes | None = None) -> Axes:
     """Delivered throughput (Mbit/s) of each flow over `interval`-second bins."""
     ax = ax or new_axes()
-    plot_series(throughput(results.flows, interval), "flow", "throughput_bps", ax, scale=1e-6)
+    plot_series(throughput(results.flows, interval), "flow", "throughput_bps", ax, scale=1e-6,
+                per_interval=True)
     ax.set_ylabel(f"throughput (Mbit/s, {interval:g} s bins)")
     ax.set_title(f"{results.meta.get('scenario', '')}: throughput")
-    return ax
+    return mark_flow_starts(results, ax)
 
 
 def plot_queues(results: Results, ax: Axes | None = None) -> Axes:
@@ -75,17 +102,17 @@ def plot_queues(results: Results, ax: Axes | None = None) -> Axes:
     plot_series(results.queues, "queue", "packets", ax)
     ax.set_ylabel("queue (packets)")
     ax.set_title(f"{results.meta.get('scenario', '')}: queue occupancy")
-    return ax
+    return mark_flow_starts(results, ax)
 
 
 def plot_utilization(results: Results, ax: Axes | None = None) -> Axes:
     """Utilization (%) of each link direction against time."""
     ax = ax or new_axes()
-    plot_series(results.links, "link", "utilization", ax, scale=100.0)
+    plot_series(results.links, "link", "utilization", ax, scale=100.0, per_interval=True)
     ax.set_ylabel("utilization (%)")
     ax.set_ylim(0, 105)
     ax.set_title(f"{results.meta.get('scenario', '')}: link utilization")
-    return ax
+    return mark_flow_starts(results, ax)
 
 
 def standard_figures(

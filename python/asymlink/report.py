@@ -6,10 +6,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from asymlink.analysis import flow_totals, queue_totals
+from asymlink.analysis import flow_starts, flow_totals, queue_totals
 from asymlink.results import Results
 
 
@@ -33,10 +35,11 @@ class TextTable:
         return "\n".join([*lines, ""])
 
     def rich(self) -> RichTable:
-        """The same table for a rich console."""
+        """The same table for a rich console; a cell too wide for the terminal folds onto
+        the next line instead of being cut."""
         table = RichTable(title=self.title)
         for header in self.headers:
-            table.add_column(header)
+            table.add_column(header, overflow="fold")
         for row in self.rows:
             table.add_row(*row)
         return table
@@ -46,6 +49,11 @@ def _md_escape(cell: str) -> str:
     return cell.replace("|", "\\|")
 
 
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`1 seed`, `2 seeds` (`words` for an irregular plural)."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
 def fmt_number(x: float | None, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
     """`x × scale` with `digits` significant digits and a unit; "n/a" for None or NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -53,11 +61,95 @@ def fmt_number(x: float | None, unit: str = "", scale: float = 1.0, digits: int 
     return f"{x * scale:.{digits}g}{(' ' + unit) if unit else ''}"
 
 
+def _phases(results: Results) -> list[tuple[float, float, list[str]]]:
+    """The run cut where a flow starts or stops: (start, end, active flows) per phase. A
+    flow is active from its first sent byte to its last delivered one."""
+    f = results.flows
+    duration = float(results.meta.get("duration_s", f["t"].max() if len(f) else 0.0))
+    starts = flow_starts(f)
+    spans = {}
+    for flow, rows in f.sort_values("t").groupby("flow", sort=True):
+        t = rows["t"].to_numpy(float)
+        if str(flow) not in starts:
+            continue
+        delivered = rows["bytes_delivered"].to_numpy(float)
+        last = np.flatnonzero(delivered < delivered[-1])
+        start = starts[str(flow)]
+        done = float(t[last[-1] + 1]) if len(last) and last[-1] + 1 < len(t) else duration
+        # a flow that delivers nothing for a while at the end has finished; a short lull
+        # (a starved flow) does not cut the run into phases
+        end = done if duration - done > max(1.0, 0.1 * duration) else duration
+        spans[str(flow)] = (start, min(end, duration))
+    cuts = sorted({0.0, duration, *(x for span in spans.values() for x in span)})
+    phases: list[tuple[float, float, list[str]]] = []
+    for t0, t1 in zip(cuts, cuts[1:], strict=False):
+        active = [n for n, (a, b) in spans.items() if a < t1 and b > t0]
+        if t1 - t0 > 1e-9 and active:
+            if phases and phases[-1][2] == active:
+                phases[-1] = (phases[-1][0], t1, active)
+            else:
+                phases.append((t0, t1, active))
+    return phases
+
+
+def _delta_at(rows: pd.DataFrame, column: str, t0: float, t1: float) -> float:
+    t = rows["t"].to_numpy(float)
+    v = rows[column].to_numpy(float)
+    a, b = np.interp([t0, t1], t, v, left=0.0)
+    return float(b - a)
+
+
+def headline_table(results: Results) -> TextTable | None:
+    """What a user looks at first: the run cut into phases where a flow starts or stops,
+    and for each phase every active flow's goodput and smoothed RTT and the delay of the
+    queue that delayed packets most (mean time from offer to transmission). For the
+    showcase: the download alone, then with the upload, and the uplink's delay. None
+    without flow series."""
+    f = results.flows
+    if f.empty or "bytes_delivered" not in f.columns:
+        return None
+    phases = _phases(results)
+    if len(phases) < 1:
+        return None
+    q = results.queues
+    slow = None
+    if not q.empty and "sojourn_ms" in q.columns and q["sojourn_ms"].max() > 0:
+        slow = str(q.loc[q["sojourn_ms"].idxmax(), "queue"])
+    by_flow = {str(k): v.sort_values("t") for k, v in f.groupby("flow", sort=True)}
+    rows = []
+    for t0, t1, active in phases:
+        parts = []
+        for name in active:
+            rate = _delta_at(by_flow[name], "bytes_delivered", t0, t1) * 8 / (t1 - t0)
+            text = f"{name} {fmt_number(rate, 'Mbit/s', 1e-6)}"
+            if "srtt_ms" in f.columns:
+                r = by_flow[name]
+                srtt = r[(r["t"] > t0) & (r["t"] <= t1)]["srtt_ms"].mean()
+                if np.isfinite(srtt):
+                    text += f" (RTT {fmt_number(srtt, 'ms')})"
+            parts.append(text)
+        row = [f"{t0:g}–{t1:g} s", " + ".join(active) + (" alone" if len(active) == 1 else ""),
+               "; ".join(parts)]
+        if slow is not None:
+            qr = q[(q["queue"] == slow) & (q["t"] > t0) & (q["t"] <= t1)]
+            sent = np.diff(qr["dequeued"].to_numpy(float), prepend=np.nan)[1:] if len(qr) else []
+            s = qr["sojourn_ms"].to_numpy(float)[1:]
+            delay = float((s * sent).sum() / sum(sent)) if len(qr) > 1 and sum(sent) > 0 else 0.0
+            row.append(fmt_number(delay, "ms"))
+        rows.append(row)
+    headers = ["time", "flows", "goodput (mean RTT)"]
+    if slow is not None:
+        headers.append(f"{slow} queue delay")
+    return TextTable("Headline", headers, rows)
+
+
 def run_tables(results: Results) -> list[TextTable]:
-    """Per-flow throughput and per-queue drops."""
+    """The headline (phases), per-flow throughput and per-queue drops."""
     flows = flow_totals(results)
     queues = queue_totals(results)
+    headline = headline_table(results)
     return [
+        *([headline] if headline is not None else []),
         TextTable(
             "Flows",
             ["flow", "delivered", "mean throughput"],
@@ -88,7 +180,8 @@ def run_tables(results: Results) -> list[TextTable]:
 
 
 def run_summary_markdown(results: Results) -> str:
-    """`summary.md` of a run: run facts and the per-flow and per-queue tables."""
+    """`summary.md` of a run: run facts, the headline (phases), the per-flow and per-queue
+    tables."""
     m = results.meta
     head = [
         f"# {m.get('scenario', 'scenario')}",

@@ -41,6 +41,11 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
+UNBOUNDED_SSTHRESH = float(2**62)
+"""The engine reports an unbounded ssthresh as i64::MAX / 2 (≈ 4.6e18); at or above this
+it is shown as NaN."""
+
+
 class Results:
     """Everything a run produced: `meta` (scenario, seed, duration_s, wall_s, events,
     packet_hops, trace_hash) and named tables."""
@@ -51,8 +56,13 @@ class Results:
 
     @classmethod
     def from_native(cls, native: NativeResults) -> Results:
-        """From the dict the native `Simulation.results()` returns."""
+        """From the dict the native `Simulation.results()` returns. `ssthresh_bytes` is
+        NaN while it is unbounded (before the first loss), not the engine's 4.6e18."""
         tables = {name: pd.DataFrame(columns) for name, columns in native["tables"].items()}
+        flows = tables.get("flows")
+        if flows is not None and "ssthresh_bytes" in flows.columns:
+            ss = flows["ssthresh_bytes"].astype("float64")
+            flows["ssthresh_bytes"] = ss.where(ss < UNBOUNDED_SSTHRESH)
         return cls(dict(native["meta"]), tables)
 
     @property

@@ -44,9 +44,9 @@ class Scenario:
     @classmethod
     def from_file(cls, path: str | PathLike[str]) -> Scenario:
         """Read a TOML file (UTF-8). Raises `OSError` if unreadable, `ScenarioError`
-        if not TOML."""
+        if not UTF-8 text or not TOML."""
         p = Path(path)
-        return cls.from_toml(p.read_text(encoding="utf-8"), origin=str(p))
+        return cls.from_toml(read_text_file(p), origin=str(p))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], origin: str = STRING_ORIGIN) -> Scenario:
@@ -87,11 +87,14 @@ class Scenario:
         """A copy with values replaced at dotted paths such as `links.0.rate` or
         `flows.1.tcp.mss` (integers index arrays). Every container on the path must
         exist; the last key of a table may be new. Raises `ScenarioError` naming the
-        path otherwise."""
+        path otherwise. When every path names a value written in the text, the values
+        are replaced in place, so comments and line numbers (in error messages) stay
+        those of the original; otherwise the text is re-serialised (tomli-w)."""
         data = copy.deepcopy(self._data)
         for path, value in overrides.items():
             _set_path(data, path, value, self._origin)
-        return Scenario(tomli_w.dumps(data), data, self._origin)
+        text = _patch_text(self._text, overrides, data)
+        return Scenario(tomli_w.dumps(data) if text is None else text, data, self._origin)
 
     def simulation(
         self, *, seed: int | None = None, out_dir: str | PathLike[str] | None = None
@@ -105,6 +108,57 @@ class Scenario:
 
     def __repr__(self) -> str:
         return f"Scenario(name={self.name!r}, origin={self._origin!r})"
+
+
+def read_text_file(path: Path) -> str:
+    """The UTF-8 text of `path`. Raises `OSError` if unreadable and `ScenarioError`
+    (one line, naming the file and the first bad byte) if it is not UTF-8 text."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise _native.scenario_error(
+            str(path), "",
+            f"not a UTF-8 text file (byte 0x{raw[e.start]:02x} at line {line}); "
+            "scenarios and sweep specs are TOML text",
+        ) from None
+
+
+def _inline(value: Any) -> str | None:
+    """`value` as a one-line TOML value, or None if it cannot be written on one line."""
+    if isinstance(value, dict):
+        items = []
+        for k, v in value.items():
+            inner = _inline(v)
+            if inner is None:
+                return None
+            key = k if k and all(c.isalnum() or c in "_-" for c in k) else _inline(k)
+            items.append(f"{key} = {inner}")
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    try:
+        text = tomli_w.dumps({"v": value}).partition("=")[2].strip()
+    except TypeError:
+        return None
+    return text if text and "\n" not in text else None
+
+
+def _patch_text(text: str, overrides: Mapping[str, Any], data: dict[str, Any]) -> str | None:
+    """`text` with each overridden value replaced where it is written, or None when that is
+    not possible (a new key, a value spread over lines) or would not give `data`."""
+    raw = text.encode("utf-8")
+    for path, value in overrides.items():
+        span = _native.value_span(raw.decode("utf-8"), path)
+        new = _inline(value)
+        if span is None or new is None or b"\n" in raw[span[0]:span[1]]:
+            return None
+        raw = raw[: span[0]] + new.encode("utf-8") + raw[span[1]:]
+    patched = raw.decode("utf-8")
+    try:
+        same = tomllib.loads(patched) == data
+    except tomllib.TOMLDecodeError:
+        same = False
+    return patched if same else None
 
 
 def _split(path: str, origin: str) -> list[str]:

@@ -41,6 +41,18 @@ fn split_number(s: &str) -> (&str, &str) {
     (s[..end].trim(), s[end..].trim())
 }
 
+/// The error for a negative quantity (`-5Mbit`, `-30s`): rates, sizes, limits and
+/// durations are all amounts, so the message says so instead of "unknown unit".
+fn reject_negative(what: &str, s: &str) -> Result<(), UnitError> {
+    if s.trim_start().starts_with('-') {
+        return Err(UnitError(format!(
+            "{what} '{s}' is negative; it must be positive, e.g. '{}'",
+            example_for(what)
+        )));
+    }
+    Ok(())
+}
+
 /// `mantissa × multiplier / divisor`, exact decimal, rounded to nearest. `None` on overflow
 /// or a malformed number.
 fn scale(mantissa: &str, multiplier: u128, divisor: u128) -> Option<u128> {
@@ -132,9 +144,9 @@ impl fmt::Debug for Rate {
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        if b >= 1_000_000_000 && b % 1_000_000 == 0 {
+        if b >= 1_000_000_000 && b.is_multiple_of(1_000_000) {
             write!(f, "{}Gbit", b as f64 / 1e9)
-        } else if b >= 1_000_000 && b % 1_000 == 0 {
+        } else if b >= 1_000_000 && b.is_multiple_of(1_000) {
             write!(f, "{}Mbit", b as f64 / 1e6)
         } else if b >= 1_000 {
             write!(f, "{}kbit", b as f64 / 1e3)
@@ -147,6 +159,7 @@ impl fmt::Display for Rate {
 impl core::str::FromStr for Rate {
     type Err = UnitError;
     fn from_str(s: &str) -> Result<Rate, UnitError> {
+        reject_negative("rate", s)?;
         let (num, unit) = split_number(s);
         let unit_core = unit.strip_suffix("/s").unwrap_or(unit);
         let mult: u128 = match unit_core {
@@ -208,6 +221,7 @@ fn size_multiplier(unit: &str) -> Option<u128> {
 impl core::str::FromStr for Bytes {
     type Err = UnitError;
     fn from_str(s: &str) -> Result<Bytes, UnitError> {
+        reject_negative("size", s)?;
         let (num, unit) = split_number(s);
         if unit.is_empty() {
             return Err(UnitError(format!(
@@ -268,6 +282,7 @@ impl fmt::Display for Limit {
 impl core::str::FromStr for Limit {
     type Err = UnitError;
     fn from_str(s: &str) -> Result<Limit, UnitError> {
+        reject_negative("limit", s)?;
         let (num, unit) = split_number(s);
         match unit {
             "p" | "pkt" | "pkts" | "packet" | "packets" => {
@@ -290,6 +305,7 @@ impl core::str::FromStr for Limit {
 
 /// Parse a duration such as `200ms`, `1.5s`, `10us`, `2min`.
 pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
+    reject_negative("duration", s)?;
     let (num, unit) = split_number(s);
     let mult: u128 = match unit {
         "ns" => 1,
@@ -319,11 +335,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
 /// Format a duration the way [`parse_duration`] reads it.
 pub fn format_duration(d: Duration) -> String {
     let ns = dur_ns(d);
-    if ns % 1_000_000_000 == 0 {
+    if ns.is_multiple_of(1_000_000_000) {
         format!("{}s", ns / 1_000_000_000)
-    } else if ns % 1_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000) {
         format!("{}ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         format!("{}us", ns / 1_000)
     } else {
         format!("{ns}ns")
@@ -460,6 +476,23 @@ mod tests {
         assert_eq!(parse_duration("2min").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("3").is_err());
         assert_eq!(format_duration(Duration::from_millis(130)), "130ms");
+    }
+
+    #[test]
+    fn negative_values_must_be_positive() {
+        let msg = |r: Result<(), UnitError>| r.unwrap_err().0;
+        let rate = msg("-5Mbit".parse::<Rate>().map(drop));
+        assert_eq!(
+            rate,
+            "rate '-5Mbit' is negative; it must be positive, e.g. '512kbit'"
+        );
+        let dur = msg(parse_duration(" -30s").map(drop));
+        assert!(
+            dur.contains("must be positive") && !dur.contains("unknown unit"),
+            "{dur}"
+        );
+        assert!(msg("-64KB".parse::<Bytes>().map(drop)).contains("must be positive"));
+        assert!(msg("-10p".parse::<Limit>().map(drop)).contains("must be positive"));
     }
 
     #[test]

@@ -543,6 +543,37 @@ mod tests {
     }
 
     #[test]
+    fn the_aqm_disciplines_need_no_live_code() {
+        // CoDel is a core discipline: the box builds it from the same `QdiscConfig` as a
+        // simulated link or middlebox, and its errors name the key.
+        let q =
+            "[to_a.qdisc]\nkind = \"codel\"\ntarget = \"5ms\"\ninterval = \"100ms\"\necn = true\n";
+        let c = BoxConfig::parse(&format!("{MIN}{q}")).unwrap();
+        c.validate().unwrap();
+        let e = BoxConfig::parse(&format!("{MIN}{}", q.replace("100ms", "1ms")))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("codel.interval"), "{e}");
+        for q in [
+            "[to_a.qdisc]\nkind = \"fq_codel\"\nflows = 256\n",
+            "[to_b.qdisc]\nkind = \"host_fq_codel\"\nhosts = \"dst\"\n",
+        ] {
+            BoxConfig::parse(&format!("{MIN}{q}"))
+                .unwrap()
+                .validate()
+                .unwrap();
+        }
+        let e = BoxConfig::parse(&format!(
+            "{MIN}[to_b.qdisc]\nkind = \"host_fq_codel\"\nflows = 12\n"
+        ))
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("host_fq_codel.flows"), "{e}");
+    }
+
+    #[test]
     fn reload_restart_keys() {
         let a = BoxConfig::parse(MIN).unwrap();
         let mut b = a.clone();

@@ -23,10 +23,11 @@
 //! * [`stats`], [`server`], [`capture`] — counters, the JSON and Prometheus endpoints,
 //!   pcap files.
 //!
-//! The binary `asymlink-box` wires these together; `docs/live.md` is the user guide and
+//! [`cli`] wires these together (the `asymlink-box` binary and `python -m asymlink.live`); `docs/live.md` is the user guide and
 //! `docs/deployment.md` the operator's.
 
 pub mod capture;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;

@@ -1,6 +1,7 @@
-//! # asymlink-py: thin Python bindings of the simulator
+//! # asymlink-py: thin Python bindings of the simulator and the live box
 //!
-//! This crate only converts: Python arguments into [`asymlink_sim`] calls, results into
+//! This crate only converts: Python arguments into [`asymlink_sim`] and
+//! [`asymlink_live::cli`] calls, results into
 //! plain Python objects (dicts of 1-D numpy arrays), and errors into exceptions
 //! (all of that in [`error`]). Everything else lives in the pure-Python package
 //! `asymlink`, which wraps this private module `asymlink._native`.
@@ -140,7 +141,13 @@ fn bench_sim<'py>(
     rtt_s: f64,
     profile: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
-    if flows == 0 || !(duration_s > 0.0) || bottleneck_bps == 0 || access_bps == 0 || !(rtt_s > 0.0)
+    // NaN is not positive either.
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if flows == 0
+        || !positive(duration_s)
+        || bottleneck_bps == 0
+        || access_bps == 0
+        || !positive(rtt_s)
     {
         return Err(PyValueError::new_err(
             "flows, duration, rates and RTT must all be positive",
@@ -171,13 +178,44 @@ fn bench_sim<'py>(
     Ok(d)
 }
 
+/// Run the live middlebox command (`asymlink-box` with `argv`, program name excluded) in
+/// this process and return its exit status. Releases the GIL for the whole run: the box
+/// blocks SIGINT/SIGTERM/SIGHUP in the calling thread and reads them from a signalfd, so
+/// they stop or reload the box instead of raising KeyboardInterrupt.
+#[pyfunction]
+fn box_main(py: Python<'_>, argv: Vec<String>) -> u8 {
+    py.detach(|| asymlink_live::cli::main(&argv))
+}
+
+/// Validate a live box configuration file without touching any device: `None` when
+/// valid, else the one-line error.
+#[pyfunction]
+fn box_check(path: PathBuf) -> Option<String> {
+    asymlink_live::cli::check(&path)
+}
+
+/// The byte range `(start, end)` of the value at the dotted key path `key`
+/// (`links.1.to_a.rate`) in the TOML text `src`, or `None` when that value is not written
+/// there (or the text does not parse). Used to apply `--set` overrides to the original
+/// text, so that comments and line numbers stay those of the file.
+#[pyfunction]
+fn value_span(src: &str, key: &str) -> Option<(usize, usize)> {
+    match asymlink_sim::scenario::span_of_key(src, key)? {
+        (span, true) => Some((span.start, span.end)),
+        (_, false) => None,
+    }
+}
+
 /// The private native module behind the `asymlink` package.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Simulation>()?;
     m.add_function(wrap_pyfunction!(bench_sim, m)?)?;
+    m.add_function(wrap_pyfunction!(box_main, m)?)?;
+    m.add_function(wrap_pyfunction!(box_check, m)?)?;
     m.add("ScenarioError", m.py().get_type::<error::ScenarioError>())?;
     m.add_function(wrap_pyfunction!(error::py_scenario_error, m)?)?;
+    m.add_function(wrap_pyfunction!(value_span, m)?)?;
     Ok(())
 }

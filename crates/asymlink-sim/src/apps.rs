@@ -560,10 +560,8 @@ impl App for Web {
     }
     fn on_event(&mut self, conn: ConnId, ev: ConnEvent, api: &mut Api<'_>) {
         match ev {
-            ConnEvent::Established => {
-                if self.client_conns.contains_key(&conn) {
-                    api.write(conn, self.request);
-                }
+            ConnEvent::Established if self.client_conns.contains_key(&conn) => {
+                api.write(conn, self.request);
             }
             ConnEvent::Delivered(n) => {
                 if let Some(peer) = self.server_peer.get(&conn).copied() {

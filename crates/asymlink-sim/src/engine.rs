@@ -59,6 +59,10 @@ pub(crate) enum Ev {
 }
 
 /// Where a link direction takes its packets from.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per link direction, built once; boxing would add a pointer chase per packet"
+)]
 pub(crate) enum Source {
     /// Its own classifier + discipline.
     Own(Egress<SimPacket>),
@@ -68,17 +72,27 @@ pub(crate) enum Source {
 
 /// One direction of a link.
 pub(crate) struct LinkDir {
+    /// Display name of this direction: `<link>:<dir_name>` (queue and link tables).
     pub name: String,
+    /// Name of the link it belongs to.
     pub link: String,
+    /// `"to_a"` or `"to_b"`.
     pub dir_name: &'static str,
+    /// The node this direction delivers to.
     pub to: NodeId,
+    /// Line rate (serialisation of the link-layer bytes).
     pub rate: Rate,
     /// Transmitter time per packet of a packet-clocked direction (0: none).
     pub packet_ns: u64,
+    /// One-way propagation delay, ns.
     pub delay_ns: u64,
+    /// Random loss probability applied to each packet as it leaves the transmitter.
     pub loss: f64,
+    /// This direction's own random stream (loss decisions), derived from the run's seed.
     pub rng: Rng,
+    /// Link-layer framing (ATM/PTM/Ethernet overhead) that turns IP bytes into wire bytes.
     pub ll: LinkLayer,
+    /// Where packets to send come from: its own discipline or a middlebox direction.
     pub source: Source,
     /// The transmitter is serialising a packet until this instant (ns); the packet is
     /// already on `wire`, arriving later.
@@ -90,10 +104,14 @@ pub(crate) struct LinkDir {
     /// The discipline wants a `dequeue` call each time the transmitter frees up, even with
     /// nothing queued (`Qdisc::wants_idle_dequeue`).
     pub idle_dequeue: bool,
+    /// Packets in flight on the wire with their arrival time (ns), in order.
     pub wire: VecDeque<(u64, SimPacket)>,
+    /// The time of the live `Wake` event (a discipline asked to be polled then), if any.
     pub wake_at: Option<Instant>,
+    /// Packets and IP bytes sent.
     pub tx_packets: u64,
     pub tx_bytes: u64,
+    /// Time the transmitter was busy, ns (utilisation = busy_ns / elapsed).
     pub busy_ns: u64,
     /// Wire bytes sent (after the link layer).
     pub tx_wire_bytes: u64,
@@ -102,22 +120,35 @@ pub(crate) struct LinkDir {
     /// Sum and maximum of the sojourn times (offer to start of transmission), ns.
     pub sojourn_sum_ns: u64,
     pub sojourn_max_ns: u64,
+    /// Distribution of the sojourn times (percentiles in `queue_summary`).
+    pub sojourn_hist: crate::hist::Histogram,
+    /// Packets lost to the random `loss`.
     pub lost: u64,
+    /// Indices into `World::captures` of the pcap files recording this direction.
     pub captures: Vec<usize>,
 }
 
 /// A connection endpoint and its bookkeeping.
 pub(crate) struct ConnSlot {
+    /// The TCP endpoint; `None` before it is opened and after it is closed.
     pub conn: Option<Connection>,
+    /// Index of its host in `World::hosts`.
     pub host: u32,
+    /// The node of the other endpoint.
     pub remote_node: NodeId,
+    /// The other endpoint's id (`NO_CONN` until it is known).
     pub peer: ConnId,
+    /// Index of the application driving it in `World::apps`.
     pub app: u32,
+    /// Whether this is the endpoint whose sending the monitors report (the flow's sender).
     pub primary: bool,
+    /// Index into `World::labels`: the name the tables use (`flow`, `flow#1`, ...).
     pub label: u32,
 }
 
+/// A host: its connections, sockets and host-level mechanisms.
 pub(crate) struct Host {
+    /// Its node.
     pub node: NodeId,
     /// Connections of this host (to wake them when the conditioner's timer fires).
     pub conns: Vec<ConnId>,
@@ -127,62 +158,95 @@ pub(crate) struct Host {
     pub rwnd: Option<Box<dyn RwndPolicy>>,
     /// The time of the live `Host` event (conditioner timer), if any.
     pub cond_at: Option<Instant>,
+    /// Its IP address (given in the scenario, else 10.x.y.z assigned in order).
     pub addr: IpAddr,
+    /// The link direction its packets leave on (a host has one link).
     pub out_dir: u32,
+    /// Listening TCP ports → the application accepting on them.
     pub listeners: HashMap<u16, u32>,
+    /// Bound UDP ports → the application receiving on them.
     pub udp: HashMap<u16, u32>,
+    /// (remote address, remote port, local port) → connection.
     pub demux: HashMap<(IpAddr, u16, u16), ConnId>,
+    /// Next ephemeral port for an outgoing connection.
     pub next_port: u16,
 }
 
+/// What a node is; the index is into `World::hosts` or counts routers.
 pub(crate) enum NodeRole {
     Host(u32),
     Router(u32),
 }
 
+/// A node of the topology.
 pub(crate) struct Node {
     pub role: NodeRole,
 }
 
+/// A middlebox on a link: the core's pipeline, shared with the live box.
 pub(crate) struct MbState {
+    /// Its name in the scenario.
     pub name: String,
+    /// The core's middlebox (rewriters, classifier, one discipline per direction).
     pub mb: Middlebox<SimPacket>,
+    /// The link directions it feeds, indexed by `Dir` (toward a, toward b).
     pub dirs: [u32; 2],
+    /// The time of its live `Mb` event (a discipline's timer), if any.
     pub sched: Option<Instant>,
 }
 
+/// A flow of the scenario.
 pub(crate) struct FlowState {
+    /// Its name (the `flow` column of the tables).
     pub name: String,
+    /// Index of its application in `World::apps`.
     pub app: u32,
+    /// The TCP configuration of its connections (profile plus overrides).
     pub tcp: TcpConfig,
+    /// Indices of the sending and receiving nodes.
     pub from: usize,
     pub to: usize,
+    /// Start time, s.
     pub start: f64,
 }
 
 /// The simulation world.
 pub(crate) struct World {
+    /// The validated scenario (with the seed in effect).
     pub spec: Spec,
+    /// Simulated time of the event being processed.
     pub now: Instant,
+    /// End of the run.
     pub end: Instant,
     queue: EventQueue<Ev>,
+    /// Every node, indexed by `NodeId` (scenario order).
     pub nodes: Vec<Node>,
     pub hosts: Vec<Host>,
+    /// `routes[router][host]`: the link direction a router forwards toward that host.
     pub routes: Vec<Vec<u32>>,
+    /// Link directions: link i has `2i` (toward b) and `2i + 1` (toward a).
     pub dirs: Vec<LinkDir>,
     pub mbs: Vec<MbState>,
+    /// Connection endpoints, indexed by `ConnId`.
     pub conns: Vec<ConnSlot>,
     next_conn: ConnId,
+    /// Applications, one per flow.
     pub apps: Vec<Box<dyn App>>,
     app_rngs: Vec<Rng>,
     pub flows: Vec<FlowState>,
+    /// Connection names as the tables show them (see `ConnSlot::label`).
     pub labels: Vec<String>,
+    /// Sampled time series and events (the results tables).
     pub monitor: Monitor,
+    /// Open pcap files.
     pub captures: Vec<Capture>,
     iss_rng: Rng,
     next_uid: u64,
+    /// Events processed and packet hops (one per packet per link direction) so far.
     pub events: u64,
     pub packet_hops: u64,
+    /// Running hash of every packet hop (time, direction, header fields): equal seeds give
+    /// equal hashes (the determinism tests compare it).
     pub trace_hash: u64,
     pool_out: Vec<Vec<Headers>>,
     pool_ev: Vec<Vec<ConnEvent>>,
@@ -190,6 +254,8 @@ pub(crate) struct World {
     drops: Drops<SimPacket>,
     /// Outputs of connection calls not yet flushed (a stack: calls nest).
     pending_out: Vec<(Vec<Headers>, Vec<ConnEvent>)>,
+    /// Packets with no route to their destination, and segments for a port nobody
+    /// listens on (both discarded and counted).
     pub unroutable: u64,
     pub no_listener: u64,
 }
@@ -317,6 +383,7 @@ impl World {
                     tx_acks: (0, 0, 0),
                     sojourn_sum_ns: 0,
                     sojourn_max_ns: 0,
+                    sojourn_hist: Default::default(),
                     lost: 0,
                     captures: Vec::new(),
                 });
@@ -677,6 +744,7 @@ impl World {
         let sojourn = now.as_nanos().saturating_sub(p.queued_at);
         dir.sojourn_sum_ns += sojourn;
         dir.sojourn_max_ns = dir.sojourn_max_ns.max(sojourn);
+        dir.sojourn_hist.record(sojourn);
         dir.busy_ns += tx_ns;
         self.packet_hops += 1;
         self.trace_hash = trace_mix(self.trace_hash, now.as_nanos(), d, &p);

@@ -1,12 +1,13 @@
 //! # asymlink-sim: a deterministic discrete-event simulator for TCP over asymmetric links
 //!
-//! (Under construction: the engine lands in the following commits. This file fixes the
-//! public API the Python front end binds to.)
+//! This file is the public API the Python front end binds to: build a [`Simulation`] from
+//! a TOML scenario, advance it, and read its [`Results`].
 
 pub mod apps;
 pub mod bench;
 pub mod conditioner;
 mod engine;
+pub mod hist;
 pub mod monitor;
 pub mod packet;
 pub mod pcap;
@@ -73,7 +74,17 @@ impl Simulation {
             key: e.key,
             msg: e.msg,
         })?;
-        Simulation::from_spec(spec, origin, opts)
+        Simulation::from_spec(spec, origin, opts).map_err(|mut e| {
+            let located = scenario::with_key_line(
+                src,
+                scenario::SpecError {
+                    key: e.key.clone(),
+                    msg: e.msg.clone(),
+                },
+            );
+            e.msg = located.msg;
+            e
+        })
     }
 
     /// Build from an already validated scenario.

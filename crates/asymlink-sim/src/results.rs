@@ -17,7 +17,9 @@
 //! * `flow_summary` — one row per flow; `queue_summary` — one row per queue with counters
 //!   by reason and, for link directions, what the link sent: `tx_wire_bytes` (after the
 //!   link layer, e.g. ATM cells), `tx_pure_acks`, `tx_pure_ack_bytes`,
-//!   `tx_pure_ack_wire_bytes`, and the sojourn times `mean_sojourn_ms`, `max_sojourn_ms`.
+//!   `tx_pure_ack_wire_bytes`, and the sojourn times `mean_sojourn_ms`, `max_sojourn_ms`,
+//!   `p50_sojourn_ms`, `p90_sojourn_ms`, `p99_sojourn_ms` (from a log-linear histogram,
+//!   within 1.6 %).
 //! * `qdisc_counters` — discipline-specific counters (`Qdisc::counters`, e.g. the ACK
 //!   shaper's delay-bound hits), and middlebox rewriters' counters with `queue`
 //!   `<middlebox>:rewrite:<kind>` (e.g. `pool:rewrite:rwnd`): `queue`, `counter`, `value`.

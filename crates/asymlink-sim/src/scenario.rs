@@ -757,6 +757,67 @@ fn line_of(src: &str, e: &SpecError) -> SpecError {
     e.clone()
 }
 
+/// Where the value at `key` is written in the TOML `src`: its byte range, and whether that
+/// is the value itself (`true`) or the deepest table on the path that exists (`false`: a
+/// missing key is reported where it belongs). The key path is written as in errors
+/// (`links[1].to_a.rate`) or dotted (`links.1.to_a.rate`). `None` if the text does not
+/// parse or the path does not start in it.
+pub fn span_of_key(src: &str, key: &str) -> Option<(core::ops::Range<usize>, bool)> {
+    use toml::de::{DeArray, DeTable, DeValue};
+    let doc = DeTable::parse(src).ok()?;
+    let mut parts: Vec<Result<usize, &str>> = Vec::new();
+    for seg in key.split('.') {
+        let (name, rest) = seg.split_once('[').unwrap_or((seg, ""));
+        if let Ok(i) = name.parse::<usize>() {
+            parts.push(Ok(i));
+        } else if !name.is_empty() {
+            parts.push(Err(name));
+        }
+        for idx in rest.split('[') {
+            if let Ok(i) = idx.trim_end_matches(']').parse::<usize>() {
+                parts.push(Ok(i));
+            }
+        }
+    }
+    let total = parts.len();
+    let mut found: Option<(core::ops::Range<usize>, usize)> = None;
+    let mut table: Option<&DeTable<'_>> = Some(doc.get_ref());
+    let mut array: Option<&DeArray<'_>> = None;
+    for (depth, part) in parts.into_iter().enumerate() {
+        let value = match (part, table, array) {
+            (Err(name), Some(t), _) => t.iter().find(|(k, _)| k.get_ref() == name).map(|(_, v)| v),
+            (Ok(i), _, Some(a)) => a.get(i),
+            _ => None,
+        };
+        let Some(value) = value else { break };
+        found = Some((value.span(), depth + 1));
+        (table, array) = match value.get_ref() {
+            DeValue::Table(t) => (Some(t), None),
+            DeValue::Array(a) => (None, Some(a)),
+            _ => (None, None),
+        };
+    }
+    found.map(|(span, depth)| (span, depth == total))
+}
+
+/// The line (1-based) of the value at `key` in `src`, or of the deepest table on the path
+/// that exists (see [`span_of_key`]).
+pub fn line_of_key(src: &str, key: &str) -> Option<usize> {
+    let (span, _) = span_of_key(src, key)?;
+    let start = span.start.min(src.len());
+    Some(src[..start].matches('\n').count() + 1)
+}
+
+/// `e` with the line of its key appended, unless it already names a line.
+pub fn with_key_line(src: &str, mut e: SpecError) -> SpecError {
+    if !e.key.is_empty() && !e.msg.contains("(line ") {
+        if let Some(line) = line_of_key(src, &e.key) {
+            e.msg = format!("{} (line {line})", e.msg);
+        }
+    }
+    e
+}
+
 impl Spec {
     /// Parse and validate TOML text.
     pub fn parse(src: &str) -> Result<Spec, SpecError> {
@@ -772,7 +833,7 @@ impl Spec {
         })?;
         let raw: RawScenario =
             serde_path_to_error::deserialize(de).map_err(|e| line_of(src, &path_error(e)))?;
-        Spec::resolve(raw)
+        Spec::resolve(raw).map_err(|e| with_key_line(src, e))
     }
 
     fn resolve(raw: RawScenario) -> Result<Spec, SpecError> {
@@ -861,9 +922,20 @@ impl Spec {
             degree[a] += 1;
             degree[b] += 1;
             let dir = |d: &LinkDirSpec, dname: &str| -> Result<DirSpec, SpecError> {
+                // Errors name the key that was written: `to_a.rate` or the link's `rate`.
+                let own = |set: bool, f: &str| {
+                    if set {
+                        key(&format!("{dname}.{f}"))
+                    } else {
+                        key(f)
+                    }
+                };
                 let packet_rate = d.packet_rate.or(l.packet_rate);
                 if packet_rate == Some(0) {
-                    return err(key("packet_rate"), "must be a positive number of packets/s");
+                    return err(
+                        own(d.packet_rate.is_some(), "packet_rate"),
+                        "must be a positive number of packets/s",
+                    );
                 }
                 let rate = match (d.rate.or(l.rate), packet_rate) {
                     (Some(r), _) => r,
@@ -879,11 +951,14 @@ impl Spec {
                     }
                 };
                 if rate.0 == 0 && packet_rate.is_none() {
-                    return err(key("rate"), "must be positive");
+                    return err(own(d.rate.is_some(), "rate"), "must be positive");
                 }
                 let loss = d.loss.or(l.loss).unwrap_or(0.0);
                 if !(0.0..1.0).contains(&loss) {
-                    return err(key("loss"), "must be a probability in [0, 1)");
+                    return err(
+                        own(d.loss.is_some(), "loss"),
+                        "must be a probability in [0, 1)",
+                    );
                 }
                 Ok(DirSpec {
                     rate,
@@ -1148,6 +1223,15 @@ mod tests {
         assert!(m.contains("has 2 links"), "{m}");
         let m = e(&BASE.replace("duration = \"10s\"", "duration = \"0s\""));
         assert!(m.contains("duration"), "{m}");
+        // A zero rate written on one direction is named there, with its line.
+        let src = BASE.replace(
+            "to_a = { rate = \"100kbit\" }",
+            "to_a = { rate = \"0kbit\" }",
+        );
+        let line = src.lines().position(|l| l.contains("0kbit")).unwrap() + 1;
+        let m = e(&src);
+        assert!(m.starts_with("links[1].to_a.rate: must be positive"), "{m}");
+        assert!(m.ends_with(&format!("(line {line})")), "{m}");
         let m = e(&BASE.replace(
             "[[flows]]",
             "[[flows]]\ntcp = { profile = \"paper\", mss = \"10B\" }",
@@ -1184,7 +1268,7 @@ mod tests {
             "to_a = { rate = \"100kbit\" }",
             "to_a = { packet_rate = 0 }",
         ));
-        assert!(m.contains("links[1].packet_rate"), "{m}");
+        assert!(m.contains("links[1].to_a.packet_rate"), "{m}");
     }
 
     #[test]

@@ -196,6 +196,18 @@ fn queue_summary(w: &World) -> Table {
             }),
         )
         .with("max_sojourn_ms", lf(&|d| d.sojourn_max_ns as f64 / 1e6))
+        .with(
+            "p50_sojourn_ms",
+            lf(&|d| d.sojourn_hist.quantile(0.5) as f64 / 1e6),
+        )
+        .with(
+            "p90_sojourn_ms",
+            lf(&|d| d.sojourn_hist.quantile(0.9) as f64 / 1e6),
+        )
+        .with(
+            "p99_sojourn_ms",
+            lf(&|d| d.sojourn_hist.quantile(0.99) as f64 / 1e6),
+        )
 }
 
 fn egress_qdisc<'a>(

@@ -30,11 +30,20 @@ def load(name: str) -> Scenario:
     return Scenario.from_toml(text, origin=f"example:{name}")
 
 
-def describe(name: str) -> str:
-    """The example's description: its leading `#` comment lines joined."""
+def header(name: str) -> list[str]:
+    """The example's leading `#` comment block, one string per line (without the `# `),
+    so that drawings and commands keep their lines."""
     lines = []
     for line in load(name).to_toml().splitlines():
         if not line.startswith("#"):
             break
-        lines.append(line.lstrip("#").strip())
-    return " ".join(lines)
+        text = line[1:]
+        lines.append(text[1:] if text.startswith(" ") else text)
+    return lines
+
+
+def describe(name: str) -> str:
+    """The example's description: the first paragraph of its header, joined."""
+    lines = header(name)
+    first = lines[: lines.index("")] if "" in lines else lines
+    return " ".join(line.strip() for line in first)

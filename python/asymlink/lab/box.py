@@ -13,7 +13,7 @@ from typing import Any
 import tomli_w
 
 from asymlink.lab.netns import SIDE_A, SIDE_B, Lab, LabError
-from asymlink.live import box_binary, check_config
+from asymlink.live import box_command, check_config
 
 
 class BoxProcess:
@@ -92,7 +92,7 @@ def start_box(lab: Lab, body: dict[str, Any], capture_dir: Path | None = None,
     ready.unlink(missing_ok=True)
     log = lab.dir / "box.log"
     with open(log, "wb") as logf:
-        proc = lab.spawn("router", [str(box_binary()), "--config", str(config),
+        proc = lab.spawn("router", [*box_command(), "--config", str(config),
                                     "--ready-file", str(ready)], stdout=logf, stderr=logf)
     deadline = time.monotonic() + timeout
     while not ready.exists():

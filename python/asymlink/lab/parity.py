@@ -241,7 +241,7 @@ def ordering(arms: dict[str, dict[str, Any]], metric: str) -> list[str]:
 
 # --- the parity experiments ------------------------------------------------------------------
 
-#: Relative tolerance of every compared metric (issue 8: ±15 %).
+#: Relative tolerance of every compared metric (±15 %).
 TOLERANCE = 0.15
 
 

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,8 @@ MULTI_REVERSE = "sat:to_a"
 def _flow(res: Results) -> pd.DataFrame:
     """The single connection's time series, indexed by time."""
     f = res.flows
-    return f[f["flow"] == f["flow"].iloc[0]].sort_values("t").set_index("t")
+    rows: pd.DataFrame = f[f["flow"] == f["flow"].iloc[0]]
+    return rows.sort_values("t").set_index("t")
 
 
 def _queue(res: Results, name: str) -> pd.DataFrame:
@@ -45,7 +46,7 @@ def _queue(res: Results, name: str) -> pd.DataFrame:
 
 def _at(series: pd.Series, t: float) -> float:
     """The value of a sampled series at time `t` (the last sample at or before it)."""
-    return float(series.asof(t))
+    return float(cast(float, series.asof(t)))
 
 
 def _summary(res: Results, name: str) -> pd.Series:
@@ -254,8 +255,8 @@ def _delayed_run(out_dir: Path, quick: bool) -> Metrics:
         m["filter_start_gap_s"] = abs(starts["delayed"] - starts["delta_o"])
     # The δ the online estimator settled on shows as the reverse queue it holds once
     # filtering runs: the median over the last 3 s.
-    q = _queue(runs["estimated"], REVERSE)["packets"]
-    m["estimated_delta"] = float(q[q.index >= 7.0].median())
+    packets = _queue(runs["estimated"], REVERSE)["packets"]
+    m["estimated_delta"] = float(packets[packets.index >= 7.0].median())
     m["delta_o"] = measured_delta_o(runs["none"])["delta_o"]
     m["estimated_delta_vs_delta_o"] = m["estimated_delta"] / m["delta_o"]
     if not quick:

@@ -15,7 +15,7 @@ a server. Every metric is computed here from the simulation's tables only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -114,13 +114,13 @@ def _metric_dict(metrics: Metrics, key: str) -> dict[str, float]:
 
 def _timeseries_figure(out_dir: Path, names: list[str], flow: str, path: str,
                        title: str) -> Path:
-    from asymlink.analysis import throughput
+    from asymlink.analysis import INTERVAL_DRAWSTYLE, throughput
     from asymlink.plot import new_axes, save
 
     ax = new_axes()
     for name, res in _load_runs(out_dir, names).items():
         tp = throughput(res.flows[res.flows["flow"] == flow], interval=1.0)
-        ax.plot(tp["t"], tp["throughput_bps"] / 1e6, label=name, drawstyle="steps-post")
+        ax.plot(tp["t"], tp["throughput_bps"] / 1e6, label=name, drawstyle=INTERVAL_DRAWSTYLE)
     ax.set_xlabel("time (s)")
     ax.set_ylabel(f"{flow} goodput (Mbit/s)")
     ax.set_title(title)
@@ -318,7 +318,7 @@ def _ackfifo_measure(res: Results, ack_rate: float) -> dict[str, float]:
         "share": removed / offered if offered else 0.0,
         "use": ack_line / ack_rate,
         "ack_rtt": ping_rtt_ms(res, "ping_ack", t0),
-        "retx": float(fs.loc["down", "retransmits"]),
+        "retx": float(cast(float, fs.loc["down", "retransmits"])),
     }
 
 
@@ -419,12 +419,14 @@ def _atm_run(out_dir: Path, quick: bool) -> dict[str, Any]:
 
 
 def _atm_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
+    from asymlink.analysis import INTERVAL_DRAWSTYLE
     from asymlink.plot import new_axes, save
 
     ax = new_axes()
     for name, res in _load_runs(out_dir, ATM_ARMS).items():
         q = res.queues[res.queues["queue"] == MODEM_UP].sort_values("t")
-        ax.plot(q["t"], q["sojourn_ms"], label=name, drawstyle="steps-post")
+        # sojourn_ms: mean over the packets that left in the interval ending at t
+        ax.plot(q["t"], q["sojourn_ms"], label=name, drawstyle=INTERVAL_DRAWSTYLE)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("modem uplink queue delay (ms)")
     ax.set_title("adsl-atm: the queue hidden in the modem")

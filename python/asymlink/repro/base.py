@@ -284,19 +284,45 @@ def _label(path: MetricPath) -> str:
     return ".".join(path) if all("." not in k for k in path) else repr(list(path))
 
 
+# Units read from a metric's name (its first key): suffix -> (unit, scale). Names with
+# `bytes` or `_bps` get an SI prefix chosen by the value.
+_UNIT_SUFFIXES = (("_mbps", "Mbit/s", 1.0), ("_kbps", "kbit/s", 1.0), ("_kBps", "kB/s", 1.0),
+                  ("_ms", "ms", 1.0), ("_s", "s", 1.0))
+_SI = ((1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def fmt_metric(x: float | None, path: MetricPath, digits: int = 4) -> str:
+    """A metric's value with the unit its name states (`acked_bytes_at_10s` → "9.177 MB",
+    `throughput_kbps` → "18.91 kbit/s", `mean_file_throughput_bps` → "41.2 kbit/s");
+    a plain number when the name states none (indices, ratios, counts)."""
+    if x is None or math.isnan(x) or not path:
+        return fmt_number(x, digits=digits)
+    name = re.sub(r"_at_[0-9.]+m?s$", "", path[0])
+    if "bytes" in name or name.endswith("_bps"):
+        bits = name.endswith("_bps")
+        mult, prefix = next(((m, p) for m, p in _SI if abs(x) >= m), (1.0, ""))
+        unit = f"{prefix}bit/s" if bits else f"{prefix.upper()}B"
+        return fmt_number(x / mult, unit, digits=digits)
+    for suffix, unit, scale in _UNIT_SUFFIXES:
+        if name.endswith(suffix):
+            return fmt_number(x, unit, scale, digits=digits)
+    return fmt_number(x, digits=digits)
+
+
 def check_expectation(e: Expectation, metrics: Metrics) -> Check:
-    """Evaluate an expected ordering on the measured metrics."""
+    """Evaluate an expected ordering on the measured metrics. The measured column gives
+    both sides with the unit the metric's name states."""
     a = lookup(metrics, e.metric)
     if e.than is not None:
         b, reference = lookup(metrics, e.than), _label(e.than)
     else:
-        b, reference = e.value, fmt_number(e.value, digits=6)
+        b, reference = e.value, fmt_metric(e.value, e.metric, digits=6)
     if a is None or b is None:
         status: Status = "missing"
-        measured = f"{fmt_number(a)} vs {fmt_number(b)}"
+        measured = f"{fmt_metric(a, e.metric)} vs {fmt_metric(b, e.metric)}"
     else:
         status = "yes" if RELATIONS[e.relation](a, b) else "NO"
-        measured = f"{fmt_number(a, digits=4)} vs {fmt_number(b, digits=4)}"
+        measured = f"{fmt_metric(a, e.metric)} vs {fmt_metric(b, e.metric)}"
     return Check("expect", _label(e.metric), f"{e.relation} {reference}", measured, status)
 
 

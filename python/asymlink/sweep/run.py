@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from asymlink.report import plural
 from asymlink.sweep.spec import Metric, Point, SweepSpec
 
 CACHE_DIR = "cache"
@@ -402,8 +403,8 @@ def summary_markdown(result: SweepResult) -> str:
         "",
         *([spec.description, ""] if spec.description else []),
         f"- base scenario: {spec.base_label}",
-        f"- points: {result.points} ({result.configurations} configurations × "
-        f"{len(spec.seeds)} seeds)",
+        f"- points: {result.points} ({plural(result.configurations, 'configuration')} × "
+        f"{plural(len(spec.seeds), 'seed')})",
         f"- cached: {result.cached}, run: {result.ran}, failed: {result.failed}",
         f"- executor: {result.executor}; wall clock {result.wall_s:.1f} s",
         f"- data: `{RESULTS_FILE}` (one row per point), `{AGGREGATE_FILE}` (one row per "

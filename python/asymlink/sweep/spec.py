@@ -28,7 +28,7 @@ from typing import Any, Literal
 import tomli_w
 
 from asymlink._native import ScenarioError
-from asymlink.scenario import Scenario
+from asymlink.scenario import Scenario, read_text_file
 
 #: Tables a metric can read: the run's tables plus `meta` (events, packet_hops, ...).
 TABLES = ("flows", "queues", "links", "events", "measurements", "flow_summary",
@@ -191,7 +191,11 @@ class SweepSpec:
         """Read and check a spec file (not the points: see `plan`). Raises `OSError`
         or `SweepSpecError`."""
         p = Path(path)
-        return cls.from_toml(p.read_text(encoding="utf-8"), origin=str(p), base_dir=p.parent)
+        try:
+            text = read_text_file(p)
+        except ScenarioError as e:
+            raise SweepSpecError(str(e)) from None
+        return cls.from_toml(text, origin=str(p), base_dir=p.parent)
 
     @classmethod
     def from_toml(cls, text: str, origin: str = "<sweep>",

@@ -32,10 +32,10 @@ def _extract(metric: Metric, tables: Mapping[str, pd.DataFrame], meta: Mapping[s
     if df is None or metric.column not in df.columns:
         return 0.0 if metric.agg == "count" else math.nan
     mask = np.ones(len(df), dtype=bool)
-    for col, values in metric.where:
+    for col, allowed in metric.where:
         if col not in df.columns:
             return 0.0 if metric.agg == "count" else math.nan
-        mask &= df[col].astype(str).isin([str(v) for v in values]).to_numpy()
+        mask &= df[col].astype(str).isin([str(v) for v in allowed]).to_numpy()
     if "t" in df.columns:
         t = df["t"].to_numpy(dtype=float)
         if metric.t_min is not None:

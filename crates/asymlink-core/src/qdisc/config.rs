@@ -3,8 +3,9 @@
 
 use super::{
     AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, AckShaper, AckShaperConfig, Aggregate,
-    AggregateConfig, Drr, DrrConfig, Ered, EredConfig, Fifo, FifoConfig, Hfsc, HfscConfig, Htb,
-    HtbConfig, Prio, PrioConfig, Qdisc, Tbf, TbfConfig,
+    AggregateConfig, Codel, CodelConfig, Drr, DrrConfig, Ered, EredConfig, Fifo, FifoConfig,
+    FqCodel, FqCodelConfig, Hfsc, HfscConfig, HostFqCodel, HostFqCodelConfig, Htb, HtbConfig, Prio,
+    PrioConfig, Qdisc, Tbf, TbfConfig,
 };
 use crate::packet::{ClassId, Pkt};
 use crate::units::{Limit, Rate};
@@ -39,6 +40,12 @@ pub enum QdiscConfig {
     Ered(EredConfig),
     /// [`Aggregate`]: aggregate rate control with per-connection queues.
     Aggregate(AggregateConfig),
+    /// [`Codel`]: controlled-delay AQM (RFC 8289).
+    Codel(CodelConfig),
+    /// [`FqCodel`]: flow queueing with CoDel per queue (RFC 8290).
+    FqCodel(FqCodelConfig),
+    /// [`HostFqCodel`]: fair between hosts, then between each host's flows, CoDel per flow.
+    HostFqCodel(HostFqCodelConfig),
 }
 
 impl Default for QdiscConfig {
@@ -141,6 +148,9 @@ impl QdiscConfig {
             QdiscConfig::AckShaper(c) => Box::new(AckShaper::new(c)?),
             QdiscConfig::Ered(c) => Box::new(Ered::new(c, ctx.seed, ctx.link_rate)?),
             QdiscConfig::Aggregate(c) => Box::new(Aggregate::new(c)?),
+            QdiscConfig::Codel(c) => Box::new(Codel::new(c, ctx)?),
+            QdiscConfig::FqCodel(c) => Box::new(FqCodel::new(c, ctx)?),
+            QdiscConfig::HostFqCodel(c) => Box::new(HostFqCodel::new(c, ctx)?),
         })
     }
 
@@ -155,6 +165,9 @@ impl QdiscConfig {
             QdiscConfig::AckFifo(c) => Some(c.limit),
             QdiscConfig::Ered(c) => Some(c.limit),
             QdiscConfig::Aggregate(c) => Some(c.limit),
+            QdiscConfig::Codel(c) => Some(c.limit),
+            QdiscConfig::FqCodel(c) => Some(c.limit),
+            QdiscConfig::HostFqCodel(c) => Some(c.limit),
             // Classful and shaping disciplines bound their leaves, not the whole.
             QdiscConfig::Prio(_)
             | QdiscConfig::Htb(_)
@@ -203,6 +216,9 @@ impl QdiscConfig {
             QdiscConfig::AckShaper(_) => "ack_shaper",
             QdiscConfig::Ered(_) => "ered",
             QdiscConfig::Aggregate(_) => "aggregate",
+            QdiscConfig::Codel(_) => "codel",
+            QdiscConfig::FqCodel(_) => "fq_codel",
+            QdiscConfig::HostFqCodel(_) => "host_fq_codel",
         }
     }
 }
@@ -226,6 +242,9 @@ mod tests {
             "kind = \"ack_fifo\"\nlimit = \"5p\"\ndrop = \"lowest_seq\"",
             "kind = \"ack_shaper\"\nthreshold = \"50KB\"\nleak = { kind = \"rate\" }",
             "kind = \"ered\"\nmarked_factor = 2.0",
+            "kind = \"codel\"\ntarget = \"5ms\"\necn = true",
+            "kind = \"fq_codel\"\nflows = 64\nquantum = \"300B\"",
+            "kind = \"host_fq_codel\"\nhosts = \"pair\"\nflows = 64",
             "kind = \"aggregate\"\n[[policies]]\nprofile = { depth = \"3KB\", rate = \"1Mbit\" }\naction = { kind = \"shape\" }\nscheme = { kind = \"common\" }",
         ] {
             let c: QdiscConfig = toml::from_str(src).unwrap();

@@ -223,11 +223,16 @@ fn seg_y2x(y: u64, m: u64) -> u64 {
 /// ns (`dy` bytes), then `m2`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Rtsc {
+    /// Anchor time, ns.
     x: u64,
+    /// Anchor service, bytes.
     y: u64,
+    /// First slope, bit/s.
     m1: u64,
+    /// Length of the first segment, ns, and the bytes it covers.
     dx: u64,
     dy: u64,
+    /// Second slope, bit/s.
     m2: u64,
 }
 
@@ -332,35 +337,56 @@ struct Leaf<P> {
     wait: Option<Instant>,
 }
 
+/// One class of the hierarchy. The field names follow the HFSC paper (Stoica, Zhang & Ng,
+/// SIGCOMM 1997) and the BSD/Linux implementations, so the three can be read side by side.
 struct Class<P> {
     name: String,
+    /// Index of the parent class (the root is its own parent).
     parent: usize,
     children: Vec<usize>,
+    /// Real-time, link-sharing and upper-limit service curves (absent: not configured).
     rsc: Option<ServiceCurve>,
     fsc: Option<ServiceCurve>,
     usc: Option<ServiceCurve>,
+    /// The queue of a leaf class; `None` for interior classes.
     leaf: Option<Leaf<P>>,
-    // real time
+    // --- real time
+    /// Wire bytes served by the real-time criterion.
     cumul: u64,
+    /// The deadline curve and the eligible curve (derived from `rsc`).
     deadline: Rtsc,
     eligible: Rtsc,
+    /// Eligible time and deadline of the head packet, ns.
     e: u64,
     d: u64,
+    /// Whether the class is in the real-time (eligible) list.
     rt_active: bool,
-    // link sharing
+    // --- link sharing
+    /// Wire bytes served in total (both criteria).
     total: u64,
+    /// The virtual curve (derived from `fsc`) mapping service to virtual time.
     virt: Rtsc,
+    /// Virtual time of the class, and the adjustment that keeps siblings' virtual times
+    /// close when a class becomes active again.
     vt: u64,
     vtadj: u64,
+    /// Number of active descendants (leaves with backlog below this class).
     nactive: u32,
+    /// Backlog periods: this class's, and its parent's when this one started.
     vtperiod: u64,
     parentperiod: u64,
+    /// Smallest virtual time among the active children, and the offset that carries the
+    /// children's virtual times across the parent's backlog periods.
     cvtmin: u64,
     cvtoff: u64,
-    // upper limit
+    // --- upper limit
+    /// The upper-limit curve (derived from `usc`).
     ulimit: Rtsc,
+    /// The class's own fit time (when `usc` next allows it to send), ns.
     myf: u64,
+    /// Smallest fit time among the active children, ns.
     cfmin: u64,
+    /// Fit time: the later of `myf` and `cfmin`, ns.
     f: u64,
     counters: HfscClassCounters,
 }
@@ -517,6 +543,19 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
                 ));
             }
             if is_leaf {
+                // The leaf's discipline sees the class's long-term rate as its link rate
+                // (CoDel's low-rate target): the real-time m2, else the link-share m2.
+                let rate = [cl.rsc, cl.fsc]
+                    .into_iter()
+                    .flatten()
+                    .map(|s| s.m2)
+                    .find(|&m2| m2 > 0)
+                    .map(Rate)
+                    .or(ctx.link_rate);
+                let ctx = &BuildCtx {
+                    link_rate: rate,
+                    ..ctx.clone()
+                };
                 let q = match &c.queue {
                     Some(q) => q.build(ctx),
                     None => QdiscConfig::default().build(ctx),

@@ -332,6 +332,12 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 None => (c.rate.0 / 8 / cfg.r2q as u64).clamp(1000, 200_000) as i64,
             };
             let leaf = if is_leaf {
+                // The leaf's discipline sees the class's guaranteed rate as its link rate
+                // (CoDel's low-rate target).
+                let ctx = &BuildCtx {
+                    link_rate: Some(c.rate),
+                    ..ctx.clone()
+                };
                 let q = match &c.queue {
                     Some(q) => q.build(ctx),
                     None => QdiscConfig::default().build(ctx),

@@ -41,10 +41,12 @@
 pub mod ack_filter;
 mod ack_shaper;
 mod aggregate;
+mod codel;
 mod config;
 mod drr;
 mod ered;
 mod fifo;
+mod fq_codel;
 pub mod hfsc;
 pub mod htb;
 mod prio;
@@ -55,10 +57,12 @@ pub use ack_shaper::{
     AckShaper, AckShaperConfig, AckShaperCounters, Fraction, LeakConfig, Threshold, Tuning,
 };
 pub use aggregate::{Aggregate, AggregateConfig, AggregateCounters};
+pub use codel::{Codel, CodelConfig, CodelCounters};
 pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use ered::{Ered, EredConfig, EredCounters};
 pub use fifo::{Fifo, FifoConfig};
+pub use fq_codel::{FqCodel, FqCodelConfig, HostFqCodel, HostFqCodelConfig, HostKey};
 pub use hfsc::{Hfsc, HfscConfig};
 pub use htb::ack_fifo::{AckFifo, AckFifoConfig, AckFifoDrop};
 pub use htb::{ClassMode, Htb, HtbConfig};

@@ -267,6 +267,10 @@ impl TcpConfig {
 /// A TCP specification in a scenario: a profile name, or a table with `profile` and
 /// overrides.
 #[derive(Clone, Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once per flow from a scenario; size does not matter"
+)]
 pub enum TcpSpec {
     /// Just a profile name.
     Name(String),

@@ -1034,11 +1034,10 @@ impl Connection {
     // ---------------------------------------------------------------- output
 
     fn data_end(&self) -> u64 {
-        let buffered = match self.cfg.sndbuf {
+        match self.cfg.sndbuf {
             Some(b) => self.app_end.min(self.snd_una.max(1) + b),
             None => self.app_end,
-        };
-        buffered
+        }
     }
 
     fn can_send_data(&self) -> bool {

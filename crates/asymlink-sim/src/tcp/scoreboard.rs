@@ -39,6 +39,11 @@ impl SentSeg {
     pub fn len(&self) -> u64 {
         self.end - self.start
     }
+    /// Whether it covers no sequence space (never true of a queued segment).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
     #[inline]
     fn has(&self, f: u8) -> bool {
         self.flags & f != 0

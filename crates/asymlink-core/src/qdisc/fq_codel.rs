@@ -1,0 +1,999 @@
+//! Flow queueing with CoDel: FQ-CoDel (RFC 8290) and host-then-flow fair queueing.
+//!
+//! # Principles
+//!
+//! **FQ-CoDel.** Packets are hashed by 5-tuple — with a perturbation drawn from the
+//! discipline's seed, so flows cannot aim at one another's queue — into `flows` queues, each
+//! with its own CoDel state. A deficit round robin with a byte `quantum` serves the queues
+//! from two lists: a queue that becomes active joins the *new* list with a full quantum,
+//! and the new list is always served first; a queue that uses up its quantum, or empties
+//! while others wait, moves to the *old* list. So a flow that sends less than its share —
+//! a ping, a DNS lookup, a TCP handshake — has its packets sent almost at once, while the
+//! bulk flows share the rest byte-fairly and CoDel keeps each of their queues short. When
+//! the whole discipline holds more than `limit` packets or `memory_limit` bytes, the queue
+//! with the most bytes (the *fattest* flow) loses its head packet (`longest_queue`), so an
+//! unresponsive flow pays for its own overload.
+//!
+//! **Host-then-flow** (`host_fq_codel`, CAKE's "dual-srchost/dual-dsthost" isolation): the
+//! same scheduler on two levels. Packets are first grouped by host — the source address
+//! (`hosts = "src"`, traffic toward the line), the destination (`"dst"`, traffic from it)
+//! or the address pair (`"pair"`) — and hosts share the link by DRR with new/old lists;
+//! each host's share is then divided among its own flows by FQ-CoDel. A host with eight
+//! bulk flows gets the same rate as a host with one. Flow and host queues are found in
+//! 8-way set-associative tables (as CAKE does), so two flows collide only when eight
+//! flows of the same set are active at once; a flow that finds no way free shares a queue
+//! of its own host if one is in the set, else is dropped as `state_full`.
+//!
+//! CoDel on every queue is [`codel`](super::codel)'s, with its low-rate target: a leaf of
+//! an HTB or HFSC class takes the class's rate. Deliberately not modelled: Linux's batch
+//! drops, `ce_threshold`, and CAKE's diffserv tins and ACK filter (the latter is its own
+//! discipline here).
+
+use super::codel::{CodelCounters, CodelCtx, CodelParams, CodelVars, StampedQueue};
+use super::{
+    Backlog, BuildCtx, Dequeued, DropReason, Drops, Qdisc, QdiscBuildError, QdiscStats, Stage,
+    Verdict,
+};
+use crate::packet::Pkt;
+use crate::rand::splitmix64;
+use crate::time::{Duration, Instant};
+use crate::units::{Bytes, Limit, Rate, Span};
+use crate::wire::FlowKey;
+use core::net::{IpAddr, Ipv4Addr};
+use serde::Deserialize;
+use std::collections::VecDeque;
+
+/// Ways of a set in the host-then-flow tables.
+const WAYS: usize = 8;
+
+/// FQ-CoDel parameters.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FqCodelConfig {
+    /// Packets the whole discipline may hold (default 10240p, as Linux).
+    #[serde(default = "default_limit")]
+    pub limit: Limit,
+    /// Bytes the whole discipline may hold (default 32MiB... of IP bytes: 32MB).
+    #[serde(default = "default_memory")]
+    pub memory_limit: Bytes,
+    /// Number of flow queues (default 1024).
+    #[serde(default = "default_flows")]
+    pub flows: u32,
+    /// DRR credit per round (default 1514B).
+    #[serde(default = "default_quantum")]
+    pub quantum: Bytes,
+    /// CoDel target (default 5ms).
+    #[serde(default = "default_target")]
+    pub target: Span,
+    /// CoDel interval (default 100ms).
+    #[serde(default = "default_interval")]
+    pub interval: Span,
+    /// Mark ECN-capable packets instead of dropping them (default true, as Linux).
+    #[serde(default = "yes")]
+    pub ecn: bool,
+    /// Largest packet (CoDel's one-MTU exemption and low-rate target; default 1500B).
+    #[serde(default = "default_mtu")]
+    pub mtu: Bytes,
+    /// Rate for CoDel's low-rate target (default: the link's or class's).
+    #[serde(default)]
+    pub rate: Option<Rate>,
+}
+
+/// Which address makes a packet's host.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostKey {
+    /// The source address (hosts sending toward the line).
+    #[default]
+    Src,
+    /// The destination address (hosts receiving from the line).
+    Dst,
+    /// The (source, destination) pair.
+    Pair,
+}
+
+/// Host-then-flow fair queueing parameters.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostFqCodelConfig {
+    /// What a host is.
+    #[serde(default)]
+    pub hosts: HostKey,
+    /// Number of host queues (multiple of 8; default 1024).
+    #[serde(default = "default_flows")]
+    pub host_buckets: u32,
+    /// DRR credit per round between hosts (default: `quantum`).
+    #[serde(default)]
+    pub host_quantum: Option<Bytes>,
+    /// Packets the whole discipline may hold (default 10240p).
+    #[serde(default = "default_limit")]
+    pub limit: Limit,
+    /// Bytes the whole discipline may hold (default 32MB).
+    #[serde(default = "default_memory")]
+    pub memory_limit: Bytes,
+    /// Number of flow queues, shared by all hosts (multiple of 8; default 1024).
+    #[serde(default = "default_flows")]
+    pub flows: u32,
+    /// DRR credit per round between a host's flows (default 1514B).
+    #[serde(default = "default_quantum")]
+    pub quantum: Bytes,
+    /// CoDel target (default 5ms).
+    #[serde(default = "default_target")]
+    pub target: Span,
+    /// CoDel interval (default 100ms).
+    #[serde(default = "default_interval")]
+    pub interval: Span,
+    /// Mark ECN-capable packets instead of dropping them (default true).
+    #[serde(default = "yes")]
+    pub ecn: bool,
+    /// Largest packet (default 1500B).
+    #[serde(default = "default_mtu")]
+    pub mtu: Bytes,
+    /// Rate for CoDel's low-rate target (default: the link's or class's).
+    #[serde(default)]
+    pub rate: Option<Rate>,
+}
+
+fn default_limit() -> Limit {
+    Limit::Packets(10_240)
+}
+fn default_memory() -> Bytes {
+    Bytes(32_000_000)
+}
+fn default_flows() -> u32 {
+    1024
+}
+fn default_quantum() -> Bytes {
+    Bytes(1514)
+}
+fn default_target() -> Span {
+    Span(Duration::from_millis(5))
+}
+fn default_interval() -> Span {
+    Span(Duration::from_millis(100))
+}
+fn default_mtu() -> Bytes {
+    Bytes(1500)
+}
+fn yes() -> bool {
+    true
+}
+
+/// One flow queue.
+#[derive(Debug)]
+struct Flow<P> {
+    q: StampedQueue<P>,
+    vars: CodelVars,
+    deficit: i64,
+    /// On a new or old list.
+    listed: bool,
+    /// Full hash of the flow using it (host-then-flow's set lookup).
+    tag: u64,
+    /// Host slot of the flow using it (host-then-flow).
+    host: u32,
+}
+
+impl<P> Flow<P> {
+    fn new() -> Self {
+        Flow {
+            q: StampedQueue::default(),
+            vars: CodelVars::default(),
+            deficit: 0,
+            listed: false,
+            tag: 0,
+            host: 0,
+        }
+    }
+}
+
+/// The new and old lists of a DRR level.
+#[derive(Debug, Default)]
+struct Lists {
+    new: VecDeque<u32>,
+    old: VecDeque<u32>,
+}
+
+impl Lists {
+    /// The next queue to look at, and whether it is on the new list.
+    fn front(&self) -> Option<(u32, bool)> {
+        match self.new.front() {
+            Some(&i) => Some((i, true)),
+            None => self.old.front().map(|&i| (i, false)),
+        }
+    }
+    fn pop(&mut self, from_new: bool) {
+        if from_new {
+            self.new.pop_front();
+        } else {
+            self.old.pop_front();
+        }
+    }
+}
+
+/// Mix a hash with the perturbation (splitmix64's finaliser).
+fn perturbed(h: u64, perturb: u64) -> u64 {
+    let mut s = h ^ perturb;
+    splitmix64(&mut s)
+}
+
+fn flow_hash<P: Pkt>(pkt: &P, perturb: u64) -> u64 {
+    pkt.headers()
+        .map_or(0, |h| perturbed(h.flow_key().stable_hash(), perturb))
+}
+
+const NONE_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+
+fn host_hash<P: Pkt>(pkt: &P, key: HostKey, perturb: u64) -> u64 {
+    pkt.headers().map_or(0, |h| {
+        let (src, dst) = match key {
+            HostKey::Src => (h.ip.src, NONE_ADDR),
+            HostKey::Dst => (NONE_ADDR, h.ip.dst),
+            HostKey::Pair => (h.ip.src, h.ip.dst),
+        };
+        let k = FlowKey {
+            src,
+            dst,
+            src_port: 0,
+            dst_port: 0,
+            proto: 0,
+        };
+        perturbed(k.stable_hash(), perturb.rotate_left(29))
+    })
+}
+
+//= https://www.rfc-editor.org/rfc/rfc8290#section-4.2
+//# First, the scheduler selects which queue to dequeue a packet from.
+//# [...] If the list of new queues is not empty, the scheduler picks the
+//# queue at the head of that list; otherwise it picks the head of the
+//# old queues list.  [...] If the selected queue has a negative deficit, it
+//# is given an extra quantum of credit and moved to the end of the list of
+//# old queues [...] If the queue is empty, it is removed from the list of
+//# new queues and added to the end of the list of old queues [...] if the
+//# list of old queues is not empty; otherwise it is removed from the list
+/// One DRR level over flow queues: the next packet of the flows on `lists`, or `None`
+/// when they all ran empty (both lists are then empty).
+fn fq_dequeue<P: Pkt>(
+    lists: &mut Lists,
+    flows: &mut [Flow<P>],
+    quantum: i64,
+    p: &CodelParams,
+    now: Instant,
+    cx: &mut CodelCtx<'_, P>,
+) -> Option<P> {
+    while let Some((i, from_new)) = lists.front() {
+        let f = &mut flows[i as usize];
+        if f.deficit <= 0 {
+            f.deficit += quantum;
+            lists.pop(from_new);
+            lists.old.push_back(i);
+            continue;
+        }
+        if let Some(pkt) = f.vars.dequeue(p, now, &mut f.q, cx) {
+            f.deficit -= pkt.ip_len() as i64;
+            return Some(pkt);
+        }
+        lists.pop(from_new);
+        if from_new && !lists.old.is_empty() {
+            lists.old.push_back(i);
+        } else {
+            f.listed = false;
+        }
+    }
+    None
+}
+
+/// Drop head packets of the fattest flows while the discipline is over its limits.
+fn drop_from_fattest<P: Pkt>(
+    flows: &mut [Flow<P>],
+    limit: Limit,
+    memory: u64,
+    stats: &mut QdiscStats,
+    drops: &mut Drops<P>,
+) {
+    loop {
+        let b = stats.backlog;
+        if !limit.exceeded_by(b.packets, b.bytes) && b.bytes <= memory {
+            return;
+        }
+        // Linux's fq_codel_drop() scans every bucket the same way.
+        let Some(fat) = flows
+            .iter_mut()
+            .filter(|f| f.q.bytes > 0)
+            .max_by_key(|f| f.q.bytes)
+        else {
+            return;
+        };
+        let s = fat.q.pop().expect("a fattest flow holds a packet");
+        let v = Verdict::Dropped(DropReason::LongestQueue);
+        stats.on_remove(v, s.pkt.ip_len());
+        drops.push(s.pkt, v, Stage::Removed);
+    }
+}
+
+fn check_common(
+    kind: &str,
+    limit: Limit,
+    memory: Bytes,
+    flows: u32,
+    quantum: Bytes,
+) -> Result<(), QdiscBuildError> {
+    let e = |k: &str, m: &str| Err(QdiscBuildError::new(format!("{kind}.{k}"), m));
+    if matches!(limit, Limit::Packets(0) | Limit::Bytes(0)) {
+        return e("limit", "must be positive");
+    }
+    if memory.0 == 0 {
+        return e("memory_limit", "must be positive");
+    }
+    if flows == 0 || flows > 65_536 {
+        return e("flows", "must be in 1..=65536");
+    }
+    if quantum.0 == 0 || quantum.0 > 1 << 20 {
+        return e("quantum", "must be in 1B..=1MiB");
+    }
+    Ok(())
+}
+
+/// An FQ-CoDel discipline.
+#[derive(Debug)]
+pub struct FqCodel<P> {
+    limit: Limit,
+    memory: u64,
+    quantum: i64,
+    perturb: u64,
+    params: CodelParams,
+    flows: Vec<Flow<P>>,
+    lists: Lists,
+    stats: QdiscStats,
+    counters: CodelCounters,
+    new_flow_count: u64,
+}
+
+impl<P: Pkt> FqCodel<P> {
+    /// Build; the hash perturbation comes from `ctx.seed`, the low-rate target from
+    /// `cfg.rate` or `ctx.link_rate`.
+    pub fn new(cfg: &FqCodelConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+        check_common(
+            "fq_codel",
+            cfg.limit,
+            cfg.memory_limit,
+            cfg.flows,
+            cfg.quantum,
+        )?;
+        let params = CodelParams::new(
+            cfg.target.0,
+            cfg.interval.0,
+            cfg.mtu.0,
+            cfg.ecn,
+            cfg.rate.or(ctx.link_rate),
+            "fq_codel",
+        )?;
+        let mut s = ctx.seed ^ 0x6671_5f63_6f64_656c;
+        Ok(FqCodel {
+            limit: cfg.limit,
+            memory: cfg.memory_limit.0,
+            quantum: cfg.quantum.0 as i64,
+            perturb: splitmix64(&mut s),
+            params,
+            flows: (0..cfg.flows).map(|_| Flow::new()).collect(),
+            lists: Lists::default(),
+            stats: QdiscStats::default(),
+            counters: CodelCounters::default(),
+            new_flow_count: 0,
+        })
+    }
+
+    /// The queue a packet goes to.
+    pub fn bucket_of(&self, pkt: &P) -> usize {
+        (flow_hash(pkt, self.perturb) % self.flows.len() as u64) as usize
+    }
+
+    /// CoDel's counters summed over the queues.
+    pub fn codel_counters(&self) -> CodelCounters {
+        self.counters
+    }
+}
+
+impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
+    fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
+        self.stats.on_receive();
+        let len = pkt.ip_len();
+        let i = self.bucket_of(&pkt);
+        let f = &mut self.flows[i];
+        f.q.push(now, pkt);
+        if !f.listed {
+            f.listed = true;
+            f.deficit = self.quantum;
+            self.lists.new.push_back(i as u32);
+            self.new_flow_count += 1;
+        }
+        self.stats.on_enqueue(len);
+        drop_from_fattest(
+            &mut self.flows,
+            self.limit,
+            self.memory,
+            &mut self.stats,
+            drops,
+        );
+        debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
+    }
+
+    fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
+        let mut cx = CodelCtx {
+            stats: &mut self.stats,
+            counters: &mut self.counters,
+            drops,
+        };
+        let r = fq_dequeue(
+            &mut self.lists,
+            &mut self.flows,
+            self.quantum,
+            &self.params,
+            now,
+            &mut cx,
+        );
+        debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
+        match r {
+            Some(p) => Dequeued::Packet(p),
+            None => Dequeued::Empty,
+        }
+    }
+
+    fn backlog(&self) -> Backlog {
+        self.stats.backlog
+    }
+
+    fn stats(&self) -> &QdiscStats {
+        &self.stats
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut v = self.counters.pairs();
+        v.push(("new_flows", self.new_flow_count));
+        v
+    }
+
+    fn kind(&self) -> &'static str {
+        "fq_codel"
+    }
+}
+
+/// One host: its share of the link and its own flow lists.
+#[derive(Debug, Default)]
+struct Host {
+    tag: u64,
+    deficit: i64,
+    listed: bool,
+    lists: Lists,
+}
+
+/// Host-then-flow fair queueing with CoDel on every flow queue.
+#[derive(Debug)]
+pub struct HostFqCodel<P> {
+    key: HostKey,
+    limit: Limit,
+    memory: u64,
+    quantum: i64,
+    host_quantum: i64,
+    perturb: u64,
+    params: CodelParams,
+    flows: Vec<Flow<P>>,
+    hosts: Vec<Host>,
+    host_lists: Lists,
+    stats: QdiscStats,
+    counters: CodelCounters,
+    new_flow_count: u64,
+    new_host_count: u64,
+}
+
+/// Find a way in the set of `tag` (tables of a multiple of [`WAYS`] entries): one already
+/// used by `tag`, else a free one. `used(i)` says whether way `i` is taken and by what tag.
+fn set_lookup(n: usize, tag: u64, used: impl Fn(usize) -> Option<u64>) -> Result<usize, usize> {
+    let set = (tag % (n / WAYS) as u64) as usize * WAYS;
+    let mut free = None;
+    for i in set..set + WAYS {
+        match used(i) {
+            Some(t) if t == tag => return Ok(i),
+            Some(_) => {}
+            None => {
+                free.get_or_insert(i);
+            }
+        }
+    }
+    free.ok_or(set)
+}
+
+impl<P: Pkt> HostFqCodel<P> {
+    /// Build; see [`FqCodel::new`].
+    pub fn new(cfg: &HostFqCodelConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+        let kind = "host_fq_codel";
+        check_common(kind, cfg.limit, cfg.memory_limit, cfg.flows, cfg.quantum)?;
+        for (k, n) in [("flows", cfg.flows), ("host_buckets", cfg.host_buckets)] {
+            if n == 0 || n % WAYS as u32 != 0 || n > 65_536 {
+                return Err(QdiscBuildError::new(
+                    format!("{kind}.{k}"),
+                    "must be a multiple of 8 in 8..=65536",
+                ));
+            }
+        }
+        let host_quantum = cfg.host_quantum.unwrap_or(cfg.quantum);
+        if host_quantum.0 == 0 || host_quantum.0 > 1 << 20 {
+            return Err(QdiscBuildError::new(
+                format!("{kind}.host_quantum"),
+                "must be in 1B..=1MiB",
+            ));
+        }
+        let params = CodelParams::new(
+            cfg.target.0,
+            cfg.interval.0,
+            cfg.mtu.0,
+            cfg.ecn,
+            cfg.rate.or(ctx.link_rate),
+            kind,
+        )?;
+        let mut s = ctx.seed ^ 0x686f_7374_5f66_7121;
+        Ok(HostFqCodel {
+            key: cfg.hosts,
+            limit: cfg.limit,
+            memory: cfg.memory_limit.0,
+            quantum: cfg.quantum.0 as i64,
+            host_quantum: host_quantum.0 as i64,
+            perturb: splitmix64(&mut s),
+            params,
+            flows: (0..cfg.flows).map(|_| Flow::new()).collect(),
+            hosts: (0..cfg.host_buckets).map(|_| Host::default()).collect(),
+            host_lists: Lists::default(),
+            stats: QdiscStats::default(),
+            counters: CodelCounters::default(),
+            new_flow_count: 0,
+            new_host_count: 0,
+        })
+    }
+
+    /// CoDel's counters summed over the queues.
+    pub fn codel_counters(&self) -> CodelCounters {
+        self.counters
+    }
+
+    /// Hosts currently on the schedule.
+    pub fn active_hosts(&self) -> usize {
+        self.hosts.iter().filter(|h| h.listed).count()
+    }
+}
+
+impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
+    fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
+        self.stats.on_receive();
+        let len = pkt.ip_len();
+        // The host slot: its own, else a free way of its set.
+        let htag = host_hash(&pkt, self.key, self.perturb);
+        let h = match set_lookup(self.hosts.len(), htag, |i| {
+            self.hosts[i].listed.then_some(self.hosts[i].tag)
+        }) {
+            Ok(h) => h,
+            Err(_) => {
+                self.stats
+                    .on_reject(Verdict::Dropped(DropReason::StateFull));
+                drops.reject(pkt, DropReason::StateFull);
+                return;
+            }
+        };
+        // The flow slot: its own, else a free way, else a busy way of the same host.
+        let ftag = flow_hash(&pkt, self.perturb);
+        let f = match set_lookup(self.flows.len(), ftag, |i| {
+            self.flows[i].listed.then_some(self.flows[i].tag)
+        }) {
+            Ok(f) => f,
+            Err(set) => match (set..set + WAYS).find(|&i| self.flows[i].host == h as u32) {
+                Some(f) => f,
+                None => {
+                    self.stats
+                        .on_reject(Verdict::Dropped(DropReason::StateFull));
+                    drops.reject(pkt, DropReason::StateFull);
+                    return;
+                }
+            },
+        };
+        let host = &mut self.hosts[h];
+        if !host.listed {
+            host.listed = true;
+            host.tag = htag;
+            host.deficit = self.host_quantum;
+            self.host_lists.new.push_back(h as u32);
+            self.new_host_count += 1;
+        }
+        let flow = &mut self.flows[f];
+        flow.q.push(now, pkt);
+        if !flow.listed {
+            flow.listed = true;
+            flow.tag = ftag;
+            flow.host = h as u32;
+            flow.deficit = self.quantum;
+            host.lists.new.push_back(f as u32);
+            self.new_flow_count += 1;
+        }
+        self.stats.on_enqueue(len);
+        drop_from_fattest(
+            &mut self.flows,
+            self.limit,
+            self.memory,
+            &mut self.stats,
+            drops,
+        );
+        debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
+    }
+
+    fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
+        let mut cx = CodelCtx {
+            stats: &mut self.stats,
+            counters: &mut self.counters,
+            drops,
+        };
+        let mut out = None;
+        // The host level: the same DRR with new/old lists, each host served by its own
+        // flow-level DRR.
+        while let Some((h, from_new)) = self.host_lists.front() {
+            let host = &mut self.hosts[h as usize];
+            if host.deficit <= 0 {
+                host.deficit += self.host_quantum;
+                self.host_lists.pop(from_new);
+                self.host_lists.old.push_back(h);
+                continue;
+            }
+            if let Some(pkt) = fq_dequeue(
+                &mut host.lists,
+                &mut self.flows,
+                self.quantum,
+                &self.params,
+                now,
+                &mut cx,
+            ) {
+                host.deficit -= pkt.ip_len() as i64;
+                out = Some(pkt);
+                break;
+            }
+            self.host_lists.pop(from_new);
+            if from_new && !self.host_lists.old.is_empty() {
+                self.host_lists.old.push_back(h);
+            } else {
+                host.listed = false;
+            }
+        }
+        debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
+        match out {
+            Some(p) => Dequeued::Packet(p),
+            None => Dequeued::Empty,
+        }
+    }
+
+    fn backlog(&self) -> Backlog {
+        self.stats.backlog
+    }
+
+    fn stats(&self) -> &QdiscStats {
+        &self.stats
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut v = self.counters.pairs();
+        v.push(("new_flows", self.new_flow_count));
+        v.push(("new_hosts", self.new_host_count));
+        v
+    }
+
+    fn flow_entries(&self) -> u64 {
+        // Both tables are fixed in size; report how much of them is in use.
+        (self.active_hosts() + self.flows.iter().filter(|f| f.listed).count()) as u64
+    }
+
+    fn kind(&self) -> &'static str {
+        "host_fq_codel"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::HeaderPacket;
+    use crate::qdisc::testutil::*;
+    use crate::qdisc::QdiscConfig;
+    use crate::wire::{Headers, IpRepr, Transport, UdpRepr};
+
+    fn fq(src: &str) -> FqCodel<HeaderPacket> {
+        let cfg: FqCodelConfig = toml::from_str(src).unwrap();
+        FqCodel::new(&cfg, &BuildCtx::default()).unwrap()
+    }
+
+    fn hfq(src: &str) -> HostFqCodel<HeaderPacket> {
+        let cfg: HostFqCodelConfig = toml::from_str(src).unwrap();
+        HostFqCodel::new(&cfg, &BuildCtx::default()).unwrap()
+    }
+
+    /// A UDP packet of `ip_len` bytes from host 10.0.<host>.1 port `port` to 10.9.9.9:53,
+    /// tagged `tag` in its IP identification.
+    fn udp(tag: u16, ip_len: u32, host: u8, port: u16) -> HeaderPacket {
+        let mut ip = IpRepr::new(
+            IpAddr::V4(Ipv4Addr::new(10, 0, host, 1)),
+            IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9)),
+        );
+        ip.ident = tag;
+        HeaderPacket::new(Headers {
+            ip,
+            transport: Transport::Udp(UdpRepr {
+                src_port: port,
+                dst_port: 53,
+            }),
+            payload_len: ip_len - 28,
+        })
+    }
+
+    fn utag(p: &HeaderPacket) -> u16 {
+        p.hdr.ip.ident
+    }
+
+    /// RFC 8290 §1.3 / §4: a flow that sends less than its quantum per round is served
+    /// from the new list ahead of a backlogged bulk flow.
+    #[test]
+    fn sparse_flow_boost() {
+        let mut q = fq("");
+        let mut d = Drops::new();
+        for i in 0..40 {
+            q.enqueue(ms(0), data_flow(i, 1500, 0), &mut d);
+        }
+        assert_eq!(tag(&q.dequeue(ms(0), &mut d).packet().unwrap()), 0);
+        // A ping-sized packet of another flow arrives behind 39 bulk packets.
+        q.enqueue(ms(1), data_flow(1000, 84, 1), &mut d);
+        let order: Vec<u32> = (0..4)
+            .map(|k| tag(&q.dequeue(ms(1 + k), &mut d).packet().unwrap()))
+            .collect();
+        // The bulk flow finishes its quantum (1514 B: one more packet), goes to the old
+        // list, and the new flow is served next.
+        assert_eq!(order, vec![1, 1000, 2, 3]);
+        check(&q);
+        // A second sparse packet after the first was served: boosted again.
+        q.enqueue(ms(10), data_flow(1001, 84, 1), &mut d);
+        assert_eq!(tag(&q.dequeue(ms(10), &mut d).packet().unwrap()), 1001);
+        check(&q);
+        // A flow that keeps a backlog is not: it waits its turn on the old list.
+        q.enqueue(ms(11), data_flow(2000, 1500, 2), &mut d);
+        q.enqueue(ms(11), data_flow(2001, 1500, 2), &mut d);
+        let order: Vec<u32> = drain(&mut q, ms(11)).iter().map(tag).take(4).collect();
+        assert_eq!(order, vec![2000, 2001, 4, 5], "{order:?}");
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn byte_fair_between_flows() {
+        let mut q = fq("");
+        let mut d = Drops::new();
+        for i in 0..200 {
+            q.enqueue(ms(0), data_flow(i, 1500, 0), &mut d);
+        }
+        for i in 0..1000 {
+            q.enqueue(ms(0), data_flow(10_000 + i, 300, 1), &mut d);
+        }
+        let mut bytes = [0u64; 2];
+        for _ in 0..300 {
+            let p = q.dequeue(ms(1), &mut d).packet().unwrap();
+            bytes[(tag(&p) >= 10_000) as usize] += p.ip_len() as u64;
+        }
+        let diff = bytes[0].abs_diff(bytes[1]);
+        assert!(diff <= 3000, "{bytes:?}");
+        check(&q);
+    }
+
+    #[test]
+    fn overflow_drops_from_the_fattest_flow() {
+        let mut q = fq("limit = \"10p\"");
+        let mut d = Drops::new();
+        for i in 0..8 {
+            q.enqueue(ms(0), data_flow(i, 1000, 0), &mut d);
+        }
+        for i in 100..102 {
+            q.enqueue(ms(0), data_flow(i, 1000, 1), &mut d);
+        }
+        assert!(d.is_empty());
+        // The 11th packet belongs to the small flow; the big one loses its head.
+        q.enqueue(ms(0), data_flow(102, 1000, 1), &mut d);
+        let got: Vec<(u32, Verdict)> = d.drain().map(|x| (tag(&x.pkt), x.verdict)).collect();
+        assert_eq!(got, vec![(0, Verdict::Dropped(DropReason::LongestQueue))]);
+        check(&q);
+        // The memory limit works the same way on bytes.
+        let mut q = fq("memory_limit = \"5000B\"");
+        for i in 0..5 {
+            q.enqueue(ms(0), data_flow(i, 1000, 0), &mut d);
+        }
+        q.enqueue(ms(0), data_flow(100, 500, 1), &mut d);
+        assert_eq!(d.drain().map(|x| tag(&x.pkt)).collect::<Vec<_>>(), vec![0]);
+        assert_eq!(q.backlog().bytes, 4500);
+        check(&q);
+    }
+
+    #[test]
+    fn codel_per_queue_spares_the_light_flow() {
+        // A bulk flow keeps a standing queue; a light flow sends one packet per 20 ms.
+        let mut q = fq("ecn = false");
+        let mut d = Drops::new();
+        let mut light_sojourn_max = 0u64;
+        let mut sent_light = 0;
+        let (mut bulk_tag, mut light_tag) = (0u32, 100_000u32);
+        let mut stamps = std::collections::HashMap::new();
+        // 10 Mbit/s link: one 1500-byte packet per 1.2 ms; bulk offers 2 per 1.2 ms.
+        for step in 0..2000u64 {
+            let now = Instant::from_micros(step * 1200);
+            for _ in 0..2 {
+                q.enqueue(now, data_flow(bulk_tag, 1500, 0), &mut d);
+                bulk_tag += 1;
+            }
+            if step % 17 == 0 {
+                stamps.insert(light_tag, now);
+                q.enqueue(now, data_flow(light_tag, 100, 1), &mut d);
+                light_tag += 1;
+            }
+            if let Some(p) = q.dequeue(now, &mut d).packet() {
+                if let Some(t0) = stamps.get(&tag(&p)) {
+                    light_sojourn_max = light_sojourn_max.max(now.as_nanos() - t0.as_nanos());
+                    sent_light += 1;
+                }
+            }
+        }
+        let dropped: Vec<u32> = d.drain().map(|x| tag(&x.pkt)).collect();
+        assert!(
+            dropped.iter().all(|&t| t < 100_000),
+            "light flow never dropped"
+        );
+        assert!(dropped.len() > 100, "the bulk flow is controlled");
+        assert!(sent_light >= 115, "{sent_light}");
+        assert!(light_sojourn_max <= 2_400_000, "{light_sojourn_max}");
+        check(&q);
+    }
+
+    #[test]
+    fn the_hash_is_perturbed_by_the_seed() {
+        let cfg: FqCodelConfig = toml::from_str("").unwrap();
+        let at = |seed: u64| {
+            let q: FqCodel<HeaderPacket> = FqCodel::new(
+                &cfg,
+                &BuildCtx {
+                    seed,
+                    ..BuildCtx::default()
+                },
+            )
+            .unwrap();
+            (0..16)
+                .map(|f| q.bucket_of(&data_flow(0, 100, f)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(at(1), at(1));
+        assert_ne!(at(1), at(2));
+    }
+
+    /// One host with one flow and one with eight, all backlogged: equal host shares, and
+    /// equal flow shares inside the busy host.
+    #[test]
+    fn host_fairness_one_vs_eight_flows() {
+        let mut q = hfq("");
+        let mut d = Drops::new();
+        for round in 0..200u16 {
+            q.enqueue(ms(0), udp(round, 1500, 1, 5000), &mut d);
+            for f in 0..8 {
+                q.enqueue(ms(0), udp(round, 1500, 2, 6000 + f), &mut d);
+            }
+        }
+        let mut per_host = [0u64; 2];
+        let mut per_flow = [0u64; 8];
+        for _ in 0..200 {
+            let p = q.dequeue(ms(1), &mut d).packet().unwrap();
+            let h = p.hdr.ip.src == IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1));
+            per_host[h as usize] += p.ip_len() as u64;
+            if let (true, Transport::Udp(u)) = (h, p.hdr.transport) {
+                per_flow[(u.src_port - 6000) as usize] += 1;
+            }
+        }
+        assert_eq!(per_host, [150_000, 150_000]);
+        assert!(
+            per_flow.iter().all(|&n| n.abs_diff(12) <= 1),
+            "{per_flow:?}"
+        );
+        assert!(d.is_empty());
+        assert_eq!(q.active_hosts(), 2);
+        check(&q);
+        // By destination, the two senders are one host (all to 10.9.9.9): flow fairness.
+        let mut q = hfq("hosts = \"dst\"");
+        for round in 0..50u16 {
+            q.enqueue(ms(0), udp(round, 1500, 1, 5000), &mut d);
+            for f in 0..8 {
+                q.enqueue(ms(0), udp(round, 1500, 2, 6000 + f), &mut d);
+            }
+        }
+        let from1 = (0..90)
+            .filter(|_| {
+                let p = q.dequeue(ms(1), &mut d).packet().unwrap();
+                p.hdr.ip.src == IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1))
+            })
+            .count();
+        assert_eq!(from1, 10);
+        assert_eq!(q.active_hosts(), 1);
+        check(&q);
+    }
+
+    #[test]
+    fn a_sparse_host_is_boosted() {
+        let mut q = hfq("");
+        let mut d = Drops::new();
+        for i in 0..40 {
+            q.enqueue(ms(0), udp(i, 1500, 1, 5000), &mut d);
+        }
+        q.dequeue(ms(0), &mut d);
+        q.enqueue(ms(1), udp(999, 84, 3, 7), &mut d);
+        let order: Vec<u16> = (0..3)
+            .map(|_| utag(&q.dequeue(ms(1), &mut d).packet().unwrap()))
+            .collect();
+        assert_eq!(order, vec![1, 999, 2]);
+        check(&q);
+    }
+
+    #[test]
+    fn config_errors_name_the_key() {
+        let e = |src: &str| {
+            let c: QdiscConfig = toml::from_str(src).unwrap();
+            match c.build::<HeaderPacket>(&BuildCtx::default()) {
+                Err(e) => e.key,
+                Ok(_) => panic!("{src} built"),
+            }
+        };
+        assert_eq!(e("kind = \"fq_codel\"\nflows = 0"), "fq_codel.flows");
+        assert_eq!(
+            e("kind = \"fq_codel\"\nquantum = \"0B\""),
+            "fq_codel.quantum"
+        );
+        assert_eq!(
+            e("kind = \"host_fq_codel\"\nflows = 100"),
+            "host_fq_codel.flows"
+        );
+        assert_eq!(
+            e("kind = \"host_fq_codel\"\ninterval = \"1ms\""),
+            "host_fq_codel.interval"
+        );
+        assert!(
+            toml::from_str::<QdiscConfig>("kind = \"host_fq_codel\"\nhosts = \"mac\"").is_err()
+        );
+    }
+
+    /// As an HTB leaf, CoDel takes the class rate for its low-rate target: at 50 kbit/s a
+    /// 1500-byte packet takes 240 ms, so the target is 360 ms and a queue served at that
+    /// pace is not dropped from in its first second (with the 5 ms default it would be
+    /// from 480 ms on).
+    #[test]
+    fn an_htb_leaf_inherits_its_class_rate() {
+        let trees = [
+            "kind = \"htb\"\nclasses = [{ name = \"a\", rate = \"50kbit\", burst = \"1600B\", ",
+            "kind = \"hfsc\"\nclasses = [{ name = \"a\", rt = { m2 = \"50kbit\" }, ",
+        ];
+        for (tree, kind) in trees
+            .iter()
+            .flat_map(|t| ["codel", "fq_codel", "host_fq_codel"].map(|k| (t, k)))
+        {
+            let src = format!("{tree}queue = {{ kind = \"{kind}\", ecn = false }} }}]");
+            let c: QdiscConfig = toml::from_str(&src).unwrap();
+            let mut q = c
+                .build::<HeaderPacket>(&BuildCtx::with_classes(&["a"]))
+                .unwrap();
+            let mut d = Drops::new();
+            for i in 0..10 {
+                q.enqueue(ms(0), classed(i, 1500, 0), &mut d);
+            }
+            let (mut t, mut sent) = (0, 0);
+            while t <= 1000 {
+                match q.dequeue(ms(t), &mut d) {
+                    Dequeued::NotBefore(at) => t = at.as_nanos().div_ceil(1_000_000),
+                    Dequeued::Packet(_) => sent += 1,
+                    Dequeued::Empty => break,
+                }
+            }
+            // Served at the class rate: one packet per 240 ms (plus the bucket's burst).
+            assert!((5..=6).contains(&sent), "{tree} {kind}: {sent}");
+            assert!(d.is_empty(), "{tree} {kind}: {} dropped", d.len());
+            check(q.as_ref());
+        }
+    }
+}
