@@ -455,9 +455,6 @@ fn spurious_timeout_is_undone_with_timestamps() {
     );
 }
 
-/// Decides whether the n-th data segment of the client is dropped.
-type DropRule = Box<dyn FnMut(usize, &Headers) -> bool>;
-
 /// A drop rule for the client's data segments: drop the originals numbered in `first`, the
 /// first retransmission if `drop_first_retx`, and the first new segment sent after the
 /// first retransmission if `drop_after_retx`.
