@@ -72,4 +72,4 @@ mypy
 stage "cargo test (release; benches: cargo bench -p asymlink-bench)"
 cargo test --workspace --exclude asymlink-bench --release --locked -q
 stage "pytest"
-python -m pytest -q -p no:cacheprovider --durations=15
+python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15

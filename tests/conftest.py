@@ -130,6 +130,19 @@ def live_ok() -> None:
         pytest.skip(f"lab tests need root and network namespaces: {reason}")
 
 
+#: Modules that build namespace labs or run the box on real packets. Under pytest-xdist
+#: (`-n 2 --dist loadgroup`, as scripts/test.sh runs) they share one worker and so run one
+#: at a time, while the simulator tests run on the other.
+LAB_MODULES = {"test_lab", "test_lab_mechanisms", "test_live", "test_parity", "test_package"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.rsplit(".", 1)[-1] in LAB_MODULES:
+            item.add_marker(pytest.mark.xdist_group("lab"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """With ASYMLINK_NO_SKIPS=1 (set by scripts/test.sh when it runs as root with every

@@ -224,12 +224,6 @@ def test_reproduce_internal_entry_by_id(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.json").is_file()
 
 
-def test_reproduce_all_runs_only_the_catalog(tmp_path: Path) -> None:
-    code, _, _ = invoke("reproduce", "all", "--quick", "--out", str(tmp_path))
-    assert code == 0
-    assert not (tmp_path / "_selftest").exists()
-
-
 def test_reproduce_unknown_id(tmp_path: Path) -> None:
     code, _, err = invoke("reproduce", "nope", "--out", str(tmp_path))
     assert_user_error(code, err, "no reproduction 'nope'")
@@ -258,3 +252,23 @@ def test_installed_command_user_error(installed: str, tmp_path: Path) -> None:
     proc = subprocess.run([installed, "run", str(tmp_path / "x.toml"), "--out", str(tmp_path)],
                           capture_output=True, text=True, check=False)
     assert_user_error(proc.returncode, proc.stderr, "x.toml: No such file or directory")
+
+
+def test_a_run_too_long_for_memory_is_refused_up_front(tmp_path: Path) -> None:
+    code, _, err = invoke("run", "--example", "showcase", "--out", str(tmp_path / "o"),
+                          "--set", "duration=100000h")
+    assert_user_error(code, err, "example:showcase: duration: this run would hold about 27 TB"
+                                 " of time series in memory (3,600,000,001 samples of 14 rows")
+    assert "--set monitor.interval=" in err and "monitor.queues=false" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_memory_estimate_scales_with_samples() -> None:
+    from asymlink import examples
+    from asymlink.runner import estimate_memory
+
+    short = examples.load("showcase").with_overrides({"duration": "60s"})
+    coarse = short.with_overrides({"monitor.interval": "1s"})
+    a, b = estimate_memory(short, short.simulation()), estimate_memory(coarse, coarse.simulation())
+    assert (a["samples"], a["rows"], b["samples"]) == (601, 14, 61)
+    assert a["bytes"] == pytest.approx(b["bytes"] * 601 / 61)

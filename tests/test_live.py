@@ -268,8 +268,10 @@ def test_hostile_frames_cross_untouched_and_are_counted(lab: Lab, tmp_path: Path
         assert f in got, f"{name} arrived untouched"
     st = box.stats()
     u = st["directions"]["to_b"]["unparsed"]
-    malformed = u["bad_ip"] + u["bad_transport"] + u["bad_tcp_options"]
-    assert malformed == len(HOSTILE) - 1 and u["non_ip"] >= 1, u
+    malformed = u["bad_ip"] + u["bad_transport"]
+    # options_overrun parses (as in Linux, the option list is cut where it overruns) and
+    # non_ip is not IP: neither counts as malformed.
+    assert malformed == len(HOSTILE) - 2 and u["non_ip"] >= 1, u
     # Still forwarding real traffic afterwards.
     assert transfer(lab, 1.0) > 0.001
     box.stop()

@@ -131,3 +131,9 @@ def test_showcase_figures_mark_the_upload_and_keep_cwnd_readable(tmp_path: Path)
         marks = [t.get_text() for t in ax.texts]
         assert marks == ["upload starts"]
         assert ax.title.get_text() and "(" in ax.get_ylabel()  # a title and a unit
+
+
+def test_the_first_interval_is_drawn_too(results: Results) -> None:
+    ax = plot_throughput(results, interval=1.0)  # "down" sends from t = 0
+    x, _ = STEP_LOOKUP_MAP[ax.lines[0].get_drawstyle()](*np.asarray(ax.lines[0].get_xydata()).T)
+    assert x.min() == 0.0

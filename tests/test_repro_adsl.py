@@ -73,3 +73,15 @@ def test_ack_shares_arithmetic() -> None:
     assert s["uplink"] == pytest.approx(cells / 640_000)
     assert s["overhead"] == pytest.approx((cells - 52_000) / 640_000)
     assert s["use"] == pytest.approx(2 * cells / 640_000)
+
+
+def test_paper_values_are_drawn_as_reference_lines() -> None:
+    from asymlink.plot import new_axes
+    from asymlink.repro.adsl import PROBLEM
+    from asymlink.repro.base import draw_paper_values
+
+    ax = new_axes()
+    assert draw_paper_values(ax, PROBLEM.paper_data, "down_mbps") == 2
+    assert sorted(line.get_ydata()[0] for line in ax.lines) == [0.25, 7.0]
+    assert sorted(t.get_text() for t in ax.texts) == [
+        "paper: alone 7 Mbit/s", "paper: with_upload 0.25 Mbit/s"]

@@ -64,6 +64,12 @@ class Simulation:
     @property
     def finished(self) -> bool:
         """Whether the run reached its end."""
+    @property
+    def monitor_interval(self) -> float:
+        """The monitors' sampling interval in seconds."""
+    @property
+    def monitors(self) -> tuple[bool, bool, bool]:
+        """Which time series are recorded: (flows, queues, links)."""
     def run_until(self, t_seconds: float) -> None:
         """Process events up to and including `t_seconds` (capped at the end); releases
         the GIL. Raises ValueError for a negative or non-finite time."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from os import PathLike
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
@@ -47,7 +48,11 @@ def plot_series(
     style = INTERVAL_DRAWSTYLE if per_interval else SAMPLE_DRAWSTYLE
     for name, rows in table.groupby(key, sort=True):
         rows = rows.sort_values("t")
-        ax.plot(rows["t"], rows[column] * scale, label=str(name), drawstyle=style)
+        t, y = rows["t"].to_numpy(dtype=float), rows[column].to_numpy(dtype=float) * scale
+        if per_interval and len(t) > 1:
+            # the first value covers the interval before its label: give it a start
+            t, y = np.concatenate([[t[0] - (t[1] - t[0])], t]), np.concatenate([[y[0]], y])
+        ax.plot(t, y, label=str(name), drawstyle=style)
     ax.set_xlabel("time (s)")
     if table[key].nunique() > 1:
         ax.legend(title=key, fontsize="small")

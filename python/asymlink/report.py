@@ -114,7 +114,7 @@ def headline_table(results: Results) -> TextTable | None:
     q = results.queues
     slow = None
     if not q.empty and "sojourn_ms" in q.columns and q["sojourn_ms"].max() > 0:
-        slow = str(q.loc[q["sojourn_ms"].idxmax(), "queue"])
+        slow = str(q["queue"].iloc[int(q["sojourn_ms"].to_numpy(float).argmax())])
     by_flow = {str(k): v.sort_values("t") for k, v in f.groupby("flow", sort=True)}
     rows = []
     for t0, t1, active in phases:
@@ -132,7 +132,8 @@ def headline_table(results: Results) -> TextTable | None:
                "; ".join(parts)]
         if slow is not None:
             qr = q[(q["queue"] == slow) & (q["t"] > t0) & (q["t"] <= t1)]
-            sent = np.diff(qr["dequeued"].to_numpy(float), prepend=np.nan)[1:] if len(qr) else []
+            sent: np.ndarray = (np.diff(qr["dequeued"].to_numpy(float), prepend=np.nan)[1:]
+                                if len(qr) else np.zeros(0))
             s = qr["sojourn_ms"].to_numpy(float)[1:]
             delay = float((s * sent).sum() / sum(sent)) if len(qr) > 1 and sum(sent) > 0 else 0.0
             row.append(fmt_number(delay, "ms"))

@@ -16,7 +16,10 @@
 //!
 //! 1. `q` is a pure ACK: ACK set, none of SYN/FIN/RST/URG/PSH, no payload, no option
 //!    this module does not understand (MSS, window scale and SACK-permitted are SYN-only
-//!    and count as not understood on an ACK);
+//!    and count as not understood on an ACK); it is not signed (TCP-MD5, TCP-AO, behind
+//!    an IP Authentication Header, or options that could not be read to the end), has
+//!    neither a reserved flag bit nor AE (NS) set, and carries no IPv4 options or IPv6
+//!    extension headers (an ACK that replaced it would not carry them);
 //! 2. `q` is not a duplicate ACK, and not possibly one (the first ACK seen of a connection
 //!    whose history is unknown); `q` carries no D-SACK block;
 //! 3. `n` carries a cumulative ACK (ACK set, no SYN, no RST) that is *strictly* newer than
@@ -56,8 +59,11 @@ use core::fmt;
 
 /// The flags of an ACK that must not be mixed up by filtering (ECN feedback).
 const ECN_FLAGS: TcpFlags = TcpFlags(TcpFlags::ECE.0 | TcpFlags::CWR.0 | TcpFlags::NS.0);
-/// Flags a pure ACK may carry besides the ECN ones.
-const PURE_FLAGS: TcpFlags = TcpFlags(TcpFlags::ACK.0 | ECN_FLAGS.0);
+/// Flags a removable ACK may carry: ACK, ECE and CWR (AE/NS and the reserved bits keep it,
+/// as in CAKE).
+const PURE_FLAGS: TcpFlags = TcpFlags(TcpFlags::ACK.0 | TcpFlags::ECE.0 | TcpFlags::CWR.0);
+/// Flags whose meaning may change: AE (NS) and the three reserved bits.
+const RESERVED_FLAGS: TcpFlags = TcpFlags(TcpFlags::NS.0 | TcpFlags::RESERVED.0);
 
 /// Why a queued ACK must stay (the first rule that fails).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -69,6 +75,12 @@ pub enum Keep {
     ControlFlag,
     /// It carries payload.
     CarriesData,
+    /// It may be signed end to end ([`Headers::is_signed`]): never removed as redundant.
+    Signed,
+    /// A reserved flag bit or AE (NS) is set: its meaning may change, so it stays.
+    ReservedFlag,
+    /// IPv4 options or IPv6 extension headers precede the TCP header.
+    IpExtensions,
     /// It carries options this module does not understand.
     UnknownOptions,
     /// It is a duplicate ACK (same cumulative ACK and window as the connection's previous
@@ -94,10 +106,13 @@ pub enum Keep {
 
 impl Keep {
     /// All reasons, in counter order.
-    pub const ALL: [Keep; 13] = [
+    pub const ALL: [Keep; 16] = [
         Keep::NotAck,
         Keep::ControlFlag,
         Keep::CarriesData,
+        Keep::Signed,
+        Keep::ReservedFlag,
+        Keep::IpExtensions,
         Keep::UnknownOptions,
         Keep::DuplicateAck,
         Keep::MaybeDuplicate,
@@ -114,7 +129,10 @@ impl Keep {
     pub const fn name(self) -> &'static str {
         match self {
             Keep::NotAck => "not_ack",
+            Keep::Signed => "signed",
             Keep::ControlFlag => "control_flag",
+            Keep::ReservedFlag => "reserved_flag",
+            Keep::IpExtensions => "ip_extensions",
             Keep::CarriesData => "carries_data",
             Keep::UnknownOptions => "unknown_options",
             Keep::DuplicateAck => "duplicate_ack",
@@ -169,10 +187,16 @@ impl AckMeta {
         let o = &t.opts;
         let removable = if !t.flags.contains(TcpFlags::ACK) {
             Err(Keep::NotAck)
-        } else if t.flags.0 & !PURE_FLAGS.0 != 0 {
+        } else if t.flags.0 & !(PURE_FLAGS.0 | RESERVED_FLAGS.0) != 0 {
             Err(Keep::ControlFlag)
         } else if h.payload_len > 0 {
             Err(Keep::CarriesData)
+        } else if h.is_signed() {
+            Err(Keep::Signed)
+        } else if t.flags.intersects(RESERVED_FLAGS) {
+            Err(Keep::ReservedFlag)
+        } else if h.ip.extensions {
+            Err(Keep::IpExtensions)
         } else if o.other || o.mss.is_some() || o.wscale.is_some() || o.sack_permitted {
             Err(Keep::UnknownOptions)
         } else if is_dsack(t.ack, &o.sack) {

@@ -62,6 +62,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_unchanged_word_maps_both_zeros_to_0x0000() {
+        for m in [0u16, 1, 0x1234, 0xfffe, 0xffff] {
+            assert_eq!(update(0x0000, m, m), 0x0000);
+            assert_eq!(update(0xffff, m, m), 0x0000);
+        }
+    }
+
+    #[test]
     fn rfc1071_example() {
         // RFC 1071 §3 example: words 0001 f203 f4f5 f6f7 sum to ddf2.
         let d = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];

@@ -31,8 +31,9 @@ pub trait Pkt {
     fn class(&self) -> ClassId;
     /// Record the class a classifier assigned.
     fn set_class(&mut self, class: ClassId);
-    /// Set the TCP window field (raw, before scaling). Returns false if not TCP or not
-    /// parsed.
+    /// Set the TCP window field (raw, before scaling). Returns false (and changes nothing)
+    /// if not TCP, not parsed, or possibly signed
+    /// ([`Headers::is_signed`](crate::wire::Headers::is_signed)).
     fn set_tcp_window(&mut self, window: u16) -> bool;
     /// Set the IP DSCP and ECN fields. Returns false if not parsed.
     fn set_dscp_ecn(&mut self, dscp: u8, ecn: Ecn) -> bool;
@@ -72,6 +73,9 @@ impl Pkt for HeaderPacket {
         self.class = class;
     }
     fn set_tcp_window(&mut self, window: u16) -> bool {
+        if self.hdr.is_signed() {
+            return false;
+        }
         match self.hdr.tcp_repr_mut() {
             Some(t) => {
                 t.window = window;

@@ -724,6 +724,74 @@ fn the_connection_table_is_bounded() {
 }
 
 #[test]
+fn a_flow_in_the_shared_bucket_is_never_reordered() {
+    // Both entries busy: flow 2's 1000 and 2000 wait in the shared bucket. Flow 0's entry
+    // then goes idle; flow 2's 3000 must not take it (round robin would serve it first).
+    for service in [Service::RoundRobin, Service::Fifo] {
+        let mut h = H::new(
+            cfg(AckPolicy::Classic)
+                .with_max_connections(2)
+                .with_service(service),
+            None,
+        );
+        h.enq(ms(0), ack(0, 1, 100));
+        h.enq(ms(0), ack(1, 2, 100));
+        h.enq(ms(1), ack(2, 1000, 1000));
+        h.enq(ms(1), ack(2, 2000, 2000));
+        assert_eq!(h.deq(ms(2)), Some(1));
+        h.enq(ms(3), ack(2, 3000, 3000));
+        let out: Vec<u32> = h.drain(ms(4)).into_iter().filter(|&t| t >= 1000).collect();
+        assert_eq!(out, vec![1000, 2000, 3000], "{service:?}");
+        // Once its shared packets have left, the flow gets an entry of its own.
+        h.enq(ms(5), ack(2, 4000, 4000));
+        assert_eq!(h.q.connections(), 2);
+        assert_eq!(h.q.queue_lengths().len(), 1);
+        assert!(h.q.queue_lengths()[0].0.is_some());
+    }
+}
+
+#[test]
+fn signed_reserved_flag_and_extension_header_acks_are_never_filtered() {
+    let signed = |p: HeaderPacket| edit(p, |t| t.opts.signed = true);
+    let reserved = |p: HeaderPacket| edit(p, |t| t.flags = TcpFlags::ACK | TcpFlags(0x200));
+    let ae = |p: HeaderPacket| edit(p, |t| t.flags = TcpFlags::ACK | TcpFlags::NS);
+    let ah = |mut p: HeaderPacket| {
+        p.hdr.ip.auth = true;
+        p.hdr.ip.extensions = true;
+        p
+    };
+    let ext = |mut p: HeaderPacket| {
+        p.hdr.ip.extensions = true;
+        p
+    };
+    let kinds: [(&dyn Fn(HeaderPacket) -> HeaderPacket, Keep); 5] = [
+        (&signed, Keep::Signed),
+        (&ah, Keep::Signed),
+        (&reserved, Keep::ReservedFlag),
+        (&ae, Keep::ReservedFlag),
+        (&ext, Keep::IpExtensions),
+    ];
+    for (make, why) in kinds {
+        let mut h = H::new(
+            cfg(AckPolicy::Classic).with_placement(Placement::Tail),
+            None,
+        );
+        h.enq(ms(0), ack(0, 1, 100));
+        h.deq(ms(0));
+        // A train of increasing ACKs of this kind: each would supersede the one before.
+        for (i, a) in [200, 300, 400].into_iter().enumerate() {
+            h.enq(ms(1 + i as u64), make(ack(0, 2 + i as u32, a)));
+        }
+        assert!(h.filtered().is_empty(), "{why:?}");
+        assert!(h.q.kept_for(why) >= 1, "{why:?}");
+        // A plain newer ACK does not remove them either.
+        h.enq(ms(5), ack(0, 9, 500));
+        assert!(h.filtered().is_empty(), "{why:?}");
+        assert_eq!(h.drain(ms(6)), vec![2, 3, 4, 9], "{why:?}");
+    }
+}
+
+#[test]
 fn memory_does_not_grow_with_traffic() {
     let mut h = H::new(
         cfg(AckPolicy::Classic).with_placement(Placement::Tail),

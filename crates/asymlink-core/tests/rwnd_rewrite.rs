@@ -578,5 +578,219 @@ fn port_guesses_apply_in_the_box() {
         .unwrap();
     let w = pass(&mut rw, ms(0), Dir::ToA, &b);
     let key = w.hdr.flow_key().canonical();
+    // Counted (and classed) once the handshake completes.
+    assert_eq!(rw.policy().flow(key), None);
+    let synack = TcpRepr {
+        src_port: RCV_PORT,
+        dst_port: 20,
+        seq: SeqNumber(ISS_RCV),
+        ack: SeqNumber(ISS_SND + 1),
+        flags: TcpFlags::SYN | TcpFlags::ACK,
+        ..tcp
+    };
+    let b = Headers::tcp(IpRepr::new(RCV, SND), synack, 0)
+        .to_bytes()
+        .unwrap();
+    pass(&mut rw, ms(100), Dir::ToB, &b);
+    let ack = TcpRepr {
+        seq: SeqNumber(ISS_SND + 1),
+        ack: SeqNumber(ISS_RCV + 1),
+        flags: TcpFlags::ACK,
+        opts: TcpOptions::default(),
+        ..tcp
+    };
+    let b = Headers::tcp(IpRepr::new(SND, RCV), ack, 0)
+        .to_bytes()
+        .unwrap();
+    pass(&mut rw, ms(101), Dir::ToA, &b);
     assert_eq!(rw.policy().flow(key).unwrap().class, FlowClass::LongBulk);
+}
+
+/// `bytes` (IPv4, TCP) with a TCP-MD5 option (RFC 2385, kind 19, 18 bytes) appended to its
+/// TCP options.
+fn with_md5(bytes: &[u8]) -> Vec<u8> {
+    let hl = (bytes[32] >> 4) as usize * 4;
+    let mut b = bytes[..20 + hl].to_vec();
+    b.extend_from_slice(&[1, 1, 19, 18]);
+    b.extend_from_slice(&[0xab; 16]);
+    b.extend_from_slice(&bytes[20 + hl..]);
+    b[32] = (((hl + 20) / 4) as u8) << 4 | (b[32] & 0x0f);
+    let total = b.len() as u16;
+    b[2..4].copy_from_slice(&total.to_be_bytes());
+    b
+}
+
+/// `bytes` (IPv4, TCP) carried behind an IP Authentication Header (RFC 4302).
+fn behind_ah(bytes: &[u8]) -> Vec<u8> {
+    let mut b = bytes[..20].to_vec();
+    b[9] = 51;
+    b.extend_from_slice(&[6, 4, 0, 0, 0, 0, 0x10, 0x01, 0, 0, 0, 7]);
+    b.extend_from_slice(&[0x5a; 12]);
+    b.extend_from_slice(&bytes[20..]);
+    let total = b.len() as u16;
+    b[2..4].copy_from_slice(&total.to_be_bytes());
+    b
+}
+
+/// Pass `bytes` and return them as they left.
+fn through(rw: &mut WindowRewriter, t: u64, dir: Dir, bytes: &[u8]) -> Vec<u8> {
+    let mut w = Wire::new(bytes);
+    assert_eq!(rw.on_packet(ms(t), dir, &mut w), Action::Pass);
+    w.buf
+}
+
+#[test]
+fn signed_segments_are_never_edited() {
+    let mut rw = rewriter(MODEM, Dir::ToA);
+    // A receiver's signed SYN keeps its window (an unsigned one is lowered to 1460 above).
+    let syn = seg(
+        true,
+        RCV_PORT + 1,
+        TcpFlags::SYN,
+        ISS_RCV,
+        0,
+        65_535,
+        syn_opts(1460, None),
+        0,
+    );
+    for signed in [with_md5(&syn), behind_ah(&syn)] {
+        assert!(Headers::parse(&signed).unwrap().0.is_signed());
+        assert_eq!(through(&mut rw, 0, Dir::ToB, &signed), signed);
+    }
+    // A tracked bulk flow: the unsigned ACK is lowered, its signed twins are not.
+    handshake(&mut rw, 0, RCV_PORT, 536, None, None);
+    data(&mut rw, 200, RCV_PORT, 0, 16, 536);
+    let ack = seg(
+        true,
+        RCV_PORT,
+        TcpFlags::ACK,
+        ISS_RCV + 1,
+        ISS_SND + 1 + 16 * 536,
+        32_000,
+        TcpOptions::default(),
+        0,
+    );
+    let edits = counter(&rw, "syn_rewritten") + counter(&rw, "rewritten");
+    for signed in [with_md5(&ack), behind_ah(&ack)] {
+        assert_eq!(through(&mut rw, 201, Dir::ToB, &signed), signed);
+    }
+    assert_eq!(counter(&rw, "signed_untouched"), 4);
+    assert_eq!(
+        counter(&rw, "syn_rewritten") + counter(&rw, "rewritten"),
+        edits
+    );
+    assert_eq!(
+        ack_from_receiver(&mut rw, 202, RCV_PORT, 16 * 536, 32_000),
+        2_016
+    );
+}
+
+#[test]
+fn duplicate_acks_stay_duplicates() {
+    // A fast link: the allocation is far below its target and grows a packet per packet.
+    let mut rw = rewriter(r#"link_rate = "10Mbit""#, Dir::ToA);
+    handshake(&mut rw, 0, RCV_PORT, 536, None, None);
+    data(&mut rw, 200, RCV_PORT, 0, 4, 536);
+    let first = ack_from_receiver(&mut rw, 201, RCV_PORT, 4 * 536, 60_000);
+    assert!(first < 60_000, "{first}");
+    // Segment 5 is lost; 6, 7, 8, 9 arrive and each is answered by a duplicate ACK. The
+    // allocation grows with every arrival, but the duplicates must keep their window.
+    let mut dups = Vec::new();
+    for i in 0..4 {
+        data(&mut rw, 202 + i, RCV_PORT, (5 + i as u32) * 536, 1, 536);
+        dups.push(ack_from_receiver(
+            &mut rw,
+            202 + i,
+            RCV_PORT,
+            4 * 536,
+            60_000,
+        ));
+    }
+    assert_eq!(dups, vec![first; 4]);
+    assert_eq!(counter(&rw, "frozen"), 4);
+    // The retransmission fills the hole: a new ACK number gets the grown allocation.
+    data(&mut rw, 210, RCV_PORT, 4 * 536, 1, 536);
+    let next = ack_from_receiver(&mut rw, 211, RCV_PORT, 9 * 536, 60_000);
+    assert!(next > first, "{next} > {first}");
+    // A window update from the receiver (same ACK number, new window) is not frozen.
+    let update = ack_from_receiver(&mut rw, 212, RCV_PORT, 9 * 536, 1_000);
+    assert_eq!(update, 1_000);
+}
+
+/// A SYN from a spoofed address toward the receiver's `port`, and the receiver's SYN-ACK.
+fn spoofed_syn(rw: &mut WindowRewriter, t: u64, i: u32, port: u16) {
+    let src = IpAddr::V4(Ipv4Addr::from(0xc633_0000 + i)); // 198.51.x.x
+    let sport = 1024 + (i % 60_000) as u16;
+    let syn = TcpRepr {
+        src_port: sport,
+        dst_port: port,
+        seq: SeqNumber(i),
+        ack: SeqNumber(0),
+        flags: TcpFlags::SYN,
+        window: 65_535,
+        urgent: 0,
+        opts: syn_opts(1460, None),
+    };
+    let b = Headers::tcp(IpRepr::new(src, RCV), syn, 0)
+        .to_bytes()
+        .unwrap();
+    through(rw, t, Dir::ToA, &b);
+    let synack = TcpRepr {
+        src_port: port,
+        dst_port: sport,
+        seq: SeqNumber(77),
+        ack: SeqNumber(i + 1),
+        flags: TcpFlags::SYN | TcpFlags::ACK,
+        ..syn
+    };
+    let b = Headers::tcp(IpRepr::new(RCV, src), synack, 0)
+        .to_bytes()
+        .unwrap();
+    through(rw, t, Dir::ToB, &b);
+}
+
+#[test]
+fn spoofed_syns_do_not_shrink_legitimate_windows() {
+    for max_flows in [16u32, 4096] {
+        let mut rw = rewriter(
+            &format!("link_rate = \"1Mbit\"\nmax_flows = {max_flows}"),
+            Dir::ToA,
+        );
+        handshake(&mut rw, 0, RCV_PORT, 536, None, None);
+        data(&mut rw, 200, RCV_PORT, 0, 40, 536);
+        let before = ack_from_receiver(&mut rw, 201, RCV_PORT, 40 * 536, 60_000);
+        assert!(before > 4 * 536, "{before}");
+        // 1000 unanswered SYNs, to the web port and to others, each answered by the
+        // receiver's SYN-ACK; none completes its handshake.
+        for i in 0..1000 {
+            spoofed_syn(
+                &mut rw,
+                300 + i as u64 / 100,
+                i,
+                [80, 443, 8080, 22][i as usize % 4],
+            );
+        }
+        data(&mut rw, 319, RCV_PORT, 40 * 536, 1, 536);
+        let after = ack_from_receiver(&mut rw, 320, RCV_PORT, 41 * 536, 60_000);
+        assert_eq!(
+            after,
+            before + 536,
+            "max_flows {max_flows}: grown by one packet"
+        );
+        assert_eq!(rw.policy().len(), 1, "only the real flow counts");
+        assert!(
+            rw.scale(&real_key()).is_some(),
+            "the real flow is still tracked"
+        );
+    }
+}
+
+fn real_key() -> asymlink_core::wire::FlowKey {
+    asymlink_core::wire::FlowKey {
+        src: RCV,
+        dst: SND,
+        src_port: RCV_PORT,
+        dst_port: SND_PORT,
+        proto: 6,
+    }
 }

@@ -83,6 +83,8 @@ fn v4_syn() {
             ident: 25530,
             dont_frag: true,
             flow_label: 0,
+            extensions: false,
+            auth: false,
         }
     );
     assert_eq!(h.payload_len, 0);
@@ -196,6 +198,8 @@ fn v6_syn() {
             ident: 0,
             dont_frag: false,
             flow_label: 0x3b00d,
+            extensions: false,
+            auth: false,
         }
     );
     let t = tcp(&h);

@@ -9,7 +9,7 @@ mod common;
 
 use asymlink_core::checksum;
 use asymlink_core::wire::{
-    mutate, Ecn, Headers, Layout, ParseError, SeqNumber, TcpFlags, Transport,
+    mutate, Ecn, Headers, Layout, ParseError, SeqNumber, TcpFlags, TcpOptions, Transport,
 };
 use common::assert_checksums;
 use core::net::{IpAddr, Ipv4Addr};
@@ -76,12 +76,21 @@ fn transport_err(b: &[u8]) -> String {
     }
 }
 
+/// The options of a packet that must parse (options never make a packet malformed, as in
+/// Linux's `tcp_parse_options`).
 #[track_caller]
-fn options_err(b: &[u8]) -> &'static str {
+fn opts_of(b: &[u8]) -> TcpOptions {
     match Headers::parse(b) {
-        Err(ParseError::TcpOptions(m)) => m,
-        other => panic!("expected ParseError::TcpOptions, got {other:?}"),
+        Ok((h, _)) => h.tcp_repr().expect("TCP").opts,
+        other => panic!("expected a TCP packet, got {other:?}"),
     }
+}
+
+/// Options cut where Linux stops reading them: what came before is kept, the rest is
+/// unknown, and the segment counts as possibly signed (never edited).
+#[track_caller]
+fn assert_cut(o: &TcpOptions) {
+    assert!(o.other && o.signed, "{o:?}");
 }
 
 /// V4_TCP with `opts` (a multiple of 4 bytes) as TCP options.
@@ -246,6 +255,49 @@ fn test_ipv6_payload_length_zero() {
     transport_err(&b);
 }
 
+/// An IP Authentication Header (RFC 4302) with a 12-byte ICV, followed by TCP.
+fn ah(next: u8) -> Vec<u8> {
+    let mut a = vec![next, 4, 0, 0, 0, 0, 0x10, 0x01, 0, 0, 0, 7];
+    a.extend_from_slice(&[0x5a; 12]);
+    a
+}
+
+#[test]
+fn test_tcp_behind_ah_is_signed() {
+    // IPv4: protocol 51 (AH), AH's next header TCP.
+    let mut b = V4_TCP[..20].to_vec();
+    b[9] = 51;
+    b.extend_from_slice(&ah(6));
+    b.extend_from_slice(&V4_TCP[20..]);
+    let total = b.len() as u16;
+    b[2..4].copy_from_slice(&total.to_be_bytes());
+    let (h, l) = Headers::parse(&b).unwrap();
+    assert_eq!(l.l4_offset, 20 + 24);
+    assert_eq!(h.tcp_repr().unwrap().src_port, 1234);
+    assert!(h.ip.auth && h.ip.extensions && h.is_signed());
+    // IPv6: next header 51, AH's next header TCP.
+    let mut b = V6_TCP[..40].to_vec();
+    b[6] = 51;
+    b.extend_from_slice(&ah(6));
+    b.extend_from_slice(&V6_TCP[40..]);
+    let plen = (b.len() - 40) as u16;
+    b[4..6].copy_from_slice(&plen.to_be_bytes());
+    let (h, l) = Headers::parse(&b).unwrap();
+    assert_eq!(l.l4_offset, 40 + 24);
+    assert!(h.ip.auth && h.is_signed());
+    // The plain packets are not.
+    assert!(!Headers::parse(&V4_TCP).unwrap().0.is_signed());
+    assert!(!Headers::parse(&V6_TCP).unwrap().0.ip.extensions);
+}
+
+#[test]
+fn test_tcp_reserved_flag_bits_are_kept() {
+    let mut b = V4_TCP;
+    b[32] |= 0x0e; // the three reserved bits
+    let t = *Headers::parse(&b).unwrap().0.tcp_repr().unwrap();
+    assert_eq!(t.flags, TcpFlags::PSH | TcpFlags::ACK | TcpFlags::RESERVED);
+}
+
 #[test]
 fn test_ipv4_options() {
     // IHL 6: NOP NOP NOP EOL. The header is skipped; the TCP header is found after it.
@@ -261,6 +313,7 @@ fn test_ipv4_options() {
     let t = h.tcp_repr().unwrap();
     assert_eq!((t.src_port, t.dst_port, t.window), (1234, 80, 4096));
     assert_eq!(h.payload_len, 4);
+    assert!(h.ip.extensions && !h.ip.auth && !h.is_signed());
     // Edits find the fields past the options and keep both checksums right.
     assert!(mutate::set_tcp_window(&mut b, &l, 77));
     assert!(mutate::set_dscp_ecn(&mut b, 46, Ecn::Ce));
@@ -288,6 +341,7 @@ fn test_ipv6_extension_headers() {
     );
     assert_eq!(h.tcp_repr().unwrap().flags, TcpFlags::SYN);
     assert_eq!(h.payload_len, 3);
+    assert!(h.ip.extensions && !h.ip.auth && !h.is_signed());
     let before = b.clone();
     assert!(mutate::set_tcp_window(&mut b, &l, 5));
     assert_eq!(
@@ -440,28 +494,26 @@ fn test_tcp_data_offset_beyond_segment() {
 }
 
 #[test]
-fn test_tcp_options_overrun() {
-    // Timestamps option says 10 bytes, 8 remain in the header.
-    let b = v4_with_tcp_options(&[1, 1, 1, 1, 8, 10, 0, 0, 0, 1, 0, 0]);
-    assert_eq!(options_err(&b), "option runs past the header");
-    // Kind without its length byte at the very end of the header.
-    let b = v4_with_tcp_options(&[1, 1, 1, 2]);
-    assert_eq!(options_err(&b), "option length missing");
+fn test_tcp_options_overrun_cut_the_list() {
+    // Timestamps option says 10 bytes, 8 remain in the header: Linux stops there.
+    let o = opts_of(&v4_with_tcp_options(&[1, 1, 1, 1, 8, 10, 0, 0, 0, 1, 0, 0]));
+    assert_cut(&o);
+    assert_eq!(o.timestamp, None);
+    // A lone trailing kind byte, after a readable MSS.
+    let o = opts_of(&v4_with_tcp_options(&[2, 4, 0x05, 0xb4, 1, 1, 1, 2]));
+    assert_cut(&o);
+    assert_eq!(o.mss, Some(1460));
     // Unknown kind whose length overruns.
-    let b = v4_with_tcp_options(&[1, 1, 0x99, 40]);
-    assert_eq!(options_err(&b), "option runs past the header");
+    assert_cut(&opts_of(&v4_with_tcp_options(&[1, 1, 0x99, 40])));
 }
 
 #[test]
-fn test_tcp_option_length_zero_or_one() {
+fn test_tcp_option_length_zero_or_one_cuts_the_list() {
     for kind in [2u8, 5, 8, 30, 0xfe] {
         for len in [0u8, 1] {
-            let b = v4_with_tcp_options(&[kind, len, 0, 0]);
-            assert_eq!(
-                options_err(&b),
-                "option length below 2",
-                "kind {kind} len {len}"
-            );
+            let o = opts_of(&v4_with_tcp_options(&[kind, len, 0, 0]));
+            assert_cut(&o);
+            assert_eq!((o.mss, o.timestamp, o.sack.len()), (None, None, 0));
         }
     }
 }
@@ -493,16 +545,16 @@ fn test_tcp_unknown_options_are_skipped() {
 
 #[test]
 fn test_tcp_sack_lengths() {
-    // 2 + 8n is required: 2 (no block), 3, 9, 11, 12 are not.
+    // 2 + 8n is required: 2 (no block), 3, 9, 11, 12 are skipped as Linux skips them (the
+    // packet parses; the option is unknown, the list was read to its end).
     for len in [2u8, 3, 9, 11, 12] {
         let mut opts = vec![1, 1, 5, len];
         opts.resize(4 + len as usize - 2, 0);
         opts.resize(opts.len().div_ceil(4) * 4, 0);
-        let b = v4_with_tcp_options(&opts);
-        assert_eq!(
-            options_err(&b),
-            "known option with a wrong length",
-            "SACK length {len}"
+        let o = opts_of(&v4_with_tcp_options(&opts));
+        assert!(
+            o.other && !o.signed && o.sack.is_empty(),
+            "SACK length {len}: {o:?}"
         );
     }
     // 2 + 8·4 = 34 is the most a header can hold; all four blocks come back in order.
@@ -519,19 +571,43 @@ fn test_tcp_sack_lengths() {
 }
 
 #[test]
-fn test_tcp_known_options_with_wrong_lengths() {
+fn test_tcp_known_options_with_wrong_lengths_are_skipped() {
     for opts in [
         [2u8, 3, 0, 1], // MSS of 3 bytes
         [3, 4, 7, 0],   // window scale of 4 bytes
         [4, 3, 0, 1],   // SACK-permitted of 3 bytes
         [8, 4, 0, 0],   // timestamps of 4 bytes
     ] {
+        let o = opts_of(&v4_with_tcp_options(&opts));
+        assert!(o.other && !o.signed, "{opts:?}: {o:?}");
         assert_eq!(
-            options_err(&v4_with_tcp_options(&opts)),
-            "known option with a wrong length",
-            "{opts:?}"
+            (o.mss, o.wscale, o.sack_permitted, o.timestamp),
+            (None, None, false, None)
         );
     }
+    // An option after a skipped one is still read.
+    let o = opts_of(&v4_with_tcp_options(&[
+        2, 3, 0, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9, 1, 1,
+    ]));
+    assert_eq!(o.timestamp.map(|t| (t.val, t.ecr)), Some((7, 9)));
+}
+
+#[test]
+fn test_tcp_signature_options_mark_the_segment_signed() {
+    // TCP-MD5 (kind 19, 18 bytes) and TCP-AO (kind 29, here 16 bytes).
+    let mut md5 = vec![1, 1, 19, 18];
+    md5.extend_from_slice(&[0xab; 16]);
+    let (h, _) = Headers::parse(&v4_with_tcp_options(&md5)).unwrap();
+    assert!(h.tcp_repr().unwrap().opts.signed && h.is_signed());
+    let mut ao = vec![1, 1, 29, 16, 3, 4];
+    ao.extend_from_slice(&[0xcd; 12]);
+    ao.extend_from_slice(&[1, 1]);
+    let (h, _) = Headers::parse(&v4_with_tcp_options(&ao)).unwrap();
+    assert!(h.is_signed());
+    // Timestamps only: not signed.
+    let (h, _) =
+        Headers::parse(&v4_with_tcp_options(&[1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9])).unwrap();
+    assert!(!h.is_signed());
 }
 
 #[test]

@@ -51,6 +51,8 @@ fn ip_repr() -> impl Strategy<Value = IpRepr> {
             ident,
             dont_frag: df,
             flow_label: 0,
+            extensions: false,
+            auth: false,
         });
     let v6 = (
         any::<u128>(),
@@ -69,6 +71,8 @@ fn ip_repr() -> impl Strategy<Value = IpRepr> {
             ident: 0,
             dont_frag: false,
             flow_label: fl,
+            extensions: false,
+            auth: false,
         });
     prop_oneof![v4, v6]
 }
@@ -103,6 +107,7 @@ fn tcp_options() -> impl Strategy<Value = TcpOptions> {
             timestamp: ts.map(|(val, ecr)| Timestamp { val, ecr }),
             sack,
             other: false,
+            signed: false,
         })
 }
 
@@ -112,6 +117,7 @@ fn tcp_repr() -> impl Strategy<Value = TcpRepr> {
         any::<u16>(),
         any::<u32>(),
         any::<u32>(),
+        // The 9 flags (the checksum oracle, etherparse, drops the reserved bits).
         0u16..0x200,
         any::<u16>(),
         any::<u16>(),

@@ -36,20 +36,19 @@ pub enum Unparsed {
     /// The IP header is malformed or truncated (bad IHL, bad length, bad version,
     /// broken IPv6 extension chain, jumbogram).
     Ip,
-    /// The TCP/UDP header is malformed or truncated (bad data offset, ...).
+    /// The TCP/UDP header is malformed or truncated (bad data offset, ...). (TCP options
+    /// never are: as in Linux, a list that cannot be read to its end is cut there, and the
+    /// segment counts as possibly signed, so no mechanism edits it.)
     Transport,
-    /// TCP options overrun the header or have impossible lengths.
-    TcpOptions,
 }
 
 impl Unparsed {
     /// All kinds, in counter order.
-    pub const ALL: [Unparsed; 5] = [
+    pub const ALL: [Unparsed; 4] = [
         Unparsed::NonIp,
         Unparsed::Runt,
         Unparsed::Ip,
         Unparsed::Transport,
-        Unparsed::TcpOptions,
     ];
     /// Stable snake_case name (JSON keys, Prometheus labels).
     pub const fn name(self) -> &'static str {
@@ -58,7 +57,6 @@ impl Unparsed {
             Unparsed::Runt => "runt",
             Unparsed::Ip => "bad_ip",
             Unparsed::Transport => "bad_transport",
-            Unparsed::TcpOptions => "bad_tcp_options",
         }
     }
     /// Whether this is a malformed packet (as opposed to legitimate non-IP traffic).
@@ -69,7 +67,6 @@ impl Unparsed {
         match e {
             ParseError::Ip(_) => Unparsed::Ip,
             ParseError::Transport(_) => Unparsed::Transport,
-            ParseError::TcpOptions(_) => Unparsed::TcpOptions,
         }
     }
 }
@@ -253,6 +250,9 @@ impl Pkt for LivePacket {
         let Some((h, layout)) = self.parsed.as_mut() else {
             return false;
         };
+        if h.is_signed() {
+            return false; // the peer would discard an edited signed segment
+        }
         let Some(t) = h.tcp_repr_mut() else {
             return false;
         };

@@ -65,6 +65,19 @@ impl Simulation {
         self.sim().end().as_secs_f64()
     }
 
+    /// The monitors' sampling interval in seconds.
+    #[getter]
+    fn monitor_interval(&self) -> f64 {
+        self.sim().monitor_plan().0.as_secs_f64()
+    }
+
+    /// Which time series are recorded: (flows, queues, links).
+    #[getter]
+    fn monitors(&self) -> (bool, bool, bool) {
+        let [f, q, l] = self.sim().monitor_plan().1;
+        (f, q, l)
+    }
+
     /// Whether the run reached its end.
     #[getter]
     fn finished(&self) -> bool {

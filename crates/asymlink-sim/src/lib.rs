@@ -114,6 +114,13 @@ impl Simulation {
         self.world.end
     }
 
+    /// The monitors' sampling interval, and which time series are recorded
+    /// (flows, queues, links): what makes the results grow with the duration.
+    pub fn monitor_plan(&self) -> (core::time::Duration, [bool; 3]) {
+        let m = &self.world.monitor;
+        (m.interval, [m.flows_on(), m.queues_on(), m.links_on()])
+    }
+
     /// Whether the run reached its end.
     pub fn is_finished(&self) -> bool {
         self.world.now >= self.world.end

@@ -113,7 +113,9 @@ def _metric_dict(metrics: Metrics, key: str) -> dict[str, float]:
 
 
 def _timeseries_figure(out_dir: Path, names: list[str], flow: str, path: str,
-                       title: str) -> Path:
+                       title: str, reference: str | None = None) -> Path:
+    """Goodput of `flow` in each run over time; `reference`: the adsl-problem metric whose
+    paper values are drawn as reference lines (Mbit/s)."""
     from asymlink.analysis import INTERVAL_DRAWSTYLE, throughput
     from asymlink.plot import new_axes, save
 
@@ -123,6 +125,10 @@ def _timeseries_figure(out_dir: Path, names: list[str], flow: str, path: str,
         ax.plot(tp["t"], tp["throughput_bps"] / 1e6, label=name, drawstyle=INTERVAL_DRAWSTYLE)
     ax.set_xlabel("time (s)")
     ax.set_ylabel(f"{flow} goodput (Mbit/s)")
+    if reference is not None:
+        from asymlink.repro.base import draw_paper_values
+
+        draw_paper_values(ax, PROBLEM.paper_data, reference)
     ax.set_title(title)
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
@@ -173,9 +179,11 @@ def _problem_run(out_dir: Path, quick: bool) -> dict[str, Any]:
 
 def _problem_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
     from asymlink.plot import new_axes, save
+    from asymlink.repro.base import draw_paper_values
 
     figs = [_timeseries_figure(out_dir, PROBLEM_ARMS, "down", "downstream.png",
-                               "adsl-problem: downstream transfer alone and during an upload")]
+                               "adsl-problem: downstream transfer alone and during an upload",
+                               reference="down_mbps")]
     ax = new_axes()
     for name, res in _load_runs(out_dir, PROBLEM_ARMS).items():
         m = res.measurements
@@ -184,6 +192,7 @@ def _problem_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
     ax.set_xlabel("time (s)")
     ax.set_ylabel("ping RTT (ms)")
     ax.set_yscale("log")
+    draw_paper_values(ax, PROBLEM.paper_data, "rtt_ms")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     figs.append(save(ax.figure, out_dir / "figures" / "rtt.png"))

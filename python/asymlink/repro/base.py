@@ -309,6 +309,24 @@ def fmt_metric(x: float | None, path: MetricPath, digits: int = 4) -> str:
     return fmt_number(x, digits=digits)
 
 
+def draw_paper_values(ax: Any, paper: PaperData, metric: str, scale: float = 1.0) -> int:
+    """A dashed horizontal reference line, labelled "paper: <arm> <value>", for each value
+    the paper reports for `metric` (the first key of its path), × `scale` to match the
+    axis. Returns how many were drawn."""
+    drawn = 0
+    for p in paper.paper_values:
+        if p.metric[0] != metric:
+            continue
+        y = p.value * scale
+        ax.axhline(y, color="black", linestyle="--", linewidth=0.8, alpha=0.7)
+        arm = ".".join(p.metric[1:])
+        ax.annotate(f"paper: {arm + ' ' if arm else ''}{fmt_number(p.value, p.unit, digits=4)}",
+                    (0.0, y), xycoords=("axes fraction", "data"), xytext=(4, 2),
+                    textcoords="offset points", fontsize="small")
+        drawn += 1
+    return drawn
+
+
 def check_expectation(e: Expectation, metrics: Metrics) -> Check:
     """Evaluate an expected ordering on the measured metrics. The measured column gives
     both sides with the unit the metric's name states."""

@@ -234,6 +234,32 @@ impl<K: Ord + Copy> Policy<K> {
         cur.max(mss as u64)
     }
 
+    /// The window a flow that is not counted yet (a connection still in its handshake)
+    /// may advertise now: what it would get if it opened now with the port guess `guess`,
+    /// never below `mss`. Changes no state, so unanswered (possibly spoofed) SYNs do not
+    /// shrink the windows of the flows that are counted.
+    pub fn prospective_window(&mut self, now: Instant, guess: Option<FlowClass>, mss: u32) -> u64 {
+        let now = self.advance(now);
+        let mss = mss.max(1);
+        let class = guess.unwrap_or(FlowClass::Interactive);
+        let f = Flow {
+            class,
+            guess,
+            since_send: 0,
+            last_active: now,
+            last_data: None,
+            base_rtt: None,
+            probe: None,
+            cur: None,
+            mss,
+        };
+        self.counts[class.index()] += 1;
+        let target = self.target_of(&f);
+        self.counts[class.index()] -= 1;
+        self.stats.windows += 1;
+        self.p.initial_window.bytes(mss).min(target).max(mss as u64)
+    }
+
     /// Flow `id` closed; its share goes to the others.
     pub fn handle_close(&mut self, now: Instant, id: K) {
         self.advance(now);

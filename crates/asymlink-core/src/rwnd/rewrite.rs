@@ -16,21 +16,33 @@
 //!   exceeded by an MSS or more, the segment is counted (`mss_inexpressible`);
 //! * the window of a SYN or SYN-ACK (never scaled) is lowered to the flow's first
 //!   allocation;
+//! * a duplicate ACK stays a duplicate: while the ACK number and the window the receiver
+//!   sent are those of its previous ACK, the window leaves as it left then (`frozen`),
+//!   however the allocation moved meanwhile (RFC 5681 §2 counts an ACK as a duplicate
+//!   only when the window is unchanged);
 //! * a connection whose handshake it did not see (unknown scale) passes untouched and is
 //!   counted, as do packets it cannot parse and non-TCP packets;
-//! * the flow table is bounded (`max_flows`, least recently active evicted) and flows
-//!   quiet for `flow_timeout` are forgotten.
+//! * a segment that may be signed end to end
+//!   ([`Headers::is_signed`](crate::wire::Headers::is_signed): TCP-MD5, TCP-AO, TCP
+//!   behind an IP Authentication Header, options not readable to the end) is never
+//!   edited (`signed_untouched`): the peer would discard it;
+//! * a connection counts in the policy's shares only once its handshake completed or data
+//!   flowed: unanswered (possibly spoofed) SYNs shrink no one's window; until then its
+//!   SYN-ACK gets the window it would get as one more flow;
+//! * the flow table is bounded (`max_flows`): flows still in their handshake are evicted
+//!   first, oldest first, in amortized constant time; only a table full of counted flows
+//!   evicts the least recently active one; flows quiet for `flow_timeout` are forgotten.
 //!
 //! On real packets, [`Pkt::set_tcp_window`] edits the bytes with an RFC 1624 incremental
 //! checksum update.
 
-use super::config::{ConfigError, RwndConfig};
+use super::config::{ConfigError, FlowClass, RwndConfig};
 use super::policy::{Policy, DEFAULT_MSS};
 use crate::packet::Pkt;
 use crate::pipeline::{Action, Dir, Rewriter};
 use crate::time::{earliest, Duration, Instant};
 use crate::wire::{FlowKey, SeqNumber, TcpFlags, TcpRepr};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Counters of a [`WindowRewriter`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,6 +61,12 @@ pub struct RewriteCounters {
     pub untracked: u64,
     /// Packets that could not be parsed (passed untouched).
     pub unparsed: u64,
+    /// Segments from receivers that may be signed end to end (TCP-MD5, TCP-AO, behind an
+    /// IP Authentication Header, or options not readable to the end): never edited.
+    pub signed_untouched: u64,
+    /// Segments from receivers with the ACK number and window of the previous one, sent
+    /// with the previous segment's window (so a duplicate ACK stays a duplicate).
+    pub frozen: u64,
     /// Flows evicted because the table was full.
     pub evicted: u64,
     /// Flows forgotten after `flow_timeout` without packets.
@@ -65,12 +83,23 @@ struct BoxFlow {
     send_ws: Option<Option<u8>>,
     /// When the first SYN passed.
     syn_at: Option<Instant>,
+    /// The policy counts the flow: its handshake completed or data flowed. Until then
+    /// it shares nothing (a SYN alone may be spoofed).
+    counted: bool,
+    /// The port-based class guess, applied when the flow is counted.
+    guess: Option<FlowClass>,
     synack_seen: bool,
     rtt_done: bool,
     /// The MSS options of the receiver's and the sender's SYN or SYN-ACK.
     mss_opts: [Option<u16>; 2],
     /// The right edge last advertised toward the sender (after rewriting).
     edge: Option<SeqNumber>,
+    /// The last ACK from the receiver: (ACK number, window field as received, window
+    /// field as sent). A segment with the same ACK number and received window leaves with
+    /// the same sent window, so duplicate ACKs stay duplicates.
+    last_ack: Option<(SeqNumber, u16, u16)>,
+    /// When the flow was first tracked.
+    born: Instant,
     last_seen: Instant,
     fin_to_receiver: bool,
     fin_from_receiver: bool,
@@ -83,10 +112,14 @@ impl BoxFlow {
             recv_ws: None,
             send_ws: None,
             syn_at: None,
+            counted: false,
+            guess: None,
             synack_seen: false,
             rtt_done: false,
             mss_opts: [None, None],
             edge: None,
+            last_ack: None,
+            born: now,
             last_seen: now,
             fin_to_receiver: false,
             fin_from_receiver: false,
@@ -131,6 +164,9 @@ pub struct WindowRewriter {
     toward: Dir,
     policy: Policy<FlowKey>,
     flows: BTreeMap<FlowKey, BoxFlow>,
+    /// Flows tracked before they are counted, oldest first (with their birth instant);
+    /// may hold stale entries, skipped when popped.
+    embryonic: VecDeque<(FlowKey, Instant)>,
     max_flows: usize,
     flow_timeout: Duration,
     sweep_at: Option<Instant>,
@@ -149,6 +185,7 @@ impl WindowRewriter {
             // between the box and the receiver: such samples would understate BaseRTT.
             policy: Policy::from_params(p).without_response_samples(),
             flows: BTreeMap::new(),
+            embryonic: VecDeque::new(),
             sweep_at: None,
             counters: RewriteCounters::default(),
         })
@@ -180,8 +217,31 @@ impl WindowRewriter {
         }
     }
 
+    /// The oldest flow still in its handshake, if any (amortized O(1): entries of flows
+    /// that were counted or forgotten meanwhile are skipped once).
+    fn oldest_embryonic(&mut self) -> Option<FlowKey> {
+        while let Some(&(k, born)) = self.embryonic.front() {
+            self.embryonic.pop_front();
+            if self
+                .flows
+                .get(&k)
+                .is_some_and(|f| !f.counted && f.born == born)
+            {
+                return Some(k);
+            }
+        }
+        None
+    }
+
     fn make_room(&mut self, now: Instant) {
         while self.flows.len() >= self.max_flows {
+            // Flows in their handshake go first (a SYN flood evicts only its own kind);
+            // a table full of counted flows loses the least recently active one.
+            if let Some(k) = self.oldest_embryonic() {
+                self.forget(now, k);
+                self.counters.evicted += 1;
+                continue;
+            }
             let oldest = self
                 .flows
                 .iter()
@@ -201,10 +261,25 @@ impl WindowRewriter {
         guess_ports: (u16, u16),
     ) {
         self.make_room(now);
-        self.flows.insert(key, BoxFlow::new(now, receiver_opened));
-        let guess = self.policy.guess_ports(guess_ports.0, guess_ports.1);
-        self.policy.handle_open(now, key, guess);
+        let mut f = BoxFlow::new(now, receiver_opened);
+        f.guess = self.policy.guess_ports(guess_ports.0, guess_ports.1);
+        self.flows.insert(key, f);
+        self.embryonic.push_back((key, now));
+        if self.embryonic.len() > 2 * self.max_flows + 16 {
+            let flows = &self.flows;
+            self.embryonic
+                .retain(|(k, born)| flows.get(k).is_some_and(|f| !f.counted && f.born == *born));
+        }
         self.sweep_at = earliest(self.sweep_at, Some(now + self.flow_timeout));
+    }
+
+    /// Let the policy count the flow (once its handshake completed or data flowed).
+    fn count(&mut self, now: Instant, key: FlowKey) {
+        let f = self.flows.get_mut(&key).expect("tracked");
+        if !f.counted {
+            f.counted = true;
+            self.policy.handle_open(now, key, f.guess);
+        }
     }
 
     /// Learn from a SYN or SYN-ACK.
@@ -265,9 +340,30 @@ impl WindowRewriter {
                 }
             }
         };
+        let is_ack = t.flags.contains(TcpFlags::ACK);
+        if !syn && is_ack {
+            if let Some((ack, rcvd, sent)) = f.last_ack {
+                if ack == t.ack && rcvd == t.window {
+                    //= https://www.rfc-editor.org/rfc/rfc5681#section-2
+                    //# (e) the advertised window in the incoming acknowledgment equals the
+                    //# advertised window in the last incoming acknowledgment.
+                    // Same ACK number, same window from the receiver: repeat what was
+                    // sent, or the sender would not count a duplicate ACK.
+                    if sent != t.window && pkt.set_tcp_window(sent) {
+                        self.counters.rewritten += 1;
+                    }
+                    self.counters.frozen += 1;
+                    return;
+                }
+            }
+        }
         let mss = f.mss();
         let edge = f.edge;
-        let want = self.policy.window(now, key, mss);
+        let want = if f.counted {
+            self.policy.window(now, key, mss)
+        } else {
+            self.policy.prospective_window(now, f.guess, mss)
+        };
         let unit = 1u64 << shift;
         let orig_field = t.window as u64;
         let orig = orig_field << shift;
@@ -289,8 +385,11 @@ impl WindowRewriter {
             self.counters.mss_inexpressible += 1;
         }
         let f = self.flows.get_mut(&key).expect("tracked");
-        if t.flags.contains(TcpFlags::ACK) {
+        if is_ack {
             f.edge = Some(t.ack + (field << shift) as u32);
+            if !syn {
+                f.last_ack = Some((t.ack, t.window, field as u16));
+            }
         }
         if field != orig_field && pkt.set_tcp_window(field as u16) {
             if syn {
@@ -330,6 +429,7 @@ impl<P: Pkt> Rewriter<P> for WindowRewriter {
             return Action::Pass;
         };
         let payload = h.payload_len;
+        let signed = h.is_signed();
         let key = h.flow_key().canonical();
         let to_rcv = dir == self.toward;
         let syn = t.flags.contains(TcpFlags::SYN);
@@ -346,12 +446,18 @@ impl<P: Pkt> Rewriter<P> for WindowRewriter {
             // the handshake: one RTT as seen from that side.
             if to_rcv != f.receiver_opened {
                 f.rtt_done = true;
-                if let Some(t0) = f.syn_at {
+                let t0 = f.syn_at;
+                self.count(now, key);
+                if let Some(t0) = t0 {
                     self.policy
                         .handle_rtt_sample(now, key, now.saturating_since(t0));
                 }
             }
         }
+        if payload > 0 {
+            self.count(now, key);
+        }
+        let f = self.flows.get_mut(&key).expect("tracked");
         if t.flags.contains(TcpFlags::RST) {
             self.forget(now, key);
             return Action::Pass;
@@ -371,7 +477,11 @@ impl<P: Pkt> Rewriter<P> for WindowRewriter {
             if payload > 0 {
                 self.policy.handle_send(now, key, payload);
             }
-            self.rewrite(now, key, &t, pkt);
+            if signed {
+                self.counters.signed_untouched += 1;
+            } else {
+                self.rewrite(now, key, &t, pkt);
+            }
         }
         let f = &self.flows[&key];
         if f.fin_to_receiver && f.fin_from_receiver {
@@ -400,6 +510,8 @@ impl<P: Pkt> Rewriter<P> for WindowRewriter {
             ("unknown_scale", c.unknown_scale),
             ("untracked", c.untracked),
             ("unparsed", c.unparsed),
+            ("signed_untouched", c.signed_untouched),
+            ("frozen", c.frozen),
             ("evicted", c.evicted),
             ("expired", c.expired),
             ("tracked", self.flows.len() as u64),

@@ -169,7 +169,7 @@ fn write_tcp_header(t: &TcpRepr, out: &mut Vec<u8>) {
     out.extend_from_slice(&t.dst_port.to_be_bytes());
     out.extend_from_slice(&t.seq.0.to_be_bytes());
     out.extend_from_slice(&t.ack.0.to_be_bytes());
-    let off_flags: u16 = ((hl as u16 / 4) << 12) | (t.flags.0 & 0x1ff);
+    let off_flags: u16 = ((hl as u16 / 4) << 12) | (t.flags.0 & 0xfff);
     out.extend_from_slice(&off_flags.to_be_bytes());
     out.extend_from_slice(&t.window.to_be_bytes());
     out.extend_from_slice(&[0, 0]); // checksum, filled below

@@ -14,7 +14,7 @@
 //! `fuzz/`):
 //! * `parse(emit(h)) == h` for every valid `h`: both addresses of one family, `dscp` below
 //!   64, IPv6 headers with `ident` 0 and `dont_frag` false, IPv4 headers with `flow_label`
-//!   0, `opts.other` false, options that fit ([`TcpRepr::options_len`] ≤ 40), and
+//!   0, `opts.other`, `opts.signed`, `ip.extensions` and `ip.auth` false, options that fit ([`TcpRepr::options_len`] ≤ 40), and
 //!   [`Transport::Other`] only for protocols that are neither TCP, UDP nor IP extension
 //!   headers (a fragment parses as `Other(6)`, but emits as an unfragmented packet);
 //! * `emit(parse(b)) == b` for packets in the canonical option layout that Linux emits
@@ -86,7 +86,7 @@ impl Ecn {
     }
 }
 
-/// TCP header flags (the 9 flag bits, NS included).
+/// TCP header flags: the 9 flag bits (NS included) and, above them, the 3 reserved bits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct TcpFlags(pub u16);
 
@@ -107,8 +107,10 @@ impl TcpFlags {
     pub const ECE: TcpFlags = TcpFlags(0x040);
     /// Congestion window reduced.
     pub const CWR: TcpFlags = TcpFlags(0x080);
-    /// ECN nonce (historic, RFC 3540).
+    /// ECN nonce (historic, RFC 3540); AE in Accurate ECN.
     pub const NS: TcpFlags = TcpFlags(0x100);
+    /// The three reserved bits of the header (RFC 9293 §3.1), kept as parsed.
+    pub const RESERVED: TcpFlags = TcpFlags(0xE00);
     /// No flags.
     pub const NONE: TcpFlags = TcpFlags(0);
 
@@ -142,7 +144,7 @@ impl core::ops::BitOr for TcpFlags {
 
 impl fmt::Debug for TcpFlags {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(TcpFlags, &str); 9] = [
+        const NAMES: [(TcpFlags, &str); 10] = [
             (TcpFlags::SYN, "S"),
             (TcpFlags::FIN, "F"),
             (TcpFlags::RST, "R"),
@@ -152,10 +154,11 @@ impl fmt::Debug for TcpFlags {
             (TcpFlags::ECE, "E"),
             (TcpFlags::CWR, "W"),
             (TcpFlags::NS, "N"),
+            (TcpFlags::RESERVED, "r"),
         ];
         f.write_str("[")?;
         for (flag, name) in NAMES {
-            if self.contains(flag) {
+            if self.intersects(flag) {
                 f.write_str(name)?;
             }
         }
@@ -253,8 +256,15 @@ pub struct TcpOptions {
     pub timestamp: Option<Timestamp>,
     /// SACK blocks (RFC 2018).
     pub sack: SackBlocks,
-    /// Options of other kinds were present (parse only; they are not emitted).
+    /// Options of other kinds were present, or a known kind with a length Linux ignores,
+    /// or the list stopped early (parse only; they are not emitted).
     pub other: bool,
+    /// The segment may be signed end to end: it carries a TCP-MD5 (RFC 2385, kind 19) or
+    /// TCP-AO (RFC 5925, kind 29) option, or its option list could not be read to the end
+    /// (an option with a length below 2 or running past the header ends it, as in Linux's
+    /// `tcp_parse_options`), so a signature cannot be ruled out. Parse only; not emitted.
+    /// See [`Headers::is_signed`].
+    pub signed: bool,
 }
 
 /// A TCP header in compact form. The checksum is computed when emitting.
@@ -329,6 +339,12 @@ pub struct IpRepr {
     pub dont_frag: bool,
     /// IPv6 flow label (0 for IPv4).
     pub flow_label: u32,
+    /// IPv4 options or IPv6 extension headers precede the transport header (parse only;
+    /// [`Headers::emit`] emits neither).
+    pub extensions: bool,
+    /// An IP Authentication Header (RFC 4302) precedes the transport header: the packet
+    /// is signed (parse only; implies `extensions`).
+    pub auth: bool,
 }
 
 impl IpRepr {
@@ -343,6 +359,8 @@ impl IpRepr {
             ident: 0,
             dont_frag: src.is_ipv4(),
             flow_label: 0,
+            extensions: false,
+            auth: false,
         }
     }
     /// Header length when emitted (20 for IPv4, 40 for IPv6).
@@ -506,6 +524,16 @@ impl Headers {
             }
             _ => false,
         }
+    }
+
+    /// Whether this is a TCP segment that may be signed end to end: TCP-MD5 or TCP-AO
+    /// options, options that could not be read to the end, or an IP Authentication Header
+    /// in front of it. A middlebox never changes such a segment's TCP header, payload or
+    /// immutable IP fields, and never removes it as redundant; it may queue it, drop it
+    /// (counted) and set DSCP/ECN (mutable under AH, RFC 4302 §3.3.3.1).
+    pub fn is_signed(&self) -> bool {
+        self.tcp_repr()
+            .is_some_and(|t| t.opts.signed || self.ip.auth)
     }
 
     /// Whether SYN, FIN or RST is set.

@@ -13,8 +13,10 @@ use super::{Ecn, Layout};
 fn replace_word(buf: &mut [u8], at: usize, new: u16, csum_at: usize) {
     let old = u16::from_be_bytes([buf[at], buf[at + 1]]);
     if old == new {
-        // Not only a shortcut: with m == m' and HC == 0, eqn. 3 would turn the checksum
-        // into 0xFFFF (RFC 1624 erratum 4782).
+        // Not only a shortcut: with m == m', eqn. 3 turns a stored 0xFFFF into 0x0000
+        // (`update(0xFFFF, m, m) == 0`; a stored 0x0000 stays 0x0000). Both are zero in
+        // ones' complement, but a field that did not change must leave the bytes as they
+        // were.
         return;
     }
     buf[at..at + 2].copy_from_slice(&new.to_be_bytes());

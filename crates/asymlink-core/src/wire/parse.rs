@@ -1,7 +1,8 @@
 //! Bytes → [`Headers`], zero-copy over the input (built on `etherparse`, which validates the
 //! IPv4 IHL and total length, IPv6 payload length and extension-header chains, and the TCP
-//! data offset). TCP options are walked here so that unknown kinds are skipped by their
-//! length instead of failing the packet.
+//! data offset). TCP options are walked here, as leniently as Linux: unknown kinds are
+//! skipped by their length, and an option list that cannot be read to its end is cut
+//! there (and marked possibly signed) instead of failing the packet.
 
 use super::{
     Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp,
@@ -9,7 +10,7 @@ use super::{
 };
 use core::fmt;
 use core::net::IpAddr;
-use etherparse::{IpSlice, TcpSlice, UdpSlice};
+use etherparse::{IpSlice, Ipv6ExtensionSlice, TcpSlice, UdpSlice};
 
 /// Why bytes are not a packet asymlink can interpret. A middlebox forwards such packets
 /// untouched (or drops them, counted); it never rewrites them.
@@ -19,8 +20,6 @@ pub enum ParseError {
     Ip(String),
     /// The TCP or UDP header is malformed or truncated.
     Transport(String),
-    /// TCP options run past the header or have an impossible length.
-    TcpOptions(&'static str),
 }
 
 impl fmt::Display for ParseError {
@@ -28,7 +27,6 @@ impl fmt::Display for ParseError {
         match self {
             ParseError::Ip(m) => write!(f, "malformed IP header: {m}"),
             ParseError::Transport(m) => write!(f, "malformed transport header: {m}"),
-            ParseError::TcpOptions(m) => write!(f, "malformed TCP options: {m}"),
         }
     }
 }
@@ -53,9 +51,24 @@ fn offset_in(outer: &[u8], inner: &[u8]) -> usize {
     (inner.as_ptr() as usize).saturating_sub(outer.as_ptr() as usize)
 }
 
-/// Walk raw TCP option bytes.
-pub(crate) fn parse_tcp_options(mut b: &[u8]) -> Result<TcpOptions, ParseError> {
+/// TCP-MD5 signature option (RFC 2385).
+const TCPOPT_MD5SIG: u8 = 19;
+/// TCP Authentication Option (RFC 5925).
+const TCPOPT_AO: u8 = 29;
+
+/// Walk raw TCP option bytes as leniently as Linux's `tcp_parse_options`
+/// (net/ipv4/tcp_input.c): options never make a segment malformed. End-of-list stops the
+/// walk; a kind byte without a length, a length below 2 or one that runs past the header
+/// stops it early; a known kind with a length Linux ignores (MSS not 4 bytes, SACK not
+/// 2 + 8n, ...) is skipped by its length. Anything skipped or not read sets
+/// [`TcpOptions::other`]; stopping early also sets [`TcpOptions::signed`] (a signature
+/// cannot be ruled out in bytes that were not read), as does a TCP-MD5 or TCP-AO option.
+pub(crate) fn parse_tcp_options(mut b: &[u8]) -> TcpOptions {
     let mut o = TcpOptions::default();
+    let stop_early = |o: &mut TcpOptions| {
+        o.other = true;
+        o.signed = true;
+    };
     while let Some(&kind) = b.first() {
         match kind {
             0 => break, // end of option list
@@ -65,14 +78,14 @@ pub(crate) fn parse_tcp_options(mut b: &[u8]) -> Result<TcpOptions, ParseError> 
             }
             _ => {}
         }
-        let len = *b
-            .get(1)
-            .ok_or(ParseError::TcpOptions("option length missing"))? as usize;
-        if len < 2 {
-            return Err(ParseError::TcpOptions("option length below 2"));
-        }
-        if len > b.len() {
-            return Err(ParseError::TcpOptions("option runs past the header"));
+        let Some(&len) = b.get(1) else {
+            stop_early(&mut o); // a lone trailing kind byte
+            break;
+        };
+        let len = len as usize;
+        if len < 2 || len > b.len() {
+            stop_early(&mut o); // "silly options" / "partial options": Linux stops here
+            break;
         }
         let body = &b[2..len];
         match (kind, len) {
@@ -83,11 +96,12 @@ pub(crate) fn parse_tcp_options(mut b: &[u8]) -> Result<TcpOptions, ParseError> 
                 for c in body.chunks_exact(8) {
                     let left = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
                     let right = u32::from_be_bytes([c[4], c[5], c[6], c[7]]);
+                    // Four blocks fill 34 of the 40 option bytes: a fifth cannot occur.
                     if !o.sack.push(SackBlock {
                         left: SeqNumber(left),
                         right: SeqNumber(right),
                     }) {
-                        return Err(ParseError::TcpOptions("more than four SACK blocks"));
+                        o.other = true;
                     }
                 }
             }
@@ -97,14 +111,16 @@ pub(crate) fn parse_tcp_options(mut b: &[u8]) -> Result<TcpOptions, ParseError> 
                     ecr: u32::from_be_bytes([body[4], body[5], body[6], body[7]]),
                 })
             }
-            (2..=5, _) | (8, _) => {
-                return Err(ParseError::TcpOptions("known option with a wrong length"))
+            (TCPOPT_MD5SIG | TCPOPT_AO, _) => {
+                o.signed = true;
+                o.other = true;
             }
+            // Known kinds with lengths Linux ignores, and unknown kinds: skipped.
             _ => o.other = true,
         }
         b = &b[len..];
     }
-    Ok(o)
+    o
 }
 
 /// Where the IP header says the packet ends: IPv6 packets whose payload length is zero are
@@ -131,8 +147,9 @@ impl Headers {
     /// IPv4 options and IPv6 extension headers are skipped ([`Layout::l4_offset`] points
     /// past them). Fragments (first or not) and protocols other than TCP/UDP give
     /// [`Transport::Other`], whatever their payload. A TCP or UDP header that is truncated
-    /// or inconsistent, or TCP options that overrun the header or have impossible lengths,
-    /// are errors: such a packet must be forwarded untouched, never rewritten.
+    /// or inconsistent is an error: such a packet must be forwarded untouched, never
+    /// rewritten. TCP options never are (see [`TcpOptions::signed`] for what a
+    /// malformed option list means).
     ///
     /// Never panics, whatever the input (fuzzed: see `fuzz/`).
     pub fn parse(bytes: &[u8]) -> Result<(Headers, Layout), ParseError> {
@@ -150,6 +167,8 @@ impl Headers {
                     ident: h.identification(),
                     dont_frag: h.dont_fragment(),
                     flow_label: 0,
+                    extensions: h.ihl() > 5 || v4.extensions().auth.is_some(),
+                    auth: v4.extensions().auth.is_some(),
                 };
                 (repr, h.total_len() as usize)
             }
@@ -164,6 +183,12 @@ impl Headers {
                     ident: 0,
                     dont_frag: false,
                     flow_label: h.flow_label().value(),
+                    extensions: !v6.extensions().is_empty(),
+                    auth: v6
+                        .extensions()
+                        .clone()
+                        .into_iter()
+                        .any(|e| matches!(e, Ipv6ExtensionSlice::Authentication(_))),
                 };
                 (repr, 40 + h.payload_length() as usize)
             }
@@ -190,7 +215,7 @@ impl Headers {
             super::proto::TCP => {
                 let t = TcpSlice::from_slice(seg)
                     .map_err(|e| ParseError::Transport(format!("TCP: {e}")))?;
-                let opts = parse_tcp_options(t.options())?;
+                let opts = parse_tcp_options(t.options());
                 let mut flags = TcpFlags::NONE;
                 flags.set(TcpFlags::FIN, t.fin());
                 flags.set(TcpFlags::SYN, t.syn());
@@ -201,6 +226,8 @@ impl Headers {
                 flags.set(TcpFlags::ECE, t.ece());
                 flags.set(TcpFlags::CWR, t.cwr());
                 flags.set(TcpFlags::NS, t.ns());
+                // The reserved bits (etherparse does not expose them): byte 12, bits 1-3.
+                flags.0 |= ((seg[12] & 0x0e) as u16) << 8;
                 let tcp = TcpRepr {
                     src_port: t.source_port(),
                     dst_port: t.destination_port(),

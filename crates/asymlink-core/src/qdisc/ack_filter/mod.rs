@@ -39,7 +39,9 @@
 //!
 //! State is bounded: one entry per connection, at most `max_connections`; an idle entry
 //! (nothing queued) is evicted when the table is full, and when every entry has packets
-//! queued, new connections share one unfiltered bucket. Removed packets leave tombstones
+//! queued, new connections share one unfiltered bucket. A connection with packets in the
+//! shared bucket keeps sending there until they have left, so it never has packets in
+//! two places at once and is never reordered, whatever the service. Removed packets leave tombstones
 //! that are compacted away, so memory follows the buffer limit, not the traffic volume.
 //!
 //! What it deliberately does not do: it does not look into the other direction, does not
@@ -83,6 +85,8 @@ struct Item<P> {
     conn: u32,
     len: u32,
     meta: Option<AckMeta>,
+    /// The flow of a packet in the shared bucket (to keep its later packets there).
+    shared_key: Option<FlowKey>,
 }
 
 struct Slot<P> {
@@ -136,6 +140,9 @@ pub struct AckFilter<P> {
     conns: Vec<Conn>,
     free: Vec<u32>,
     index: HashMap<FlowKey, u32>,
+    /// Flows with packets in the shared bucket, and how many: their later packets join
+    /// them there (an entry of their own could be served first and reorder the flow).
+    in_shared: HashMap<FlowKey, u32>,
     tracked: u32,
     rr: VecDeque<u32>,
     /// Output rate of the whole queue.
@@ -159,6 +166,7 @@ impl<P: Pkt + Send> AckFilter<P> {
             conns: vec![Conn::new(None, &p, Instant::ZERO)],
             free: Vec::new(),
             index: HashMap::new(),
+            in_shared: HashMap::new(),
             tracked: 0,
             rr: VecDeque::new(),
             agg: Tsw::new(p.window),
@@ -263,11 +271,22 @@ impl<P: Pkt + Send> AckFilter<P> {
             c.queued.remove(pos);
         }
         c.bytes -= item.len as u64;
+        if let Some(k) = item.shared_key {
+            if let Some(n) = self.in_shared.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.in_shared.remove(&k);
+                }
+            }
+        }
         item
     }
 
     fn put(&mut self, seq: u64, item: Item<P>) {
         let conn = item.conn;
+        if let Some(k) = item.shared_key {
+            *self.in_shared.entry(k).or_insert(0) += 1;
+        }
         let i = self.slots.partition_point(|s| s.seq < seq);
         if i < self.slots.len() && self.slots[i].seq == seq {
             debug_assert!(self.slots[i].item.is_none());
@@ -311,6 +330,13 @@ impl<P: Pkt + Send> AckFilter<P> {
         let key = h.flow_key();
         let c = match self.index.get(&key) {
             Some(&c) => c,
+            // Earlier packets of the flow wait in the shared bucket: join them, so that the
+            // flow stays in order whatever the service (round robin would serve a new
+            // entry of its own before the shared bucket's turn).
+            None if self.in_shared.contains_key(&key) => {
+                self.untracked += 1;
+                return (SHARED, None);
+            }
             None => match self.new_conn(now, key) {
                 Some(c) => c,
                 None => {
@@ -631,6 +657,11 @@ impl<P: Pkt + Send> Qdisc<P> for AckFilter<P> {
             }
         };
         self.conns[c as usize].bytes += len as u64;
+        let shared_key = if c == SHARED {
+            pkt.headers().map(|h| h.flow_key())
+        } else {
+            None
+        };
         self.put(
             seq,
             Item {
@@ -638,6 +669,7 @@ impl<P: Pkt + Send> Qdisc<P> for AckFilter<P> {
                 conn: c,
                 len,
                 meta,
+                shared_key,
             },
         );
         let conn = &mut self.conns[c as usize];
