@@ -264,8 +264,19 @@ def test_hostile_frames_cross_untouched_and_are_counted(lab: Lab, tmp_path: Path
                                             *[f.hex() for f in frames]]), check=True)
     out, _ = rx.communicate(timeout=10)
     got = [bytes.fromhex(h) for h in json.loads(out)]
+    def outside_dscp_and_ip_checksum(b: bytes) -> bytes:
+        return b[:15] + b[16:24] + b[26:]
+
     for name, f in zip(HOSTILE, frames, strict=True):
-        assert f in got, f"{name} arrived untouched"
+        if name == "options_overrun":
+            # A TCP segment whose option walk stops early parses (as in Linux) and is
+            # treated as possibly signed: the DSCP rewrite applies (mutable even under
+            # AH), every TCP byte stays as it was.
+            same = [g for g in got
+                    if outside_dscp_and_ip_checksum(g) == outside_dscp_and_ip_checksum(f)]
+            assert same and same[0][15] >> 2 == 46, f"{name}: only the DSCP rewritten"
+        else:
+            assert f in got, f"{name} arrived untouched"
     st = box.stats()
     u = st["directions"]["to_b"]["unparsed"]
     malformed = u["bad_ip"] + u["bad_transport"]

@@ -81,9 +81,11 @@ def test_orderings_hold_on_quick(entry_id: str, tmp_path: Path) -> None:
         for key in ("single", "multi_total"):
             assert set(metrics["throughput_kbps"][key]) >= {"off", "on"}
         assert set(metrics["fairness_index"]["multi"]) >= {"off", "on"}
-        # Table 2: 12.70 -> 18.91 kbit/s; the model lands within 10 % of both
-        assert metrics["throughput_kbps"]["single"]["off"] == pytest.approx(12.70, rel=0.1)
-        assert metrics["throughput_kbps"]["single"]["on"] == pytest.approx(18.91, rel=0.1)
+        # Table 2: 12.70 -> 18.91 kbit/s; the model lands within the entry's 15 % of both
+        # (with Karn's rule the unmanaged single connection has fewer spurious timeouts:
+        # 14.4 kbit/s, +13.6 %)
+        assert metrics["throughput_kbps"]["single"]["off"] == pytest.approx(12.70, rel=0.15)
+        assert metrics["throughput_kbps"]["single"]["on"] == pytest.approx(18.91, rel=0.15)
         assert metrics["forward_drops"]["single"]["on"] == 0
         assert (tmp_path / "figures" / "router_single.png").exists()
 

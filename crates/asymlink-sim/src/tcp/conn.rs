@@ -141,6 +141,8 @@ pub struct Connection {
     ca_state: CaState,
     dupacks: u32,
     recover: u64,
+    /// `recover` was set by a timeout (not by a fast retransmit).
+    recover_after_rto: bool,
     ecn_recover: u64,
     cwr_pending: bool,
     /// Spurious-timeout undo (`TcpConfig::rto_undo`): cwnd and ssthresh before the
@@ -219,6 +221,7 @@ impl Connection {
             ca_state: CaState::Open,
             dupacks: 0,
             recover: 0,
+            recover_after_rto: false,
             ecn_recover: 0,
             cwr_pending: false,
             undo: None,
@@ -523,10 +526,8 @@ impl Connection {
                     return;
                 }
                 self.snd_una = 1;
-                if let Some(sent) = self.sb.ack_to(1).rtt_from {
-                    self.rtt.sample(now - sent);
-                }
-                self.rtt.reset_backoff();
+                let acked = self.sb.ack_to(1);
+                self.update_rtt(now, &acked, t);
                 self.rto_at = None;
                 self.state = State::Established;
                 self.snd_wnd = (t.window as u64) << self.snd_wscale;
@@ -576,10 +577,7 @@ impl Connection {
             self.ts_recent = ts.val;
         }
         let acked = self.sb.ack_to(1);
-        if let Some(sent) = acked.rtt_from {
-            self.rtt.sample(now - sent);
-        }
-        self.rtt.reset_backoff();
+        self.update_rtt(now, &acked, t);
         self.snd_una = 1;
         self.snd_wnd = t.window as u64; // SYN-ACK windows are not scaled
         self.snd_wl1 = 0;
@@ -629,17 +627,7 @@ impl Connection {
 
         if ack > self.snd_una {
             let acked = self.sb.ack_to(ack);
-            // RTT sample (Karn): from a never-retransmitted segment, else from the echoed
-            // timestamp when timestamps are on.
-            if let Some(sent) = acked.rtt_from {
-                self.rtt.sample(now - sent);
-            } else if let Some(ts) = t.opts.timestamp.filter(|ts| self.ts_ok && ts.ecr != 0) {
-                let ms = ts_clock(now).wrapping_sub(ts.ecr);
-                if ms < 60_000 {
-                    self.rtt.sample(Duration::from_millis(ms.max(1) as u64));
-                }
-            }
-            self.rtt.reset_backoff();
+            self.update_rtt(now, &acked, t);
             if self.ca_state == CaState::Loss {
                 self.maybe_undo_timeout(t);
             }
@@ -751,6 +739,41 @@ impl Connection {
         }
     }
 
+    /// Take the RTT sample an ACK of new data gives, as Linux's `tcp_ack_update_rtt`: from
+    /// the oldest segment it acknowledges if none of them was retransmitted (Karn's rule),
+    /// else from the echoed timestamp. A valid sample also clears the timer backoff, and only
+    /// a valid sample does. Returns whether a sample was taken.
+    //= https://www.rfc-editor.org/rfc/rfc6298#section-3
+    //# RTT samples MUST NOT be made using segments that were
+    //# retransmitted (and thus for which it is ambiguous whether the reply
+    //# was for the first instance of the packet or a later instance).  The
+    //# only case when TCP can safely take RTT samples from retransmitted
+    //# segments is when the TCP timestamp option [JBB92] is employed
+    //= https://www.rfc-editor.org/rfc/rfc7323#section-4.1
+    //# A TSecr value received in a segment is used to update the averaged RTT
+    //# measurement only if the segment acknowledges some new data
+    fn update_rtt(&mut self, now: Instant, acked: &scoreboard::Acked, t: &TcpRepr) -> bool {
+        let sample = Scoreboard::karn_sample(acked, now).or_else(|| {
+            let ts = t.opts.timestamp.filter(|ts| self.ts_ok && ts.ecr != 0)?;
+            let ms = ts_clock(now).wrapping_sub(ts.ecr);
+            (ms < 60_000).then(|| Duration::from_millis(ms.max(1) as u64))
+        });
+        let Some(r) = sample else {
+            return false;
+        };
+        self.rtt.sample(r);
+        //= https://www.rfc-editor.org/rfc/rfc6298#section-5
+        //# Note that after retransmitting, once a new RTT measurement is obtained
+        //# (which can only happen when new data has been sent and acknowledged), the
+        //# computations outlined in Section 2 are performed, including the computation
+        //# of RTO, which may result in "collapsing" RTO back down after it has been
+        //# subject to exponential back off (rule 5.5).
+        // Only then: an ACK without a valid sample keeps the backed-off RTO (Linux's
+        // `tcp_ack_update_rtt` clears `icsk_backoff` the same way).
+        self.rtt.reset_backoff();
+        true
+    }
+
     /// Eifel detection (RFC 3522), as Linux does it after a timeout: the first ACK that
     /// advances `snd_una` in the Loss state echoes a timestamp older than the timeout's
     /// first retransmission, so it acknowledges an original transmission — the timeout
@@ -772,13 +795,37 @@ impl Connection {
         }
     }
 
+    /// Whether duplicate ACKs at the current `snd_una` may start a fast retransmit, given the
+    /// recovery point `recover` (one past the highest byte sent when the last recovery or
+    /// timeout began).
+    fn may_enter_recovery(&self) -> bool {
+        if self.recover <= 1 || self.cfg.cc == CcAlgo::Reno {
+            return true;
+        }
+        if self.recover_after_rto && !self.sack_ok {
+            //= https://www.rfc-editor.org/rfc/rfc6582#section-3.2
+            //# the TCP sender SHOULD invoke Fast Retransmit and Fast Recovery
+            //# only if the Cumulative Acknowledgment field covers more than "recover"
+            // After a timeout the sender went back and resent data the receiver may already
+            // hold: duplicate ACKs at exactly `recover` can be answers to those duplicates.
+            self.snd_una > self.recover
+        } else {
+            //= https://www.rfc-editor.org/rfc/rfc6675#section-5.1
+            //# a new recovery phase (as described in Section 5) MUST NOT be initiated
+            //# until HighACK is greater than or equal to the new value of RecoveryPoint.
+            // (HighACK is the highest byte acknowledged, snd_una - 1; RecoveryPoint the
+            // highest byte sent, recover - 1.) After a fast recovery without SACK the same
+            // holds: the ACK reaching `recover` ended the episode, and duplicate ACKs at it
+            // announce the loss of data sent during the recovery.
+            self.snd_una >= self.recover
+        }
+    }
+
     fn maybe_enter_recovery(&mut self, now: Instant, io: &mut ConnIo<'_>) {
-        //= https://www.rfc-editor.org/rfc/rfc6582#section-3.2
-        //# the TCP sender SHOULD invoke Fast Retransmit and Fast Recovery
-        //# only if the Cumulative Acknowledgment field covers more than "recover"
-        if self.snd_una <= self.recover && self.recover > 1 && self.cfg.cc != CcAlgo::Reno {
+        if !self.may_enter_recovery() {
             return;
         }
+        self.recover_after_rto = false;
         let flight = self.flight();
         self.cc.on_congestion(flight);
         self.recover = self.snd_max;
@@ -962,6 +1009,7 @@ impl Connection {
         }
         self.ca_state = CaState::Loss;
         self.recover = self.snd_max;
+        self.recover_after_rto = true;
         self.dupacks = 0;
         self.sb.mark_all_lost();
         //= https://www.rfc-editor.org/rfc/rfc6298#section-5

@@ -55,10 +55,12 @@ impl SentSeg {
 pub struct Acked {
     /// Bytes of sequence space newly acknowledged.
     pub bytes: u64,
-    /// Send time of the newest fully acknowledged segment, if it was never retransmitted
-    /// (an RTT sample per Karn's algorithm).
-    pub rtt_from: Option<Instant>,
-    /// Whether any acknowledged segment had been retransmitted.
+    /// Send time of the oldest fully acknowledged segment that was neither retransmitted
+    /// nor SACKed before (the start of a sequence-based RTT sample, as Linux's
+    /// `first_ackt` in `tcp_clean_rtx_queue`).
+    pub first_clean_sent: Option<Instant>,
+    /// Whether any acknowledged segment had been retransmitted (Karn: then no
+    /// sequence-based sample may be taken from this ACK).
     pub any_retransmitted: bool,
     /// Whether a FIN was acknowledged.
     pub fin: bool,
@@ -129,7 +131,9 @@ impl Scoreboard {
                 r.bytes += front.len();
                 r.any_retransmitted |= front.has(RETRANS);
                 r.fin |= front.has(FIN);
-                r.rtt_from = (!front.has(RETRANS)).then_some(front.sent_at);
+                if !front.has(RETRANS | SACKED) && r.first_clean_sent.is_none() {
+                    r.first_clean_sent = Some(front.sent_at);
+                }
             } else if front.start < ack {
                 // Partial acknowledgment of a segment: trim it.
                 let f = self.segs.front_mut().expect("front exists");
@@ -145,6 +149,7 @@ impl Scoreboard {
                     }
                 }
                 f.start = ack;
+                r.any_retransmitted |= f.has(RETRANS);
                 r.bytes += cut;
                 break;
             } else {
@@ -332,6 +337,16 @@ impl Scoreboard {
         }
     }
 
+    /// The RTT sample an ACK that removed `a` gives at `now` (Karn's rule, RFC 6298 §3):
+    /// `None` when any segment it acknowledged had been retransmitted, since the ACK may
+    /// answer either transmission.
+    pub fn karn_sample(a: &Acked, now: Instant) -> Option<asymlink_core::time::Duration> {
+        if a.any_retransmitted {
+            return None;
+        }
+        a.first_clean_sent.map(|t| now - t)
+    }
+
     /// The first segment to retransmit: lost, not SACKed, no retransmission in flight.
     pub fn next_retransmit(&self) -> Option<usize> {
         if self.lost == 0 {
@@ -468,11 +483,37 @@ mod tests {
     fn rtt_sample_only_from_clean_segments() {
         let mut b = board(3);
         let a = b.ack_to(201);
-        assert_eq!(a.rtt_from, Some(Instant::from_millis(1)));
+        // The oldest segment acknowledged starts the sample.
+        assert_eq!(a.first_clean_sent, Some(Instant::from_millis(0)));
         b.mark_all_lost();
         b.retransmitted(0, Instant::from_millis(9));
         let a = b.ack_to(301);
-        assert_eq!(a.rtt_from, None);
+        assert_eq!(a.first_clean_sent, None);
+        b.check();
+    }
+
+    #[test]
+    fn karn_no_sample_when_an_acked_segment_was_retransmitted() {
+        // Segments 0..5; segment 1 lost and retransmitted at 50 ms; 2..4 SACKed.
+        let mut b = board(5);
+        b.ack_to(101);
+        b.sack(201, 501);
+        b.mark_lost(3, 100);
+        assert_eq!(b.next_retransmit(), Some(0));
+        assert_eq!(b.get(0).start, 101);
+        b.retransmitted(0, Instant::from_millis(50));
+        // One ACK covers the retransmission and the SACKed segments: no sequence sample
+        // (neither from the retransmission nor from segments SACKed long ago).
+        let a = b.ack_to(501);
+        assert!(a.any_retransmitted);
+        assert_eq!(Scoreboard::karn_sample(&a, Instant::from_millis(150)), None);
+        // A clean ACK gives the sample from its oldest segment.
+        let mut c = board(3);
+        let a = c.ack_to(301);
+        assert_eq!(
+            Scoreboard::karn_sample(&a, Instant::from_millis(100)),
+            Some(asymlink_core::time::Duration::from_millis(100))
+        );
         b.check();
     }
 

@@ -454,3 +454,101 @@ fn spurious_timeout_is_undone_with_timestamps() {
         "go-back-N without undo: {s0:?} vs {s:?}"
     );
 }
+
+/// A drop rule for the client's data segments: drop the originals numbered in `first`, the
+/// first retransmission if `drop_first_retx`, and the first new segment sent after the
+/// first retransmission if `drop_after_retx`.
+fn drop_rule(
+    first: std::ops::RangeInclusive<usize>,
+    drop_first_retx: bool,
+    drop_after_retx: bool,
+) -> DropRule {
+    let mut highest: Option<u32> = None;
+    let mut retx_seen = false;
+    let mut after_dropped = false;
+    Box::new(move |n, h| {
+        let seq = h.tcp_repr().unwrap().seq.0;
+        if highest.is_some_and(|m| seq <= m) {
+            let first_retx = !retx_seen;
+            retx_seen = true;
+            return first_retx && drop_first_retx;
+        }
+        highest = Some(seq);
+        if first.contains(&n) {
+            return true;
+        }
+        if retx_seen && drop_after_retx && !after_dropped {
+            after_dropped = true;
+            return true;
+        }
+        false
+    })
+}
+
+/// NewReno: a loss, then the first new segment sent in the recovery is lost too. The ACK
+/// that ends the first recovery lands exactly on `recover`; the duplicate ACKs that follow
+/// announce the second loss, which must get its own fast retransmit (RFC 6582 §3.2), not a
+/// timeout.
+#[test]
+fn a_loss_just_after_recover_gets_a_fast_retransmit() {
+    let cfg = paper();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = drop_rule(30..=30, false, true);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 400_000, io));
+    p.run(Instant::from_secs(30));
+    assert_eq!(p.dropped, 2);
+    assert_eq!(p.delivered(), 400_000);
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert_eq!(s.timeouts, 0, "{s:?}");
+    assert_eq!(s.fast_retransmits, 2, "{s:?}");
+    assert_eq!(s.retransmits, 2, "{s:?}");
+}
+
+/// After a timeout without SACK the sender goes back and resends segments the receiver
+/// already holds; their duplicate ACKs arrive once the cumulative ACK has reached
+/// `recover` and must not start a fast retransmit (the false fast retransmit RFC 6582 §3.2
+/// guards against).
+#[test]
+fn go_back_n_duplicates_after_a_timeout_do_not_fast_retransmit() {
+    let cfg = paper();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    // Seven consecutive losses, and the fast retransmission of the first: a timeout. The
+    // go-back-N bursts after it overshoot the last hole by several segments.
+    p.drop = drop_rule(30..=36, true, false);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 400_000, io));
+    p.run(Instant::from_secs(30));
+    assert_eq!(p.delivered(), 400_000);
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert_eq!(s.timeouts, 1, "{s:?}");
+    assert_eq!(
+        s.fast_retransmits, 1,
+        "only the one before the timeout: {s:?}"
+    );
+    // The receiver did see duplicates: more was resent than was lost.
+    assert!(s.retransmits > 8, "{s:?}");
+}
+
+/// Karn's rule keeps the backed-off RTO until a valid RTT sample: the ACK of a
+/// retransmitted segment (no timestamps) gives none, so the backoff stays; the next ACK of
+/// new data gives one and collapses the RTO again (RFC 6298 §5).
+#[test]
+fn backoff_is_kept_until_a_valid_rtt_sample() {
+    let cfg = paper();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = Box::new(|n, _| n == 9);
+    p.run(Instant::from_millis(100));
+    let base = p.c[0].as_ref().unwrap().rto();
+    assert_eq!(base, Duration::from_secs(1), "the 1 s minimum");
+    p.with(0, |c, now, io| c.write(now, 10_000, io));
+    p.run(Instant::from_secs(10));
+    assert_eq!(p.delivered(), 10_000);
+    let c = p.c[0].as_ref().unwrap();
+    assert_eq!(c.stats().timeouts, 1);
+    assert_eq!(c.rto(), 2 * base, "no sample from the retransmission's ACK");
+    p.with(0, |c, now, io| c.write(now, 1_000, io));
+    p.run(Instant::from_secs(20));
+    assert_eq!(p.delivered(), 11_000);
+    assert_eq!(p.c[0].as_ref().unwrap().rto(), base, "a clean sample");
+}
