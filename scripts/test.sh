@@ -10,6 +10,9 @@
 # skipped test fails (ASYMLINK_NO_SKIPS=1). Without root the lab tests skip, saying why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Nothing here reads the terminal. Whatever the caller's stdin holds must not reach a tool
+# that reads it: cargo's rustc probe (`rustc -`) compiles stdin, and caches a failure.
+exec </dev/null
 
 T0=$SECONDS
 STAGES=()
