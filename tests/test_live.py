@@ -43,9 +43,10 @@ def lab(box_cmd: list[str]):
         lab.down()
 
 
-def _wait_file(p: Path, timeout: float = 10) -> None:
+def _wait_file(p: Path, timeout: float = 10, content: bool = False) -> None:
+    """Wait until `p` exists (and, with `content`, is not empty: the box's ready file)."""
     deadline = time.monotonic() + timeout
-    while not p.exists():
+    while not (p.exists() and (not content or p.read_text().strip())):
         assert time.monotonic() < deadline, f"{p} did not appear"
         time.sleep(0.02)
 
@@ -315,7 +316,7 @@ def test_tun_pair_carries_real_tcp(lab: Lab, box_cmd: list[str], tmp_path: Path)
                                                     "--ready-file", str(ready)]),
                            stdout=log, stderr=log)
     try:
-        _wait_file(ready)
+        _wait_file(ready, content=True)
 
         def ip(ns: str, *args: str) -> None:
             subprocess.run(["ip", "-n", ns, *args], check=True)

@@ -21,7 +21,8 @@ const USAGE: &str = "usage: asymlink-box --config FILE [--check] [--seed N] [--r
   --config FILE      the box configuration (TOML; see docs/live.md)
   --check            validate the configuration and exit (0: valid, 2: invalid)
   --seed N           master seed (overrides the file; default: the file's, else random)
-  --ready-file PATH  create PATH once devices, captures and endpoints are open
+  --ready-file PATH  write the box's pid to PATH once devices, captures and endpoints
+                     are open and privileges dropped (PATH is created empty before)
 
 Signals: SIGHUP reloads the configuration keeping queued packets; SIGINT/SIGTERM flush
 captures and stats and exit.";
@@ -169,10 +170,12 @@ fn run(argv: &[String]) -> Result<(), (u8, String)> {
             .map_err(|e| (1, format!("stats.prometheus {addr}: {e}")))?;
         log(&format!("stats (Prometheus) on http://{local}/metrics"));
     }
-    if let Some(r) = &a.ready {
-        std::fs::write(r, format!("{}\n", std::process::id()))
-            .map_err(|e| (1, format!("ready file: {e}")))?;
-    }
+    // Created now, while any path may be created; written once privileges are dropped,
+    // so that a reader who sees the pid sees the box fully started.
+    let ready = match &a.ready {
+        Some(r) => Some(std::fs::File::create(r).map_err(|e| (1, format!("ready file: {e}")))?),
+        None => None,
+    };
 
     if let Some(cpu) = cfg.process.cpu {
         sys::set_affinity(cpu).map_err(|e| (1, format!("process.cpu {cpu}: {e}")))?;
@@ -184,6 +187,10 @@ fn run(argv: &[String]) -> Result<(), (u8, String)> {
     let what = sys::drop_privileges(&cfg.privileges.user)
         .map_err(|e| (1, format!("cannot drop privileges: {e}")))?;
     log(&format!("privileges dropped: {what}"));
+    if let Some(mut f) = ready {
+        use std::io::Write;
+        writeln!(f, "{}", std::process::id()).map_err(|e| (1, format!("ready file: {e}")))?;
+    }
     log(&format!(
         "forwarding between {} (a) and {} (b)",
         cfg.interfaces.a, cfg.interfaces.b

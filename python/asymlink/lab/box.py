@@ -95,7 +95,8 @@ def start_box(lab: Lab, body: dict[str, Any], capture_dir: Path | None = None,
         proc = lab.spawn("router", [*box_command(), "--config", str(config),
                                     "--ready-file", str(ready)], stdout=logf, stderr=logf)
     deadline = time.monotonic() + timeout
-    while not ready.exists():
+    # The box creates the file early and writes its pid once privileges are dropped.
+    while not (ready.exists() and ready.read_text().strip()):
         if proc.poll() is not None:
             raise LabError(f"the box exited at start ({proc.returncode}): {log.read_text()}")
         if time.monotonic() > deadline:

@@ -53,7 +53,7 @@ pub struct FqCodelConfig {
     /// Packets the whole discipline may hold (default 10240p, as Linux).
     #[serde(default = "default_limit")]
     pub limit: Limit,
-    /// Bytes the whole discipline may hold (default 32MiB... of IP bytes: 32MB).
+    /// IP bytes the whole discipline may hold (default 32MB).
     #[serde(default = "default_memory")]
     pub memory_limit: Bytes,
     /// Number of flow queues (default 1024).
