@@ -12,6 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Nothing here reads the terminal. Whatever the caller's stdin holds must not reach a tool
 # that reads it: cargo's rustc probe (`rustc -`) compiles stdin, and caches a failure.
+if [ ! -c /dev/null ]; then
+  echo "/dev/null is not a character device (something replaced it with a file); as root:" >&2
+  echo "  rm -f /dev/null && mknod -m 666 /dev/null c 1 3" >&2
+  exit 1
+fi
 exec </dev/null
 
 T0=$SECONDS
