@@ -136,6 +136,7 @@ def live_ok() -> None:
 LAB_MODULES = {"test_lab", "test_lab_mechanisms", "test_live", "test_parity", "test_package"}
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = getattr(item, "module", None)

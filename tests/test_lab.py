@@ -143,3 +143,15 @@ def test_adsl_problem_and_fix_order(live_ok: None, tmp_path: Path) -> None:
     down_f = fix["throughput_mbps_in"]["contended"]["download"]
     assert down_f >= 0.95 * down_p, (down_p, down_f)
     assert fix["throughput_mbps_in"]["contended"]["upload"] > 0.05
+
+
+def test_traffic_without_a_report_writes_nothing(tmp_path: Path) -> None:
+    """The traffic helpers' report is optional: without one nothing is written (it used
+    to be os.devnull, and the atomic rename then replaced /dev/null with a file as root)."""
+    from asymlink.lab import traffic
+
+    args = traffic.parser().parse_args(["sink", "--port", "5001", "--seconds", "1"])
+    assert args.report is None
+    traffic._write(None, {"kind": "sink"})
+    traffic._write(str(tmp_path / "r.json"), {"kind": "sink"})
+    assert json.loads((tmp_path / "r.json").read_text()) == {"kind": "sink"}

@@ -44,7 +44,12 @@ def _now(t0: float) -> float:
     return time.monotonic() - t0
 
 
-def _write(path: str, report: dict[str, Any]) -> None:
+def _write(path: str | None, report: dict[str, Any]) -> None:
+    """Write `report` atomically to `path` (a temporary file renamed over it); nothing
+    without a path. Never rename over a device: as root, replacing /dev/null with a
+    regular file breaks every program on the machine."""
+    if path is None:
+        return
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(report, f)
@@ -345,13 +350,14 @@ def ping(a: argparse.Namespace) -> None:
     _write(a.report, {"kind": "ping", "metric": "ping_rtt_s", "samples": out, "sent": sent})
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="traffic.py", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The command line of the traffic helpers (`sink`, `send`, `echo-*`, `ping`)."""
+    p = argparse.ArgumentParser(prog="traffic.py", description=(__doc__ or "").splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--t0", type=float, default=None, help="shared time origin (monotonic)")
-        sp.add_argument("--report", required=False, default=os.devnull)
+        sp.add_argument("--report", required=False, default=None)
         sp.add_argument("--interval", type=float, default=0.1)
         sp.add_argument("--cc", default="", help="TCP congestion control (e.g. cubic)")
 
@@ -383,6 +389,11 @@ def main(argv: list[str] | None = None) -> None:
     sp.add_argument("--seconds", type=float, required=True)
     sp.add_argument("--ready", default=None)
     sp.set_defaults(fn=echo_server)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser()
     a = p.parse_args(argv)
     if a.t0 is None:
         a.t0 = time.monotonic()
