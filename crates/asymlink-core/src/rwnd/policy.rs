@@ -64,6 +64,23 @@ struct Flow {
     mss: u32,
 }
 
+impl Flow {
+    /// A connection just seen: no samples, no window sent yet.
+    fn fresh(class: FlowClass, guess: Option<FlowClass>, now: Instant, mss: u32) -> Flow {
+        Flow {
+            class,
+            guess,
+            since_send: 0,
+            last_active: now,
+            last_data: None,
+            base_rtt: None,
+            probe: None,
+            cur: None,
+            mss,
+        }
+    }
+}
+
 /// The receiver-based allocation policy of Spring et al. §IV for the flows of one
 /// receiver. See the module documentation of [`crate::rwnd`].
 #[derive(Clone, Debug)]
@@ -126,20 +143,8 @@ impl<K: Ord + Copy> Policy<K> {
             return;
         }
         let class = guess.unwrap_or(FlowClass::Interactive);
-        self.flows.insert(
-            id,
-            Flow {
-                class,
-                guess,
-                since_send: 0,
-                last_active: now,
-                last_data: None,
-                base_rtt: None,
-                probe: None,
-                cur: None,
-                mss: DEFAULT_MSS,
-            },
-        );
+        self.flows
+            .insert(id, Flow::fresh(class, guess, now, DEFAULT_MSS));
         self.counts[class.index()] += 1;
         self.stats.opened += 1;
         let deadline = now + self.p.idle;
@@ -242,17 +247,7 @@ impl<K: Ord + Copy> Policy<K> {
         let now = self.advance(now);
         let mss = mss.max(1);
         let class = guess.unwrap_or(FlowClass::Interactive);
-        let f = Flow {
-            class,
-            guess,
-            since_send: 0,
-            last_active: now,
-            last_data: None,
-            base_rtt: None,
-            probe: None,
-            cur: None,
-            mss,
-        };
+        let f = Flow::fresh(class, guess, now, mss);
         self.counts[class.index()] += 1;
         let target = self.target_of(&f);
         self.counts[class.index()] -= 1;
