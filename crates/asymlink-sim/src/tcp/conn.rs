@@ -899,6 +899,7 @@ impl Connection {
         self.recover = self.snd_max;
         self.ca_state = CaState::Recovery;
         self.stats.fast_retransmits += 1;
+        self.cwnd_reduced_by_loss();
         io.events.push(ConnEvent::FastRetransmit);
         self.sb.mark_head_lost();
         if self.sack_ok {
@@ -910,6 +911,20 @@ impl Connection {
             self.cc.cwnd = self.cc.ssthresh + self.cfg.dupthresh as u64 * self.mss as u64;
         }
         self.retransmit_head(now, io);
+    }
+
+    /// A loss reduced the window (fast retransmit or timeout). With ECN, tell the receiver
+    /// so it stops echoing, and take no ECN reduction for data sent before this one.
+    //= https://www.rfc-editor.org/rfc/rfc3168#section-6.1.2
+    //# When an ECN-Capable TCP sender reduces its congestion window for any reason
+    //# (because of a retransmit timeout, a Fast Retransmit, or in response to an ECN
+    //# Notification), the TCP sender sets the CWR flag in the TCP header of the first
+    //# new data packet sent after the window reduction.
+    fn cwnd_reduced_by_loss(&mut self) {
+        if self.ecn_ok {
+            self.cwr_pending = true;
+            self.ecn_recover = self.ecn_recover.max(self.snd_max);
+        }
     }
 
     fn exit_recovery(&mut self) {
@@ -1078,6 +1093,7 @@ impl Connection {
         self.ca_state = CaState::Loss;
         self.recover = self.snd_max;
         self.recover_after_rto = true;
+        self.cwnd_reduced_by_loss();
         self.dupacks = 0;
         self.sb.mark_all_lost();
         //= https://www.rfc-editor.org/rfc/rfc6298#section-5
