@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from asymlink.lab import Lab, can_run_labs, start_box
 from asymlink.lab.bench import transfer
@@ -122,6 +123,12 @@ def test_real_tcp_stats_pcap_and_privileges(lab: Lab, tmp_path: Path) -> None:
                           capture_output=True, text=True, check=True).stdout
     assert 'asymlink_sent_total{dir="to_b"}' in body
     assert "asymlink_qdisc_dequeued_total" in body
+    # The exposition is read by the reference parser: every family typed, every sample valid.
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    assert families["asymlink_sent"].type == "counter"
+    sent = {s.labels["dir"]: s.value for s in families["asymlink_sent"].samples}
+    assert sent["to_b"] > 1000
+    assert all(f.type != "unknown" for f in families.values()), sorted(families)
     final = box.stop()
     for d, v in final["directions"].items():
         assert v["received"] == v["sent"] + sum(v["discarded"].values()) + v["held"], d

@@ -49,8 +49,7 @@
 //! its rate; the same ACK charged as 40 IP bytes would cost 0.84 ms and let 1 187 ACKs/s
 //! through — 2.65 times what the line can carry.
 
-pub mod ack_fifo;
-
+use super::tree::{ClassSpec, Limits, Tree};
 use super::{
     Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError,
     QdiscConfig, QdiscStats, Verdict,
@@ -223,69 +222,31 @@ pub struct Htb<P> {
 impl<P: Pkt + Send + 'static> Htb<P> {
     /// Build and validate; classifier class names are resolved through `ctx`.
     pub fn new(cfg: &HtbConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
-        let n = cfg.classes.len();
-        if n == 0 || n > 64 {
-            return Err(QdiscBuildError::new(
-                "htb.classes",
-                "needs between 1 and 64 classes",
-            ));
-        }
         if cfg.r2q == 0 {
             return Err(QdiscBuildError::new("htb.r2q", "must be positive"));
         }
+        let specs: Vec<ClassSpec<'_>> = cfg
+            .classes
+            .iter()
+            .map(|c| ClassSpec {
+                name: &c.name,
+                parent: c.parent.as_deref(),
+                classes: c.classes.as_deref(),
+                queue: c.queue.as_deref(),
+            })
+            .collect();
+        let tree = Tree::new(
+            &specs,
+            &Limits {
+                kind: "htb",
+                max_classes: 64,
+                max_depth: Some(MAX_DEPTH),
+            },
+        )?;
+        let n = specs.len();
         let key = |i: usize, f: &str| format!("htb.classes[{i}].{f}");
-        let mut index = std::collections::HashMap::new();
-        for (i, c) in cfg.classes.iter().enumerate() {
-            if c.name.is_empty() {
-                return Err(QdiscBuildError::new(key(i, "name"), "must not be empty"));
-            }
-            if index.insert(c.name.as_str(), i).is_some() {
-                return Err(QdiscBuildError::new(
-                    key(i, "name"),
-                    format!("duplicate class '{}'", c.name),
-                ));
-            }
-        }
-        let mut parent = vec![None; n];
-        let mut children = vec![Vec::new(); n];
-        for (i, c) in cfg.classes.iter().enumerate() {
-            if let Some(p) = &c.parent {
-                let pi = *index.get(p.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new(
-                        key(i, "parent"),
-                        format!("unknown parent class '{p}' of '{}'", c.name),
-                    )
-                })?;
-                parent[i] = Some(pi);
-                children[pi].push(i);
-            }
-        }
-        // Depths; a walk longer than the class count means a cycle.
-        let mut depth = vec![0usize; n];
-        for (i, depth_i) in depth.iter_mut().enumerate() {
-            let mut d = 0;
-            let mut c = i;
-            while let Some(p) = parent[c] {
-                d += 1;
-                c = p;
-                if d > n {
-                    return Err(QdiscBuildError::new(
-                        key(i, "parent"),
-                        format!("class '{}' is part of a parent cycle", cfg.classes[i].name),
-                    ));
-                }
-            }
-            if d >= MAX_DEPTH {
-                return Err(QdiscBuildError::new(
-                    key(i, "parent"),
-                    format!("the tree is deeper than {MAX_DEPTH} levels"),
-                ));
-            }
-            *depth_i = d;
-        }
         let mut classes = Vec::with_capacity(n);
         for (i, c) in cfg.classes.iter().enumerate() {
-            let is_leaf = children[i].is_empty();
             if c.rate.0 == 0 {
                 return Err(QdiscBuildError::new(key(i, "rate"), "must be positive"));
             }
@@ -305,18 +266,6 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                     format!("must be 0..={}", PRIOS - 1),
                 ));
             }
-            if !is_leaf && c.queue.is_some() {
-                return Err(QdiscBuildError::new(
-                    key(i, "queue"),
-                    format!("'{}' has children; only leaves hold a queue", c.name),
-                ));
-            }
-            if !is_leaf && c.classes.is_some() {
-                return Err(QdiscBuildError::new(
-                    key(i, "classes"),
-                    format!("'{}' has children; only leaves take classes", c.name),
-                ));
-            }
             let default_burst = |r: Rate| r.bytes_in(Duration::from_millis(1)) + 1600;
             let burst = c
                 .burst
@@ -331,29 +280,16 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 Some(q) => q.0 as i64,
                 None => (c.rate.0 / 8 / cfg.r2q as u64).clamp(1000, 200_000) as i64,
             };
-            let leaf = if is_leaf {
-                // The leaf's discipline sees the class's guaranteed rate as its link rate
-                // (CoDel's low-rate target).
-                let ctx = &BuildCtx {
-                    link_rate: Some(c.rate),
-                    ..ctx.clone()
-                };
-                let q = match &c.queue {
-                    Some(q) => q.build(ctx),
-                    None => QdiscConfig::default().build(ctx),
-                }
-                .map_err(|e| {
-                    QdiscBuildError::new(format!("{}.{}", key(i, "queue"), e.key), e.msg)
-                })?;
-                Some(q)
-            } else {
-                None
+            // The leaf's discipline sees the class's guaranteed rate as its link rate.
+            let leaf = match tree.is_leaf(i) {
+                true => Some(tree.leaf_queue(i, &specs[i], Some(c.rate), ctx)?),
+                false => None,
             };
             let (buffer_ns, cbuffer_ns) = (to_ns(c.rate, burst), to_ns(ceil, cburst));
             classes.push(Class {
                 name: c.name.clone(),
-                parent: parent[i],
-                depth: depth[i],
+                parent: tree.parent[i],
+                depth: tree.depth[i],
                 rate: c.rate,
                 ceil,
                 buffer_ns,
@@ -368,50 +304,8 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 counters: HtbClassCounters::default(),
             });
         }
-        // Classifier classes -> leaves.
-        let mut leaf_of_class: Vec<Option<usize>> = vec![None; ctx.classes.len()];
-        for (i, c) in cfg.classes.iter().enumerate() {
-            if !classes[i].is_leaf() {
-                continue;
-            }
-            let names: Vec<&str> = match &c.classes {
-                Some(v) => v.iter().map(String::as_str).collect(),
-                // A leaf named after no classifier class simply takes none by name.
-                None => match ctx.classes.contains(&c.name) {
-                    true => vec![c.name.as_str()],
-                    false => vec![],
-                },
-            };
-            for name in names {
-                let id = ctx.class_id(name, &key(i, "classes"))?;
-                let slot = &mut leaf_of_class[id.0 as usize];
-                if let Some(other) = *slot {
-                    return Err(QdiscBuildError::new(
-                        key(i, "classes"),
-                        format!(
-                            "class '{name}' is taken by both '{}' and '{}'",
-                            cfg.classes[other].name, c.name
-                        ),
-                    ));
-                }
-                *slot = Some(i);
-            }
-        }
-        let default = match &cfg.default {
-            None => None,
-            Some(d) => {
-                let i = *index.get(d.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new("htb.default", format!("unknown class '{d}'"))
-                })?;
-                if !classes[i].is_leaf() {
-                    return Err(QdiscBuildError::new(
-                        "htb.default",
-                        format!("'{d}' has children; the default must be a leaf"),
-                    ));
-                }
-                Some(i)
-            }
-        };
+        let leaf_of_class = tree.leaf_of_class(&specs, ctx)?;
+        let default = tree.default_leaf(cfg.default.as_deref())?;
         let ll = cfg.linklayer.with_overrides(cfg.overhead, cfg.mpu).build();
         Ok(Htb {
             classes,
