@@ -40,6 +40,7 @@ pub mod aggregate;
 pub mod checksum;
 pub mod classify;
 pub mod estimator;
+pub mod line;
 pub mod overhead;
 pub mod packet;
 pub mod pipeline;

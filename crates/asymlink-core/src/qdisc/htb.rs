@@ -136,6 +136,11 @@ pub struct HtbConfig {
     /// Rate-to-quantum divisor for default quanta (tc's `r2q`, default 10).
     #[serde(default = "default_r2q")]
     pub r2q: u32,
+    /// Ingress shaping: the tree sits after the line it shapes, so a packet its leaves
+    /// discard has already crossed the line and is charged like a sent one (CAKE's
+    /// `ingress`). Default false.
+    #[serde(default)]
+    pub ingress: bool,
 }
 
 fn default_r2q() -> u32 {
@@ -214,6 +219,7 @@ pub struct Htb<P> {
     leaf_of_class: Vec<Option<usize>>,
     default: Option<usize>,
     ll: LinkLayer,
+    ingress: bool,
     /// Round-robin position per (level, prio): the leaf served last.
     rr: [[usize; PRIOS as usize]; MAX_DEPTH + 1],
     stats: QdiscStats,
@@ -312,6 +318,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             leaf_of_class,
             default,
             ll,
+            ingress: cfg.ingress,
             rr: [[usize::MAX; PRIOS as usize]; MAX_DEPTH + 1],
             stats: QdiscStats::default(),
         })
@@ -407,6 +414,26 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         }
     }
 
+    /// Ingress: charge the discards `leaf` just made (from `mark` on) to its tokens and
+    /// those of its ancestors, as if sent; nothing counts them as sent.
+    fn charge_discards(&mut self, leaf: usize, drops: &Drops<P>, mark: usize, now: Instant) {
+        if !self.ingress {
+            return;
+        }
+        for d in drops.since(mark) {
+            let wire = self.ll.wire_len(d.pkt.ip_len()) as u64;
+            let mut c = Some(leaf);
+            while let Some(i) = c {
+                self.refill(i, now);
+                let cl = &mut self.classes[i];
+                let cost = |r: Rate| i64::try_from(r.tx_nanos(wire)).unwrap_or(i64::MAX);
+                cl.tokens = cl.tokens.saturating_sub(cost(cl.rate)).max(-MBUFFER_NS);
+                cl.ctokens = cl.ctokens.saturating_sub(cost(cl.ceil)).max(-MBUFFER_NS);
+                c = cl.parent;
+            }
+        }
+    }
+
     fn leaf_for(&self, p: &P) -> Option<usize> {
         let c = p.class();
         if c.is_some() {
@@ -435,6 +462,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             .expect("leaf")
             .enqueue(now, pkt, drops);
         self.stats.absorb(drops, mark, len);
+        self.charge_discards(l, drops, mark, now);
         debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
     }
 
@@ -504,6 +532,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }
+            self.charge_discards(leaf, drops, mark, now);
             match r {
                 Dequeued::Packet(p) => {
                     let len = p.ip_len();
@@ -538,13 +567,16 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
     }
 
     fn handle_timeout(&mut self, now: Instant, drops: &mut Drops<P>) {
-        for c in self.classes.iter_mut() {
-            let Some(q) = c.leaf.as_mut() else { continue };
+        for i in 0..self.classes.len() {
+            let Some(q) = self.classes[i].leaf.as_mut() else {
+                continue;
+            };
             let mark = drops.len();
             q.handle_timeout(now, drops);
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }
+            self.charge_discards(i, drops, mark, now);
         }
     }
 
@@ -634,6 +666,35 @@ mod tests {
         assert_eq!(drain(&mut q, ms(12)).len(), 1);
         assert_eq!(q.dequeue(ms(12), &mut d), Dequeued::NotBefore(ms(24)));
         check(&q);
+    }
+
+    #[test]
+    fn ingress_charges_discards_as_sent() {
+        // 1 Mbit/s, bucket 1500 B (12 ms); the leaf holds 2 packets, so 3 of 5 are dropped
+        // at offer. Egress: the 2 queued go at 0 and 0 (the bucket may go to -12 ms).
+        // Ingress: the 3 drops already crossed the line and cost 36 ms of tokens first.
+        for (ingress, first) in [(false, Some(0)), (true, None)] {
+            let mut q = htb(
+                &format!(
+                    "ingress = {ingress}\nclasses = [{{ name = \"a\", rate = \"1Mbit\", \
+                     burst = \"1500B\", cburst = \"1500B\", \
+                     queue = {{ kind = \"fifo\", limit = \"2p\" }} }}]"
+                ),
+                &["a"],
+            );
+            let mut d = Drops::new();
+            for i in 0..5 {
+                q.enqueue(ms(0), classed(i, 1500, 0), &mut d);
+            }
+            assert_eq!(d.len(), 3);
+            assert_eq!(q.dequeue(ms(0), &mut d).packet().map(|p| tag(&p)), first);
+            if ingress {
+                assert_eq!(q.class_tokens("a", ms(0)), Some((-24_000_000, -24_000_000)));
+                assert_eq!(q.dequeue(ms(0), &mut d), Dequeued::NotBefore(ms(24)));
+                assert_eq!(q.class_counters("a").map(|c| c.packets), Some(0));
+            }
+            check(&q);
+        }
     }
 
     #[test]
