@@ -331,6 +331,12 @@ fn main() {
             sorted[n / 2]
         );
     }
+    let step = (blocks.len() / 10).max(1);
+    let trend: Vec<String> = (blocks.iter().enumerate())
+        .filter(|(i, _)| i % step == step - 1)
+        .map(|(i, b)| format!("{}k: {b:.0}", (i as u64 + 1) * BLOCK / 1000))
+        .collect();
+    println!("per-packet cost by flows seen (ns): {}", trend.join(", "));
     if let (Some(a), Some(b)) = (rss_at.get(1), rss_at.last()) {
         println!(
             "resident memory: {:.1} MiB after {} flows, {:.1} MiB after {} flows",
