@@ -51,7 +51,7 @@
 //! linear 32 kbit/s curve the deadline would be 40 ms away.
 
 use super::{
-    Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError,
+    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc,
     QdiscConfig, QdiscStats, Verdict,
 };
 use crate::overhead::{LinkLayer, LinkLayerConfig};
@@ -98,29 +98,27 @@ pub struct ServiceCurve {
 
 impl CurveConfig {
     /// The curve, or what is wrong with it (relative to `key`).
-    pub fn curve(&self, key: &str) -> Result<ServiceCurve, QdiscBuildError> {
+    pub fn curve(&self, key: &str) -> Result<ServiceCurve, ConfigError> {
         let m2 = match (self.m2, self.rate) {
             (Some(m), None) | (None, Some(m)) => m.0,
-            (Some(_), Some(_)) => {
-                return Err(QdiscBuildError::new(key, "give m2 or rate, not both"))
-            }
-            (None, None) => return Err(QdiscBuildError::new(key, "needs m2 (or rate)")),
+            (Some(_), Some(_)) => return Err(ConfigError::new(key, "give m2 or rate, not both")),
+            (None, None) => return Err(ConfigError::new(key, "needs m2 (or rate)")),
         };
         let tc_form = self.umax.is_some() || self.dmax.is_some();
         let two_piece = self.m1.is_some() || self.d.is_some();
         if tc_form && two_piece {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 key,
                 "give either m1/d/m2 or umax/dmax/rate",
             ));
         }
         if tc_form {
             let (Some(umax), Some(dmax)) = (self.umax, self.dmax) else {
-                return Err(QdiscBuildError::new(key, "umax and dmax go together"));
+                return Err(ConfigError::new(key, "umax and dmax go together"));
             };
             let dmax_ns = dur_ns(dmax.0);
             if dmax_ns == 0 || m2 == 0 {
-                return Err(QdiscBuildError::new(key, "dmax and rate must be positive"));
+                return Err(ConfigError::new(key, "dmax and rate must be positive"));
             }
             // tc-hfsc: the first slope delivers umax within dmax if that is steeper than
             // the rate; otherwise the curve is flat until dmax - umax/rate.
@@ -143,7 +141,7 @@ impl CurveConfig {
                 d: dur_ns(d.0),
                 m2,
             }),
-            _ => Err(QdiscBuildError::new(key, "m1 and d go together")),
+            _ => Err(ConfigError::new(key, "m1 and d go together")),
         }
     }
 }
@@ -405,10 +403,10 @@ pub struct Hfsc<P> {
 
 impl<P: Pkt + Send + 'static> Hfsc<P> {
     /// Build and validate; classifier class names are resolved through `ctx`.
-    pub fn new(cfg: &HfscConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &HfscConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         let n = cfg.classes.len();
         if n == 0 || n > 256 {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 "hfsc.classes",
                 "needs between 1 and 256 classes",
             ));
@@ -417,10 +415,10 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
         let mut index = std::collections::HashMap::new();
         for (i, c) in cfg.classes.iter().enumerate() {
             if c.name.is_empty() {
-                return Err(QdiscBuildError::new(key(i, "name"), "must not be empty"));
+                return Err(ConfigError::new(key(i, "name"), "must not be empty"));
             }
             if index.insert(c.name.as_str(), i + 1).is_some() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "name"),
                     format!("duplicate class '{}'", c.name),
                 ));
@@ -432,7 +430,7 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
             let p = match &c.parent {
                 None => ROOT,
                 Some(p) => *index.get(p.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new(
+                    ConfigError::new(
                         key(i, "parent"),
                         format!("unknown parent class '{p}' of '{}'", c.name),
                     )
@@ -448,7 +446,7 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
                 c = parent[c];
                 steps += 1;
                 if steps > n {
-                    return Err(QdiscBuildError::new(
+                    return Err(ConfigError::new(
                         key(i - 1, "parent"),
                         format!(
                             "class '{}' is part of a parent cycle",
@@ -496,7 +494,7 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
             };
             let sc = curve(&c.sc, "sc")?;
             if sc.is_some() && (c.rt.is_some() || c.ls.is_some()) {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "sc"),
                     "sc sets both rt and ls: give sc, or rt and ls",
                 ));
@@ -506,35 +504,35 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
             cl.usc = curve(&c.ul, "ul")?;
             for (s, f) in [(cl.rsc, "rt"), (cl.fsc, "ls"), (cl.usc, "ul")] {
                 if s.is_some_and(|s| s.m2 == 0 && s.m1 == 0) {
-                    return Err(QdiscBuildError::new(key(i, f), "the curve is zero"));
+                    return Err(ConfigError::new(key(i, f), "the curve is zero"));
                 }
             }
             if cl.rsc.is_some() && !is_leaf {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "rt"),
                     format!("'{}' has children; real-time curves are for leaves", c.name),
                 ));
             }
             if !is_leaf && cl.fsc.is_none() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "ls"),
                     format!("'{}' has children and needs a link-share curve", c.name),
                 ));
             }
             if is_leaf && cl.fsc.is_none() && cl.rsc.is_none() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "rt"),
                     format!("leaf '{}' needs a real-time or link-share curve", c.name),
                 ));
             }
             if cl.usc.is_some() && cl.fsc.is_none() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "ul"),
                     "an upper limit bounds link-share service: give ls too",
                 ));
             }
             if !is_leaf && (c.queue.is_some() || c.classes.is_some()) {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "queue"),
                     format!(
                         "'{}' has children; only leaves hold a queue and take classes",
@@ -560,9 +558,7 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
                     Some(q) => q.build(ctx),
                     None => QdiscConfig::default().build(ctx),
                 }
-                .map_err(|e| {
-                    QdiscBuildError::new(format!("{}.{}", key(i, "queue"), e.key), e.msg)
-                })?;
+                .map_err(|e| e.within(key(i, "queue")))?;
                 cl.leaf = Some(Leaf {
                     q,
                     head: None,
@@ -594,7 +590,7 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
             for name in names {
                 let id = ctx.class_id(name, &key(i, "classes"))?;
                 if let Some(other) = leaf_of_class[id.0 as usize] {
-                    return Err(QdiscBuildError::new(
+                    return Err(ConfigError::new(
                         key(i, "classes"),
                         format!(
                             "class '{name}' is taken by both '{}' and '{}'",
@@ -609,10 +605,10 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
             None => None,
             Some(d) => {
                 let i = *index.get(d.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new("hfsc.default", format!("unknown class '{d}'"))
+                    ConfigError::new("hfsc.default", format!("unknown class '{d}'"))
                 })?;
                 if classes[i].leaf.is_none() {
-                    return Err(QdiscBuildError::new(
+                    return Err(ConfigError::new(
                         "hfsc.default",
                         format!("'{d}' has children; the default must be a leaf"),
                     ));

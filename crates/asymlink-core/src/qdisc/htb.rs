@@ -52,7 +52,7 @@
 pub mod ack_fifo;
 
 use super::{
-    Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError,
+    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc,
     QdiscConfig, QdiscStats, Verdict,
 };
 use crate::overhead::{LinkLayer, LinkLayerConfig};
@@ -222,25 +222,25 @@ pub struct Htb<P> {
 
 impl<P: Pkt + Send + 'static> Htb<P> {
     /// Build and validate; classifier class names are resolved through `ctx`.
-    pub fn new(cfg: &HtbConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &HtbConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         let n = cfg.classes.len();
         if n == 0 || n > 64 {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 "htb.classes",
                 "needs between 1 and 64 classes",
             ));
         }
         if cfg.r2q == 0 {
-            return Err(QdiscBuildError::new("htb.r2q", "must be positive"));
+            return Err(ConfigError::new("htb.r2q", "must be positive"));
         }
         let key = |i: usize, f: &str| format!("htb.classes[{i}].{f}");
         let mut index = std::collections::HashMap::new();
         for (i, c) in cfg.classes.iter().enumerate() {
             if c.name.is_empty() {
-                return Err(QdiscBuildError::new(key(i, "name"), "must not be empty"));
+                return Err(ConfigError::new(key(i, "name"), "must not be empty"));
             }
             if index.insert(c.name.as_str(), i).is_some() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "name"),
                     format!("duplicate class '{}'", c.name),
                 ));
@@ -251,7 +251,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         for (i, c) in cfg.classes.iter().enumerate() {
             if let Some(p) = &c.parent {
                 let pi = *index.get(p.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new(
+                    ConfigError::new(
                         key(i, "parent"),
                         format!("unknown parent class '{p}' of '{}'", c.name),
                     )
@@ -269,14 +269,14 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 d += 1;
                 c = p;
                 if d > n {
-                    return Err(QdiscBuildError::new(
+                    return Err(ConfigError::new(
                         key(i, "parent"),
                         format!("class '{}' is part of a parent cycle", cfg.classes[i].name),
                     ));
                 }
             }
             if d >= MAX_DEPTH {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "parent"),
                     format!("the tree is deeper than {MAX_DEPTH} levels"),
                 ));
@@ -287,11 +287,11 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         for (i, c) in cfg.classes.iter().enumerate() {
             let is_leaf = children[i].is_empty();
             if c.rate.0 == 0 {
-                return Err(QdiscBuildError::new(key(i, "rate"), "must be positive"));
+                return Err(ConfigError::new(key(i, "rate"), "must be positive"));
             }
             let ceil = c.ceil.unwrap_or(c.rate);
             if ceil < c.rate {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "ceil"),
                     format!(
                         "ceil {ceil} is below rate {} of class '{}' (ceil >= rate)",
@@ -300,19 +300,19 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 ));
             }
             if c.prio >= PRIOS {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "prio"),
                     format!("must be 0..={}", PRIOS - 1),
                 ));
             }
             if !is_leaf && c.queue.is_some() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "queue"),
                     format!("'{}' has children; only leaves hold a queue", c.name),
                 ));
             }
             if !is_leaf && c.classes.is_some() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "classes"),
                     format!("'{}' has children; only leaves take classes", c.name),
                 ));
@@ -326,7 +326,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             let to_ns = |r: Rate, b: u64| i64::try_from(r.tx_nanos(b)).unwrap_or(i64::MAX);
             let quantum = match c.quantum {
                 Some(q) if q.0 == 0 => {
-                    return Err(QdiscBuildError::new(key(i, "quantum"), "must be positive"))
+                    return Err(ConfigError::new(key(i, "quantum"), "must be positive"))
                 }
                 Some(q) => q.0 as i64,
                 None => (c.rate.0 / 8 / cfg.r2q as u64).clamp(1000, 200_000) as i64,
@@ -342,9 +342,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                     Some(q) => q.build(ctx),
                     None => QdiscConfig::default().build(ctx),
                 }
-                .map_err(|e| {
-                    QdiscBuildError::new(format!("{}.{}", key(i, "queue"), e.key), e.msg)
-                })?;
+                .map_err(|e| e.within(key(i, "queue")))?;
                 Some(q)
             } else {
                 None
@@ -386,7 +384,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 let id = ctx.class_id(name, &key(i, "classes"))?;
                 let slot = &mut leaf_of_class[id.0 as usize];
                 if let Some(other) = *slot {
-                    return Err(QdiscBuildError::new(
+                    return Err(ConfigError::new(
                         key(i, "classes"),
                         format!(
                             "class '{name}' is taken by both '{}' and '{}'",
@@ -401,10 +399,10 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             None => None,
             Some(d) => {
                 let i = *index.get(d.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new("htb.default", format!("unknown class '{d}'"))
+                    ConfigError::new("htb.default", format!("unknown class '{d}'"))
                 })?;
                 if !classes[i].is_leaf() {
-                    return Err(QdiscBuildError::new(
+                    return Err(ConfigError::new(
                         "htb.default",
                         format!("'{d}' has children; the default must be a leaf"),
                     ));

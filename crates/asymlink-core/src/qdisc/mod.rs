@@ -52,13 +52,14 @@ pub mod htb;
 mod prio;
 mod tbf;
 
+pub use crate::config::ConfigError;
 pub use ack_filter::{AckFilter, AckFilterConfig};
 pub use ack_shaper::{
     AckShaper, AckShaperConfig, AckShaperCounters, Fraction, LeakConfig, Threshold, Tuning,
 };
 pub use aggregate::{Aggregate, AggregateConfig, AggregateCounters};
 pub use codel::{Codel, CodelConfig, CodelCounters};
-pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
+pub use config::{BuildCtx, DropSide, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use ered::{Ered, EredConfig, EredCounters};
 pub use fifo::{Fifo, FifoConfig};
