@@ -43,6 +43,7 @@ pub mod checksum;
 pub mod classify;
 pub mod config;
 pub mod estimator;
+pub mod line;
 pub mod overhead;
 pub mod packet;
 pub mod pipeline;

@@ -236,7 +236,34 @@ pub struct BoxConfig {
 impl BoxConfig {
     /// Parse TOML text (key paths in errors). Does not validate; see [`BoxConfig::load`].
     pub fn parse(text: &str) -> Result<BoxConfig, ConfigError> {
-        asymlink_core::config::from_toml(text)
+        match BoxConfig::expand_line(text)? {
+            Some(t) => asymlink_core::config::from_toml_table(t, text),
+            None => asymlink_core::config::from_toml(text),
+        }
+    }
+
+    /// The file's table with its `line` expanded into `to_a` and `to_b` (`None`: the file
+    /// has no `line`).
+    fn expand_line(text: &str) -> Result<Option<toml::Table>, ConfigError> {
+        // A syntax error is reported (one line, with its line number) by the parse proper.
+        let Ok(mut t) = text.parse::<toml::Table>() else {
+            return Ok(None);
+        };
+        Ok(asymlink_core::line::expand(&mut t)?.then_some(t))
+    }
+
+    /// The configuration as the box runs it: the file with its `line` expanded (what
+    /// `--print-effective` shows). Validates it first.
+    pub fn effective(path: &Path) -> Result<String, ConfigError> {
+        BoxConfig::load(path)?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::value(e.to_string()))?;
+        let t = match BoxConfig::expand_line(&text)? {
+            Some(t) => t,
+            None => text
+                .parse()
+                .map_err(|e| ConfigError::new("", format!("TOML syntax: {e}")))?,
+        };
+        toml::to_string(&t).map_err(|e| ConfigError::new("", e.to_string()))
     }
 
     /// Read, parse and validate a file. Errors name the key and its line.
@@ -533,6 +560,40 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.to_string().contains("host_fq_codel.flows"), "{e}");
+    }
+
+    #[test]
+    fn one_line_configures_both_directions() {
+        let c = BoxConfig::parse(&format!(
+            "line = {{ down = \"8Mbit\", up = \"512kbit\", linklayer = \"llc_snap_routed\" }}\n{MIN}"
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        assert!(c.to_b.classifier.is_some(), "uplink classes");
+        let mb = Middlebox::<crate::packet::LivePacket>::new(&c.middlebox(), c.rates(), 0).unwrap();
+        assert_eq!(mb.egress(Dir::ToB).qdisc().kind(), "htb");
+        assert_eq!(mb.egress(Dir::ToA).qdisc().kind(), "htb");
+        // An explicit part replaces the line's; an error in it is named by its key.
+        let c = BoxConfig::parse(&format!(
+            "line = {{ down = \"8Mbit\", up = \"512kbit\" }}\n\
+             [to_b]\nqdisc = {{ kind = \"fifo\", limit = \"50p\" }}\n{MIN}"
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        assert!(c.to_b.classifier.is_some() && c.to_a.classifier.is_none());
+        let e = BoxConfig::parse(&format!(
+            "line = {{ down = \"8Mbit\", up = \"512kbit\" }}\n\
+             [to_b]\nqdisc = {{ kind = \"fifo\", limit = \"0p\" }}\n{MIN}"
+        ))
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().starts_with("to_b.fifo.limit"), "{e}");
+        let e = BoxConfig::parse(&format!("line = {{ down = \"8Mbit\" }}\n{MIN}")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("line:") && e.msg.contains("up"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! | limited transmit | off | on | on |
 //! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | 6 MB / 4 MB |
 //! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
+//! | cwnd growth when not cwnd-limited | grows | RFC 7661 rule | Linux rule |
 
 use asymlink_core::config::ConfigError;
 use asymlink_core::time::Duration;
@@ -62,6 +63,24 @@ pub enum RtoFloor {
     /// Linux `tcp_rtt_estimator` / `tcp_set_rto`: the variation term is at least `rto_min`,
     /// so RTO = SRTT + max(`rto_min`, 4·RTTVAR) — never less than SRTT + 200 ms by default.
     Variation,
+}
+
+/// When the congestion window may grow: congestion-window validation. A flow held back
+/// by the receive window, the application or a conditioner does not use its cwnd, so
+/// ACKs say nothing about whether a larger one would be safe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CwndValidation {
+    /// Every ACK of new data grows the window, used or not (ns-2).
+    Off,
+    /// RFC 7661's growth rule: grow while the largest flight of the current window
+    /// reached at least half the cwnd (the RFC's pipeACK ≥ ½·cwnd, with the flight
+    /// standing in for pipeACK); its non-validated-phase reductions are not modelled.
+    Rfc7661,
+    /// Linux `tcp_is_cwnd_limited`: grow only if the flow was cwnd-limited in the current
+    /// window (the flight reached cwnd, or data waited for it); in slow start also while
+    /// cwnd is below twice the window's largest flight.
+    Linux,
 }
 
 /// Congestion-avoidance increase rule: the window grows by g(rtt) segments per RTT
@@ -194,6 +213,8 @@ pub struct TcpConfig {
     /// Undo a retransmission timeout found spurious by the echoed timestamp (Eifel
     /// detection, RFC 3522, as Linux does): needs timestamps.
     pub rto_undo: bool,
+    /// When the congestion window may grow (congestion-window validation).
+    pub cwnd_validation: CwndValidation,
 }
 
 impl TcpConfig {
@@ -226,6 +247,7 @@ impl TcpConfig {
             dupthresh: 3,
             ca_increase: CaIncrease::Standard,
             rto_undo: false,
+            cwnd_validation: CwndValidation::Rfc7661,
         };
         Some(match name {
             "rfc" => base,
@@ -242,6 +264,7 @@ impl TcpConfig {
                 nagle: false,
                 ss_growth: SsGrowth::PerAck,
                 limited_transmit: false,
+                cwnd_validation: CwndValidation::Off,
                 ..base
             },
             "linux" => TcpConfig {
@@ -255,6 +278,7 @@ impl TcpConfig {
                 rto_floor: RtoFloor::Variation,
                 ss_growth: SsGrowth::ByteCounting,
                 rto_undo: true,
+                cwnd_validation: CwndValidation::Linux,
                 ..base
             },
             _ => return None,
@@ -354,6 +378,7 @@ pub struct TcpOverrides {
     pub dupthresh: Option<u32>,
     pub ca_increase: Option<CaIncrease>,
     pub rto_undo: Option<bool>,
+    pub cwnd_validation: Option<CwndValidation>,
 }
 
 impl<'de> Deserialize<'de> for TcpSpec {
@@ -434,6 +459,7 @@ impl TcpSpec {
         set!(dupthresh);
         set!(ca_increase);
         set!(rto_undo);
+        set!(cwnd_validation);
         c.validate()?;
         Ok(c)
     }

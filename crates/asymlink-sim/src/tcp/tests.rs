@@ -552,3 +552,39 @@ fn backoff_is_kept_until_a_valid_rtt_sample() {
     assert_eq!(p.delivered(), 11_000);
     assert_eq!(p.c[0].as_ref().unwrap().rto(), base, "a clean sample");
 }
+
+/// ECN and a loss in the same window: segment 30 is lost and segment 33 (sent before the
+/// loss is detected) is marked CE. The fast retransmit reduces the window once; the sender
+/// must then set CWR on its next new segment (RFC 3168 §6.1.2: after a reduction "for any
+/// reason"), so the receiver stops echoing ECE and no second reduction follows recovery.
+#[test]
+fn a_loss_reduction_sends_cwr_and_is_not_followed_by_an_ecn_one() {
+    for profile in ["paper", "rfc", "linux"] {
+        let mut cfg = TcpConfig::profile(profile).unwrap();
+        cfg.ecn = true;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = Box::new(|n, _| n == 30);
+        p.mark = Box::new(|n| n == 33);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 400_000, io));
+        p.run(Instant::from_secs(20));
+        assert_eq!(p.delivered(), 400_000, "{profile}");
+        let s = *p.c[0].as_ref().unwrap().stats();
+        assert_eq!(s.fast_retransmits, 1, "{profile}: {s:?}");
+        assert_eq!(s.timeouts, 0, "{profile}: {s:?}");
+        assert_eq!(s.ecn_reductions, 0, "{profile}: one reduction only: {s:?}");
+        let cwr = p
+            .log
+            .iter()
+            .filter(|(_, from, h)| {
+                *from == 0
+                    && h.payload_len > 0
+                    && h.tcp_repr()
+                        .unwrap()
+                        .flags
+                        .contains(asymlink_core::wire::TcpFlags::CWR)
+            })
+            .count();
+        assert_eq!(cwr, 1, "{profile}: CWR after the loss reduction");
+    }
+}
