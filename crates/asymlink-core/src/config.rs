@@ -104,7 +104,10 @@ pub fn from_toml<T: DeserializeOwned>(src: &str) -> Result<T, ConfigError> {
 
 /// Deserialise `table`, parsed from `src` and then rewritten (a `line` expanded): errors
 /// name the key path, and the line where that key is written in `src` if it is.
-pub fn from_toml_table<T: DeserializeOwned>(table: toml::Table, src: &str) -> Result<T, ConfigError> {
+pub fn from_toml_table<T: DeserializeOwned>(
+    table: toml::Table,
+    src: &str,
+) -> Result<T, ConfigError> {
     serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { String::new() } else { path };

@@ -28,8 +28,8 @@
 //! the simulator's middleboxes, the box and the lab share it, and the effective
 //! configuration can be printed.
 
-use crate::overhead::LinkLayerConfig;
 use crate::config::ConfigError;
+use crate::overhead::LinkLayerConfig;
 use crate::units::Rate;
 use serde::Deserialize;
 use toml::{Table, Value};

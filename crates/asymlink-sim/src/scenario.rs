@@ -832,17 +832,23 @@ mod tests {
         // is refused at its own key, with the line.
         let m = e(&BASE.replace("duration = \"10s\"", "duration = \"10s\"\ntcp = \"bsd\""));
         assert!(m.starts_with("tcp: unknown TCP profile 'bsd'"), "{m}");
-        let m = e(&BASE.replace(
-            "[[flows]]",
-            "[[flows]]\ntcp = { profile = \"reno\" }",
-        ));
-        assert!(m.starts_with("flows[0].tcp.profile: unknown TCP profile"), "{m}");
+        let m = e(&BASE.replace("[[flows]]", "[[flows]]\ntcp = { profile = \"reno\" }"));
+        assert!(
+            m.starts_with("flows[0].tcp.profile: unknown TCP profile"),
+            "{m}"
+        );
         let m = e(&format!(
             "{BASE}\n[[monitor.capture]]\nlink = \"s-r\"\ndir = \"up\"\nfile = \"x.pcap\""
         ));
-        assert!(m.starts_with("monitor.capture[0].dir: unknown variant `up`"), "{m}");
+        assert!(
+            m.starts_with("monitor.capture[0].dir: unknown variant `up`"),
+            "{m}"
+        );
         let m = e(&BASE.replace("bytes = \"1MB\"", "bytes = \"1MB\", open = \"both\""));
-        assert!(m.starts_with("flows[0].app.open: unknown variant `both`"), "{m}");
+        assert!(
+            m.starts_with("flows[0].app.open: unknown variant `both`"),
+            "{m}"
+        );
         let m = e(&BASE.replace(
             "app = { kind = \"bulk\", bytes = \"1MB\" }",
             "app = { kind = \"ping\", dscp = 64 }",

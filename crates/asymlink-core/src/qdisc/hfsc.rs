@@ -52,7 +52,7 @@
 
 use super::tree::{ClassSpec, Limits, Tree};
 use super::{
-    Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, ConfigError,
+    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc,
     QdiscConfig, QdiscStats, Verdict,
 };
 use crate::overhead::{LinkLayer, LinkLayerConfig};
@@ -102,9 +102,7 @@ impl CurveConfig {
     pub fn curve(&self, key: &str) -> Result<ServiceCurve, ConfigError> {
         let m2 = match (self.m2, self.rate) {
             (Some(m), None) | (None, Some(m)) => m.0,
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::new(key, "give m2 or rate, not both"))
-            }
+            (Some(_), Some(_)) => return Err(ConfigError::new(key, "give m2 or rate, not both")),
             (None, None) => return Err(ConfigError::new(key, "needs m2 (or rate)")),
         };
         let tc_form = self.umax.is_some() || self.dmax.is_some();

@@ -51,7 +51,7 @@
 
 use super::tree::{ClassSpec, Limits, Tree};
 use super::{
-    Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, ConfigError,
+    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc,
     QdiscConfig, QdiscStats, Verdict,
 };
 use crate::overhead::{LinkLayer, LinkLayerConfig};

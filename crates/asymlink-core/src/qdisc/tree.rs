@@ -5,7 +5,7 @@
 //! [`Tree`] whose indices are the positions in the configuration; the scheduling state
 //! (tokens, service curves) stays with the scheduler.
 
-use super::{BuildCtx, Qdisc, ConfigError, QdiscConfig};
+use super::{BuildCtx, ConfigError, Qdisc, QdiscConfig};
 use crate::packet::Pkt;
 use crate::units::Rate;
 use std::collections::HashMap;

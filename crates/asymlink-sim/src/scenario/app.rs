@@ -61,9 +61,10 @@ impl Dist {
             Dist::Uniform(a, b) if b < a => {
                 Err(ConfigError::new(format!("{key}.max"), "is below min"))
             }
-            Dist::Pareto(shape, _) if !(shape > 0.0 && shape.is_finite()) => Err(
-                ConfigError::new(format!("{key}.shape"), "must be a positive number"),
-            ),
+            Dist::Pareto(shape, _) if !(shape > 0.0 && shape.is_finite()) => Err(ConfigError::new(
+                format!("{key}.shape"),
+                "must be a positive number",
+            )),
             _ => Ok(self.clone()),
         }
     }
