@@ -23,7 +23,7 @@ use crate::classify::{Classifier, ClassifierConfig};
 use crate::packet::Pkt;
 use crate::qdisc::BuildCtx;
 use crate::qdisc::{
-    Backlog, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError, QdiscConfig,
+    Backlog, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscConfig,
     QdiscStats, Verdict,
 };
 use crate::time::{earliest, Instant};
@@ -114,13 +114,13 @@ impl<P: Pkt + Send + 'static> Egress<P> {
         cfg: &EgressConfig,
         link_rate: Option<Rate>,
         seed: u64,
-    ) -> Result<Egress<P>, QdiscBuildError> {
+    ) -> Result<Egress<P>, ConfigError> {
         let classifier = cfg
             .classifier
             .as_ref()
             .map(Classifier::new)
             .transpose()
-            .map_err(|m| QdiscBuildError::new("classifier", m))?;
+            .map_err(|m| ConfigError::new("classifier", m))?;
         let ctx = BuildCtx {
             classes: classifier
                 .as_ref()
@@ -273,11 +273,11 @@ impl<P: Pkt> Rewriter<P> for SetDscp {
     }
 }
 
-fn parse_dir(s: &str, key: &str) -> Result<Dir, QdiscBuildError> {
+fn parse_dir(s: &str, key: &str) -> Result<Dir, ConfigError> {
     match s {
         "to_b" => Ok(Dir::ToB),
         "to_a" => Ok(Dir::ToA),
-        _ => Err(QdiscBuildError::new(
+        _ => Err(ConfigError::new(
             key,
             format!("'{s}' is not a direction (to_a, to_b)"),
         )),
@@ -286,11 +286,11 @@ fn parse_dir(s: &str, key: &str) -> Result<Dir, QdiscBuildError> {
 
 impl RewriterConfig {
     /// Build the rewriter.
-    pub fn build<P: Pkt + 'static>(&self) -> Result<Box<dyn Rewriter<P>>, QdiscBuildError> {
+    pub fn build<P: Pkt + 'static>(&self) -> Result<Box<dyn Rewriter<P>>, ConfigError> {
         match self {
             RewriterConfig::SetDscp { dscp, dir } => {
                 if *dscp > 63 {
-                    return Err(QdiscBuildError::new("rewrite.dscp", "must be 0..=63"));
+                    return Err(ConfigError::new("rewrite.dscp", "must be 0..=63"));
                 }
                 Ok(Box::new(SetDscp {
                     dscp: *dscp,
@@ -306,15 +306,14 @@ impl RewriterConfig {
                     "a" => Dir::ToA,
                     "b" => Dir::ToB,
                     s => {
-                        return Err(QdiscBuildError::new(
+                        return Err(ConfigError::new(
                             "rewrite.receivers",
                             format!("'{s}' is not a side (a, b)"),
                         ))
                     }
                 };
-                let r = crate::rwnd::WindowRewriter::new(policy, toward).map_err(|e| {
-                    QdiscBuildError::new(format!("rewrite.policy.{}", e.key), e.msg)
-                })?;
+                let r = crate::rwnd::WindowRewriter::new(policy, toward)
+                    .map_err(|e| e.within("rewrite.policy"))?;
                 Ok(Box::new(r))
             }
         }
@@ -345,10 +344,8 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
         cfg: &MiddleboxConfig,
         rates: [Option<Rate>; 2],
         seed: u64,
-    ) -> Result<Middlebox<P>, QdiscBuildError> {
-        let prefix = |d: Dir| {
-            move |e: QdiscBuildError| QdiscBuildError::new(format!("{}.{}", d.name(), e.key), e.msg)
-        };
+    ) -> Result<Middlebox<P>, ConfigError> {
+        let prefix = |d: Dir| move |e: ConfigError| e.within(d.name());
         let to_b = Egress::new(&cfg.to_b, rates[0], crate::rand::derive_seed(seed, "to_b"))
             .map_err(prefix(Dir::ToB))?;
         let to_a = Egress::new(&cfg.to_a, rates[1], crate::rand::derive_seed(seed, "to_a"))
@@ -362,7 +359,7 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
             let needs = e.qdisc.as_ref().is_some_and(|q| q.needs_peer_capacity());
             let peer = [&to_b, &to_a][d.reverse().index()];
             if needs && peer.capacity.is_none() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     format!("{}.qdisc.threshold", d.name()),
                     format!(
                         "\"auto\" derives the threshold from the capacity of the {} queue, \
@@ -530,6 +527,6 @@ mod tests {
         let e = Middlebox::<HeaderPacket>::new(&cfg, [None, None], 1)
             .err()
             .unwrap();
-        assert!(e.key.starts_with("to_a."), "{e}");
+        assert!(e.path.starts_with("to_a."), "{e}");
     }
 }
