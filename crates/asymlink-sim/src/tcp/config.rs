@@ -82,6 +82,21 @@ pub enum CwndValidation {
     Linux,
 }
 
+/// What a sender does with its window after an idle period longer than the RTO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleRestart {
+    /// Resume at the old cwnd (ns-2's one-way agents: their timer is not running when
+    /// idle).
+    Off,
+    /// RFC 5681 §4.1: cwnd = min(initial window, cwnd); ssthresh kept.
+    Rfc5681,
+    /// Linux `tcp_cwnd_restart` (`tcp_slow_start_after_idle` = 1): ssthresh = max(ssthresh,
+    /// ¾·cwnd), cwnd halved for every RTO of idle time after the first, never below
+    /// min(initial window, cwnd).
+    Linux,
+}
+
 /// Congestion-avoidance increase rule: the window grows by g(rtt) segments per RTT
 /// instead of one (Mehra et al. §5; Floyd 1991; Henderson et al. 1998). The increase per
 /// ACK is g·MSS²/cwnd, never more than one MSS (Henderson's bound: never burstier than
@@ -214,6 +229,12 @@ pub struct TcpConfig {
     pub rto_undo: bool,
     /// When the congestion window may grow (congestion-window validation).
     pub cwnd_validation: CwndValidation,
+    /// CUBIC's Reno-friendly estimate grows with α = 1 once it has reached the cwnd of
+    /// the last reduction (RFC 9438 §4.3); otherwise α = 3(1−β)/(1+β) throughout (Linux).
+    pub cubic_alpha_switch: bool,
+    /// Restart after idle: what happens to cwnd when data follows an idle period longer
+    /// than the RTO.
+    pub idle_restart: IdleRestart,
 }
 
 impl TcpConfig {
@@ -247,6 +268,8 @@ impl TcpConfig {
             ca_increase: CaIncrease::Standard,
             rto_undo: false,
             cwnd_validation: CwndValidation::Rfc7661,
+            cubic_alpha_switch: true,
+            idle_restart: IdleRestart::Rfc5681,
         };
         Some(match name {
             "rfc" => base,
@@ -264,6 +287,8 @@ impl TcpConfig {
                 ss_growth: SsGrowth::PerAck,
                 limited_transmit: false,
                 cwnd_validation: CwndValidation::Off,
+                cubic_alpha_switch: false,
+                idle_restart: IdleRestart::Off,
                 ..base
             },
             "linux" => TcpConfig {
@@ -278,6 +303,8 @@ impl TcpConfig {
                 ss_growth: SsGrowth::ByteCounting,
                 rto_undo: true,
                 cwnd_validation: CwndValidation::Linux,
+                cubic_alpha_switch: false,
+                idle_restart: IdleRestart::Linux,
                 ..base
             },
             _ => return None,
@@ -334,6 +361,8 @@ pub struct TcpOverrides {
     pub ca_increase: Option<CaIncrease>,
     pub rto_undo: Option<bool>,
     pub cwnd_validation: Option<CwndValidation>,
+    pub cubic_alpha_switch: Option<bool>,
+    pub idle_restart: Option<IdleRestart>,
 }
 
 impl<'de> Deserialize<'de> for TcpSpec {
@@ -411,6 +440,8 @@ impl TcpSpec {
         set!(ca_increase);
         set!(rto_undo);
         set!(cwnd_validation);
+        set!(cubic_alpha_switch);
+        set!(idle_restart);
         c.validate()?;
         Ok(c)
     }

@@ -5,7 +5,7 @@
 //! 32-bit wire values only at the edges, so nothing inside wraps.
 
 use super::cc::Cc;
-use super::config::{CcAlgo, CwndValidation, TcpConfig};
+use super::config::{CcAlgo, CwndValidation, IdleRestart, TcpConfig};
 use super::recv::Receiver;
 use super::rtt::RttEstimator;
 use super::scoreboard::{self, Scoreboard, SentSeg};
@@ -154,6 +154,8 @@ pub struct Connection {
     cwnd_limited: bool,
     max_flight: u64,
     cwnd_usage_seq: u64,
+    /// When data (new or retransmitted) was last sent (Linux's `lsndtime`).
+    last_data_sent: Option<Instant>,
     // receive side (offsets from irs)
     rcv: Receiver,
     rcv_edge: u64,
@@ -234,6 +236,7 @@ impl Connection {
             cwnd_limited: false,
             max_flight: 0,
             cwnd_usage_seq: 0,
+            last_data_sent: None,
             rcv: Receiver::new(0),
             rcv_edge: 0,
             ack_pending: 0,
@@ -1139,6 +1142,7 @@ impl Connection {
         if !self.can_send_data() {
             return;
         }
+        self.maybe_restart_after_idle(now);
         let sent_before = self.stats.segments_sent + self.stats.policed;
         loop {
             if self.cfg.pacing && now < self.next_send {
@@ -1168,6 +1172,30 @@ impl Connection {
         }
         self.note_cwnd_use(self.stats.segments_sent + self.stats.policed > sent_before);
         self.arm_persist(now);
+    }
+
+    /// Restart after idle (`idle_restart`): nothing is outstanding, data waits, and no data
+    /// was sent for longer than the RTO.
+    fn maybe_restart_after_idle(&mut self, now: Instant) {
+        let linux = match self.cfg.idle_restart {
+            IdleRestart::Off => return,
+            IdleRestart::Rfc5681 => false,
+            IdleRestart::Linux => true,
+        };
+        if self.snd_una < self.snd_max || self.data_end() <= self.snd_max {
+            return;
+        }
+        let Some(last) = self.last_data_sent else {
+            return;
+        };
+        let (idle, rto) = (now - last, self.rtt.rto());
+        if idle <= rto {
+            return;
+        }
+        let iw = self.cfg.initial_window as u64 * self.mss as u64;
+        self.cc.restart_after_idle(linux, idle, rto, iw);
+        // Once per idle period, even if nothing can be sent yet.
+        self.last_data_sent = Some(now);
     }
 
     /// The next new segment allowed by the windows, Nagle and SWS avoidance.
@@ -1293,6 +1321,9 @@ impl Connection {
             self.rto_at = Some(now + self.rtt.rto());
         }
         self.stats.bytes_sent += len;
+        if len > 0 {
+            self.last_data_sent = Some(now);
+        }
         let ecn = if self.ecn_ok && len > 0 {
             Ecn::Ect0
         } else {
@@ -1339,6 +1370,9 @@ impl Connection {
         self.stats.retransmits += 1;
         self.stats.bytes_retransmitted += len;
         self.stats.bytes_sent += len;
+        if len > 0 {
+            self.last_data_sent = Some(now);
+        }
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rtt.rto());
         }

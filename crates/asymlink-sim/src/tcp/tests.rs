@@ -588,3 +588,40 @@ fn a_loss_reduction_sends_cwr_and_is_not_followed_by_an_ecn_one() {
         assert_eq!(cwr, 1, "{profile}: CWR after the loss reduction");
     }
 }
+
+/// Restart after idle: a connection that sent 300 KB, then sat idle for 5 s (far longer
+/// than the RTO), writes again. `rfc` resumes with at most its initial window (RFC 5681
+/// §4.1), `linux` too after 5 s (Linux halves cwnd per idle RTO, down to the initial
+/// window), and `paper` (ns-2's one-way agents) at its old window, as one line-rate burst.
+#[test]
+fn data_after_idle_restarts_from_the_initial_window() {
+    for (profile, iw) in [("paper", None), ("rfc", Some(3)), ("linux", Some(10))] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 300_000, io));
+        p.run(Instant::from_secs(5));
+        assert_eq!(p.delivered(), 300_000, "{profile}");
+        let before = p.c[0].as_ref().unwrap().cwnd();
+        p.now = Instant::from_secs(10);
+        p.with(0, |c, now, io| c.write(now, 300_000, io));
+        let mss = p.c[0].as_ref().unwrap().mss() as u64;
+        let burst = p
+            .log
+            .iter()
+            .filter(|(t, from, h)| *t == p.now && *from == 0 && h.payload_len > 0)
+            .count() as u64;
+        match iw {
+            Some(iw) => {
+                assert_eq!(burst, iw, "{profile}: cwnd {before} before the idle period");
+                assert_eq!(p.c[0].as_ref().unwrap().cwnd(), iw * mss, "{profile}");
+            }
+            None => assert!(
+                burst * mss >= before.min(300_000) - mss,
+                "{profile}: {burst}"
+            ),
+        }
+        p.run(Instant::from_secs(20));
+        assert_eq!(p.delivered(), 600_000, "{profile}");
+    }
+}
