@@ -30,8 +30,9 @@ use crate::time::{earliest, Instant};
 use crate::units::{Limit, Rate};
 use serde::Deserialize;
 
-/// A direction through a middlebox.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+/// A direction through a middlebox, written `"to_b"` or `"to_a"`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Dir {
     /// Travelling from side a to side b.
     ToB = 0,
@@ -210,6 +211,26 @@ impl<P: Pkt + Send + 'static> Egress<P> {
     }
 }
 
+/// A side of a middlebox, written `"a"` or `"b"`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// Side a.
+    A,
+    /// Side b.
+    B,
+}
+
+impl Side {
+    /// The direction toward this side.
+    pub fn toward(self) -> Dir {
+        match self {
+            Side::A => Dir::ToA,
+            Side::B => Dir::ToB,
+        }
+    }
+}
+
 /// Rewriter configuration, tagged by `kind`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -220,13 +241,13 @@ pub enum RewriterConfig {
         dscp: u8,
         /// Only this direction (`"to_a"` or `"to_b"`).
         #[serde(default)]
-        dir: Option<String>,
+        dir: Option<Dir>,
     },
     /// Advertised-window rewriting for the receivers on side `receivers` (`"a"` or
     /// `"b"`) with the receiver-based policy (see [`crate::rwnd`]).
     Rwnd {
         /// The side the receivers are on.
-        receivers: String,
+        receivers: Side,
         /// The policy's parameters.
         #[serde(default)]
         policy: Box<crate::rwnd::RwndConfig>,
@@ -273,17 +294,6 @@ impl<P: Pkt> Rewriter<P> for SetDscp {
     }
 }
 
-fn parse_dir(s: &str, key: &str) -> Result<Dir, ConfigError> {
-    match s {
-        "to_b" => Ok(Dir::ToB),
-        "to_a" => Ok(Dir::ToA),
-        _ => Err(ConfigError::new(
-            key,
-            format!("'{s}' is not a direction (to_a, to_b)"),
-        )),
-    }
-}
-
 impl RewriterConfig {
     /// Build the rewriter.
     pub fn build<P: Pkt + 'static>(&self) -> Result<Box<dyn Rewriter<P>>, ConfigError> {
@@ -294,25 +304,12 @@ impl RewriterConfig {
                 }
                 Ok(Box::new(SetDscp {
                     dscp: *dscp,
-                    dir: dir
-                        .as_deref()
-                        .map(|d| parse_dir(d, "rewrite.dir"))
-                        .transpose()?,
+                    dir: *dir,
                     marked: 0,
                 }))
             }
             RewriterConfig::Rwnd { receivers, policy } => {
-                let toward = match receivers.as_str() {
-                    "a" => Dir::ToA,
-                    "b" => Dir::ToB,
-                    s => {
-                        return Err(ConfigError::new(
-                            "rewrite.receivers",
-                            format!("'{s}' is not a side (a, b)"),
-                        ))
-                    }
-                };
-                let r = crate::rwnd::WindowRewriter::new(policy, toward)
+                let r = crate::rwnd::WindowRewriter::new(policy, receivers.toward())
                     .map_err(|e| e.within("rewrite.policy"))?;
                 Ok(Box::new(r))
             }
@@ -516,6 +513,38 @@ mod tests {
         assert_eq!(back.hdr.ip.dscp, 0, "rewriter limited to to_b");
         assert_eq!(mb.stats().received, [2, 1]);
         check(mb.egress(Dir::ToB).qdisc());
+    }
+
+    #[test]
+    fn rewriter_sides_and_directions_are_typed() {
+        let c: MiddleboxConfig = crate::config::from_toml(
+            "rewrite = [{ kind = \"set_dscp\", dscp = 46, dir = \"to_b\" }, \
+             { kind = \"rwnd\", receivers = \"a\" }]",
+        )
+        .unwrap();
+        assert!(matches!(
+            c.rewrite[..],
+            [
+                RewriterConfig::SetDscp {
+                    dir: Some(Dir::ToB),
+                    ..
+                },
+                RewriterConfig::Rwnd {
+                    receivers: Side::A,
+                    ..
+                }
+            ]
+        ));
+        let e = crate::config::from_toml::<MiddleboxConfig>(
+            "rewrite = [{ kind = \"rwnd\", receivers = \"c\" }]",
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "rewrite[0].receivers", "{e}");
+        let e = crate::config::from_toml::<MiddleboxConfig>(
+            "rewrite = [{ kind = \"set_dscp\", dscp = 1, dir = \"up\" }]",
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "rewrite[0].dir", "{e}");
     }
 
     #[test]
