@@ -382,8 +382,30 @@ pub struct Spec {
 impl Spec {
     /// Parse and validate TOML text.
     pub fn parse(src: &str) -> Result<Spec, ConfigError> {
-        let raw: RawScenario = asymlink_core::config::from_toml(src)?;
+        let raw: RawScenario = match Spec::expand_lines(src)? {
+            Some(t) => asymlink_core::config::from_toml_table(t, src)?,
+            None => asymlink_core::config::from_toml(src)?,
+        };
         Spec::resolve(raw).map_err(|e| e.with_line(src))
+    }
+
+    /// The scenario's table with the `line` of each middlebox expanded into its `to_a` and
+    /// `to_b` (`None`: no middlebox has a `line`).
+    fn expand_lines(src: &str) -> Result<Option<toml::Table>, ConfigError> {
+        // A syntax error is reported (one line, with its line number) by the parse proper.
+        let Ok(mut t) = src.parse::<toml::Table>() else {
+            return Ok(None);
+        };
+        let mut any = false;
+        if let Some(toml::Value::Array(mbs)) = t.get_mut("middleboxes") {
+            for (i, m) in mbs.iter_mut().enumerate() {
+                if let toml::Value::Table(m) = m {
+                    any |= asymlink_core::line::expand(m)
+                        .map_err(|e| e.within(format!("middleboxes[{i}]")).with_line(src))?;
+                }
+            }
+        }
+        Ok(any.then_some(t))
     }
 
     /// Check a parsed scenario: the topology (nodes, links, middleboxes), then the flows
