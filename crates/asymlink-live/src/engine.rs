@@ -20,8 +20,9 @@ use crate::config::{BoxConfig, MalformedPolicy};
 use crate::link::Link;
 use crate::packet::{LinkType, LivePacket, Pool, Unparsed};
 use crate::stats::Histogram;
+use asymlink_core::config::ConfigError;
 use asymlink_core::pipeline::{Dir, Middlebox};
-use asymlink_core::qdisc::{Dequeued, Drops, QdiscBuildError, QdiscStats};
+use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats};
 use asymlink_core::rand::derive_seed;
 use asymlink_core::time::{earliest, Instant};
 use serde_json::{json, Map, Value};
@@ -99,7 +100,7 @@ pub struct Engine {
 
 impl Engine {
     /// Build from a validated configuration. `seed` is the master seed.
-    pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, QdiscBuildError> {
+    pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, ConfigError> {
         let mb = Middlebox::new(
             &cfg.middlebox(),
             cfg.rates(),
@@ -280,7 +281,7 @@ impl Engine {
     /// old one would have served it, re-classified — new policies apply to connections
     /// already open. Emulated links keep their queues and in-flight packets and take the
     /// new parameters. Returns the number of packets moved.
-    pub fn reload(&mut self, now: Instant, cfg: &BoxConfig) -> Result<usize, QdiscBuildError> {
+    pub fn reload(&mut self, now: Instant, cfg: &BoxConfig) -> Result<usize, ConfigError> {
         let generation = self.generation + 1;
         let new = Middlebox::new(
             &cfg.middlebox(),
