@@ -32,7 +32,7 @@ qdisc = { kind = "fifo", limit = "8p", drop = "head" }
 [emulation.to_b]
 rate = "2Mbit"
 loss = 0.1
-queue = "5p"
+modem_buffer = "5p"
 linklayer = { encap = "llc_snap_routed" }
 [emulation.to_a]
 delay = "1ms"
