@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from asymlink.lab import Lab, can_run_labs, start_box
 from asymlink.lab.bench import transfer
@@ -85,6 +86,28 @@ def test_check_and_missing_device(box_cmd: list[str], tmp_path: Path) -> None:
     assert "al-none0" in r.stderr
 
 
+def test_line_expands_into_both_directions(box_cmd: list[str], tmp_path: Path) -> None:
+    cfg = tmp_path / "box.toml"
+    cfg.write_text('line = { down = "8Mbit", up = "512kbit", linklayer = "llc_snap_routed" }\n'
+                   '[interfaces]\na = "al-none0"\nb = "al-none1"\n')
+    r = subprocess.run([*box_cmd, "--config", str(cfg), "--print-effective"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    import tomllib
+
+    eff = tomllib.loads(r.stdout)
+    assert "line" not in eff
+    up, down = eff["to_b"]["qdisc"], eff["to_a"]["qdisc"]
+    assert up["classes"][0]["rate"] == "486400bit" and up["linklayer"] == "llc_snap_routed"
+    assert [c["name"] for c in up["classes"]] == ["line", "ack", "interactive", "bulk"]
+    assert down["ingress"] is True and down["classes"][0]["rate"] == "7600000bit"
+    cfg.write_text('line = { down = "8Mbit", up = "512kbit", up_fraction = 2.0 }\n'
+                   '[interfaces]\na = "al-none0"\nb = "al-none1"\n')
+    r = subprocess.run([*box_cmd, "--config", str(cfg), "--check"], capture_output=True,
+                       text=True, timeout=10)
+    assert r.returncode == 2 and "line.up_fraction" in r.stderr, r.stderr
+
+
 def test_cli_box_check(box_cmd: list[str], tmp_path: Path) -> None:
     cfg = tmp_path / "box.toml"
     cfg.write_text('[interfaces]\na = "x0"\nb = "x1"\n[emulation.to_b]\nloss = 2.0\n')
@@ -122,6 +145,12 @@ def test_real_tcp_stats_pcap_and_privileges(lab: Lab, tmp_path: Path) -> None:
                           capture_output=True, text=True, check=True).stdout
     assert 'asymlink_sent_total{dir="to_b"}' in body
     assert "asymlink_qdisc_dequeued_total" in body
+    # The exposition is read by the reference parser: every family typed, every sample valid.
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    assert families["asymlink_sent"].type == "counter"
+    sent = {s.labels["dir"]: s.value for s in families["asymlink_sent"].samples}
+    assert sent["to_b"] > 1000
+    assert all(f.type != "unknown" for f in families.values()), sorted(families)
     final = box.stop()
     for d, v in final["directions"].items():
         assert v["received"] == v["sent"] + sum(v["discarded"].values()) + v["held"], d

@@ -367,8 +367,10 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None) -> None
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="The box configuration (TOML, see docs/live.md).")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
+@click.option("--print-effective", is_flag=True,
+              help="Print the configuration as the box runs it (a `line` expanded) and exit.")
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), help="Master seed.")
-def box_cmd(config: Path, check: bool, seed: int | None) -> None:
+def box_cmd(config: Path, check: bool, print_effective: bool, seed: int | None) -> None:
     """Run the live middlebox in the foreground (in this process).
 
     SIGHUP reloads the configuration keeping queued packets; SIGINT/SIGTERM flush the
@@ -383,6 +385,8 @@ def box_cmd(config: Path, check: bool, seed: int | None) -> None:
         click.echo(f"ok: {config}")
         return
     extra = ["--seed", str(seed)] if seed is not None else []
+    if print_effective:
+        extra.append("--print-effective")
     sys.exit(run_box(["--config", str(config), *extra]))
 
 

@@ -43,6 +43,7 @@ pub mod aggregate;
 pub mod checksum;
 pub mod classify;
 pub mod estimator;
+pub mod line;
 pub mod link;
 pub mod overhead;
 pub mod packet;

@@ -703,6 +703,64 @@ fn conservative_removes_one_older_ack_when_two_are_removable() {
     assert_eq!(h.drain(ms(5)), vec![4, 5]);
 }
 
+/// SACK blocks from `(left, right)` pairs.
+fn sack_of(blocks: &[(u32, u32)]) -> SackBlocks {
+    let mut s = SackBlocks::new();
+    for &(l, r) in blocks {
+        s.push(SackBlock {
+            left: SeqNumber(l),
+            right: SeqNumber(r),
+        });
+    }
+    s
+}
+
+#[test]
+fn the_same_cumulative_ack_with_more_sack_coverage_keeps_the_queued_ack() {
+    // CAKE may remove the queued ACK here (the newer one covers more); asymlink keeps
+    // every ACK whose number the newer one does not exceed (`not_newer`): it may be the
+    // duplicate ACK a sender counts towards fast retransmit.
+    for placement in [Placement::Tail, Placement::Replace] {
+        let mut h = H::new(cfg(AckPolicy::Classic).with_placement(placement), None);
+        // History first (the first ACK of a connection is always kept).
+        h.enq(ms(0), ack(0, 0, 50));
+        assert_eq!(h.drain(ms(0)), vec![0]);
+        h.enq(
+            ms(0),
+            edit(ack(0, 1, 100), |t| t.opts.sack = sack_of(&[(300, 400)])),
+        );
+        h.enq(
+            ms(1),
+            edit(ack(0, 2, 100), |t| {
+                t.opts.sack = sack_of(&[(300, 400), (500, 600)]);
+            }),
+        );
+        assert!(h.filtered().is_empty(), "{placement:?}");
+        assert!(h.q.kept_for(Keep::NotNewer) >= 1);
+        assert_eq!(h.drain(ms(2)), vec![1, 2]);
+    }
+}
+
+#[test]
+fn a_rst_with_ack_never_supersedes_a_queued_ack() {
+    // CAKE lets a newer RST+ACK trigger removal of the queued ACKs; asymlink does not
+    // (`newer_not_ack`): a RST the receiver discards (out of window) must not have cost
+    // the connection its ACKs.
+    for placement in [Placement::Tail, Placement::Replace] {
+        let mut h = H::new(cfg(AckPolicy::Classic).with_placement(placement), None);
+        h.enq(ms(0), ack(0, 0, 50));
+        assert_eq!(h.drain(ms(0)), vec![0]);
+        h.enq(ms(0), ack(0, 1, 100));
+        h.enq(ms(1), ack(0, 2, 200));
+        assert_eq!(h.filtered(), vec![1]);
+        h.enq(ms(1), ack(0, 4, 250));
+        assert_eq!(h.filtered(), vec![1, 2]);
+        h.enq(ms(2), seg(0, 3, 300, TcpFlags::ACK | TcpFlags::RST, 0));
+        assert_eq!(h.filtered(), vec![1, 2], "{placement:?}");
+        assert_eq!(h.drain(ms(3)), vec![4, 3]);
+    }
+}
+
 // ------------------------------------------------------------------------- state
 
 #[test]

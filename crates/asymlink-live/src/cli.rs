@@ -16,10 +16,13 @@ use crate::{server, sys};
 use asymlink_core::pipeline::Dir;
 use std::path::{Path, PathBuf};
 
-const USAGE: &str = "usage: asymlink-box --config FILE [--check] [--seed N] [--ready-file PATH]
+const USAGE: &str = "usage: asymlink-box --config FILE [--check | --print-effective] [--seed N]
+                    [--ready-file PATH]
 
   --config FILE      the box configuration (TOML; see docs/live.md)
   --check            validate the configuration and exit (0: valid, 2: invalid)
+  --print-effective  validate, print the configuration as the box runs it (a `line`
+                     expanded into both directions) and exit
   --seed N           master seed (overrides the file; default: the file's, else random)
   --ready-file PATH  write the box's pid to PATH once devices, captures and endpoints
                      are open and privileges dropped (PATH is created empty before)
@@ -40,6 +43,7 @@ fn log(m: &str) {
 struct Args {
     config: PathBuf,
     check: bool,
+    print_effective: bool,
     seed: Option<u64>,
     ready: Option<PathBuf>,
 }
@@ -53,12 +57,14 @@ enum Cmd {
 fn args(argv: &[String]) -> Result<Cmd, String> {
     let mut it = argv.iter().cloned();
     let (mut config, mut check, mut seed, mut ready) = (None, false, None, None);
+    let mut print_effective = false;
     while let Some(a) = it.next() {
         match a.as_str() {
             "--config" | "-c" => {
                 config = Some(PathBuf::from(it.next().ok_or("--config needs a file")?))
             }
             "--check" => check = true,
+            "--print-effective" => print_effective = true,
             "--seed" => {
                 let v = it.next().ok_or("--seed needs a number")?;
                 seed = Some(
@@ -82,6 +88,7 @@ fn args(argv: &[String]) -> Result<Cmd, String> {
     Ok(Cmd::Run(Args {
         config: config.ok_or_else(|| format!("--config is required\n{USAGE}"))?,
         check,
+        print_effective,
         seed,
         ready,
     }))
@@ -121,6 +128,16 @@ fn run(argv: &[String]) -> Result<(), (u8, String)> {
             return Ok(());
         }
     };
+    if a.print_effective {
+        let text = BoxConfig::effective(&a.config).map_err(|e| {
+            (
+                2,
+                format!("invalid configuration {}: {e}", a.config.display()),
+            )
+        })?;
+        say(text.trim_end());
+        return Ok(());
+    }
     let cfg = load(&a.config).map_err(|e| (2, e))?;
     if a.check {
         say(&format!("ok: {}", a.config.display()));

@@ -267,13 +267,45 @@ pub struct BoxConfig {
 impl BoxConfig {
     /// Parse TOML text (key paths in errors). Does not validate; see [`BoxConfig::load`].
     pub fn parse(text: &str) -> Result<BoxConfig, ConfigError> {
-        let de = toml::Deserializer::parse(text)
-            .map_err(|e| ConfigError::new("", format!("TOML syntax: {e}")))?;
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        let keyed = |e: serde_path_to_error::Error<toml::de::Error>| {
             let key = e.path().to_string();
             let key = if key == "." { String::new() } else { key };
             ConfigError::new(key, e.into_inner().message().to_string())
-        })
+        };
+        if let Some(t) = BoxConfig::expand_line(text)? {
+            return serde_path_to_error::deserialize(toml::Value::Table(t)).map_err(keyed);
+        }
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| ConfigError::new("", format!("TOML syntax: {e}")))?;
+        serde_path_to_error::deserialize(de).map_err(keyed)
+    }
+
+    /// The file's table with its `line` expanded into `to_a` and `to_b` (`None`: the file
+    /// has no `line`).
+    fn expand_line(text: &str) -> Result<Option<toml::Table>, ConfigError> {
+        let mut t: toml::Table = text
+            .parse()
+            .map_err(|e| ConfigError::new("", format!("TOML syntax: {e}")))?;
+        match asymlink_core::line::expand(&mut t) {
+            Ok(true) => Ok(Some(t)),
+            Ok(false) => Ok(None),
+            Err(e) => Err(ConfigError::new(e.key, e.msg)),
+        }
+    }
+
+    /// The configuration as the box runs it: the file with its `line` expanded (what
+    /// `--print-effective` shows). Validates it first.
+    pub fn effective(path: &Path) -> Result<String, ConfigError> {
+        BoxConfig::load(path)?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(path.display().to_string(), e.to_string()))?;
+        let t = match BoxConfig::expand_line(&text)? {
+            Some(t) => t,
+            None => text
+                .parse()
+                .map_err(|e| ConfigError::new("", format!("TOML syntax: {e}")))?,
+        };
+        toml::to_string(&t).map_err(|e| ConfigError::new("", e.to_string()))
     }
 
     /// Read, parse and validate a file.
@@ -589,6 +621,40 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.to_string().contains("host_fq_codel.flows"), "{e}");
+    }
+
+    #[test]
+    fn one_line_configures_both_directions() {
+        let c = BoxConfig::parse(&format!(
+            "line = {{ down = \"8Mbit\", up = \"512kbit\", linklayer = \"llc_snap_routed\" }}\n{MIN}"
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        assert!(c.to_b.classifier.is_some(), "uplink classes");
+        let mb = Middlebox::<crate::packet::LivePacket>::new(&c.middlebox(), c.rates(), 0).unwrap();
+        assert_eq!(mb.egress(Dir::ToB).qdisc().kind(), "htb");
+        assert_eq!(mb.egress(Dir::ToA).qdisc().kind(), "htb");
+        // An explicit part replaces the line's; an error in it is named by its key.
+        let c = BoxConfig::parse(&format!(
+            "line = {{ down = \"8Mbit\", up = \"512kbit\" }}\n\
+             [to_b]\nqdisc = {{ kind = \"fifo\", limit = \"50p\" }}\n{MIN}"
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        assert!(c.to_b.classifier.is_some() && c.to_a.classifier.is_none());
+        let e = BoxConfig::parse(&format!(
+            "line = {{ down = \"8Mbit\", up = \"512kbit\" }}\n\
+             [to_b]\nqdisc = {{ kind = \"fifo\", limit = \"0p\" }}\n{MIN}"
+        ))
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().starts_with("to_b.fifo.limit"), "{e}");
+        let e = BoxConfig::parse(&format!("line = {{ down = \"8Mbit\" }}\n{MIN}")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("line:") && e.msg.contains("up"),
+            "{e}"
+        );
     }
 
     #[test]

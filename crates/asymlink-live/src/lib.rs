@@ -16,6 +16,8 @@
 //!   [`asymlink_core::link::Link`], the simulator's link.
 //! * [`engine`] — the datapath as a sans-IO state machine: frames in, frames out,
 //!   `poll_at`, conservation counters, reload keeping queued packets.
+//! * [`harness`] — the invariant checks the robustness tests, the fuzz-corpus replay and
+//!   the `pipeline` fuzz target share.
 //! * [`runtime`] — the event loop over an [`runtime::Io`] and a [`clock::Clock`]: real
 //!   devices and the monotonic clock in production, scripted frames and a fake clock in
 //!   tests.
@@ -32,6 +34,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod harness;
 pub mod packet;
 pub mod runtime;
 pub mod server;

@@ -10,6 +10,7 @@
 //! Mutators edit the bytes in place through [`asymlink_core::wire::mutate`] (RFC 1624
 //! incremental checksum updates) and keep the parsed view consistent with the bytes.
 
+use asymlink_core::checksum;
 use asymlink_core::packet::{ClassId, Pkt};
 use asymlink_core::pipeline::Dir;
 use asymlink_core::time::Instant;
@@ -189,21 +190,79 @@ impl LivePacket {
     }
 
     /// Whether this packet can be what the box made of the input frame `orig`: same
-    /// length, differences only where a rewriter may write (IPv4 TOS and header checksum,
-    /// IPv6 version/traffic class/flow bytes), and a valid IPv4 header checksum still
-    /// valid. The invariant the robustness tests and the `pipeline` fuzz target check on
-    /// every frame that leaves; it never panics.
+    /// length, differences only where a rewriter may write, and every checksum that
+    /// verified in `orig` still verifies. A rewriter may write:
+    /// * the IPv4 TOS byte and header checksum; the IPv6 traffic class (the low nibble of
+    ///   byte 0 and the high nibble of byte 1; the version stays);
+    /// * the TCP window and the TCP checksum, unless the segment may be signed
+    ///   ([`Headers::is_signed`]: TCP-MD5, TCP-AO, options that cannot be walked to the
+    ///   end, or an IP Authentication Header), whose TCP header and payload stay intact.
+    ///
+    /// Nothing of a frame that did not parse may change. The invariant the robustness
+    /// tests, the corpus replay and the `pipeline` fuzz target check on every frame that
+    /// leaves; it never panics.
     pub fn is_rewrite_of(&self, orig: &[u8]) -> bool {
         let f = self.frame();
         if f.len() != orig.len() {
             return false;
         }
+        let Some((h, layout)) = &self.parsed else {
+            return f == orig;
+        };
         let l3 = self.l3 as usize;
-        let only_header_bytes = f.iter().zip(orig).enumerate().all(|(i, (a, b))| {
-            a == b || (self.parsed.is_some() && matches!(i.wrapping_sub(l3), 0 | 1 | 10 | 11))
-        });
-        only_header_bytes && (!ipv4_header_ok(&orig[l3..]) || ipv4_header_ok(self.ip_bytes()))
+        let only_writable = f
+            .iter()
+            .zip(orig)
+            .enumerate()
+            .all(|(i, (a, b))| (a ^ b) & !self.writable_bits(i) == 0);
+        only_writable
+            && (!ipv4_header_ok(&orig[l3..]) || ipv4_header_ok(self.ip_bytes()))
+            && (!tcp_checksum_ok(h, layout, &orig[l3..])
+                || tcp_checksum_ok(h, layout, self.ip_bytes()))
     }
+
+    /// The frame with every bit a rewrite may write ([`LivePacket::is_rewrite_of`])
+    /// cleared: equal for a frame and whatever the box may make of it.
+    pub fn rewritable_cleared(&self) -> Vec<u8> {
+        (self.frame().iter().enumerate())
+            .map(|(i, b)| b & !self.writable_bits(i))
+            .collect()
+    }
+
+    /// Which bits of byte `i` of the frame a rewrite may change.
+    fn writable_bits(&self, i: usize) -> u8 {
+        let Some((h, layout)) = &self.parsed else {
+            return 0;
+        };
+        let v4 = h.ip.src.is_ipv4();
+        let Some(off) = i.checked_sub(self.l3 as usize) else {
+            return 0;
+        };
+        match off {
+            1 | 10 | 11 if v4 => 0xff,
+            0 if !v4 => 0x0f,
+            1 if !v4 => 0xf0,
+            _ if h.tcp_repr().is_some()
+                && !h.is_signed()
+                && (layout.l4_offset + 14..layout.l4_offset + 18).contains(&off) =>
+            {
+                0xff
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// Whether the TCP checksum of the IP packet `ip` (parsed as `h`, `layout`) verifies;
+/// false for anything but TCP. The pseudo-header takes the addresses of the IP header,
+/// which is what a receiver without an IPv6 routing header checks.
+pub fn tcp_checksum_ok(h: &Headers, layout: &Layout, ip: &[u8]) -> bool {
+    if h.tcp_repr().is_none() || layout.ip_len > ip.len() || layout.l4_offset > layout.ip_len {
+        return false;
+    }
+    let seg = &ip[layout.l4_offset..layout.ip_len];
+    let acc = checksum::pseudo_header(h.ip.src, h.ip.dst, 6, seg.len() as u32);
+    checksum::finish(checksum::sum(seg, acc)) == 0
 }
 
 /// Whether `ip` starts with an IPv4 header whose checksum verifies (for invariant checks:
@@ -360,5 +419,91 @@ mod tests {
         let e = LivePacket::new(Vec::new(), LinkType::RawIp, Instant::ZERO, 0);
         assert_eq!(e.unparsed(), Some(Unparsed::Runt));
         assert_eq!(e.ip_len(), 0);
+    }
+
+    /// An Ethernet frame with a TCP pure ACK (IPv4 or IPv6), optionally signed with
+    /// TCP-MD5.
+    fn ack(v6: bool, signed: bool) -> Vec<u8> {
+        let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let ip = if v6 {
+            b.ipv6([0xfd; 16], [0x20; 16], 64)
+        } else {
+            b.ipv4([10, 0, 0, 1], [192, 0, 2, 1], 64)
+        };
+        let tcp = ip.tcp(1000, 80, 7, 65535).ack(1);
+        let tcp = if signed {
+            let mut o = vec![19, 18];
+            o.extend([0xab; 16]);
+            o.extend([1, 1]);
+            tcp.options_raw(&o).unwrap()
+        } else {
+            tcp.options(&[etherparse::TcpOptionElement::Timestamp(1, 2)])
+                .unwrap()
+        };
+        let mut out = Vec::new();
+        tcp.write(&mut out, &[]).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_rewrite_may_change_the_window_and_checksums_only() {
+        for v6 in [false, true] {
+            let orig = ack(v6, false);
+            let mut p = LivePacket::new(orig.clone(), LinkType::Ethernet, Instant::ZERO, 0);
+            let tcp = 14 + if v6 { 40 } else { 20 };
+            assert!(tcp_checksum_ok(
+                p.headers().unwrap(),
+                p.layout().unwrap(),
+                p.ip_bytes()
+            ));
+            assert!(p.set_tcp_window(1234) && p.set_dscp_ecn(10, Ecn::Ect0));
+            assert_ne!(p.frame(), &orig[..]);
+            assert!(
+                p.is_rewrite_of(&orig),
+                "window and DSCP rewritten (v6: {v6})"
+            );
+            assert_eq!(p.rewritable_cleared(), {
+                let o = LivePacket::new(orig.clone(), LinkType::Ethernet, Instant::ZERO, 0);
+                o.rewritable_cleared()
+            });
+            // A window written without its checksum update no longer verifies.
+            let mut bad = p.frame().to_vec();
+            bad[tcp + 14] ^= 0x40;
+            let q = LivePacket::new(bad, LinkType::Ethernet, Instant::ZERO, 0);
+            assert!(!q.is_rewrite_of(&orig), "TCP checksum broken (v6: {v6})");
+            // Nothing else may change: the sequence number, an address byte (IPv6), the
+            // IPv4 header checksum alone.
+            for i in [tcp + 5, 14 + 10, 14 + 13, 14 + 25] {
+                let mut other = orig.clone();
+                other[i] ^= 1;
+                let q = LivePacket::new(other, LinkType::Ethernet, Instant::ZERO, 0);
+                assert!(!q.is_rewrite_of(&orig), "byte {i} changed (v6: {v6})");
+            }
+        }
+    }
+
+    #[test]
+    fn a_rewrite_never_changes_a_signed_segments_tcp_bytes() {
+        let orig = ack(false, true);
+        let p = LivePacket::new(orig.clone(), LinkType::Ethernet, Instant::ZERO, 0);
+        assert!(p.headers().unwrap().is_signed());
+        // The window and checksum edited consistently, as a rewriter would: refused.
+        let mut edited = orig.clone();
+        let (w, c) = (14 + 20 + 14, 14 + 20 + 16);
+        let old = u16::from_be_bytes([edited[w], edited[w + 1]]);
+        let ck = u16::from_be_bytes([edited[c], edited[c + 1]]);
+        edited[w..w + 2].copy_from_slice(&1234u16.to_be_bytes());
+        edited[c..c + 2].copy_from_slice(&checksum::update(ck, old, 1234).to_be_bytes());
+        let q = LivePacket::new(edited, LinkType::Ethernet, Instant::ZERO, 0);
+        assert!(tcp_checksum_ok(
+            q.headers().unwrap(),
+            q.layout().unwrap(),
+            q.ip_bytes()
+        ));
+        assert!(!q.is_rewrite_of(&orig));
+        // DSCP may still be set.
+        let mut d = LivePacket::new(orig.clone(), LinkType::Ethernet, Instant::ZERO, 0);
+        assert!(d.set_dscp_ecn(46, Ecn::NotEct));
+        assert!(d.is_rewrite_of(&orig));
     }
 }

@@ -400,7 +400,7 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
 pub struct SysIo {
     devs: [Device; 2],
     batch: sys::Batch,
-    sig: std::os::fd::OwnedFd,
+    sig: nix::sys::signalfd::SignalFd,
 }
 
 impl SysIo {

@@ -127,6 +127,62 @@ fn esc(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// Metric families in order of first appearance, each with its samples grouped under one
+/// `# TYPE` line, as the text format requires.
+#[derive(Default)]
+struct Exposition {
+    families: Vec<(String, &'static str, String)>,
+    index: std::collections::HashMap<String, usize>,
+}
+
+impl Exposition {
+    /// Add a sample; a counter's name gets its `_total` suffix.
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64, counter: bool) {
+        let name = if counter && !name.ends_with("_total") {
+            format!("{name}_total")
+        } else {
+            name.to_string()
+        };
+        let kind = if counter { "counter" } else { "gauge" };
+        self.line(&name.clone(), kind, &name, labels, v);
+    }
+
+    /// Add a sample `sample_name` to family `family` of type `kind`.
+    fn line(
+        &mut self,
+        family: &str,
+        kind: &'static str,
+        sample_name: &str,
+        labels: &[(&str, &str)],
+        v: f64,
+    ) {
+        let i = *self.index.entry(family.to_string()).or_insert_with(|| {
+            self.families
+                .push((family.to_string(), kind, String::new()));
+            self.families.len() - 1
+        });
+        let out = &mut self.families[i].2;
+        let l: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
+            .collect();
+        if l.is_empty() {
+            let _ = writeln!(out, "{sample_name} {v}");
+        } else {
+            let _ = writeln!(out, "{sample_name}{{{}}} {v}", l.join(","));
+        }
+    }
+
+    fn render(self) -> String {
+        let mut out = String::new();
+        for (name, kind, lines) in self.families {
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            out.push_str(&lines);
+        }
+        out
+    }
+}
+
 /// Render the JSON snapshot as Prometheus text. Every numeric leaf becomes a sample of a
 /// metric named after its path, with the direction, class and reason keys turned into
 /// labels:
@@ -134,32 +190,7 @@ fn esc(s: &str) -> String {
 /// * `directions.to_b.discarded.queue_full` → `asymlink_discarded_total{dir="to_b",reason="queue_full"}`
 /// * `directions.to_b.qdisc.children.ack.dequeued` → `asymlink_qdisc_child_dequeued{dir="to_b",child="ack"}`
 pub fn prometheus(snapshot: &Value) -> String {
-    let mut out = String::new();
-    let mut typed = std::collections::BTreeSet::new();
-    let mut emit =
-        |out: &mut String, name: &str, labels: &[(&str, &str)], v: f64, counter: bool| {
-            let name = if counter && !name.ends_with("_total") {
-                format!("{name}_total")
-            } else {
-                name.to_string()
-            };
-            if typed.insert(name.clone()) {
-                let _ = writeln!(
-                    out,
-                    "# TYPE {name} {}",
-                    if counter { "counter" } else { "gauge" }
-                );
-            }
-            let l: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
-                .collect();
-            if l.is_empty() {
-                let _ = writeln!(out, "{name} {v}");
-            } else {
-                let _ = writeln!(out, "{name}{{{}}} {v}", l.join(","));
-            }
-        };
+    let mut ex = Exposition::default();
     let gauge_keys = [
         "backlog_packets",
         "backlog_bytes",
@@ -172,19 +203,18 @@ pub fn prometheus(snapshot: &Value) -> String {
     ];
     let is_gauge = |k: &str| gauge_keys.contains(&k);
     if let Some(v) = snapshot.get("uptime_s").and_then(Value::as_f64) {
-        emit(&mut out, "asymlink_uptime_seconds", &[], v, false);
+        ex.sample("asymlink_uptime_seconds", &[], v, false);
     }
     for k in ["reloads", "reload_failures"] {
         if let Some(v) = snapshot.get(k).and_then(Value::as_f64) {
-            emit(&mut out, &format!("asymlink_{k}"), &[], v, true);
+            ex.sample(&format!("asymlink_{k}"), &[], v, true);
         }
     }
     if let Some(ifs) = snapshot.get("interfaces").and_then(Value::as_object) {
         for (side, m) in ifs {
             for (k, v) in m.as_object().into_iter().flatten() {
                 if let Some(x) = v.as_f64() {
-                    emit(
-                        &mut out,
+                    ex.sample(
                         &format!("asymlink_interface_{k}"),
                         &[("side", side)],
                         x,
@@ -202,8 +232,7 @@ pub fn prometheus(snapshot: &Value) -> String {
                     ("unparsed" | "discarded", Value::Object(m)) => {
                         for (reason, n) in m {
                             if let Some(x) = n.as_f64() {
-                                emit(
-                                    &mut out,
+                                ex.sample(
                                     &format!("asymlink_{k}"),
                                     &[("dir", dir), ("reason", reason)],
                                     x,
@@ -215,8 +244,7 @@ pub fn prometheus(snapshot: &Value) -> String {
                     ("classes", Value::Object(m)) => {
                         for (class, n) in m {
                             if let Some(x) = n.as_f64() {
-                                emit(
-                                    &mut out,
+                                ex.sample(
                                     "asymlink_class_packets",
                                     &[("dir", dir), ("class", class)],
                                     x,
@@ -225,14 +253,11 @@ pub fn prometheus(snapshot: &Value) -> String {
                             }
                         }
                     }
-                    ("qdisc", Value::Object(q)) => {
-                        qdisc_samples(&mut out, &mut emit, dir, q, None, &is_gauge)
-                    }
+                    ("qdisc", Value::Object(q)) => qdisc_samples(&mut ex, dir, q, None, &is_gauge),
                     ("link", Value::Object(m)) => {
                         for (lk, n) in m {
                             if let Some(x) = n.as_f64() {
-                                emit(
-                                    &mut out,
+                                ex.sample(
                                     &format!("asymlink_link_{lk}"),
                                     &[("dir", dir)],
                                     x,
@@ -246,8 +271,7 @@ pub fn prometheus(snapshot: &Value) -> String {
                             let kind = r.get("kind").and_then(Value::as_str).unwrap_or("?");
                             for (ck, n) in r.as_object().into_iter().flatten() {
                                 if let Some(x) = n.as_f64() {
-                                    emit(
-                                        &mut out,
+                                    ex.sample(
                                         &format!("asymlink_rewriter_{ck}"),
                                         &[("dir", dir), ("rewriter", kind)],
                                         x,
@@ -259,13 +283,7 @@ pub fn prometheus(snapshot: &Value) -> String {
                     }
                     (_, v) => {
                         if let Some(x) = v.as_f64() {
-                            emit(
-                                &mut out,
-                                &format!("asymlink_{k}"),
-                                &[("dir", dir)],
-                                x,
-                                !is_gauge(k),
-                            );
+                            ex.sample(&format!("asymlink_{k}"), &[("dir", dir)], x, !is_gauge(k));
                         }
                     }
                 }
@@ -273,34 +291,22 @@ pub fn prometheus(snapshot: &Value) -> String {
         }
     }
     if let Some(l) = snapshot.get("latency_us").and_then(Value::as_object) {
+        let name = "asymlink_added_latency_microseconds";
         for q in ["p50", "p90", "p99", "p999"] {
             if let Some(x) = l.get(q).and_then(Value::as_f64) {
                 let quant = format!("0.{}", &q[1..]);
-                emit(
-                    &mut out,
-                    "asymlink_added_latency_microseconds",
-                    &[("quantile", &quant)],
-                    x,
-                    false,
-                );
+                ex.line(name, "summary", name, &[("quantile", &quant)], x);
             }
         }
         if let Some(x) = l.get("count").and_then(Value::as_f64) {
-            emit(
-                &mut out,
-                "asymlink_added_latency_microseconds_count",
-                &[],
-                x,
-                false,
-            );
+            ex.line(name, "summary", &format!("{name}_count"), &[], x);
         }
     }
-    out
+    ex.render()
 }
 
 fn qdisc_samples(
-    out: &mut String,
-    emit: &mut impl FnMut(&mut String, &str, &[(&str, &str)], f64, bool),
+    ex: &mut Exposition,
     dir: &str,
     q: &Map<String, Value>,
     child: Option<&str>,
@@ -323,20 +329,20 @@ fn qdisc_samples(
                     if let Some(x) = n.as_f64() {
                         let mut l = labels.clone();
                         l.push(("reason", reason));
-                        emit(out, &format!("{prefix}{k}"), &l, x, true);
+                        ex.sample(&format!("{prefix}{k}"), &l, x, true);
                     }
                 }
             }
             Value::Object(m) if k == "children" => {
                 for (name, c) in m {
                     if let Some(c) = c.as_object() {
-                        qdisc_samples(out, emit, dir, c, Some(name), is_gauge);
+                        qdisc_samples(ex, dir, c, Some(name), is_gauge);
                     }
                 }
             }
             _ => {
                 if let Some(x) = v.as_f64() {
-                    emit(out, &format!("{prefix}{k}"), &labels, x, !is_gauge(k));
+                    ex.sample(&format!("{prefix}{k}"), &labels, x, !is_gauge(k));
                 }
             }
         }
@@ -398,5 +404,41 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("# TYPE asymlink_received_total counter"));
+    }
+
+    #[test]
+    fn each_family_is_one_group_under_one_type_line() {
+        let s = json!({
+            "directions": {
+                "to_a": {"received": 1, "discarded": {"queue_full": 1}},
+                "to_b": {"received": 2, "discarded": {"queue_full": 2}},
+            },
+            "latency_us": {"p50": 10.0, "p99": 30.0, "count": 5}
+        });
+        let t = prometheus(&s);
+        let names: Vec<&str> = t
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(['{', ' ']).next().unwrap())
+            .collect();
+        let mut seen: Vec<&str> = Vec::new();
+        for n in &names {
+            let family = n.trim_end_matches("_count");
+            if seen.last() != Some(&family) {
+                assert!(
+                    !seen.contains(&family),
+                    "{family} is split into two groups:\n{t}"
+                );
+                seen.push(family);
+            }
+        }
+        assert_eq!(
+            t.matches("# TYPE asymlink_received_total counter").count(),
+            1
+        );
+        assert!(
+            t.contains("# TYPE asymlink_added_latency_microseconds summary"),
+            "{t}"
+        );
     }
 }

@@ -1,6 +1,9 @@
 //! Linux system interfaces: AF_PACKET sockets, TUN devices, `ppoll`, `signalfd`, privilege
 //! dropping. All `unsafe` code of the crate is in this module; each block states why it
-//! is sound.
+//! is sound. Control-plane calls go through `nix`'s safe wrappers; raw `libc` remains for
+//! what `nix` does not wrap without cost: the AF_PACKET socket and its options, the batched
+//! `recvmmsg`/`sendmmsg` datapath into preallocated slots, the TUN ioctl, capability sets
+//! and `SCHED_FIFO`.
 //!
 //! Pitfalls handled here (see `docs/live.md`):
 //! * the packet socket is created with protocol 0 and bound with `ETH_P_ALL` to the
@@ -14,9 +17,17 @@
 #![allow(unsafe_code)]
 
 use crate::packet::LinkType;
-use std::ffi::CString;
+use nix::errno::Errno;
+use nix::poll::{ppoll, PollFd, PollFlags};
+use nix::sched::{sched_setaffinity, CpuSet};
+use nix::sys::signal::{SigSet, Signal as NixSignal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{
+    geteuid, setgroups, setresgid, setresuid, setuid, sysconf, Gid, Pid, SysconfVar, Uid, User,
+};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
@@ -56,17 +67,12 @@ fn setsockopt_int(
 
 /// The index of interface `name`.
 pub fn if_index(name: &str) -> io::Result<u32> {
-    let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c` is a valid NUL-terminated string.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if i == 0 {
-        Err(io::Error::new(
+    nix::net::if_::if_nametoindex(name).map_err(|_| {
+        io::Error::new(
             io::ErrorKind::NotFound,
             format!("no interface '{name}' in this network namespace"),
-        ))
-    } else {
-        Ok(i)
-    }
+        )
+    })
 }
 
 /// A device the box reads and writes frames on.
@@ -186,9 +192,9 @@ impl Device {
         }
     }
 
-    fn fd(&self) -> RawFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
-            Device::Packet(f) | Device::Tun(f) => f.as_raw_fd(),
+            Device::Packet(f) | Device::Tun(f) => f.as_fd(),
         }
     }
 }
@@ -459,44 +465,22 @@ pub enum Signal {
 
 /// Block SIGHUP, SIGINT and SIGTERM in this thread (and threads spawned after) and return
 /// a signalfd that reports them.
-pub fn signal_fd() -> io::Result<OwnedFd> {
-    // SAFETY: sigset manipulation on a local value; signalfd on it.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
-            libc::sigaddset(&mut set, s);
-        }
-        cvt(libc::pthread_sigmask(
-            libc::SIG_BLOCK,
-            &set,
-            std::ptr::null_mut(),
-        ))?;
-        let fd = cvt(libc::signalfd(
-            -1,
-            &set,
-            libc::SFD_NONBLOCK | libc::SFD_CLOEXEC,
-        ))?;
-        Ok(OwnedFd::from_raw_fd(fd))
+pub fn signal_fd() -> io::Result<SignalFd> {
+    let mut set = SigSet::empty();
+    for s in [NixSignal::SIGHUP, NixSignal::SIGINT, NixSignal::SIGTERM] {
+        set.add(s);
     }
+    set.thread_block()?;
+    Ok(SignalFd::with_flags(
+        &set,
+        SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
+    )?)
 }
 
 /// Read pending signals from a signalfd.
-pub fn read_signals(fd: &OwnedFd, out: &mut Vec<Signal>) {
-    loop {
-        // SAFETY: an all-zero siginfo is valid; read fills at most its size.
-        let mut si: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let n = unsafe {
-            libc::read(
-                fd.as_raw_fd(),
-                &mut si as *mut libc::signalfd_siginfo as *mut libc::c_void,
-                std::mem::size_of::<libc::signalfd_siginfo>(),
-            )
-        };
-        if n != std::mem::size_of::<libc::signalfd_siginfo>() as isize {
-            return;
-        }
-        out.push(if si.ssi_signo == libc::SIGHUP as u32 {
+pub fn read_signals(fd: &SignalFd, out: &mut Vec<Signal>) {
+    while let Ok(Some(si)) = fd.read_signal() {
+        out.push(if si.ssi_signo == NixSignal::SIGHUP as u32 {
             Signal::Reload
         } else {
             Signal::Exit
@@ -519,56 +503,40 @@ pub struct Ready {
 /// arrives, or `timeout` passes (`None`: forever). Nanosecond resolution (`ppoll`).
 pub fn poll(
     devs: &[Device; 2],
-    sig: &OwnedFd,
+    sig: &SignalFd,
     want_write: [bool; 2],
     timeout: Option<Duration>,
 ) -> io::Result<Ready> {
+    let events = |w: bool| match w {
+        true => PollFlags::POLLIN | PollFlags::POLLOUT,
+        false => PollFlags::POLLIN,
+    };
     let mut fds = [
-        libc::pollfd {
-            fd: devs[0].fd(),
-            events: libc::POLLIN | if want_write[0] { libc::POLLOUT } else { 0 },
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: devs[1].fd(),
-            events: libc::POLLIN | if want_write[1] { libc::POLLOUT } else { 0 },
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: sig.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
+        PollFd::new(devs[0].as_fd(), events(want_write[0])),
+        PollFd::new(devs[1].as_fd(), events(want_write[1])),
+        PollFd::new(sig.as_fd(), PollFlags::POLLIN),
     ];
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `fds` and `ts` live for the call; a null sigmask keeps the current mask.
-    let r = unsafe { libc::ppoll(fds.as_mut_ptr(), 3, tsp, std::ptr::null()) };
     let mut ready = Ready::default();
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(ready);
-        }
-        return Err(e);
+    // A null sigmask keeps the current mask.
+    match ppoll(&mut fds, timeout.map(TimeSpec::from_duration), None) {
+        Ok(_) => {}
+        Err(Errno::EINTR) => return Ok(ready),
+        Err(e) => return Err(e.into()),
     }
     for (i, fd) in fds.iter().take(2).enumerate() {
-        let re = fd.revents;
-        ready.readable[i] = re & (libc::POLLIN | libc::POLLERR) != 0;
-        ready.writable[i] = re & libc::POLLOUT != 0;
-        if re & (libc::POLLHUP | libc::POLLNVAL) != 0 {
+        let re = fd.revents().unwrap_or(PollFlags::empty());
+        ready.readable[i] = re.intersects(PollFlags::POLLIN | PollFlags::POLLERR);
+        ready.writable[i] = re.contains(PollFlags::POLLOUT);
+        if re.intersects(PollFlags::POLLHUP | PollFlags::POLLNVAL) {
             return Err(io::Error::other(format!(
                 "device {} went away",
                 if i == 0 { "a" } else { "b" }
             )));
         }
     }
-    ready.signal = fds[2].revents & libc::POLLIN != 0;
+    ready.signal = fds[2]
+        .revents()
+        .is_some_and(|r| r.contains(PollFlags::POLLIN));
     Ok(ready)
 }
 
@@ -582,52 +550,37 @@ pub fn rss_bytes() -> u64 {
         .nth(1)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(0);
     pages * page.max(0) as u64
 }
 
 /// Ask the kernel for precise timer wake-ups (the default slack is 50 µs).
 pub fn set_timer_slack_ns(ns: u64) {
-    // SAFETY: plain prctl.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0);
-    }
+    let _ = nix::sys::prctl::set_timerslack(ns as libc::c_ulong);
 }
 
 /// CLOCK_REALTIME in nanoseconds (for the latency measurement against kernel timestamps).
 #[inline]
 pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    let ts =
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME).unwrap_or(TimeSpec::new(0, 0));
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
 /// Look up a user: (uid, gid).
 pub fn lookup_user(name: &str) -> io::Result<(u32, u32)> {
-    let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut buf = vec![0 as libc::c_char; 16384];
-    // SAFETY: an all-zero passwd is valid; getpwnam_r writes into it and `buf`.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut res: *mut libc::passwd = std::ptr::null_mut();
-    let r = unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut res) };
-    if r != 0 || res.is_null() {
-        return Err(io::Error::new(
+    match User::from_name(name) {
+        Ok(Some(u)) => Ok((u.uid.as_raw(), u.gid.as_raw())),
+        _ => Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("no user '{name}'"),
-        ));
+        )),
     }
-    Ok((pw.pw_uid, pw.pw_gid))
 }
 
 /// The effective user id.
 pub fn euid() -> u32 {
-    // SAFETY: plain syscall.
-    unsafe { libc::geteuid() }
+    geteuid().as_raw()
 }
 
 /// Drop privileges for good: switch to `user` if running as root (unless `user` is
@@ -642,14 +595,13 @@ pub fn drop_privileges(user: &str) -> io::Result<String> {
     }
     if euid() == 0 && user != "root" {
         let (uid, gid) = lookup_user(user)?;
-        // SAFETY: plain syscalls, in the order that keeps the right to call the next.
-        unsafe {
-            cvt(libc::setgroups(0, std::ptr::null()))?;
-            cvt(libc::setresgid(gid, gid, gid))?;
-            cvt(libc::setresuid(uid, uid, uid))?;
-        }
-        // SAFETY: plain syscall; must fail now.
-        if unsafe { libc::setuid(0) } == 0 {
+        // In the order that keeps the right to call the next; the C library applies each
+        // to every thread of the process.
+        let (u, g) = (Uid::from_raw(uid), Gid::from_raw(gid));
+        setgroups(&[])?;
+        setresgid(g, g, g)?;
+        setresuid(u, u, u)?;
+        if setuid(Uid::from_raw(0)).is_ok() {
             return Err(io::Error::other(
                 "could regain root after dropping privileges",
             ));
@@ -693,8 +645,7 @@ pub fn drop_privileges(user: &str) -> io::Result<String> {
         return Err(io::Error::last_os_error());
     }
     what.push("no capabilities".into());
-    // SAFETY: plain prctl.
-    unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    nix::sys::prctl::set_no_new_privs()?;
     Ok(what.join(", "))
 }
 
@@ -711,18 +662,8 @@ pub fn set_realtime(priority: u8) -> io::Result<()> {
 
 /// Pin the calling thread to CPU `cpu`.
 pub fn set_affinity(cpu: usize) -> io::Result<()> {
-    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-            return Err(io::Error::from(io::ErrorKind::InvalidInput));
-        }
-        libc::CPU_SET(cpu, &mut set);
-        cvt(libc::sched_setaffinity(
-            0,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &set,
-        ))
-        .map(|_| ())
-    }
+    let mut set = CpuSet::new();
+    set.set(cpu)
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    Ok(sched_setaffinity(Pid::from_raw(0), &set)?)
 }

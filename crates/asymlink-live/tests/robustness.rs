@@ -1,73 +1,23 @@
 //! The `pipeline` fuzz target's invariants on stable Rust, in every `cargo test`: a long
 //! seeded stream of mutated frames — valid TCP segments (IPv4 and IPv6, ACKs and data,
-//! with options) with bytes flipped, truncated, extended, or replaced by garbage —
-//! arriving on both sides of the box, through the whole per-packet pipeline: the fuzz
-//! target's (DSCP rewriter, prio with TBF/FIFO bands, link emulation with loss, ATM and a
-//! modem buffer), and one with the mechanisms that keep per-flow state under small caps
-//! (ACK filters, the ack FIFO with lowest-sequence drop, HTB charging ATM cells, the
-//! five-class classifier and its peer-to-peer host table). Whatever arrives:
-//! * nothing panics;
-//! * received = sent + discarded + held, per direction, after every frame and at the end;
-//! * a frame leaves only as it entered, except where a rewriter may write (the IPv4 TOS
-//!   byte and header checksum, the IPv6 traffic class), and a valid IPv4 header checksum
-//!   stays valid.
+//! with timestamps or a TCP-MD5 signature) with bytes flipped, truncated, extended, or
+//! replaced by garbage — arriving on both sides of the box, through the whole per-packet
+//! pipeline in each of the harness's configurations ([`asymlink_live::harness`]: the
+//! fuzz target's DSCP rewriter, prio and link emulation; the mechanisms with per-flow
+//! state under small caps; the receiver-window rewriter with the ACK shaper). The
+//! harness checks that nothing panics, that received = sent + discarded + held per
+//! direction after every frame and at the end, and that a frame leaves only as it
+//! entered except where a rewriter may write (DSCP/ECN; the TCP window, never of a signed
+//! segment), with every checksum that verified still verifying.
 //!
-//! The coverage-guided search itself is `crates/asymlink-live/fuzz` (nightly).
+//! The coverage-guided search itself is `crates/asymlink-live/fuzz` (nightly); its corpus
+//! is replayed by `tests/fuzz_corpus.rs`.
 
 use asymlink_core::pipeline::Dir;
-use asymlink_core::time::{Duration, Instant};
+use asymlink_core::time::Duration;
 use asymlink_live::config::BoxConfig;
-use asymlink_live::engine::Engine;
-use asymlink_live::packet::LinkType;
+use asymlink_live::harness::{self, Harness, Outcome};
 use etherparse::PacketBuilder;
-use std::collections::HashSet;
-
-const FUZZ_CONFIG: &str = r#"
-seed = 7
-rewrite = [{ kind = "set_dscp", dscp = 46, dir = "to_b" }]
-[interfaces]
-a = "a0"
-b = "b0"
-[to_b]
-classifier = { default = "bulk", rules = [{ class = "ack", match = { pure_ack = true } }, { class = "small", match = { max_len = 100 } }] }
-qdisc = { kind = "prio", bands = [{ classes = ["ack"] }, { classes = ["small"], queue = { kind = "tbf", rate = "1Mbit", burst = "3000B", limit = "20p" } }, { classes = ["bulk"], queue = { kind = "fifo", limit = "10p" } }] }
-[to_a]
-qdisc = { kind = "fifo", limit = "8p", drop = "head" }
-[emulation.to_b]
-rate = "2Mbit"
-loss = 0.1
-modem_buffer = "5p"
-linklayer = { encap = "llc_snap_routed" }
-[emulation.to_a]
-delay = "1ms"
-"#;
-
-const MECHANISMS_CONFIG: &str = r#"
-seed = 11
-[interfaces]
-a = "a0"
-b = "b0"
-[to_b]
-classifier = { preset = "five_class", local = ["10.0.0.0/8", "fd00::/8"], p2p_hosts = { threshold = "50kbit", window = "100ms", hold = "1s", max_hosts = 8 } }
-qdisc = { kind = "htb", default = "default", linklayer = { encap = "llc_snap_routed" }, classes = [
-  { name = "root", rate = "2Mbit" },
-  { name = "ack", parent = "root", rate = "1Mbit", ceil = "2Mbit", prio = 0, queue = { kind = "ack_filter", policy = "classic", limit = "20p", max_connections = 4 } },
-  { name = "interactive", parent = "root", rate = "200kbit", ceil = "2Mbit", prio = 0, queue = { kind = "ack_fifo", limit = "5p", drop = "lowest_seq", max_connections = 4 } },
-  { name = "good", parent = "root", rate = "300kbit", ceil = "2Mbit", prio = 3, queue = { kind = "fifo", limit = "10p" } },
-  { name = "default", parent = "root", rate = "300kbit", ceil = "2Mbit", prio = 5, queue = { kind = "fifo", limit = "10p" } },
-  { name = "bad", parent = "root", rate = "200kbit", ceil = "2Mbit", prio = 7, queue = { kind = "fifo", limit = "10p" } },
-] }
-[to_a]
-qdisc = { kind = "ack_filter", policy = "classic", limit = "16p", max_connections = 4 }
-[emulation.to_b]
-rate = "2Mbit"
-loss = 0.05
-modem_buffer = "8p"
-linklayer = { encap = "llc_snap_routed" }
-[emulation.to_a]
-rate = "10Mbit"
-delay = "2ms"
-"#;
 
 struct Rng(u64);
 
@@ -83,8 +33,8 @@ impl Rng {
     }
 }
 
-/// A well-formed TCP segment (IPv4 or IPv6, with timestamps, pure ACK or data) of one of
-/// six connections. ACK numbers and timestamps grow with `clock` and the window stays,
+/// A well-formed TCP segment (IPv4 or IPv6, with timestamps or, one in eight, signed
+/// with TCP-MD5; pure ACK or data) of one of six connections. ACK numbers and timestamps grow with `clock` and the window stays,
 /// so queued ACKs of a connection can supersede each other (the ACK filters' work).
 fn segment(r: &mut Rng, clock: u32) -> Vec<u8> {
     let conn = r.below(6) as u8;
@@ -109,9 +59,17 @@ fn segment(r: &mut Rng, clock: u32) -> Vec<u8> {
     };
     let tcp = ip
         .tcp(sport, dport, 1_000 + conn as u32, 65535)
-        .ack(clock.wrapping_mul(1448))
-        .options(&[etherparse::TcpOptionElement::Timestamp(clock, clock)])
-        .unwrap();
+        .ack(clock.wrapping_mul(1448));
+    let tcp = if r.below(8) == 0 {
+        // Signed with TCP-MD5 (RFC 2385): kind 19, length 18, a 16-byte digest.
+        let mut o = vec![19, 18];
+        o.extend((0..16).map(|_| r.next() as u8));
+        o.extend([1, 1]);
+        tcp.options_raw(&o).unwrap()
+    } else {
+        tcp.options(&[etherparse::TcpOptionElement::Timestamp(clock, clock)])
+            .unwrap()
+    };
     let mut out = Vec::new();
     tcp.write(&mut out, &vec![0x5a; payload]).unwrap();
     out
@@ -149,76 +107,57 @@ fn frame(r: &mut Rng, clock: u32) -> Vec<u8> {
     f
 }
 
-fn run(config: &str, seed: u64, frames: usize) -> (u64, u64, serde_json::Value) {
-    let cfg = BoxConfig::parse(config).unwrap();
-    cfg.validate().unwrap();
-    let mut e = Engine::new(&cfg, LinkType::Ethernet, 7).unwrap();
+fn run(config: &BoxConfig, seed: u64, frames: usize) -> Outcome {
+    let mut h = Harness::new(config);
     let mut r = Rng(seed);
-    let mut now = Instant::ZERO;
-    let mut originals: HashSet<Vec<u8>> = HashSet::new();
-    let mut out = Vec::new();
-    let (mut sent, mut received) = (0u64, 0u64);
     for i in 0..frames {
-        now += Duration::from_micros(r.below(400));
+        let after = Duration::from_micros(r.below(400));
         let dir = if r.below(3) == 0 { Dir::ToA } else { Dir::ToB };
         let f = frame(&mut r, 1 + i as u32);
-        originals.insert(f.clone());
-        e.handle_frame(now, dir, f, 0);
-        received += 1;
-        e.handle_timeout(now);
-        for d in [Dir::ToB, Dir::ToA] {
-            e.poll_transmit(now, d, &mut out);
-        }
-        for p in out.drain(..) {
-            assert!(
-                originals
-                    .iter()
-                    .any(|o| o.len() == p.frame().len() && p.is_rewrite_of(o)),
-                "a frame left that never entered, or corrupted: {:02x?}",
-                p.frame()
-            );
-            sent += 1;
-            e.on_sent(p);
-        }
-        e.check_conservation().unwrap();
+        h.feed(after, dir, f);
     }
-    for _ in 0..100_000 {
-        let Some(t) = e.poll_at() else { break };
-        now = now.max(t);
-        e.handle_timeout(now);
-        for d in [Dir::ToB, Dir::ToA] {
-            e.poll_transmit(now, d, &mut out);
-        }
-        for p in out.drain(..) {
-            sent += 1;
-            e.on_sent(p);
-        }
-    }
-    e.check_conservation().unwrap();
-    let snap = e.snapshot();
-    e.shutdown();
-    e.check_conservation().unwrap();
-    (received, sent, snap)
+    h.finish(100_000)
 }
 
 #[test]
 fn mutated_frames_through_the_fuzz_targets_pipeline() {
     for seed in [1, 2, 3] {
-        let (rx, tx, _) = run(FUZZ_CONFIG, 0x9e37_79b9_7f4a_7c15 ^ seed, 20_000);
-        assert!(tx > rx / 4, "most frames cross: {tx} of {rx}");
+        let o = run(harness::config(0), 0x9e37_79b9_7f4a_7c15 ^ seed, 20_000);
+        assert!(o.sent > o.received / 4, "most frames cross: {o:?}");
     }
 }
 
 #[test]
 fn mutated_frames_through_every_stateful_mechanism() {
     for seed in [1, 2, 3] {
-        let (rx, tx, snap) = run(MECHANISMS_CONFIG, 0x2545_f491_4f6c_dd1d ^ seed, 20_000);
-        assert!(tx > rx / 4, "most frames cross: {tx} of {rx}");
+        let o = run(harness::config(1), 0x2545_f491_4f6c_dd1d ^ seed, 20_000);
+        assert!(o.sent > o.received / 4, "most frames cross: {o:?}");
         // The stateful paths were exercised.
-        let dirs = &snap["directions"];
+        let dirs = &o.snapshot["directions"];
         let superseded = dirs["to_a"]["discarded"]["ack_superseded"].as_u64();
         assert!(superseded.unwrap_or(0) > 0, "ACK filter: {}", dirs["to_a"]);
         let evicted = dirs["to_b"]["classifier_hosts"]["evicted"].as_u64();
         assert!(evicted.unwrap_or(0) > 0, "host table: {}", dirs["to_b"]);
+    }
+}
+
+#[test]
+fn mutated_frames_through_the_window_rewriter_and_the_ack_shaper() {
+    for seed in [1, 2, 3] {
+        let o = run(harness::config(2), 0x51_7cc1_b727_220a ^ seed, 20_000);
+        assert!(o.sent > o.received / 4, "most frames cross: {o:?}");
+        // Windows were rewritten, signed segments left alone, ACKs shaped.
+        let to_b = &o.snapshot["directions"]["to_b"];
+        let rwnd = &to_b["rewriters"][0];
+        assert_eq!(rwnd["kind"], "rwnd");
+        assert!(rwnd["rewritten"].as_u64().unwrap() > 100, "{rwnd}");
+        assert!(rwnd["signed_untouched"].as_u64().unwrap() > 10, "{rwnd}");
+        assert!(rwnd["table_full"].as_u64().unwrap() > 0, "{rwnd}");
+        let shaper = &to_b["qdisc"]["counters"];
+        assert!(shaper["acks_leaked"].as_u64().unwrap() > 100, "{shaper}");
+        assert!(
+            shaper["congestion_onsets"].as_u64().unwrap() > 0,
+            "{shaper}"
+        );
     }
 }

@@ -176,29 +176,37 @@ impl QdiscConfig {
         }
     }
 
-    /// Whether the discipline (or one inside it) watches the opposite direction, so that it
-    /// only makes sense in a middlebox.
-    pub fn needs_peer(&self) -> bool {
+    /// The disciplines configured directly inside this one (prio bands, HTB and HFSC
+    /// leaves).
+    pub fn children(&self) -> Vec<&QdiscConfig> {
         match self {
-            QdiscConfig::AckShaper(_) => true,
-            QdiscConfig::Prio(c) => c
-                .bands
+            QdiscConfig::Prio(c) => c.bands.iter().filter_map(|b| b.queue.as_deref()).collect(),
+            QdiscConfig::Htb(c) => c
+                .classes
                 .iter()
-                .any(|b| b.queue.as_ref().is_some_and(|q| q.needs_peer())),
-            _ => false,
+                .filter_map(|b| b.queue.as_deref())
+                .collect(),
+            QdiscConfig::Hfsc(c) => c
+                .classes
+                .iter()
+                .filter_map(|b| b.queue.as_deref())
+                .collect(),
+            _ => Vec::new(),
         }
     }
 
-    /// Whether the discipline (or one inside it) needs the opposite direction's capacity
-    /// (an ACK shaper with `threshold = "auto"`).
+    /// Whether the discipline (or one inside it, at any depth) watches the opposite
+    /// direction, so that it only makes sense in a middlebox.
+    pub fn needs_peer(&self) -> bool {
+        matches!(self, QdiscConfig::AckShaper(_)) || self.children().iter().any(|q| q.needs_peer())
+    }
+
+    /// Whether the discipline (or one inside it, at any depth) needs the opposite
+    /// direction's capacity (an ACK shaper with `threshold = "auto"`).
     pub fn needs_peer_capacity(&self) -> bool {
         match self {
             QdiscConfig::AckShaper(c) => c.needs_peer_capacity(),
-            QdiscConfig::Prio(c) => c
-                .bands
-                .iter()
-                .any(|b| b.queue.as_ref().is_some_and(|q| q.needs_peer_capacity())),
-            _ => false,
+            _ => self.children().iter().any(|q| q.needs_peer_capacity()),
         }
     }
 
@@ -269,5 +277,29 @@ mod tests {
         assert!(e.contains("no unit"), "{e}");
         let c: QdiscConfig = toml::from_str("kind = \"fifo\"\nlimit = \"0p\"").unwrap();
         assert!(c.build::<HeaderPacket>(&BuildCtx::default()).is_err());
+    }
+
+    #[test]
+    fn a_shaper_inside_any_classful_discipline_is_found() {
+        let shaper = "{ kind = \"ack_shaper\", threshold = \"auto\", leak = { kind = \"rate\" } }";
+        for src in [
+            format!("kind = \"prio\"\nbands = [{{}}, {{ queue = {shaper} }}]"),
+            format!(
+                "kind = \"htb\"\nclasses = [{{ name = \"a\", rate = \"1Mbit\" }}, \
+                 {{ name = \"b\", parent = \"a\", rate = \"1Mbit\", queue = {shaper} }}]"
+            ),
+            format!(
+                "kind = \"hfsc\"\nclasses = [{{ name = \"a\", ls = {{ m2 = \"1Mbit\" }}, \
+                 queue = {{ kind = \"prio\", bands = [{{ queue = {shaper} }}] }} }}]"
+            ),
+        ] {
+            let c: QdiscConfig = toml::from_str(&src).unwrap();
+            assert!(c.needs_peer(), "{src}");
+            assert!(c.needs_peer_capacity(), "{src}");
+        }
+        let c: QdiscConfig =
+            toml::from_str("kind = \"htb\"\nclasses = [{ name = \"a\", rate = \"1Mbit\" }]")
+                .unwrap();
+        assert!(!c.needs_peer() && !c.needs_peer_capacity());
     }
 }

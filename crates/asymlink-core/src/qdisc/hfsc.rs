@@ -50,6 +50,7 @@
 //! queue at once, although the class is guaranteed only 32 kbit/s in the long run. With a
 //! linear 32 kbit/s curve the deadline would be 40 ms away.
 
+use super::tree::{ClassSpec, Limits, Tree};
 use super::{
     Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError,
     QdiscConfig, QdiscStats, Verdict,
@@ -406,58 +407,41 @@ pub struct Hfsc<P> {
 impl<P: Pkt + Send + 'static> Hfsc<P> {
     /// Build and validate; classifier class names are resolved through `ctx`.
     pub fn new(cfg: &HfscConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
-        let n = cfg.classes.len();
-        if n == 0 || n > 256 {
-            return Err(QdiscBuildError::new(
-                "hfsc.classes",
-                "needs between 1 and 256 classes",
-            ));
-        }
+        let specs: Vec<ClassSpec<'_>> = cfg
+            .classes
+            .iter()
+            .map(|c| ClassSpec {
+                name: &c.name,
+                parent: c.parent.as_deref(),
+                classes: c.classes.as_deref(),
+                queue: c.queue.as_deref(),
+            })
+            .collect();
+        let tree = Tree::new(
+            &specs,
+            &Limits {
+                kind: "hfsc",
+                max_classes: 256,
+                max_depth: None,
+            },
+        )?;
         let key = |i: usize, f: &str| format!("hfsc.classes[{i}].{f}");
-        let mut index = std::collections::HashMap::new();
-        for (i, c) in cfg.classes.iter().enumerate() {
-            if c.name.is_empty() {
-                return Err(QdiscBuildError::new(key(i, "name"), "must not be empty"));
-            }
-            if index.insert(c.name.as_str(), i + 1).is_some() {
-                return Err(QdiscBuildError::new(
-                    key(i, "name"),
-                    format!("duplicate class '{}'", c.name),
-                ));
-            }
-        }
-        let mut parent = vec![ROOT; n + 1];
-        let mut children = vec![Vec::new(); n + 1];
-        for (i, c) in cfg.classes.iter().enumerate() {
-            let p = match &c.parent {
-                None => ROOT,
-                Some(p) => *index.get(p.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new(
-                        key(i, "parent"),
-                        format!("unknown parent class '{p}' of '{}'", c.name),
-                    )
-                })?,
-            };
-            parent[i + 1] = p;
-            children[p].push(i + 1);
-        }
-        for i in 1..=n {
-            let mut c = i;
-            let mut steps = 0;
-            while c != ROOT {
-                c = parent[c];
-                steps += 1;
-                if steps > n {
-                    return Err(QdiscBuildError::new(
-                        key(i - 1, "parent"),
-                        format!(
-                            "class '{}' is part of a parent cycle",
-                            cfg.classes[i - 1].name
-                        ),
-                    ));
-                }
-            }
-        }
+        // Configured class i is class i + 1 here; index 0 is the implicit root, parent of
+        // the configured roots.
+        let parent: Vec<usize> = std::iter::once(ROOT)
+            .chain(tree.parent.iter().map(|p| p.map_or(ROOT, |p| p + 1)))
+            .collect();
+        let root_children: Vec<usize> = (0..specs.len())
+            .filter(|&i| tree.parent[i].is_none())
+            .map(|i| i + 1)
+            .collect();
+        let children: Vec<Vec<usize>> = std::iter::once(root_children)
+            .chain(
+                tree.children
+                    .iter()
+                    .map(|c| c.iter().map(|&k| k + 1).collect()),
+            )
+            .collect();
         let blank = |name: String, parent: usize, children: Vec<usize>| Class {
             name,
             parent,
@@ -533,15 +517,6 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
                     "an upper limit bounds link-share service: give ls too",
                 ));
             }
-            if !is_leaf && (c.queue.is_some() || c.classes.is_some()) {
-                return Err(QdiscBuildError::new(
-                    key(i, "queue"),
-                    format!(
-                        "'{}' has children; only leaves hold a queue and take classes",
-                        c.name
-                    ),
-                ));
-            }
             if is_leaf {
                 // The leaf's discipline sees the class's long-term rate as its link rate
                 // (CoDel's low-rate target): the real-time m2, else the link-share m2.
@@ -552,17 +527,7 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
                     .find(|&m2| m2 > 0)
                     .map(Rate)
                     .or(ctx.link_rate);
-                let ctx = &BuildCtx {
-                    link_rate: rate,
-                    ..ctx.clone()
-                };
-                let q = match &c.queue {
-                    Some(q) => q.build(ctx),
-                    None => QdiscConfig::default().build(ctx),
-                }
-                .map_err(|e| {
-                    QdiscBuildError::new(format!("{}.{}", key(i, "queue"), e.key), e.msg)
-                })?;
+                let q = tree.leaf_queue(i, &specs[i], rate, ctx)?;
                 cl.leaf = Some(Leaf {
                     q,
                     head: None,
@@ -581,45 +546,12 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
             }
             classes.push(cl);
         }
-        let mut leaf_of_class: Vec<Option<usize>> = vec![None; ctx.classes.len()];
-        for (i, c) in cfg.classes.iter().enumerate() {
-            if classes[i + 1].leaf.is_none() {
-                continue;
-            }
-            let names: Vec<&str> = match &c.classes {
-                Some(v) => v.iter().map(String::as_str).collect(),
-                None if ctx.classes.contains(&c.name) => vec![c.name.as_str()],
-                None => vec![],
-            };
-            for name in names {
-                let id = ctx.class_id(name, &key(i, "classes"))?;
-                if let Some(other) = leaf_of_class[id.0 as usize] {
-                    return Err(QdiscBuildError::new(
-                        key(i, "classes"),
-                        format!(
-                            "class '{name}' is taken by both '{}' and '{}'",
-                            classes[other].name, c.name
-                        ),
-                    ));
-                }
-                leaf_of_class[id.0 as usize] = Some(i + 1);
-            }
-        }
-        let default = match &cfg.default {
-            None => None,
-            Some(d) => {
-                let i = *index.get(d.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new("hfsc.default", format!("unknown class '{d}'"))
-                })?;
-                if classes[i].leaf.is_none() {
-                    return Err(QdiscBuildError::new(
-                        "hfsc.default",
-                        format!("'{d}' has children; the default must be a leaf"),
-                    ));
-                }
-                Some(i)
-            }
-        };
+        let leaf_of_class = tree
+            .leaf_of_class(&specs, ctx)?
+            .into_iter()
+            .map(|l| l.map(|i| i + 1))
+            .collect();
+        let default = tree.default_leaf(cfg.default.as_deref())?.map(|i| i + 1);
         Ok(Hfsc {
             classes,
             leaf_of_class,

@@ -49,8 +49,7 @@
 //! its rate; the same ACK charged as 40 IP bytes would cost 0.84 ms and let 1 187 ACKs/s
 //! through — 2.65 times what the line can carry.
 
-pub mod ack_fifo;
-
+use super::tree::{ClassSpec, Limits, Tree};
 use super::{
     Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError,
     QdiscConfig, QdiscStats, Verdict,
@@ -137,6 +136,11 @@ pub struct HtbConfig {
     /// Rate-to-quantum divisor for default quanta (tc's `r2q`, default 10).
     #[serde(default = "default_r2q")]
     pub r2q: u32,
+    /// Ingress shaping: the tree sits after the line it shapes, so a packet its leaves
+    /// discard has already crossed the line and is charged like a sent one (CAKE's
+    /// `ingress`). Default false.
+    #[serde(default)]
+    pub ingress: bool,
 }
 
 fn default_r2q() -> u32 {
@@ -215,6 +219,7 @@ pub struct Htb<P> {
     leaf_of_class: Vec<Option<usize>>,
     default: Option<usize>,
     ll: LinkLayer,
+    ingress: bool,
     /// Round-robin position per (level, prio): the leaf served last.
     rr: [[usize; PRIOS as usize]; MAX_DEPTH + 1],
     stats: QdiscStats,
@@ -223,69 +228,31 @@ pub struct Htb<P> {
 impl<P: Pkt + Send + 'static> Htb<P> {
     /// Build and validate; classifier class names are resolved through `ctx`.
     pub fn new(cfg: &HtbConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
-        let n = cfg.classes.len();
-        if n == 0 || n > 64 {
-            return Err(QdiscBuildError::new(
-                "htb.classes",
-                "needs between 1 and 64 classes",
-            ));
-        }
         if cfg.r2q == 0 {
             return Err(QdiscBuildError::new("htb.r2q", "must be positive"));
         }
+        let specs: Vec<ClassSpec<'_>> = cfg
+            .classes
+            .iter()
+            .map(|c| ClassSpec {
+                name: &c.name,
+                parent: c.parent.as_deref(),
+                classes: c.classes.as_deref(),
+                queue: c.queue.as_deref(),
+            })
+            .collect();
+        let tree = Tree::new(
+            &specs,
+            &Limits {
+                kind: "htb",
+                max_classes: 64,
+                max_depth: Some(MAX_DEPTH),
+            },
+        )?;
+        let n = specs.len();
         let key = |i: usize, f: &str| format!("htb.classes[{i}].{f}");
-        let mut index = std::collections::HashMap::new();
-        for (i, c) in cfg.classes.iter().enumerate() {
-            if c.name.is_empty() {
-                return Err(QdiscBuildError::new(key(i, "name"), "must not be empty"));
-            }
-            if index.insert(c.name.as_str(), i).is_some() {
-                return Err(QdiscBuildError::new(
-                    key(i, "name"),
-                    format!("duplicate class '{}'", c.name),
-                ));
-            }
-        }
-        let mut parent = vec![None; n];
-        let mut children = vec![Vec::new(); n];
-        for (i, c) in cfg.classes.iter().enumerate() {
-            if let Some(p) = &c.parent {
-                let pi = *index.get(p.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new(
-                        key(i, "parent"),
-                        format!("unknown parent class '{p}' of '{}'", c.name),
-                    )
-                })?;
-                parent[i] = Some(pi);
-                children[pi].push(i);
-            }
-        }
-        // Depths; a walk longer than the class count means a cycle.
-        let mut depth = vec![0usize; n];
-        for (i, depth_i) in depth.iter_mut().enumerate() {
-            let mut d = 0;
-            let mut c = i;
-            while let Some(p) = parent[c] {
-                d += 1;
-                c = p;
-                if d > n {
-                    return Err(QdiscBuildError::new(
-                        key(i, "parent"),
-                        format!("class '{}' is part of a parent cycle", cfg.classes[i].name),
-                    ));
-                }
-            }
-            if d >= MAX_DEPTH {
-                return Err(QdiscBuildError::new(
-                    key(i, "parent"),
-                    format!("the tree is deeper than {MAX_DEPTH} levels"),
-                ));
-            }
-            *depth_i = d;
-        }
         let mut classes = Vec::with_capacity(n);
         for (i, c) in cfg.classes.iter().enumerate() {
-            let is_leaf = children[i].is_empty();
             if c.rate.0 == 0 {
                 return Err(QdiscBuildError::new(key(i, "rate"), "must be positive"));
             }
@@ -305,18 +272,6 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                     format!("must be 0..={}", PRIOS - 1),
                 ));
             }
-            if !is_leaf && c.queue.is_some() {
-                return Err(QdiscBuildError::new(
-                    key(i, "queue"),
-                    format!("'{}' has children; only leaves hold a queue", c.name),
-                ));
-            }
-            if !is_leaf && c.classes.is_some() {
-                return Err(QdiscBuildError::new(
-                    key(i, "classes"),
-                    format!("'{}' has children; only leaves take classes", c.name),
-                ));
-            }
             let default_burst = |r: Rate| r.bytes_in(Duration::from_millis(1)) + 1600;
             let burst = c
                 .burst
@@ -331,29 +286,16 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 Some(q) => q.0 as i64,
                 None => (c.rate.0 / 8 / cfg.r2q as u64).clamp(1000, 200_000) as i64,
             };
-            let leaf = if is_leaf {
-                // The leaf's discipline sees the class's guaranteed rate as its link rate
-                // (CoDel's low-rate target).
-                let ctx = &BuildCtx {
-                    link_rate: Some(c.rate),
-                    ..ctx.clone()
-                };
-                let q = match &c.queue {
-                    Some(q) => q.build(ctx),
-                    None => QdiscConfig::default().build(ctx),
-                }
-                .map_err(|e| {
-                    QdiscBuildError::new(format!("{}.{}", key(i, "queue"), e.key), e.msg)
-                })?;
-                Some(q)
-            } else {
-                None
+            // The leaf's discipline sees the class's guaranteed rate as its link rate.
+            let leaf = match tree.is_leaf(i) {
+                true => Some(tree.leaf_queue(i, &specs[i], Some(c.rate), ctx)?),
+                false => None,
             };
             let (buffer_ns, cbuffer_ns) = (to_ns(c.rate, burst), to_ns(ceil, cburst));
             classes.push(Class {
                 name: c.name.clone(),
-                parent: parent[i],
-                depth: depth[i],
+                parent: tree.parent[i],
+                depth: tree.depth[i],
                 rate: c.rate,
                 ceil,
                 buffer_ns,
@@ -368,56 +310,15 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 counters: HtbClassCounters::default(),
             });
         }
-        // Classifier classes -> leaves.
-        let mut leaf_of_class: Vec<Option<usize>> = vec![None; ctx.classes.len()];
-        for (i, c) in cfg.classes.iter().enumerate() {
-            if !classes[i].is_leaf() {
-                continue;
-            }
-            let names: Vec<&str> = match &c.classes {
-                Some(v) => v.iter().map(String::as_str).collect(),
-                // A leaf named after no classifier class simply takes none by name.
-                None => match ctx.classes.contains(&c.name) {
-                    true => vec![c.name.as_str()],
-                    false => vec![],
-                },
-            };
-            for name in names {
-                let id = ctx.class_id(name, &key(i, "classes"))?;
-                let slot = &mut leaf_of_class[id.0 as usize];
-                if let Some(other) = *slot {
-                    return Err(QdiscBuildError::new(
-                        key(i, "classes"),
-                        format!(
-                            "class '{name}' is taken by both '{}' and '{}'",
-                            cfg.classes[other].name, c.name
-                        ),
-                    ));
-                }
-                *slot = Some(i);
-            }
-        }
-        let default = match &cfg.default {
-            None => None,
-            Some(d) => {
-                let i = *index.get(d.as_str()).ok_or_else(|| {
-                    QdiscBuildError::new("htb.default", format!("unknown class '{d}'"))
-                })?;
-                if !classes[i].is_leaf() {
-                    return Err(QdiscBuildError::new(
-                        "htb.default",
-                        format!("'{d}' has children; the default must be a leaf"),
-                    ));
-                }
-                Some(i)
-            }
-        };
+        let leaf_of_class = tree.leaf_of_class(&specs, ctx)?;
+        let default = tree.default_leaf(cfg.default.as_deref())?;
         let ll = cfg.linklayer.with_overrides(cfg.overhead, cfg.mpu).build();
         Ok(Htb {
             classes,
             leaf_of_class,
             default,
             ll,
+            ingress: cfg.ingress,
             rr: [[usize::MAX; PRIOS as usize]; MAX_DEPTH + 1],
             stats: QdiscStats::default(),
         })
@@ -513,6 +414,26 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         }
     }
 
+    /// Ingress: charge the discards `leaf` just made (from `mark` on) to its tokens and
+    /// those of its ancestors, as if sent; nothing counts them as sent.
+    fn charge_discards(&mut self, leaf: usize, drops: &Drops<P>, mark: usize, now: Instant) {
+        if !self.ingress {
+            return;
+        }
+        for d in drops.since(mark) {
+            let wire = self.ll.wire_len(d.pkt.ip_len()) as u64;
+            let mut c = Some(leaf);
+            while let Some(i) = c {
+                self.refill(i, now);
+                let cl = &mut self.classes[i];
+                let cost = |r: Rate| i64::try_from(r.tx_nanos(wire)).unwrap_or(i64::MAX);
+                cl.tokens = cl.tokens.saturating_sub(cost(cl.rate)).max(-MBUFFER_NS);
+                cl.ctokens = cl.ctokens.saturating_sub(cost(cl.ceil)).max(-MBUFFER_NS);
+                c = cl.parent;
+            }
+        }
+    }
+
     fn leaf_for(&self, p: &P) -> Option<usize> {
         let c = p.class();
         if c.is_some() {
@@ -541,6 +462,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             .expect("leaf")
             .enqueue(now, pkt, drops);
         self.stats.absorb(drops, mark, len);
+        self.charge_discards(l, drops, mark, now);
         debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
     }
 
@@ -610,6 +532,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }
+            self.charge_discards(leaf, drops, mark, now);
             match r {
                 Dequeued::Packet(p) => {
                     let len = p.ip_len();
@@ -644,13 +567,16 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
     }
 
     fn handle_timeout(&mut self, now: Instant, drops: &mut Drops<P>) {
-        for c in self.classes.iter_mut() {
-            let Some(q) = c.leaf.as_mut() else { continue };
+        for i in 0..self.classes.len() {
+            let Some(q) = self.classes[i].leaf.as_mut() else {
+                continue;
+            };
             let mark = drops.len();
             q.handle_timeout(now, drops);
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }
+            self.charge_discards(i, drops, mark, now);
         }
     }
 
@@ -740,6 +666,35 @@ mod tests {
         assert_eq!(drain(&mut q, ms(12)).len(), 1);
         assert_eq!(q.dequeue(ms(12), &mut d), Dequeued::NotBefore(ms(24)));
         check(&q);
+    }
+
+    #[test]
+    fn ingress_charges_discards_as_sent() {
+        // 1 Mbit/s, bucket 1500 B (12 ms); the leaf holds 2 packets, so 3 of 5 are dropped
+        // at offer. Egress: the 2 queued go at 0 and 0 (the bucket may go to -12 ms).
+        // Ingress: the 3 drops already crossed the line and cost 36 ms of tokens first.
+        for (ingress, first) in [(false, Some(0)), (true, None)] {
+            let mut q = htb(
+                &format!(
+                    "ingress = {ingress}\nclasses = [{{ name = \"a\", rate = \"1Mbit\", \
+                     burst = \"1500B\", cburst = \"1500B\", \
+                     queue = {{ kind = \"fifo\", limit = \"2p\" }} }}]"
+                ),
+                &["a"],
+            );
+            let mut d = Drops::new();
+            for i in 0..5 {
+                q.enqueue(ms(0), classed(i, 1500, 0), &mut d);
+            }
+            assert_eq!(d.len(), 3);
+            assert_eq!(q.dequeue(ms(0), &mut d).packet().map(|p| tag(&p)), first);
+            if ingress {
+                assert_eq!(q.class_tokens("a", ms(0)), Some((-24_000_000, -24_000_000)));
+                assert_eq!(q.dequeue(ms(0), &mut d), Dequeued::NotBefore(ms(24)));
+                assert_eq!(q.class_counters("a").map(|c| c.packets), Some(0));
+            }
+            check(&q);
+        }
     }
 
     #[test]

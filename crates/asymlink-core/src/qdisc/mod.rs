@@ -38,6 +38,7 @@
 //! and [`QdiscStats::check`] asserts them (tests call it after every step; debug builds
 //! assert after every call of the basic disciplines).
 
+mod ack_fifo;
 pub mod ack_filter;
 mod ack_shaper;
 mod aggregate;
@@ -51,7 +52,9 @@ pub mod hfsc;
 pub mod htb;
 mod prio;
 mod tbf;
+mod tree;
 
+pub use ack_fifo::{AckFifo, AckFifoConfig, AckFifoDrop};
 pub use ack_filter::{AckFilter, AckFilterConfig};
 pub use ack_shaper::{
     AckShaper, AckShaperConfig, AckShaperCounters, Fraction, LeakConfig, Threshold, Tuning,
@@ -64,7 +67,6 @@ pub use ered::{Ered, EredConfig, EredCounters};
 pub use fifo::{Fifo, FifoConfig};
 pub use fq_codel::{FqCodel, FqCodelConfig, HostFqCodel, HostFqCodelConfig, HostKey};
 pub use hfsc::{Hfsc, HfscConfig};
-pub use htb::ack_fifo::{AckFifo, AckFifoConfig, AckFifoDrop};
 pub use htb::{ClassMode, Htb, HtbConfig};
 pub use prio::{Prio, PrioConfig};
 pub use tbf::{Tbf, TbfConfig};

@@ -23,6 +23,7 @@
 
 mod emit;
 pub mod mutate;
+pub mod oracle;
 mod parse;
 mod seq;
 
