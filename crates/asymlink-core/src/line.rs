@@ -13,11 +13,12 @@
 //! keep it short.
 //!
 //! * Toward the line: HTB at `up_fraction` (or `down_fraction`) of the line rate, charged
-//!   in the line's wire bytes, with three classes under it: pure ACKs first (an ACK
-//!   filter that only removes ACKs a newer one supersedes), interactive traffic next
-//!   (DSCP EF/CS6/CS7, or IP packets of at most 200 bytes; `fq_codel`), then bulk, fair
-//!   between hosts and then between each host's flows (`host_fq_codel`). Every class may
-//!   borrow the whole rate.
+//!   in the line's wire bytes, with three classes under it: pure ACKs (a quarter of the
+//!   rate guaranteed; an ACK filter that only removes ACKs a newer one supersedes),
+//!   interactive traffic (a tenth; DSCP EF/CS6/CS7, or IP packets of at most 200 bytes;
+//!   `fq_codel`), and bulk (the rest; fair between hosts and then between each host's
+//!   flows, `host_fq_codel`). Every class may borrow the whole rate; what is left over
+//!   goes to ACKs and interactive traffic first.
 //! * Off the line: HTB in ingress mode (a packet it drops has already crossed the line
 //!   and is charged as sent) with one `host_fq_codel` leaf, fair between the home hosts.
 //!
@@ -135,12 +136,12 @@ impl LineConfig {
              {{ name = \"ack\", parent = \"line\", rate = \"{ack}bit\", ceil = \"{s}bit\", \
              prio = 0, queue = {ack_queue} }},\n  \
              {{ name = \"interactive\", parent = \"line\", rate = \"{int}bit\", \
-             ceil = \"{s}bit\", prio = 1, queue = {{ kind = \"fq_codel\" }} }},\n  \
+             ceil = \"{s}bit\", prio = 0, queue = {{ kind = \"fq_codel\" }} }},\n  \
              {{ name = \"bulk\", parent = \"line\", rate = \"{bulk}bit\", ceil = \"{s}bit\", \
-             prio = 2, queue = {{ kind = \"host_fq_codel\", hosts = \"{hosts}\" }} }},\n]\n",
-            ack = s / 2,
+             prio = 1, queue = {{ kind = \"host_fq_codel\", hosts = \"{hosts}\" }} }},\n]\n",
+            ack = s / 4,
             int = s / 10,
-            bulk = s - s / 2 - s / 10,
+            bulk = s - s / 4 - s / 10,
         )
     }
 }

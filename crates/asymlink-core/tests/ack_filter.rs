@@ -782,6 +782,31 @@ fn the_connection_table_is_bounded() {
 }
 
 #[test]
+fn a_full_table_evicts_the_entry_idle_the_longest() {
+    for service in [Service::RoundRobin, Service::Fifo] {
+        let mut h = H::new(
+            cfg(AckPolicy::Classic)
+                .with_max_connections(2)
+                .with_service(service),
+            None,
+        );
+        // Flow 0 goes idle at 0 ms, flow 1 at 1 ms, flow 0 again at 2 ms.
+        for (t, f, n) in [(0, 0, 100), (1, 1, 100), (2, 0, 200)] {
+            h.enq(ms(t), ack(f, n, n));
+            assert_eq!(h.drain(ms(t)), vec![n]);
+        }
+        // Flow 2 takes the entry of flow 1, idle the longest; flow 0 keeps its history, so
+        // its ACK 300 is superseded by 400 (a fresh entry would keep its first ACK).
+        h.enq(ms(3), ack(2, 1, 100));
+        assert_eq!(h.q.evicted(), 1);
+        h.enq(ms(3), ack(0, 300, 300));
+        h.enq(ms(3), ack(0, 400, 400));
+        assert_eq!(h.filtered(), vec![300], "{service:?}");
+        assert_eq!(h.q.untracked(), 0);
+    }
+}
+
+#[test]
 fn a_flow_in_the_shared_bucket_is_never_reordered() {
     // Both entries busy: flow 2's 1000 and 2000 wait in the shared bucket. Flow 0's entry
     // then goes idle; flow 2's 3000 must not take it (round robin would serve it first).

@@ -336,3 +336,72 @@ fn random_loss_does_not_inflate_the_rtt_estimate() {
         );
     }
 }
+
+/// The showcase's access line without the upload: a `linux` (or `rfc`) download from a
+/// server 25 ms away over 8 Mbit/s down / 512 kbit/s up, under a 64 KiB receive window.
+/// The window, not the cwnd, limits the flow; a cwnd that kept growing on every ACK
+/// (congestion-window validation off) reaches megabytes and would make CUBIC's ssthresh
+/// after a loss meaningless. With validation the cwnd stays within twice the window (slow
+/// start may reach twice the largest flight) plus the growth of one ACK.
+#[test]
+fn a_window_limited_download_keeps_its_cwnd_bounded() {
+    let topology = |tcp: &str| {
+        format!(
+            r#"
+            duration = "10s"
+            [monitor]
+            interval = "100ms"
+            [[nodes]]
+            name = "server"
+            [[nodes]]
+            name = "isp"
+            kind = "router"
+            [[nodes]]
+            name = "client"
+            [[links]]
+            name = "core"
+            a = "server"
+            b = "isp"
+            rate = "100Mbit"
+            delay = "20ms"
+            [[links]]
+            name = "line"
+            a = "isp"
+            b = "client"
+            delay = "5ms"
+            to_b = {{ rate = "8Mbit", queue = {{ kind = "fifo", limit = "100p" }} }}
+            to_a = {{ rate = "512kbit", queue = {{ kind = "fifo", limit = "30p" }} }}
+            [[flows]]
+            from = "server"
+            to = "client"
+            tcp = {tcp}
+            app = {{ kind = "bulk", open = "receiver" }}
+            "#
+        )
+    };
+    let max_cwnd = |tcp: &str| {
+        let (r, _) = run(&topology(tcp));
+        let cwnd = col_f64(&r, "flows", "cwnd_bytes")
+            .into_iter()
+            .fold(0.0, f64::max);
+        let goodput = delivered_at(&r, 10.0) * 8.0 / 10.0;
+        (cwnd, goodput)
+    };
+    let window = 65_536.0;
+    for profile in ["rfc", "linux"] {
+        let (cwnd, goodput) = max_cwnd(&format!(
+            "{{ profile = \"{profile}\", rcvbuf = \"64KiB\" }}"
+        ));
+        eprintln!("{profile}: max cwnd {cwnd:.0} B, goodput {goodput:.0} bit/s");
+        assert!(
+            cwnd <= 2.0 * window + 4.0 * 1460.0,
+            "{profile}: cwnd {cwnd:.0} B under a {window} B window"
+        );
+        // Still window-limited, not cwnd-limited: 64 KiB per ~60 ms round trip.
+        assert!(goodput > 6.0e6, "{profile}: {goodput:.0} bit/s");
+    }
+    let (unvalidated, _) =
+        max_cwnd("{ profile = \"linux\", rcvbuf = \"64KiB\", cwnd_validation = \"off\" }");
+    eprintln!("linux without validation: max cwnd {unvalidated:.0} B");
+    assert!(unvalidated > 10.0 * window, "{unvalidated:.0}");
+}

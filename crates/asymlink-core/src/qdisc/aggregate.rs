@@ -66,7 +66,7 @@ use crate::time::{Duration, Instant};
 use crate::units::{Limit, Span};
 use crate::wire::{FlowKey, TcpFlags, Transport};
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// Aggregate shaper parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -150,6 +150,9 @@ pub struct Aggregate<P> {
     idle: Duration,
     flows: HashMap<FlowKey, ConnKey>,
     conns: BTreeMap<ConnKey, Conn<P>>,
+    /// The connections with nothing queued, by (last activity, key): the eviction victim
+    /// is the first, and the idle sweep takes a prefix (no scan of the table).
+    idle_conns: BTreeSet<(Instant, ConnKey)>,
     next_key: ConnKey,
     ready: VecDeque<P>,
     now: Instant,
@@ -195,6 +198,7 @@ impl<P: Pkt> Aggregate<P> {
             idle: cfg.idle.0,
             flows: HashMap::new(),
             conns: BTreeMap::new(),
+            idle_conns: BTreeSet::new(),
             next_key: 1,
             ready: VecDeque::new(),
             now: Instant::ZERO,
@@ -229,6 +233,7 @@ impl<P: Pkt> Aggregate<P> {
     fn close(&mut self, now: Instant, key: ConnKey) {
         if let Some(c) = self.conns.remove(&key) {
             debug_assert!(c.q.is_empty());
+            self.idle_conns.remove(&(c.last, key));
             self.flows.remove(&c.flow);
             self.ctl.handle_close(now, key);
             self.counters.closed += 1;
@@ -241,13 +246,10 @@ impl<P: Pkt> Aggregate<P> {
             return;
         }
         self.next_sweep = now.saturating_add(self.idle / 4);
-        let idle: Vec<ConnKey> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.q.is_empty() && now.saturating_since(c.last) >= self.idle)
-            .map(|(&k, _)| k)
-            .collect();
-        for k in idle {
+        while let Some(&(last, k)) = self.idle_conns.first() {
+            if now.saturating_since(last) < self.idle {
+                break;
+            }
             self.close(now, k);
         }
     }
@@ -269,12 +271,8 @@ impl<P: Pkt> Aggregate<P> {
             return Err(false);
         };
         if self.conns.len() >= self.max_conns {
-            let victim = self
-                .conns
-                .iter()
-                .filter(|(_, c)| c.q.is_empty())
-                .min_by_key(|(&k, c)| (c.last, k))
-                .map(|(&k, _)| k);
+            // The least recently active connection with nothing queued.
+            let victim = self.idle_conns.first().map(|&(_, k)| k);
             match victim {
                 Some(k) => {
                     self.close(now, k);
@@ -292,6 +290,7 @@ impl<P: Pkt> Aggregate<P> {
         }
         self.counters.opened += 1;
         self.flows.insert(flow, key);
+        self.idle_conns.insert((now, key));
         self.conns.insert(
             key,
             Conn {
@@ -353,6 +352,7 @@ impl<P: Pkt> Aggregate<P> {
         }
         let c = &self.conns[&key];
         if c.q.is_empty() {
+            self.idle_conns.insert((c.last, key));
             self.ctl.cancel_wait(key);
             if c.closing {
                 self.close(now, key);
@@ -436,6 +436,10 @@ impl<P: Pkt + Send> Qdisc<P> for Aggregate<P> {
         let fin = flags.is_some_and(|f| f.intersects(TcpFlags(TcpFlags::FIN.0 | TcpFlags::RST.0)));
         let (policy, qlen, qbytes) = {
             let c = self.conns.get_mut(&key).expect("just found");
+            if c.q.is_empty() {
+                self.idle_conns.remove(&(c.last, key));
+                self.idle_conns.insert((now, key));
+            }
             c.last = now;
             c.closing |= fin;
             (c.policy, c.q.len(), c.bytes)
@@ -449,6 +453,9 @@ impl<P: Pkt + Send> Qdisc<P> for Aggregate<P> {
                 reject(&mut self.stats, drops, pkt, DropReason::QueueFull);
             } else {
                 let c = self.conns.get_mut(&key).expect("just found");
+                if c.q.is_empty() {
+                    self.idle_conns.remove(&(now, key));
+                }
                 c.q.push_back(pkt);
                 c.bytes += len as u64;
                 self.held.add(len);
@@ -618,8 +625,10 @@ mod tests {
         sent
     }
 
-    /// The packets really queued, counted afresh.
+    /// The packets really queued, counted afresh (and the idle index checked against the
+    /// table).
     fn recount(q: &Aggregate<HeaderPacket>) -> Backlog {
+        check_idle_index(q);
         let mut b = Backlog::default();
         for p in q
             .ready
@@ -816,6 +825,50 @@ mod tests {
         assert_eq!(drain(&mut q, ms(0)).len(), 50);
         assert_eq!(q.tracked(), 0);
         assert_eq!(q.aggregate_counters().unmatched_packets, 50);
+        check(&q);
+    }
+
+    /// The idle index holds exactly the connections with nothing queued, by last activity.
+    #[track_caller]
+    fn check_idle_index(q: &Aggregate<HeaderPacket>) {
+        let idle: BTreeSet<(Instant, ConnKey)> = (q.conns.iter())
+            .filter(|(_, c)| c.q.is_empty())
+            .map(|(&k, c)| (c.last, k))
+            .collect();
+        assert_eq!(q.idle_conns, idle);
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_active_idle_connection() {
+        let c = cfg(
+            "profile = { depth = \"3000B\", rate = \"8kbit\" }\naction = { kind = \"shape\" }\nscheme = { kind = \"partitioned\" }",
+            "max_conns = 3",
+        );
+        let mut q = Aggregate::new(&c).unwrap();
+        let mut d = Drops::new();
+        // Flows 0, 1, 2 send at 0, 1, 2 ms and go idle; flow 0 sends again at 3 ms.
+        for (t, f) in [(0, 0), (1, 1), (2, 2), (3, 0)] {
+            q.enqueue(ms(t), data_flow(t as u32, 1000, f), &mut d);
+            assert_eq!(drain(&mut q, ms(t)).len(), 1);
+            check_idle_index(&q);
+        }
+        let tracked = |q: &Aggregate<HeaderPacket>| {
+            let mut f: Vec<u16> = q.conns.values().map(|c| c.flow.src_port - 1000).collect();
+            f.sort();
+            f
+        };
+        // Flow 3 evicts flow 1 (idle since 1 ms), flow 4 then flow 2 (2 ms), flow 5 then
+        // flow 0 (3 ms): least recently active first, not the oldest connection.
+        q.enqueue(ms(4), data_flow(4, 1000, 3), &mut d);
+        assert_eq!(tracked(&q), vec![0, 2, 3]);
+        assert_eq!(drain(&mut q, ms(4)).len(), 1);
+        q.enqueue(ms(5), data_flow(5, 1000, 4), &mut d);
+        assert_eq!(tracked(&q), vec![0, 3, 4]);
+        q.enqueue(ms(6), data_flow(6, 1000, 5), &mut d);
+        assert_eq!(tracked(&q), vec![3, 4, 5]);
+        assert_eq!(q.aggregate_counters().evicted, 3);
+        check_idle_index(&q);
+        assert!(d.is_empty());
         check(&q);
     }
 

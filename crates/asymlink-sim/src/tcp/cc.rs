@@ -25,7 +25,9 @@ pub struct Cc {
     ca_acc: u64,
     // CUBIC state (segments, seconds)
     w_max: f64,
-    w_last_max: f64,
+    /// cwnd just before the last reduction (RFC 9438's cwnd_prior).
+    cwnd_prior: f64,
+    alpha_switch: bool,
     epoch_start: Option<Instant>,
     k: f64,
     w_est: f64,
@@ -44,7 +46,8 @@ impl Cc {
             ssthresh: cfg.initial_ssthresh.unwrap_or(u64::MAX / 4),
             ca_acc: 0,
             w_max: 0.0,
-            w_last_max: 0.0,
+            cwnd_prior: 0.0,
+            alpha_switch: cfg.cubic_alpha_switch,
             epoch_start: None,
             k: 0.0,
             w_est: 0.0,
@@ -136,7 +139,16 @@ impl Cc {
         let target = CUBIC_C * (t - self.k).powi(3) + self.w_max;
         let acked_seg = acked as f64 / mss;
         // RFC 9438 §4.3: Reno-friendly estimate.
-        let alpha = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+        //= https://www.rfc-editor.org/rfc/rfc9438#section-4.3
+        //# Once W_est has grown to reach the cwnd at the time of most recently
+        //# setting ssthresh -- that is, W_est >= cwnd_prior -- the sender SHOULD set
+        //# alpha_cubic to 1 to ensure that it can achieve the same congestion window
+        //# increment rate as Reno, which uses AIMD(1, 0.5).
+        let alpha = if self.alpha_switch && self.w_est >= self.cwnd_prior {
+            1.0
+        } else {
+            3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA)
+        };
         self.w_est += alpha * acked_seg / cwnd_seg;
         let mut new = cwnd_seg;
         if target > cwnd_seg {
@@ -162,13 +174,19 @@ impl Cc {
             }
             CcAlgo::Cubic => {
                 let cwnd_seg = self.cwnd as f64 / self.mss as f64;
-                // §4.7 fast convergence
-                self.w_max = if cwnd_seg < self.w_last_max {
+                //= https://www.rfc-editor.org/rfc/rfc9438#section-4.7
+                //# if cwnd < W_max and fast convergence enabled, further reduce W_max:
+                //#    W_max = cwnd * (1 + beta_cubic) / 2
+                //# otherwise, remember cwnd before reduction:
+                //#    W_max = cwnd
+                // (W_max here is the one the last reduction set, fast-converged or not, as
+                // Linux's `last_max_cwnd`.)
+                self.w_max = if cwnd_seg < self.w_max {
                     cwnd_seg * (1.0 + CUBIC_BETA) / 2.0
                 } else {
                     cwnd_seg
                 };
-                self.w_last_max = cwnd_seg;
+                self.cwnd_prior = cwnd_seg;
                 self.epoch_start = None;
                 self.k = 0.0;
                 self.ssthresh = ((self.cwnd as f64 * CUBIC_BETA) as u64).max(2 * self.mss);
@@ -183,6 +201,31 @@ impl Cc {
     pub fn on_timeout(&mut self, flight: u64) {
         self.on_congestion(flight);
         self.cwnd = self.mss;
+        self.epoch_start = None;
+    }
+
+    /// Data follows an idle period of `idle` (longer than `rto`): restart from at most the
+    /// initial window `iw` (RFC 5681 §4.1), or as Linux's `tcp_cwnd_restart` when `linux`.
+    /// CUBIC starts a new epoch from the restarted window.
+    //= https://www.rfc-editor.org/rfc/rfc5681#section-4.1
+    //# Therefore, a TCP SHOULD set cwnd to no more than RW before beginning
+    //# transmission if the TCP has not sent data in an interval exceeding
+    //# the retransmission timeout.
+    pub fn restart_after_idle(&mut self, linux: bool, idle: Duration, rto: Duration, iw: u64) {
+        let restart = iw.min(self.cwnd);
+        if linux {
+            self.ssthresh = self.ssthresh.max(self.cwnd / 2 + self.cwnd / 4);
+            let mut cwnd = self.cwnd;
+            let mut left = idle.saturating_sub(rto);
+            while !left.is_zero() && cwnd > restart {
+                cwnd >>= 1;
+                left = left.saturating_sub(rto);
+            }
+            self.cwnd = cwnd.max(restart);
+        } else {
+            self.cwnd = restart;
+        }
+        self.ca_acc = 0;
         self.epoch_start = None;
     }
 
@@ -260,6 +303,59 @@ mod tests {
         c.ssthresh = 2_000;
         c.on_ack(Instant::ZERO, 1000, Some(Duration::from_millis(100)));
         assert_eq!(c.cwnd, 5_000);
+    }
+
+    #[test]
+    fn cubic_fast_convergence_compares_with_the_last_w_max() {
+        let mut c = cc("linux");
+        c.cwnd = 100_000;
+        c.ssthresh = 50_000;
+        c.on_congestion(100_000);
+        assert!((c.w_max - 100.0).abs() < 1e-9, "{}", c.w_max);
+        // Below the last W_max: fast convergence releases bandwidth.
+        c.cwnd = 90_000;
+        c.on_congestion(90_000);
+        assert!((c.w_max - 76.5).abs() < 1e-9, "{}", c.w_max);
+        // 80 segments is above the last W_max (76.5): W_max = 80 (comparing with the
+        // unreduced 90 would have cut it to 68).
+        c.cwnd = 80_000;
+        c.on_congestion(80_000);
+        assert!((c.w_max - 80.0).abs() < 1e-9, "{}", c.w_max);
+    }
+
+    /// ACK one segment at a time, a window per `rtt`, until `until`.
+    fn grow(c: &mut Cc, now: &mut Instant, until: Instant, rtt: Duration) {
+        while *now < until {
+            let segs = (c.cwnd / 1000).max(1) as u32;
+            *now += rtt / segs;
+            c.on_ack(*now, 1000, Some(rtt));
+        }
+    }
+
+    #[test]
+    fn rfc_cubic_alpha_becomes_one_once_w_est_reaches_the_prior_cwnd() {
+        // 10 ms RTT: the Reno-friendly estimate, not the cubic curve, sets the window.
+        let growth = |profile: &str| {
+            let mut cfg = TcpConfig::profile(profile).unwrap();
+            cfg.cc = CcAlgo::Cubic;
+            let mut c = Cc::new(&cfg, 1000);
+            c.cwnd = 100_000;
+            c.ssthresh = 50_000;
+            c.on_congestion(100_000); // cwnd 70 segments, cwnd_prior 100
+            let rtt = Duration::from_millis(10);
+            let mut now = Instant::ZERO;
+            // W_est climbs from 70 to 100 in 30 / 0.53 = 57 RTTs (0.57 s).
+            grow(&mut c, &mut now, Instant::from_millis(800), rtt);
+            let w0 = c.cwnd;
+            grow(&mut c, &mut now, Instant::from_millis(1000), rtt);
+            (c.cwnd - w0) as f64 / 1000.0
+        };
+        let (rfc, linux) = (growth("rfc"), growth("linux"));
+        assert!((rfc - 20.0).abs() < 2.0, "rfc: {rfc} segments in 20 RTTs");
+        assert!(
+            (linux - 20.0 * 0.3 * 3.0 / 1.7).abs() < 2.0,
+            "linux: {linux} segments in 20 RTTs"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! | limited transmit | off | on | on |
 //! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | 6 MB / 4 MB |
 //! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
+//! | cwnd growth when not cwnd-limited | grows | RFC 7661 rule | Linux rule |
 
 use asymlink_core::time::Duration;
 use asymlink_core::units::{Bytes, Span};
@@ -61,6 +62,39 @@ pub enum RtoFloor {
     /// Linux `tcp_rtt_estimator` / `tcp_set_rto`: the variation term is at least `rto_min`,
     /// so RTO = SRTT + max(`rto_min`, 4·RTTVAR) — never less than SRTT + 200 ms by default.
     Variation,
+}
+
+/// When the congestion window may grow: congestion-window validation. A flow held back
+/// by the receive window, the application or a conditioner does not use its cwnd, so
+/// ACKs say nothing about whether a larger one would be safe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CwndValidation {
+    /// Every ACK of new data grows the window, used or not (ns-2).
+    Off,
+    /// RFC 7661's growth rule: grow while the largest flight of the current window
+    /// reached at least half the cwnd (the RFC's pipeACK ≥ ½·cwnd, with the flight
+    /// standing in for pipeACK); its non-validated-phase reductions are not modelled.
+    Rfc7661,
+    /// Linux `tcp_is_cwnd_limited`: grow only if the flow was cwnd-limited in the current
+    /// window (the flight reached cwnd, or data waited for it); in slow start also while
+    /// cwnd is below twice the window's largest flight.
+    Linux,
+}
+
+/// What a sender does with its window after an idle period longer than the RTO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleRestart {
+    /// Resume at the old cwnd (ns-2's one-way agents: their timer is not running when
+    /// idle).
+    Off,
+    /// RFC 5681 §4.1: cwnd = min(initial window, cwnd); ssthresh kept.
+    Rfc5681,
+    /// Linux `tcp_cwnd_restart` (`tcp_slow_start_after_idle` = 1): ssthresh = max(ssthresh,
+    /// ¾·cwnd), cwnd halved for every RTO of idle time after the first, never below
+    /// min(initial window, cwnd).
+    Linux,
 }
 
 /// Congestion-avoidance increase rule: the window grows by g(rtt) segments per RTT
@@ -193,6 +227,14 @@ pub struct TcpConfig {
     /// Undo a retransmission timeout found spurious by the echoed timestamp (Eifel
     /// detection, RFC 3522, as Linux does): needs timestamps.
     pub rto_undo: bool,
+    /// When the congestion window may grow (congestion-window validation).
+    pub cwnd_validation: CwndValidation,
+    /// CUBIC's Reno-friendly estimate grows with α = 1 once it has reached the cwnd of
+    /// the last reduction (RFC 9438 §4.3); otherwise α = 3(1−β)/(1+β) throughout (Linux).
+    pub cubic_alpha_switch: bool,
+    /// Restart after idle: what happens to cwnd when data follows an idle period longer
+    /// than the RTO.
+    pub idle_restart: IdleRestart,
 }
 
 impl TcpConfig {
@@ -225,6 +267,9 @@ impl TcpConfig {
             dupthresh: 3,
             ca_increase: CaIncrease::Standard,
             rto_undo: false,
+            cwnd_validation: CwndValidation::Rfc7661,
+            cubic_alpha_switch: true,
+            idle_restart: IdleRestart::Rfc5681,
         };
         Some(match name {
             "rfc" => base,
@@ -241,6 +286,9 @@ impl TcpConfig {
                 nagle: false,
                 ss_growth: SsGrowth::PerAck,
                 limited_transmit: false,
+                cwnd_validation: CwndValidation::Off,
+                cubic_alpha_switch: false,
+                idle_restart: IdleRestart::Off,
                 ..base
             },
             "linux" => TcpConfig {
@@ -254,6 +302,9 @@ impl TcpConfig {
                 rto_floor: RtoFloor::Variation,
                 ss_growth: SsGrowth::ByteCounting,
                 rto_undo: true,
+                cwnd_validation: CwndValidation::Linux,
+                cubic_alpha_switch: false,
+                idle_restart: IdleRestart::Linux,
                 ..base
             },
             _ => return None,
@@ -309,6 +360,9 @@ pub struct TcpOverrides {
     pub dupthresh: Option<u32>,
     pub ca_increase: Option<CaIncrease>,
     pub rto_undo: Option<bool>,
+    pub cwnd_validation: Option<CwndValidation>,
+    pub cubic_alpha_switch: Option<bool>,
+    pub idle_restart: Option<IdleRestart>,
 }
 
 impl<'de> Deserialize<'de> for TcpSpec {
@@ -385,6 +439,9 @@ impl TcpSpec {
         set!(dupthresh);
         set!(ca_increase);
         set!(rto_undo);
+        set!(cwnd_validation);
+        set!(cubic_alpha_switch);
+        set!(idle_restart);
         c.validate()?;
         Ok(c)
     }

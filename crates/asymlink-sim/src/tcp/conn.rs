@@ -5,7 +5,7 @@
 //! 32-bit wire values only at the edges, so nothing inside wraps.
 
 use super::cc::Cc;
-use super::config::{CcAlgo, TcpConfig};
+use super::config::{CcAlgo, CwndValidation, IdleRestart, TcpConfig};
 use super::recv::Receiver;
 use super::rtt::RttEstimator;
 use super::scoreboard::{self, Scoreboard, SentSeg};
@@ -148,6 +148,14 @@ pub struct Connection {
     /// Spurious-timeout undo (`TcpConfig::rto_undo`): cwnd and ssthresh before the
     /// timeout and the timestamp of its first retransmission.
     undo: Option<(u64, u64, u32)>,
+    /// Congestion-window validation (Linux `tcp_cwnd_validate`): whether the flow was
+    /// cwnd-limited in the current window, its largest flight (`snd_max - snd_una`) in
+    /// that window, and where the window ends.
+    cwnd_limited: bool,
+    max_flight: u64,
+    cwnd_usage_seq: u64,
+    /// When data (new or retransmitted) was last sent (Linux's `lsndtime`).
+    last_data_sent: Option<Instant>,
     // receive side (offsets from irs)
     rcv: Receiver,
     rcv_edge: u64,
@@ -225,6 +233,10 @@ impl Connection {
             ecn_recover: 0,
             cwr_pending: false,
             undo: None,
+            cwnd_limited: false,
+            max_flight: 0,
+            cwnd_usage_seq: 0,
+            last_data_sent: None,
             rcv: Receiver::new(0),
             rcv_edge: 0,
             ack_pending: 0,
@@ -664,11 +676,15 @@ impl Connection {
                         self.ca_state = CaState::Open;
                         self.undo = None;
                     }
-                    self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
+                    if self.may_raise_cwnd() {
+                        self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
+                    }
                 }
                 CaState::Open | CaState::Disorder => {
                     self.ca_state = CaState::Open;
-                    self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
+                    if self.may_raise_cwnd() {
+                        self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
+                    }
                 }
             }
             self.dupacks = 0;
@@ -774,6 +790,61 @@ impl Connection {
         true
     }
 
+    /// Whether an ACK of new data may grow the congestion window (`cwnd_validation`).
+    //= https://www.rfc-editor.org/rfc/rfc9438#section-4.6
+    //# Cubic doesn't increase cwnd when it's limited by the sending application
+    //# or rwnd.
+    fn may_raise_cwnd(&self) -> bool {
+        match self.cfg.cwnd_validation {
+            CwndValidation::Off => true,
+            //= https://www.rfc-editor.org/rfc/rfc7661#section-4.3
+            //# The cwnd is considered validated when pipeACK >= NCWND
+            // (NCWND: half the cwnd; the window's largest flight stands in for pipeACK.)
+            CwndValidation::Rfc7661 => self.cwnd_limited || 2 * self.max_flight >= self.cc.cwnd,
+            // Linux `tcp_is_cwnd_limited`: in slow start, let cwnd reach twice what was
+            // in flight.
+            CwndValidation::Linux => {
+                self.cwnd_limited || (self.cc.in_slow_start() && self.cc.cwnd < 2 * self.max_flight)
+            }
+        }
+    }
+
+    /// After a transmission attempt: remember whether the cwnd held data back in the
+    /// current window, or else the largest flight of it (Linux `tcp_cwnd_validate`). A new
+    /// window starts once everything sent when the last one started is acknowledged.
+    fn note_cwnd_use(&mut self, sent: bool) {
+        let limited = self.cwnd_blocks_sending();
+        if !(sent || limited) {
+            return;
+        }
+        let flight = self.flight();
+        if self.snd_una >= self.cwnd_usage_seq
+            || limited
+            || (!self.cwnd_limited && flight > self.max_flight)
+        {
+            self.cwnd_limited = limited;
+            self.max_flight = flight;
+            self.cwnd_usage_seq = self.snd_max;
+        }
+    }
+
+    /// Whether the congestion window (not the peer's window, the application, Nagle or a
+    /// conditioner) is what keeps the next segment from being sent.
+    fn cwnd_blocks_sending(&self) -> bool {
+        let inflight = self.inflight();
+        if inflight >= self.cc.cwnd {
+            return true;
+        }
+        let data_end = self.data_end();
+        if self.snd_max >= data_end {
+            return false;
+        }
+        let avail = data_end - self.snd_max;
+        let wnd_room = (self.snd_una + self.snd_wnd).saturating_sub(self.snd_max);
+        let want = (self.mss as u64).min(avail).min(wnd_room);
+        want > 0 && self.cc.cwnd - inflight < want
+    }
+
     /// Eifel detection (RFC 3522), as Linux does it after a timeout: the first ACK that
     /// advances `snd_una` in the Loss state echoes a timestamp older than the timeout's
     /// first retransmission, so it acknowledges an original transmission — the timeout
@@ -831,6 +902,7 @@ impl Connection {
         self.recover = self.snd_max;
         self.ca_state = CaState::Recovery;
         self.stats.fast_retransmits += 1;
+        self.cwnd_reduced_by_loss();
         io.events.push(ConnEvent::FastRetransmit);
         self.sb.mark_head_lost();
         if self.sack_ok {
@@ -842,6 +914,20 @@ impl Connection {
             self.cc.cwnd = self.cc.ssthresh + self.cfg.dupthresh as u64 * self.mss as u64;
         }
         self.retransmit_head(now, io);
+    }
+
+    /// A loss reduced the window (fast retransmit or timeout). With ECN, tell the receiver
+    /// so it stops echoing, and take no ECN reduction for data sent before this one.
+    //= https://www.rfc-editor.org/rfc/rfc3168#section-6.1.2
+    //# When an ECN-Capable TCP sender reduces its congestion window for any reason
+    //# (because of a retransmit timeout, a Fast Retransmit, or in response to an ECN
+    //# Notification), the TCP sender sets the CWR flag in the TCP header of the first
+    //# new data packet sent after the window reduction.
+    fn cwnd_reduced_by_loss(&mut self) {
+        if self.ecn_ok {
+            self.cwr_pending = true;
+            self.ecn_recover = self.ecn_recover.max(self.snd_max);
+        }
     }
 
     fn exit_recovery(&mut self) {
@@ -1010,6 +1096,7 @@ impl Connection {
         self.ca_state = CaState::Loss;
         self.recover = self.snd_max;
         self.recover_after_rto = true;
+        self.cwnd_reduced_by_loss();
         self.dupacks = 0;
         self.sb.mark_all_lost();
         //= https://www.rfc-editor.org/rfc/rfc6298#section-5
@@ -1055,6 +1142,8 @@ impl Connection {
         if !self.can_send_data() {
             return;
         }
+        self.maybe_restart_after_idle(now);
+        let sent_before = self.stats.segments_sent + self.stats.policed;
         loop {
             if self.cfg.pacing && now < self.next_send {
                 self.wake_at = earliest(self.wake_at, Some(self.next_send));
@@ -1081,7 +1170,32 @@ impl Connection {
                 break;
             }
         }
+        self.note_cwnd_use(self.stats.segments_sent + self.stats.policed > sent_before);
         self.arm_persist(now);
+    }
+
+    /// Restart after idle (`idle_restart`): nothing is outstanding, data waits, and no data
+    /// was sent for longer than the RTO.
+    fn maybe_restart_after_idle(&mut self, now: Instant) {
+        let linux = match self.cfg.idle_restart {
+            IdleRestart::Off => return,
+            IdleRestart::Rfc5681 => false,
+            IdleRestart::Linux => true,
+        };
+        if self.snd_una < self.snd_max || self.data_end() <= self.snd_max {
+            return;
+        }
+        let Some(last) = self.last_data_sent else {
+            return;
+        };
+        let (idle, rto) = (now - last, self.rtt.rto());
+        if idle <= rto {
+            return;
+        }
+        let iw = self.cfg.initial_window as u64 * self.mss as u64;
+        self.cc.restart_after_idle(linux, idle, rto, iw);
+        // Once per idle period, even if nothing can be sent yet.
+        self.last_data_sent = Some(now);
     }
 
     /// The next new segment allowed by the windows, Nagle and SWS avoidance.
@@ -1207,6 +1321,9 @@ impl Connection {
             self.rto_at = Some(now + self.rtt.rto());
         }
         self.stats.bytes_sent += len;
+        if len > 0 {
+            self.last_data_sent = Some(now);
+        }
         let ecn = if self.ecn_ok && len > 0 {
             Ecn::Ect0
         } else {
@@ -1253,6 +1370,9 @@ impl Connection {
         self.stats.retransmits += 1;
         self.stats.bytes_retransmitted += len;
         self.stats.bytes_sent += len;
+        if len > 0 {
+            self.last_data_sent = Some(now);
+        }
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rtt.rto());
         }

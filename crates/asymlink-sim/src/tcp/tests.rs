@@ -552,3 +552,76 @@ fn backoff_is_kept_until_a_valid_rtt_sample() {
     assert_eq!(p.delivered(), 11_000);
     assert_eq!(p.c[0].as_ref().unwrap().rto(), base, "a clean sample");
 }
+
+/// ECN and a loss in the same window: segment 30 is lost and segment 33 (sent before the
+/// loss is detected) is marked CE. The fast retransmit reduces the window once; the sender
+/// must then set CWR on its next new segment (RFC 3168 §6.1.2: after a reduction "for any
+/// reason"), so the receiver stops echoing ECE and no second reduction follows recovery.
+#[test]
+fn a_loss_reduction_sends_cwr_and_is_not_followed_by_an_ecn_one() {
+    for profile in ["paper", "rfc", "linux"] {
+        let mut cfg = TcpConfig::profile(profile).unwrap();
+        cfg.ecn = true;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = Box::new(|n, _| n == 30);
+        p.mark = Box::new(|n| n == 33);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 400_000, io));
+        p.run(Instant::from_secs(20));
+        assert_eq!(p.delivered(), 400_000, "{profile}");
+        let s = *p.c[0].as_ref().unwrap().stats();
+        assert_eq!(s.fast_retransmits, 1, "{profile}: {s:?}");
+        assert_eq!(s.timeouts, 0, "{profile}: {s:?}");
+        assert_eq!(s.ecn_reductions, 0, "{profile}: one reduction only: {s:?}");
+        let cwr = p
+            .log
+            .iter()
+            .filter(|(_, from, h)| {
+                *from == 0
+                    && h.payload_len > 0
+                    && h.tcp_repr()
+                        .unwrap()
+                        .flags
+                        .contains(asymlink_core::wire::TcpFlags::CWR)
+            })
+            .count();
+        assert_eq!(cwr, 1, "{profile}: CWR after the loss reduction");
+    }
+}
+
+/// Restart after idle: a connection that sent 300 KB, then sat idle for 5 s (far longer
+/// than the RTO), writes again. `rfc` resumes with at most its initial window (RFC 5681
+/// §4.1), `linux` too after 5 s (Linux halves cwnd per idle RTO, down to the initial
+/// window), and `paper` (ns-2's one-way agents) at its old window, as one line-rate burst.
+#[test]
+fn data_after_idle_restarts_from_the_initial_window() {
+    for (profile, iw) in [("paper", None), ("rfc", Some(3)), ("linux", Some(10))] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 300_000, io));
+        p.run(Instant::from_secs(5));
+        assert_eq!(p.delivered(), 300_000, "{profile}");
+        let before = p.c[0].as_ref().unwrap().cwnd();
+        p.now = Instant::from_secs(10);
+        p.with(0, |c, now, io| c.write(now, 300_000, io));
+        let mss = p.c[0].as_ref().unwrap().mss() as u64;
+        let burst = p
+            .log
+            .iter()
+            .filter(|(t, from, h)| *t == p.now && *from == 0 && h.payload_len > 0)
+            .count() as u64;
+        match iw {
+            Some(iw) => {
+                assert_eq!(burst, iw, "{profile}: cwnd {before} before the idle period");
+                assert_eq!(p.c[0].as_ref().unwrap().cwnd(), iw * mss, "{profile}");
+            }
+            None => assert!(
+                burst * mss >= before.min(300_000) - mss,
+                "{profile}: {burst}"
+            ),
+        }
+        p.run(Instant::from_secs(20));
+        assert_eq!(p.delivered(), 600_000, "{profile}");
+    }
+}

@@ -37,9 +37,10 @@
 //! rate — counted as drops. Filtering is only applied when the new packet is admitted,
 //! so an ACK is never filtered in favour of one that is then dropped.
 //!
-//! State is bounded: one entry per connection, at most `max_connections`; an idle entry
-//! (nothing queued) is evicted when the table is full, and when every entry has packets
-//! queued, new connections share one unfiltered bucket. A connection with packets in the
+//! State is bounded: one entry per connection, at most `max_connections`; when the table
+//! is full, the entry idle the longest (nothing queued since, or last seen while idle) is
+//! evicted, taken from a FIFO of idle entries without scanning the table, and when every
+//! entry has packets queued, new connections share one unfiltered bucket. A connection with packets in the
 //! shared bucket keeps sending there until they have left, so it never has packets in
 //! two places at once and is never reordered, whatever the service. Removed packets leave tombstones
 //! that are compacted away, so memory follows the buffer limit, not the traffic volume.
@@ -105,6 +106,8 @@ struct Conn {
     acks: AckState,
     last_seen: Instant,
     in_rr: bool,
+    /// Generation of its current record in the idle FIFO (0: none).
+    idle_gen: u64,
 }
 
 impl Conn {
@@ -118,6 +121,7 @@ impl Conn {
             acks: AckState::new(),
             last_seen: now,
             in_rr: false,
+            idle_gen: 0,
         }
     }
 }
@@ -145,6 +149,12 @@ pub struct AckFilter<P> {
     in_shared: HashMap<FlowKey, u32>,
     tracked: u32,
     rr: VecDeque<u32>,
+    /// Idle entries (live, nothing queued, not in the round) in the order they became
+    /// idle or were last touched while idle, as `(entry, generation)`; records whose
+    /// generation is not the entry's current one, or whose entry is no longer idle, are
+    /// skipped lazily. The eviction victim is the first valid record: amortised O(1).
+    idle: VecDeque<(u32, u64)>,
+    idle_gen: u64,
     /// Output rate of the whole queue.
     agg: Tsw,
     channel: Channel,
@@ -169,6 +179,8 @@ impl<P: Pkt + Send> AckFilter<P> {
             in_shared: HashMap::new(),
             tracked: 0,
             rr: VecDeque::new(),
+            idle: VecDeque::new(),
+            idle_gen: 0,
             agg: Tsw::new(p.window),
             channel: Channel::new(p.window),
             keeps: [0; Keep::ALL.len()],
@@ -271,6 +283,7 @@ impl<P: Pkt + Send> AckFilter<P> {
             c.queued.remove(pos);
         }
         c.bytes -= item.len as u64;
+        self.note_idle(item.conn);
         if let Some(k) = item.shared_key {
             if let Some(n) = self.in_shared.get_mut(&k) {
                 *n -= 1;
@@ -352,15 +365,13 @@ impl<P: Pkt + Send> AckFilter<P> {
 
     fn new_conn(&mut self, now: Instant, key: FlowKey) -> Option<u32> {
         if self.tracked >= self.p.max_conns {
-            // Evict the idle entry with the lowest rate, then the least recently seen.
-            let victim = self
-                .conns
-                .iter()
-                .enumerate()
-                .skip(1)
-                .filter(|(_, c)| c.live && c.queued.is_empty() && !c.in_rr)
-                .min_by_key(|(i, c)| (c.tsw.rate_at(now).0, c.last_seen, *i))
-                .map(|(i, _)| i as u32)?;
+            // Evict the entry idle the longest (no scan: the first valid idle record).
+            let victim = loop {
+                let (c, gen) = self.idle.pop_front()?;
+                if self.conns[c as usize].idle_gen == gen && self.is_idle(c) {
+                    break c;
+                }
+            };
             self.release(victim);
             self.evicted += 1;
         }
@@ -377,7 +388,33 @@ impl<P: Pkt + Send> AckFilter<P> {
         };
         self.index.insert(key, c);
         self.tracked += 1;
+        self.note_idle(c);
         Some(c)
+    }
+
+    /// Whether entry `c` could be evicted: tracked, nothing queued, not in the round.
+    fn is_idle(&self, c: u32) -> bool {
+        let conn = &self.conns[c as usize];
+        c != SHARED && conn.live && conn.queued.is_empty() && !conn.in_rr
+    }
+
+    /// Record that entry `c` is idle now (if it is): it goes to the back of the idle
+    /// FIFO. Called wherever an entry may become idle or is touched while idle.
+    fn note_idle(&mut self, c: u32) {
+        if !self.is_idle(c) {
+            return;
+        }
+        self.idle_gen += 1;
+        self.conns[c as usize].idle_gen = self.idle_gen;
+        self.idle.push_back((c, self.idle_gen));
+        // Compact the stale records away when they dominate (amortised O(1)).
+        if self.idle.len() > 2 * self.conns.len() + 64 {
+            let conns = &self.conns;
+            self.idle.retain(|&(c, g)| {
+                let conn = &conns[c as usize];
+                conn.idle_gen == g && conn.live && conn.queued.is_empty() && !conn.in_rr
+            });
+        }
     }
 
     fn release(&mut self, c: u32) {
@@ -626,6 +663,7 @@ impl<P: Pkt + Send> Qdisc<P> for AckFilter<P> {
             let Some(v) = victim else {
                 self.stats.on_reject(Verdict::Dropped(reason));
                 drops.reject(pkt, reason);
+                self.note_idle(c);
                 self.tidy();
                 self.check();
                 return;
@@ -699,7 +737,10 @@ impl<P: Pkt + Send> Qdisc<P> for AckFilter<P> {
                         }
                         break Some(s);
                     }
-                    None => conn.in_rr = false,
+                    None => {
+                        conn.in_rr = false;
+                        self.note_idle(c);
+                    }
                 }
             },
         };
