@@ -137,11 +137,12 @@ def test_comparison_rows_carry_the_units_of_their_metric() -> None:
         ('[[expect]]\nmetric = ""\nrelation = ">"\nvalue = 1', "dotted string or a list"),
         ('[[paper]]\nmetric = "a"\nvalue = 1', "exactly one of 'tolerance'"),
         ('[[paper]]\nmetric = "a"\nvalue = 1\ntolerance = -1', "must be >= 0"),
-        ('[[paper]]\nmetric = "a"\nvalue = "1"\ntolerance = 1', "value must be a number"),
-        ('[[paper]]\nmetric = "a"\nvalue = 1\ntolerence = 1', "unknown key(s) tolerence"),
+        ('[[paper]]\nmetric = "a"\nvalue = "1"\ntolerance = 1',
+         "paper[0].value: expected a finite number"),
+        ('[[paper]]\nmetric = "a"\nvalue = 1\ntolerence = 1', "unknown key 'tolerence'"),
         ('[[fixed]]\nkey = "a"\nreason = " "', "non-empty 'reason'"),
         ('[[fixed]]\nkey = "a"\nreason = "r"\nscenarios = "on"', "non-empty list of scenario"),
-        ("[extra]", "unknown key(s) extra"),
+        ("[extra]", "unknown key 'extra'"),
     ],
 )
 def test_malformed_paper_data_is_named(doc: str, fragment: str) -> None:

@@ -82,6 +82,17 @@ def test_overrides_of_written_values_keep_the_text_and_its_lines() -> None:
     assert tomllib.loads(added.to_toml()) == added.data
 
 
+def test_overrides_address_named_tables_by_name(scenario: Scenario) -> None:
+    # `links.access` is the link named "access" wherever it sits in the array; the value is
+    # replaced where it is written (the native span lookup resolves the name too).
+    new = scenario.with_overrides({"links.access.rate": "2Mbit", "flows.up.tcp.mss": "536B"})
+    assert new.get("links.1.rate") == "2Mbit"
+    assert new.get("links.access.rate") == "2Mbit"
+    assert new.get("flows.up.tcp.mss") == "536B"
+    assert len(new.to_toml().splitlines()) == len(scenario.to_toml().splitlines())
+    new.validate()
+
+
 def test_override_may_add_a_key_to_an_existing_table(scenario: Scenario) -> None:
     new = scenario.with_overrides({"flows.0.tcp.initial_window": 10})
     assert new.get("flows.0.tcp.initial_window") == 10
@@ -96,7 +107,7 @@ def test_override_may_replace_a_whole_table(scenario: Scenario) -> None:
     ("path", "key", "fragment"),
     [
         ("links.2.rate", "links.2", "index out of range (the array has 2 elements)"),
-        ("flows.x.tcp", "flows.x", "expected an array index, got 'x'"),
+        ("flows.x.tcp", "flows.x", "expected an array index or a name, got 'x'"),
         ("flows.0.tpc.mss", "flows.0.tpc", "no such key"),
         ("link.0.rate", "link", "existing keys: duration, flows, links, name, nodes, seed"),
         ("duration.unit", "duration.unit", "duration is a str ('2s'), not a table or array"),

@@ -8,7 +8,7 @@ import numpy.typing as npt
 
 __all__ = [
     "__version__", "Simulation", "ScenarioError", "scenario_error", "bench_sim", "value_span",
-    "box_main", "box_check",
+    "box_main", "box_check", "parse_rate", "parse_size", "parse_duration",
 ]
 
 __version__: str
@@ -26,6 +26,17 @@ def scenario_error(origin: str, key: str, msg: str) -> ScenarioError:
 
 def value_span(src: str, key: str) -> tuple[int, int] | None:
     """Byte range of the value at dotted path `key` in TOML `src`; None if not written."""
+
+def parse_rate(text: str) -> int:
+    """A rate such as "512kbit" or "1.5Mbit/s" in bit/s, parsed by the core exactly as in
+    scenario files; ValueError (the core's message) otherwise."""
+
+def parse_size(text: str) -> int:
+    """A size such as "1500B", "64KB" or "64KiB" in bytes, parsed by the core."""
+
+def parse_duration(text: str) -> int:
+    """A duration such as "200ms", "1.5s" or "2min" in integer nanoseconds, parsed by the
+    core."""
 
 @type_check_only
 class Meta(TypedDict):

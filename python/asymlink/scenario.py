@@ -84,8 +84,9 @@ class Scenario:
         return copy.deepcopy(_walk(self._data, _split(path, self._origin), self._origin))
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Scenario:
-        """A copy with values replaced at dotted paths such as `links.0.rate` or
-        `flows.1.tcp.mss` (integers index arrays). Every container on the path must
+        """A copy with values replaced at dotted paths such as `links.access.rate` or
+        `flows.1.tcp.mss` (integers index arrays; a name picks the table of that `name`
+        in an array of named tables). Every container on the path must
         exist; the last key of a table may be new. Raises `ScenarioError` naming the
         path otherwise. When every path names a value written in the text, the values
         are replaced in place, so comments and line numbers (in error messages) stay
@@ -203,11 +204,18 @@ def _child(node: Any, part: str, prefix: str, origin: str) -> Any:
 
 
 def _index(node: list[Any], part: str, prefix: str, origin: str) -> int:
+    """The element `part` of an array: an integer index, or the name of a table in an
+    array of named tables (`links.access.rate`)."""
     if not (part.isascii() and part.isdigit()):
+        names = [item.get("name") for item in node if isinstance(item, dict)]
+        if part in names:
+            return names.index(part)
+        known = ", ".join(repr(n) for n in names if isinstance(n, str))
         raise _native.scenario_error(
             origin,
             prefix,
-            f"expected an array index, got {part!r} (the array has {len(node)} elements)",
+            f"expected an array index or a name, got {part!r} (the array has {len(node)} "
+            f"elements{'; names: ' + known if known else ''})",
         )
     i = int(part)
     if i >= len(node):

@@ -7,6 +7,8 @@
 //!
 //! ## Layers
 //!
+//! * **Configuration** — [`config`]: the one error type ([`config::ConfigError`], a key
+//!   path and a message) and the one TOML entry point ([`config::from_toml`]).
 //! * **Quantities** — [`time`] (integer nanoseconds), [`units`] (rates in bit/s, sizes,
 //!   limits, durations as people write them), [`rand`] (seeded, value-stable PRNG).
 //! * **Packets** — [`wire`]: a compact owned form ([`wire::Headers`]) for the simulator,
@@ -42,6 +44,7 @@ pub mod ack;
 pub mod aggregate;
 pub mod checksum;
 pub mod classify;
+pub mod config;
 pub mod estimator;
 pub mod line;
 pub mod link;
@@ -55,6 +58,7 @@ pub mod time;
 pub mod units;
 pub mod wire;
 
+pub use config::ConfigError;
 pub use packet::{ClassId, Pkt};
 pub use time::{Duration, Instant};
 pub use units::{Bytes, Limit, Rate};

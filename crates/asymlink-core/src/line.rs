@@ -28,8 +28,8 @@
 //! the simulator's middleboxes, the box and the lab share it, and the effective
 //! configuration can be printed.
 
+use crate::config::ConfigError;
 use crate::overhead::LinkLayerConfig;
-use crate::qdisc::QdiscBuildError;
 use crate::units::Rate;
 use serde::Deserialize;
 use toml::{Table, Value};
@@ -146,14 +146,14 @@ impl LineConfig {
     }
 }
 
-fn err(key: &str, msg: impl Into<String>) -> QdiscBuildError {
-    QdiscBuildError::new(key, msg)
+fn err(key: &str, msg: impl Into<String>) -> ConfigError {
+    ConfigError::new(key, msg)
 }
 
 /// Expand a `line` key of `table` (a middlebox's configuration) in place into `to_a` and
 /// `to_b`, keeping what `table` gives explicitly for those. Returns whether there was a
 /// `line`. Errors name the key below `line`.
-pub fn expand(table: &mut Table) -> Result<bool, QdiscBuildError> {
+pub fn expand(table: &mut Table) -> Result<bool, ConfigError> {
     let Some(raw) = table.remove("line") else {
         return Ok(false);
     };

@@ -23,15 +23,16 @@ use crate::classify::{Classifier, ClassifierConfig};
 use crate::packet::Pkt;
 use crate::qdisc::BuildCtx;
 use crate::qdisc::{
-    Backlog, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError, QdiscConfig,
+    Backlog, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscConfig,
     QdiscStats, Verdict,
 };
 use crate::time::{earliest, Instant};
 use crate::units::{Limit, Rate};
 use serde::Deserialize;
 
-/// A direction through a middlebox.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+/// A direction through a middlebox, written `"to_b"` or `"to_a"`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Dir {
     /// Travelling from side a to side b.
     ToB = 0,
@@ -114,13 +115,13 @@ impl<P: Pkt + Send + 'static> Egress<P> {
         cfg: &EgressConfig,
         link_rate: Option<Rate>,
         seed: u64,
-    ) -> Result<Egress<P>, QdiscBuildError> {
+    ) -> Result<Egress<P>, ConfigError> {
         let classifier = cfg
             .classifier
             .as_ref()
             .map(Classifier::new)
             .transpose()
-            .map_err(|m| QdiscBuildError::new("classifier", m))?;
+            .map_err(|m| ConfigError::new("classifier", m))?;
         let ctx = BuildCtx {
             classes: classifier
                 .as_ref()
@@ -210,6 +211,26 @@ impl<P: Pkt + Send + 'static> Egress<P> {
     }
 }
 
+/// A side of a middlebox, written `"a"` or `"b"`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// Side a.
+    A,
+    /// Side b.
+    B,
+}
+
+impl Side {
+    /// The direction toward this side.
+    pub fn toward(self) -> Dir {
+        match self {
+            Side::A => Dir::ToA,
+            Side::B => Dir::ToB,
+        }
+    }
+}
+
 /// Rewriter configuration, tagged by `kind`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -220,13 +241,13 @@ pub enum RewriterConfig {
         dscp: u8,
         /// Only this direction (`"to_a"` or `"to_b"`).
         #[serde(default)]
-        dir: Option<String>,
+        dir: Option<Dir>,
     },
     /// Advertised-window rewriting for the receivers on side `receivers` (`"a"` or
     /// `"b"`) with the receiver-based policy (see [`crate::rwnd`]).
     Rwnd {
         /// The side the receivers are on.
-        receivers: String,
+        receivers: Side,
         /// The policy's parameters.
         #[serde(default)]
         policy: Box<crate::rwnd::RwndConfig>,
@@ -273,48 +294,23 @@ impl<P: Pkt> Rewriter<P> for SetDscp {
     }
 }
 
-fn parse_dir(s: &str, key: &str) -> Result<Dir, QdiscBuildError> {
-    match s {
-        "to_b" => Ok(Dir::ToB),
-        "to_a" => Ok(Dir::ToA),
-        _ => Err(QdiscBuildError::new(
-            key,
-            format!("'{s}' is not a direction (to_a, to_b)"),
-        )),
-    }
-}
-
 impl RewriterConfig {
     /// Build the rewriter.
-    pub fn build<P: Pkt + 'static>(&self) -> Result<Box<dyn Rewriter<P>>, QdiscBuildError> {
+    pub fn build<P: Pkt + 'static>(&self) -> Result<Box<dyn Rewriter<P>>, ConfigError> {
         match self {
             RewriterConfig::SetDscp { dscp, dir } => {
                 if *dscp > 63 {
-                    return Err(QdiscBuildError::new("rewrite.dscp", "must be 0..=63"));
+                    return Err(ConfigError::new("rewrite.dscp", "must be 0..=63"));
                 }
                 Ok(Box::new(SetDscp {
                     dscp: *dscp,
-                    dir: dir
-                        .as_deref()
-                        .map(|d| parse_dir(d, "rewrite.dir"))
-                        .transpose()?,
+                    dir: *dir,
                     marked: 0,
                 }))
             }
             RewriterConfig::Rwnd { receivers, policy } => {
-                let toward = match receivers.as_str() {
-                    "a" => Dir::ToA,
-                    "b" => Dir::ToB,
-                    s => {
-                        return Err(QdiscBuildError::new(
-                            "rewrite.receivers",
-                            format!("'{s}' is not a side (a, b)"),
-                        ))
-                    }
-                };
-                let r = crate::rwnd::WindowRewriter::new(policy, toward).map_err(|e| {
-                    QdiscBuildError::new(format!("rewrite.policy.{}", e.key), e.msg)
-                })?;
+                let r = crate::rwnd::WindowRewriter::new(policy, receivers.toward())
+                    .map_err(|e| e.within("rewrite.policy"))?;
                 Ok(Box::new(r))
             }
         }
@@ -345,10 +341,8 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
         cfg: &MiddleboxConfig,
         rates: [Option<Rate>; 2],
         seed: u64,
-    ) -> Result<Middlebox<P>, QdiscBuildError> {
-        let prefix = |d: Dir| {
-            move |e: QdiscBuildError| QdiscBuildError::new(format!("{}.{}", d.name(), e.key), e.msg)
-        };
+    ) -> Result<Middlebox<P>, ConfigError> {
+        let prefix = |d: Dir| move |e: ConfigError| e.within(d.name());
         let to_b = Egress::new(&cfg.to_b, rates[0], crate::rand::derive_seed(seed, "to_b"))
             .map_err(prefix(Dir::ToB))?;
         let to_a = Egress::new(&cfg.to_a, rates[1], crate::rand::derive_seed(seed, "to_a"))
@@ -362,7 +356,7 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
             let needs = e.qdisc.as_ref().is_some_and(|q| q.needs_peer_capacity());
             let peer = [&to_b, &to_a][d.reverse().index()];
             if needs && peer.capacity.is_none() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     format!("{}.qdisc.threshold", d.name()),
                     format!(
                         "\"auto\" derives the threshold from the capacity of the {} queue, \
@@ -522,6 +516,38 @@ mod tests {
     }
 
     #[test]
+    fn rewriter_sides_and_directions_are_typed() {
+        let c: MiddleboxConfig = crate::config::from_toml(
+            "rewrite = [{ kind = \"set_dscp\", dscp = 46, dir = \"to_b\" }, \
+             { kind = \"rwnd\", receivers = \"a\" }]",
+        )
+        .unwrap();
+        assert!(matches!(
+            c.rewrite[..],
+            [
+                RewriterConfig::SetDscp {
+                    dir: Some(Dir::ToB),
+                    ..
+                },
+                RewriterConfig::Rwnd {
+                    receivers: Side::A,
+                    ..
+                }
+            ]
+        ));
+        let e = crate::config::from_toml::<MiddleboxConfig>(
+            "rewrite = [{ kind = \"rwnd\", receivers = \"c\" }]",
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "rewrite[0].receivers", "{e}");
+        let e = crate::config::from_toml::<MiddleboxConfig>(
+            "rewrite = [{ kind = \"set_dscp\", dscp = 1, dir = \"up\" }]",
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "rewrite[0].dir", "{e}");
+    }
+
+    #[test]
     fn errors_carry_the_direction() {
         let cfg: MiddleboxConfig = toml::from_str(
             "[to_a]\nqdisc = { kind = \"prio\", bands = [{ classes = [\"nope\"] }] }",
@@ -530,6 +556,6 @@ mod tests {
         let e = Middlebox::<HeaderPacket>::new(&cfg, [None, None], 1)
             .err()
             .unwrap();
-        assert!(e.key.starts_with("to_a."), "{e}");
+        assert!(e.path.starts_with("to_a."), "{e}");
     }
 }

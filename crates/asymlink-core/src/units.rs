@@ -13,22 +13,11 @@
 //! Bare numbers are refused for all of these: a unit is always explicit.
 //! Fractions are parsed in exact decimal arithmetic and rounded to the nearest unit.
 
+use crate::config::ConfigError;
 use crate::time::{dur_ns, Duration};
 use core::fmt;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
-
-/// Why a quantity could not be parsed. The message names what was expected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnitError(pub String);
-
-impl fmt::Display for UnitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UnitError {}
 
 /// Split "1.5Mbit" into (mantissa "1.5", unit "Mbit"), allowing inner whitespace.
 fn split_number(s: &str) -> (&str, &str) {
@@ -43,9 +32,9 @@ fn split_number(s: &str) -> (&str, &str) {
 
 /// The error for a negative quantity (`-5Mbit`, `-30s`): rates, sizes, limits and
 /// durations are all amounts, so the message says so instead of "unknown unit".
-fn reject_negative(what: &str, s: &str) -> Result<(), UnitError> {
+fn reject_negative(what: &str, s: &str) -> Result<(), ConfigError> {
     if s.trim_start().starts_with('-') {
-        return Err(UnitError(format!(
+        return Err(ConfigError::value(format!(
             "{what} '{s}' is negative; it must be positive, e.g. '{}'",
             example_for(what)
         )));
@@ -157,8 +146,8 @@ impl fmt::Display for Rate {
 }
 
 impl core::str::FromStr for Rate {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Rate, UnitError> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Rate, ConfigError> {
         reject_negative("rate", s)?;
         let (num, unit) = split_number(s);
         let unit_core = unit.strip_suffix("/s").unwrap_or(unit);
@@ -172,25 +161,26 @@ impl core::str::FromStr for Rate {
             "Mibit" | "mibit" => 1 << 20,
             "Gibit" | "gibit" => 1 << 30,
             "bps" | "kbps" | "Kbps" | "mbps" | "Mbps" | "gbps" | "Gbps" => {
-                return Err(UnitError(format!(
+                return Err(ConfigError::value(format!(
                     "rate '{s}': '{unit}' is ambiguous (tc reads it as bytes/s); write bits as \
                      e.g. '512kbit' or '8Mbit'"
                 )))
             }
             "" => {
-                return Err(UnitError(format!(
+                return Err(ConfigError::value(format!(
                     "rate '{s}' has no unit; write e.g. '512kbit', '8Mbit' or '1Gbit'"
                 )))
             }
             _ => {
-                return Err(UnitError(format!(
+                return Err(ConfigError::value(format!(
                     "rate '{s}': unknown unit '{unit}' (use bit, kbit, Mbit, Gbit)"
                 )))
             }
         };
         let v = scale(num, mult, 1)
-            .ok_or_else(|| UnitError(format!("rate '{s}': not a valid number")))?;
-        let v = u64::try_from(v).map_err(|_| UnitError(format!("rate '{s}' is too large")))?;
+            .ok_or_else(|| ConfigError::value(format!("rate '{s}': not a valid number")))?;
+        let v =
+            u64::try_from(v).map_err(|_| ConfigError::value(format!("rate '{s}' is too large")))?;
         Ok(Rate(v))
     }
 }
@@ -219,24 +209,24 @@ fn size_multiplier(unit: &str) -> Option<u128> {
 }
 
 impl core::str::FromStr for Bytes {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Bytes, UnitError> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Bytes, ConfigError> {
         reject_negative("size", s)?;
         let (num, unit) = split_number(s);
         if unit.is_empty() {
-            return Err(UnitError(format!(
+            return Err(ConfigError::value(format!(
                 "size '{s}' has no unit; write e.g. '1500B', '64KB' or '64KiB'"
             )));
         }
         let mult = size_multiplier(unit).ok_or_else(|| {
-            UnitError(format!(
+            ConfigError::value(format!(
                 "size '{s}': unknown unit '{unit}' (use B, KB, MB, GB, KiB, MiB, GiB)"
             ))
         })?;
         let v = scale(num, mult, 1)
-            .ok_or_else(|| UnitError(format!("size '{s}': not a valid number")))?;
+            .ok_or_else(|| ConfigError::value(format!("size '{s}': not a valid number")))?;
         Ok(Bytes(u64::try_from(v).map_err(|_| {
-            UnitError(format!("size '{s}' is too large"))
+            ConfigError::value(format!("size '{s}' is too large"))
         })?))
     }
 }
@@ -280,22 +270,22 @@ impl fmt::Display for Limit {
 }
 
 impl core::str::FromStr for Limit {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Limit, UnitError> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Limit, ConfigError> {
         reject_negative("limit", s)?;
         let (num, unit) = split_number(s);
         match unit {
             "p" | "pkt" | "pkts" | "packet" | "packets" => {
                 let n: u32 = num.replace('_', "").parse().map_err(|_| {
-                    UnitError(format!("limit '{s}': packet count must be a whole number"))
+                    ConfigError::value(format!("limit '{s}': packet count must be a whole number"))
                 })?;
                 Ok(Limit::Packets(n))
             }
-            "" => Err(UnitError(format!(
+            "" => Err(ConfigError::value(format!(
                 "limit '{s}' has no unit; write packets ('100p') or bytes ('64KB')"
             ))),
             _ => s.parse::<Bytes>().map(|b| Limit::Bytes(b.0)).map_err(|_| {
-                UnitError(format!(
+                ConfigError::value(format!(
                     "limit '{s}': unknown unit '{unit}' (use p for packets or B, KB, KiB, MB ...)"
                 ))
             }),
@@ -304,7 +294,7 @@ impl core::str::FromStr for Limit {
 }
 
 /// Parse a duration such as `200ms`, `1.5s`, `10us`, `2min`.
-pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
+pub fn parse_duration(s: &str) -> Result<Duration, ConfigError> {
     reject_negative("duration", s)?;
     let (num, unit) = split_number(s);
     let mult: u128 = match unit {
@@ -315,20 +305,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
         "min" => 60_000_000_000,
         "h" => 3_600_000_000_000,
         "" => {
-            return Err(UnitError(format!(
+            return Err(ConfigError::value(format!(
                 "duration '{s}' has no unit; write e.g. '200ms', '1.5s' or '10us'"
             )))
         }
         _ => {
-            return Err(UnitError(format!(
+            return Err(ConfigError::value(format!(
                 "duration '{s}': unknown unit '{unit}' (use ns, us, ms, s, min, h)"
             )))
         }
     };
     let v = scale(num, mult, 1)
-        .ok_or_else(|| UnitError(format!("duration '{s}': not a valid number")))?;
+        .ok_or_else(|| ConfigError::value(format!("duration '{s}': not a valid number")))?;
     Ok(Duration::from_nanos(u64::try_from(v).map_err(|_| {
-        UnitError(format!("duration '{s}' is too large"))
+        ConfigError::value(format!("duration '{s}' is too large"))
     })?))
 }
 
@@ -350,14 +340,14 @@ struct StrVisitor<T>(&'static str, core::marker::PhantomData<T>);
 
 impl<T> Visitor<'_> for StrVisitor<T>
 where
-    T: core::str::FromStr<Err = UnitError>,
+    T: core::str::FromStr<Err = ConfigError>,
 {
     type Value = T;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} written as a string with a unit", self.0)
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
-        v.parse().map_err(|e: UnitError| E::custom(e.0))
+        v.parse().map_err(|e: ConfigError| E::custom(e.msg))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
         Err(E::custom(format!(
@@ -411,8 +401,8 @@ serde_via_str!(Limit, "limit");
 pub struct Span(pub Duration);
 
 impl core::str::FromStr for Span {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Span, UnitError> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Span, ConfigError> {
         parse_duration(s).map(Span)
     }
 }
@@ -442,16 +432,16 @@ mod tests {
         assert_eq!("1.5Mbit/s".parse::<Rate>().unwrap(), Rate(1_500_000));
         assert_eq!("28.8kbit".parse::<Rate>().unwrap(), Rate(28_800));
         assert_eq!("1Kibit".parse::<Rate>().unwrap(), Rate(1024));
-        assert!("512".parse::<Rate>().unwrap_err().0.contains("no unit"));
+        assert!("512".parse::<Rate>().unwrap_err().msg.contains("no unit"));
         assert!("512kbps"
             .parse::<Rate>()
             .unwrap_err()
-            .0
+            .msg
             .contains("ambiguous"));
         assert!("5furlong"
             .parse::<Rate>()
             .unwrap_err()
-            .0
+            .msg
             .contains("unknown unit"));
         assert!("1.2.3Mbit".parse::<Rate>().is_err());
     }
@@ -480,7 +470,7 @@ mod tests {
 
     #[test]
     fn negative_values_must_be_positive() {
-        let msg = |r: Result<(), UnitError>| r.unwrap_err().0;
+        let msg = |r: Result<(), ConfigError>| r.unwrap_err().msg;
         let rate = msg("-5Mbit".parse::<Rate>().map(drop));
         assert_eq!(
             rate,

@@ -562,7 +562,7 @@ fn auto_threshold_needs_a_forward_capacity() {
     let e = Middlebox::<HeaderPacket>::new(&cfg, [None, None], 1)
         .err()
         .unwrap();
-    assert_eq!(e.key, "to_a.qdisc.threshold");
+    assert_eq!(e.path, "to_a.qdisc.threshold");
     assert!(e.msg.contains("prio"), "{e}");
 }
 

@@ -46,43 +46,13 @@
 //! check them) without touching any device: a bad file is refused before anything
 //! changes on the machine.
 
+use asymlink_core::config::ConfigError;
 use asymlink_core::link::LinkConfig;
 use asymlink_core::pipeline::{Dir, EgressConfig, Middlebox, MiddleboxConfig, RewriterConfig};
 use asymlink_core::units::Rate;
 use serde::Deserialize;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-
-/// A configuration error: the key path and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Dotted key path (`to_b.qdisc.bands`), or the file for I/O errors.
-    pub key: String,
-    /// What is wrong.
-    pub msg: String,
-}
-
-impl ConfigError {
-    fn new(key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
-        ConfigError {
-            key: key.into(),
-            msg: msg.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.key.is_empty() {
-            write!(f, "{}", self.msg)
-        } else {
-            write!(f, "{}: {}", self.key, self.msg)
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// How the box reaches its two sides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
@@ -267,38 +237,27 @@ pub struct BoxConfig {
 impl BoxConfig {
     /// Parse TOML text (key paths in errors). Does not validate; see [`BoxConfig::load`].
     pub fn parse(text: &str) -> Result<BoxConfig, ConfigError> {
-        let keyed = |e: serde_path_to_error::Error<toml::de::Error>| {
-            let key = e.path().to_string();
-            let key = if key == "." { String::new() } else { key };
-            ConfigError::new(key, e.into_inner().message().to_string())
-        };
-        if let Some(t) = BoxConfig::expand_line(text)? {
-            return serde_path_to_error::deserialize(toml::Value::Table(t)).map_err(keyed);
+        match BoxConfig::expand_line(text)? {
+            Some(t) => asymlink_core::config::from_toml_table(t, text),
+            None => asymlink_core::config::from_toml(text),
         }
-        let de = toml::Deserializer::parse(text)
-            .map_err(|e| ConfigError::new("", format!("TOML syntax: {e}")))?;
-        serde_path_to_error::deserialize(de).map_err(keyed)
     }
 
     /// The file's table with its `line` expanded into `to_a` and `to_b` (`None`: the file
     /// has no `line`).
     fn expand_line(text: &str) -> Result<Option<toml::Table>, ConfigError> {
-        let mut t: toml::Table = text
-            .parse()
-            .map_err(|e| ConfigError::new("", format!("TOML syntax: {e}")))?;
-        match asymlink_core::line::expand(&mut t) {
-            Ok(true) => Ok(Some(t)),
-            Ok(false) => Ok(None),
-            Err(e) => Err(ConfigError::new(e.key, e.msg)),
-        }
+        // A syntax error is reported (one line, with its line number) by the parse proper.
+        let Ok(mut t) = text.parse::<toml::Table>() else {
+            return Ok(None);
+        };
+        Ok(asymlink_core::line::expand(&mut t)?.then_some(t))
     }
 
     /// The configuration as the box runs it: the file with its `line` expanded (what
     /// `--print-effective` shows). Validates it first.
     pub fn effective(path: &Path) -> Result<String, ConfigError> {
         BoxConfig::load(path)?;
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::new(path.display().to_string(), e.to_string()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::value(e.to_string()))?;
         let t = match BoxConfig::expand_line(&text)? {
             Some(t) => t,
             None => text
@@ -308,12 +267,11 @@ impl BoxConfig {
         toml::to_string(&t).map_err(|e| ConfigError::new("", e.to_string()))
     }
 
-    /// Read, parse and validate a file.
+    /// Read, parse and validate a file. Errors name the key and its line.
     pub fn load(path: &Path) -> Result<BoxConfig, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::new(path.display().to_string(), e.to_string()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::value(e.to_string()))?;
         let cfg = BoxConfig::parse(&text)?;
-        cfg.validate()?;
+        cfg.validate().map_err(|e| e.with_line(&text))?;
         Ok(cfg)
     }
 
@@ -369,8 +327,7 @@ impl BoxConfig {
                 return Err(ConfigError::new("interfaces.batch", "must be 1..=1024"));
             }
         }
-        Middlebox::<crate::packet::LivePacket>::new(&self.middlebox(), self.rates(), 0)
-            .map_err(|e| ConfigError::new(e.key.clone(), e.msg.clone()))?;
+        Middlebox::<crate::packet::LivePacket>::new(&self.middlebox(), self.rates(), 0)?;
         for d in [Dir::ToB, Dir::ToA] {
             if let Some(e) = self.emulation(d) {
                 let key = |k: &str| format!("emulation.{}.{k}", d.name());
@@ -521,41 +478,41 @@ mod tests {
     fn errors_name_the_key() {
         let e = BoxConfig::parse(&format!("bogus = 1\n{MIN}")).unwrap_err();
         assert!(e.msg.contains("bogus"), "{e}");
-        assert_eq!(err("bogus = 1").key, "interfaces.bogus");
+        assert_eq!(err("bogus = 1").path, "interfaces.bogus");
         assert_eq!(
-            err("[stats]\nprometheus = \"0.0.0.0:9\"").key,
+            err("[stats]\nprometheus = \"0.0.0.0:9\"").path,
             "stats.prometheus"
         );
         assert_eq!(
-            err("[stats]\nprometheus = \"10.0.0.1:9\"").key,
+            err("[stats]\nprometheus = \"10.0.0.1:9\"").path,
             "stats.prometheus"
         );
         let e = err("[to_b]\nqdisc = { kind = \"prio\", bands = [{ classes = [\"nope\"] }] }");
-        assert!(e.key.starts_with("to_b."), "{e}");
+        assert!(e.path.starts_with("to_b."), "{e}");
         let e = err("[to_b]\nqdisc = { kind = \"fifo\", limt = \"1p\" }");
         assert!(e.to_string().contains("limt"), "{e}");
         assert_eq!(
-            err("[emulation.to_a]\nloss = 1.5").key,
+            err("[emulation.to_a]\nloss = 1.5").path,
             "emulation.to_a.loss"
         );
         assert_eq!(
-            err("[emulation.to_a]\nrate = \"0bit\"").key,
+            err("[emulation.to_a]\nrate = \"0bit\"").path,
             "emulation.to_a.rate"
         );
         let e = err("[emulation.to_a]\nrate = \"8mbps\"");
-        assert!(e.key.contains("emulation.to_a.rate"), "{e}");
+        assert!(e.path.contains("emulation.to_a.rate"), "{e}");
         assert_eq!(
-            err("[capture]\ndir = \"/nonexistent-al\"\nto_a=\"x\"").key,
+            err("[capture]\ndir = \"/nonexistent-al\"\nto_a=\"x\"").path,
             "capture.dir"
         );
         assert_eq!(
-            err("[stats]\nsocket = \"/nonexistent-al/s\"").key,
+            err("[stats]\nsocket = \"/nonexistent-al/s\"").path,
             "stats.socket"
         );
         let e = BoxConfig::parse("[interfaces]\na = \"x\"\nb = \"x\"").unwrap();
-        assert_eq!(e.validate().unwrap_err().key, "interfaces.b");
+        assert_eq!(e.validate().unwrap_err().path, "interfaces.b");
         let e = BoxConfig::parse("[interfaces]\na = \"much-too-long-name\"\nb = \"x\"").unwrap();
-        assert_eq!(e.validate().unwrap_err().key, "interfaces.a");
+        assert_eq!(e.validate().unwrap_err().path, "interfaces.a");
     }
 
     #[test]

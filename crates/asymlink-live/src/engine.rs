@@ -19,9 +19,10 @@
 use crate::config::{BoxConfig, MalformedPolicy};
 use crate::packet::{LinkType, LivePacket, Pool, Unparsed};
 use crate::stats::Histogram;
+use asymlink_core::config::ConfigError;
 use asymlink_core::link::{loss_seed, Feed, Link, LinkConfig};
 use asymlink_core::pipeline::{Dir, Middlebox};
-use asymlink_core::qdisc::{Dequeued, Drops, QdiscBuildError, QdiscStats};
+use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats};
 use asymlink_core::rand::{derive_seed, Rng};
 use asymlink_core::time::{earliest, Instant};
 use serde_json::{json, Map, Value};
@@ -90,7 +91,7 @@ impl Engine {
     /// the links derive their streams from it as the simulator does for a middlebox
     /// between two links named `a` and `b` (its first middlebox, `mb:0`; the link toward
     /// side b is `b`, toward side a is `a`).
-    pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, QdiscBuildError> {
+    pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, ConfigError> {
         let mb = Middlebox::new(&cfg.middlebox(), cfg.rates(), pipeline_seed(seed, 0))?;
         let none = LinkConfig::default();
         let links = [Dir::ToB, Dir::ToA].map(|d| {
@@ -221,7 +222,7 @@ impl Engine {
     /// old one would have served it, re-classified — new policies apply to connections
     /// already open. Emulated links keep their queues and in-flight packets and take the
     /// new parameters. Returns the number of packets moved.
-    pub fn reload(&mut self, now: Instant, cfg: &BoxConfig) -> Result<usize, QdiscBuildError> {
+    pub fn reload(&mut self, now: Instant, cfg: &BoxConfig) -> Result<usize, ConfigError> {
         let generation = self.generation + 1;
         let new = Middlebox::new(
             &cfg.middlebox(),

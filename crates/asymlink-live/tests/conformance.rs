@@ -175,7 +175,7 @@ fn simulator_and_box_send_the_same_frames_at_the_same_nanoseconds() {
         out_dir: Some(dir.clone()),
         seed: None,
     };
-    let mut sim = Simulation::from_toml(&scenario(), "conformance", opts).unwrap();
+    let mut sim = Simulation::from_toml(&scenario(), opts).unwrap();
     sim.run();
     sim.check_conservation().unwrap();
     drop(sim); // flushes the captures

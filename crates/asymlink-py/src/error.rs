@@ -1,5 +1,6 @@
 //! Conversion of Rust errors into Python exceptions: the only place where that happens.
 
+use asymlink_core::config::ConfigError;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -11,15 +12,18 @@ pyo3::create_exception!(
      path, e.g. `links[2].rate`; may be empty) and `msg` (what is wrong)."
 );
 
-/// The Python `ScenarioError` for `e`: message as `e` displays, plus `origin`, `key`, `msg`.
-pub fn scenario_error(py: Python<'_>, e: &asymlink_sim::ScenarioError) -> PyErr {
-    build_scenario_error(py, e).unwrap_or_else(|failure| failure)
+/// The Python `ScenarioError` for the error `e` in `origin`: the message reads
+/// `origin: key: msg` (one line), with attributes `origin`, `key` (`e.path`) and `msg`.
+pub fn scenario_error(py: Python<'_>, origin: &str, e: &ConfigError) -> PyErr {
+    build_scenario_error(py, origin, e).unwrap_or_else(|failure| failure)
 }
 
-fn build_scenario_error(py: Python<'_>, e: &asymlink_sim::ScenarioError) -> PyResult<PyErr> {
-    let exc = py.get_type::<ScenarioError>().call1((e.to_string(),))?;
-    exc.setattr("origin", &e.origin)?;
-    exc.setattr("key", &e.key)?;
+fn build_scenario_error(py: Python<'_>, origin: &str, e: &ConfigError) -> PyResult<PyErr> {
+    let exc = py
+        .get_type::<ScenarioError>()
+        .call1((format!("{origin}: {e}"),))?;
+    exc.setattr("origin", origin)?;
+    exc.setattr("key", &e.path)?;
     exc.setattr("msg", &e.msg)?;
     Ok(PyErr::from_value(exc))
 }
@@ -29,6 +33,7 @@ fn build_scenario_error(py: Python<'_>, e: &asymlink_sim::ScenarioError) -> PyRe
 #[pyfunction]
 #[pyo3(name = "scenario_error")]
 pub fn py_scenario_error(py: Python<'_>, origin: String, key: String, msg: String) -> Py<PyAny> {
-    let e = asymlink_sim::ScenarioError { origin, key, msg };
-    scenario_error(py, &e).into_value(py).into_any()
+    scenario_error(py, &origin, &ConfigError::new(key, msg))
+        .into_value(py)
+        .into_any()
 }

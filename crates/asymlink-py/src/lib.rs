@@ -46,11 +46,11 @@ impl Simulation {
         seed: Option<u64>,
     ) -> PyResult<Self> {
         let opts = RunOptions { out_dir, seed };
-        asymlink_sim::Simulation::from_toml(toml_text, origin, opts)
+        asymlink_sim::Simulation::from_toml(toml_text, opts)
             .map(|inner| Simulation {
                 inner: Mutex::new(inner),
             })
-            .map_err(|e| error::scenario_error(py, &e))
+            .map_err(|e| error::scenario_error(py, origin, &e))
     }
 
     /// Current simulated time in seconds.
@@ -176,7 +176,7 @@ fn bench_sim<'py>(
     };
     let r = py
         .detach(|| asymlink_sim::bench::run(&spec))
-        .map_err(|e| error::scenario_error(py, &e))?;
+        .map_err(|e| error::scenario_error(py, "bench", &e))?;
     let d = PyDict::new(py);
     d.set_item("flows", r.flows)?;
     d.set_item("sim_s", r.sim_s)?;
@@ -213,10 +213,36 @@ fn box_check(path: PathBuf) -> Option<String> {
 /// text, so that comments and line numbers stay those of the file.
 #[pyfunction]
 fn value_span(src: &str, key: &str) -> Option<(usize, usize)> {
-    match asymlink_sim::scenario::span_of_key(src, key)? {
+    match asymlink_core::config::span_of_key(src, key)? {
         (span, true) => Some((span.start, span.end)),
         (_, false) => None,
     }
+}
+
+/// A rate as configuration files write it (`512kbit`, `1.5Mbit/s`, `10Kibit`) in bit/s,
+/// parsed by the core exactly as scenario files are. Raises `ValueError` with the core's
+/// message.
+#[pyfunction]
+fn parse_rate(text: &str) -> PyResult<u64> {
+    text.parse::<asymlink_core::units::Rate>()
+        .map(|r| r.0)
+        .map_err(|e| PyValueError::new_err(e.msg))
+}
+
+/// A size (`1500B`, `64KB`, `64KiB`, `1.5MB`) in bytes, parsed by the core.
+#[pyfunction]
+fn parse_size(text: &str) -> PyResult<u64> {
+    text.parse::<asymlink_core::units::Bytes>()
+        .map(|b| b.0)
+        .map_err(|e| PyValueError::new_err(e.msg))
+}
+
+/// A duration (`200ms`, `1.5s`, `10us`, `2min`) in integer nanoseconds, parsed by the core.
+#[pyfunction]
+fn parse_duration(text: &str) -> PyResult<u64> {
+    asymlink_core::units::parse_duration(text)
+        .map(asymlink_core::time::dur_ns)
+        .map_err(|e| PyValueError::new_err(e.msg))
 }
 
 /// The private native module behind the `asymlink` package.
@@ -230,5 +256,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ScenarioError", m.py().get_type::<error::ScenarioError>())?;
     m.add_function(wrap_pyfunction!(error::py_scenario_error, m)?)?;
     m.add_function(wrap_pyfunction!(value_span, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_rate, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
     Ok(())
 }

@@ -131,9 +131,9 @@ pub struct BenchResult {
 }
 
 /// Run a benchmark.
-pub fn run(spec: &BenchSpec) -> Result<BenchResult, crate::ScenarioError> {
+pub fn run(spec: &BenchSpec) -> Result<BenchResult, crate::ConfigError> {
     let t0 = std::time::Instant::now();
-    let mut sim = Simulation::from_toml(&spec.to_toml(), "bench", RunOptions::default())?;
+    let mut sim = Simulation::from_toml(&spec.to_toml(), RunOptions::default())?;
     let setup_s = t0.elapsed().as_secs_f64();
     sim.run();
     let r = sim.results();

@@ -30,7 +30,8 @@
 
 use crate::packet::ConnId;
 use crate::tcp::{Admit, Conditioner};
-use asymlink_core::aggregate::{ConfigError, Controller, ControllerConfig, Decision, FlowTuple};
+use asymlink_core::aggregate::{Controller, ControllerConfig, Decision, FlowTuple};
+use asymlink_core::config::ConfigError;
 use asymlink_core::time::{Duration, Instant};
 use core::net::IpAddr;
 

@@ -22,6 +22,7 @@ use crate::queue::EventQueue;
 use crate::scenario::{NodeKind, Spec};
 use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
 use crate::RunOptions;
+use asymlink_core::config::ConfigError;
 use asymlink_core::link::{loss_seed, Feed, Link};
 use asymlink_core::packet::ClassId;
 use asymlink_core::pipeline::{Dir, Egress, Middlebox};
@@ -264,7 +265,7 @@ fn host_addr(k: usize) -> IpAddr {
 }
 
 impl World {
-    pub fn build(spec: Spec, opts: &RunOptions) -> Result<World, (String, String)> {
+    pub fn build(spec: Spec, opts: &RunOptions) -> Result<World, ConfigError> {
         let seed = opts.seed.unwrap_or(spec.seed);
         let mut spec = spec;
         // The seed in effect (a run option overrides the file's), so results report it.
@@ -296,10 +297,7 @@ impl World {
                     let conditioner = match &n.conditioner {
                         Some(cfg) => Some(Box::new(
                             crate::conditioner::AggregateConditioner::new(cfg).map_err(|e| {
-                                (
-                                    format!("nodes[{}].conditioner.{}", nodes.len(), e.key),
-                                    e.msg,
-                                )
+                                e.within(format!("nodes[{}].conditioner", nodes.len()))
                             })?,
                         ) as Box<dyn Conditioner>),
                         None => None,
@@ -340,11 +338,10 @@ impl World {
             {
                 let id = (2 * i + d) as u32;
                 if ds.queue.as_ref().is_some_and(|q| q.needs_peer()) {
-                    return Err((
+                    return Err(ConfigError::new(
                         format!("links[{i}].{dname}.queue"),
                         "this discipline watches the opposite direction (an ack_shaper); \
-                         place it in a [[middleboxes]] direction on a router"
-                            .into(),
+                         place it in a [[middleboxes]] direction on a router",
                     ));
                 }
                 let egress = Egress::new(
@@ -352,7 +349,7 @@ impl World {
                     ds.rate,
                     derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
                 )
-                .map_err(|e| (format!("links[{i}].{dname}.{}", e.key), e.msg))?;
+                .map_err(|e| e.within(format!("links[{i}].{dname}")))?;
                 dirs.push(LinkDir {
                     name: format!("{}:{dname}", l.name),
                     link: l.name.clone(),
@@ -393,7 +390,7 @@ impl World {
                 dirs[to_a as usize].line.rate(),
             ];
             let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
-                .map_err(|e| (format!("middleboxes[{i}].{}", e.key), e.msg))?;
+                .map_err(|e| e.within(format!("middleboxes[{i}]")))?;
             for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
                 dirs[id as usize].source = Source::Mb(i as u32, d);
             }
@@ -452,7 +449,7 @@ impl World {
         for (i, f) in spec.flows.iter().enumerate() {
             let (a, b) = (f.from, f.to);
             if !reachable(&nodes, &adj, a, b) {
-                return Err((
+                return Err(ConfigError::new(
                     format!("flows[{i}]"),
                     format!(
                         "no path from '{}' to '{}'",
@@ -529,27 +526,24 @@ impl World {
         // Captures.
         for c in w.spec.monitor.capture.clone() {
             let Some(dir) = &opts.out_dir else {
-                return Err((
-                    "monitor.capture".into(),
-                    "captures need an output directory (asymlink run --out DIR)".into(),
+                return Err(ConfigError::new(
+                    "monitor.capture",
+                    "captures need an output directory (asymlink run --out DIR)",
                 ));
             };
             let idx = w.captures.len();
             let path = dir.join(&c.file);
             w.captures.push(
                 Capture::create(&path, c.snaplen.unwrap_or(65_535)).map_err(|e| {
-                    (
-                        "monitor.capture".to_string(),
-                        format!("{}: {e}", path.display()),
-                    )
+                    ConfigError::new("monitor.capture", format!("{}: {e}", path.display()))
                 })?,
             );
             for (i, l) in w.spec.links.iter().enumerate() {
                 if l.name == c.link {
-                    if c.dir != "to_a" {
+                    if c.dir.to_b() {
                         w.dirs[2 * i].captures.push(idx);
                     }
-                    if c.dir != "to_b" {
+                    if c.dir.to_a() {
                         w.dirs[2 * i + 1].captures.push(idx);
                     }
                 }

@@ -18,6 +18,7 @@ pub mod scenario;
 mod summary;
 pub mod tcp;
 
+pub use asymlink_core::config::ConfigError;
 pub use results::{Column, ColumnData, Results, Table};
 
 use asymlink_core::time::Instant;
@@ -32,29 +33,6 @@ pub struct RunOptions {
     pub seed: Option<u64>,
 }
 
-/// A scenario error: what is wrong, where (file and key path).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScenarioError {
-    /// The file (or "<string>").
-    pub origin: String,
-    /// The key path, e.g. `links[2].rate` (may be empty).
-    pub key: String,
-    /// What is wrong.
-    pub msg: String,
-}
-
-impl std::fmt::Display for ScenarioError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.key.is_empty() {
-            write!(f, "{}: {}", self.origin, self.msg)
-        } else {
-            write!(f, "{}: {}: {}", self.origin, self.key, self.msg)
-        }
-    }
-}
-
-impl std::error::Error for ScenarioError {}
-
 /// A simulation built from a scenario, advanced in steps.
 pub struct Simulation {
     world: engine::World,
@@ -62,42 +40,16 @@ pub struct Simulation {
 }
 
 impl Simulation {
-    /// Parse and validate a TOML scenario and build the simulation. `origin` names the
-    /// source in error messages.
-    pub fn from_toml(
-        src: &str,
-        origin: &str,
-        opts: RunOptions,
-    ) -> Result<Simulation, ScenarioError> {
-        let spec = scenario::Spec::parse(src).map_err(|e| ScenarioError {
-            origin: origin.to_string(),
-            key: e.key,
-            msg: e.msg,
-        })?;
-        Simulation::from_spec(spec, origin, opts).map_err(|mut e| {
-            let located = scenario::with_key_line(
-                src,
-                scenario::SpecError {
-                    key: e.key.clone(),
-                    msg: e.msg.clone(),
-                },
-            );
-            e.msg = located.msg;
-            e
-        })
+    /// Parse and validate a TOML scenario and build the simulation. The error names the
+    /// key and its line (`links[1].to_a.rate: must be positive (line 14)`).
+    pub fn from_toml(src: &str, opts: RunOptions) -> Result<Simulation, ConfigError> {
+        let spec = scenario::Spec::parse(src)?;
+        Simulation::from_spec(spec, opts).map_err(|e| e.with_line(src))
     }
 
     /// Build from an already validated scenario.
-    pub fn from_spec(
-        spec: scenario::Spec,
-        origin: &str,
-        opts: RunOptions,
-    ) -> Result<Simulation, ScenarioError> {
-        let world = engine::World::build(spec, &opts).map_err(|(key, msg)| ScenarioError {
-            origin: origin.to_string(),
-            key,
-            msg,
-        })?;
+    pub fn from_spec(spec: scenario::Spec, opts: RunOptions) -> Result<Simulation, ConfigError> {
+        let world = engine::World::build(spec, &opts)?;
         Ok(Simulation {
             world,
             wall: std::time::Duration::ZERO,

@@ -19,7 +19,8 @@
 
 use crate::packet::ConnId;
 use crate::tcp::RwndPolicy;
-use asymlink_core::rwnd::{ConfigError, FlowInfo, Policy, RwndConfig};
+use asymlink_core::config::ConfigError;
+use asymlink_core::rwnd::{FlowInfo, Policy, RwndConfig};
 use asymlink_core::time::Instant;
 use std::collections::HashMap;
 

@@ -6,8 +6,8 @@ use asymlink_sim::results::{ColumnData, Results};
 use asymlink_sim::{RunOptions, Simulation};
 
 fn run(src: &str) -> Results {
-    let mut sim = Simulation::from_toml(src, "ack_delay", RunOptions::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut sim =
+        Simulation::from_toml(src, RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     sim.run();
     sim.check_conservation().unwrap();
     sim.results()
@@ -168,11 +168,11 @@ fn shaper_is_refused_as_a_link_queue() {
         "delay = \"300ms\"",
         &format!("delay = \"300ms\"\n        queue = {SHAPER}"),
     );
-    let e = Simulation::from_toml(&src, "x", RunOptions::default())
+    let e = Simulation::from_toml(&src, RunOptions::default())
         .err()
         .unwrap();
     assert!(
-        e.key.starts_with("links[1]") && e.msg.contains("middleboxes"),
+        e.path.starts_with("links[1]") && e.msg.contains("middleboxes"),
         "{e}"
     );
 }

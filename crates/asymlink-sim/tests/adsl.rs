@@ -12,7 +12,7 @@ use asymlink_sim::{RunOptions, Simulation};
 
 fn run(src: &str) -> Results {
     let mut sim =
-        Simulation::from_toml(src, "adsl", RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        Simulation::from_toml(src, RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     sim.run();
     sim.check_conservation().unwrap();
     sim.results()

@@ -85,7 +85,7 @@ fn shaping(scheme: &str, timer: &str, triggers: &str) -> String {
 
 /// Goodput of each connection in kbit/s over the run, and the trace hash.
 fn run(src: &str) -> (Vec<f64>, u64) {
-    let mut sim = Simulation::from_toml(src, "aggregate", RunOptions::default()).unwrap();
+    let mut sim = Simulation::from_toml(src, RunOptions::default()).unwrap();
     sim.run();
     sim.check_conservation().unwrap();
     let r = sim.results();
@@ -217,11 +217,11 @@ fn conditioner_errors_name_the_key() {
         10,
         1,
     );
-    let e = Simulation::from_toml(&bad, "bad.toml", RunOptions::default())
+    let e = Simulation::from_toml(&bad, RunOptions::default())
         .err()
         .unwrap();
     assert_eq!(
-        e.key, "nodes[0].conditioner.policies[0].profile.depth",
+        e.path, "nodes[0].conditioner.policies[0].profile.depth",
         "{e}"
     );
     let bad = scenario(
@@ -230,10 +230,10 @@ fn conditioner_errors_name_the_key() {
         10,
         1,
     );
-    let e = Simulation::from_toml(&bad, "bad.toml", RunOptions::default())
+    let e = Simulation::from_toml(&bad, RunOptions::default())
         .err()
         .unwrap();
-    assert!(e.key.starts_with("nodes[0].conditioner.policies"), "{e}");
+    assert!(e.path.starts_with("nodes[0].conditioner.policies"), "{e}");
     assert!(e.msg.contains("ordr") && e.msg.contains("line"), "{e}");
     let on_router = scenario(EQUAL, "", 10, 1).replace(
         "kind = \"router\"\n        [[nodes]]\n        name = \"isp\"",
@@ -242,10 +242,10 @@ fn conditioner_errors_name_the_key() {
             shaping(SCHEMES[0].1, "15ms", "own")
         ),
     );
-    let e = Simulation::from_toml(&on_router, "bad.toml", RunOptions::default())
+    let e = Simulation::from_toml(&on_router, RunOptions::default())
         .err()
         .unwrap();
-    assert_eq!(e.key, "nodes[1].conditioner", "{e}");
+    assert_eq!(e.path, "nodes[1].conditioner", "{e}");
 }
 
 /// Exploration: `ASYM_DEPTH`, `ASYM_TIMER`, `ASYM_TRIGGERS`, `ASYM_SECS` (not run in CI).

@@ -81,7 +81,7 @@ fn scenario(scheme: &str, extra_flow: bool) -> String {
 }
 
 fn run(src: &str) -> Results {
-    let mut sim = Simulation::from_toml(src, "aggregate_box", RunOptions::default()).unwrap();
+    let mut sim = Simulation::from_toml(src, RunOptions::default()).unwrap();
     sim.run();
     sim.check_conservation().unwrap();
     sim.results()

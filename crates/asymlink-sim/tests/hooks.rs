@@ -68,7 +68,7 @@ impl Conditioner for Bucket {
 
 #[test]
 fn a_conditioner_paces_the_sender() {
-    let mut sim = Simulation::from_toml(SRC, "hooks", RunOptions::default()).unwrap();
+    let mut sim = Simulation::from_toml(SRC, RunOptions::default()).unwrap();
     let opened = Arc::new(Mutex::new(Vec::new()));
     sim.set_conditioner(
         "s",
@@ -104,7 +104,7 @@ impl RwndPolicy for Fixed {
 
 #[test]
 fn a_receive_window_policy_limits_the_sender() {
-    let mut sim = Simulation::from_toml(SRC, "hooks", RunOptions::default()).unwrap();
+    let mut sim = Simulation::from_toml(SRC, RunOptions::default()).unwrap();
     sim.set_rwnd_policy("c", Box::new(Fixed(10_000))).unwrap();
     sim.run();
     // 10 000 bytes per 20 ms RTT (plus serialisation): about 4 Mbit/s.

@@ -32,7 +32,7 @@ to = "c"
 app = {{ kind = "cbr", rate = "2Mbit", size = "1000B" }}
 "#
     );
-    let mut sim = Simulation::from_toml(&src, "modem", RunOptions::default()).unwrap();
+    let mut sim = Simulation::from_toml(&src, RunOptions::default()).unwrap();
     sim.run();
     sim.check_conservation().unwrap();
     sim

@@ -69,7 +69,7 @@ fn captures_are_valid_pcap_with_correct_checksums() {
         out_dir: Some(dir.clone()),
         seed: None,
     };
-    let mut sim = Simulation::from_toml(SRC, "pcap", opts).unwrap();
+    let mut sim = Simulation::from_toml(SRC, opts).unwrap();
     sim.run();
     let r = sim.results();
     let mut records = 0;

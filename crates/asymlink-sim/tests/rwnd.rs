@@ -62,7 +62,7 @@ fn run(policy: &str, middlebox: &str) -> Results {
     let src = BASE
         .replace("POLICY", policy)
         .replace("MIDDLEBOX", middlebox);
-    let mut sim = Simulation::from_toml(&src, "rwnd", RunOptions::default()).unwrap();
+    let mut sim = Simulation::from_toml(&src, RunOptions::default()).unwrap();
     sim.run();
     sim.check_conservation().unwrap();
     sim.results()

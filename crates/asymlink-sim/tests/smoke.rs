@@ -28,7 +28,7 @@ fn smoke() {
         to = "c"
         app = { kind = "bulk", bytes = "2MB" }
     "#;
-    let mut sim = Simulation::from_toml(src, "smoke", RunOptions::default()).unwrap();
+    let mut sim = Simulation::from_toml(src, RunOptions::default()).unwrap();
     sim.run();
     let r = sim.results();
     for t in &r.tables {

@@ -5,8 +5,8 @@ use asymlink_sim::results::{ColumnData, Results};
 use asymlink_sim::{RunOptions, Simulation};
 
 fn run(src: &str) -> (Results, Simulation) {
-    let mut sim = Simulation::from_toml(src, "validation", RunOptions::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut sim =
+        Simulation::from_toml(src, RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     sim.run();
     sim.check_conservation().unwrap();
     (sim.results(), sim)
@@ -246,7 +246,6 @@ fn same_seed_same_trace_different_seed_different_trace() {
     );
     let mut sim = Simulation::from_toml(
         &src,
-        "v",
         RunOptions {
             seed: Some(2),
             ..RunOptions::default()
@@ -280,7 +279,6 @@ fn results_report_the_seed_in_effect() {
     let src = dumbbell("1s", "10Mbit", "1Mbit", 5.0, "\"rfc\"", "", "");
     let mut sim = Simulation::from_toml(
         &src,
-        "v",
         RunOptions {
             seed: Some(42),
             ..RunOptions::default()

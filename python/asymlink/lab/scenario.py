@@ -50,54 +50,53 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import re
 import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from asymlink import validate
 from asymlink.lab.box import start_box
 from asymlink.lab.netns import TCP_CC, Lab, LabError
+from asymlink.validate import ConfigError
 
 TRAFFIC = str(Path(__file__).with_name("traffic.py"))
 ROLES = ("client", "server")
 
-_DUR = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s|min)\s*$")
-_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB)\s*$")
-_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(bit|kbit|Mbit|Gbit)(/s)?\s*$")
+T = TypeVar("T")
+
+
+class LabScenarioError(ConfigError, LabError):
+    """A lab scenario is invalid; the message names the key (`flows[0].rate: ...`)."""
 
 
 def seconds(v: Any, key: str) -> float:
     """A duration as written in scenario files (`200ms`, `1.5s`, `2min`)."""
-    m = _DUR.match(str(v))
-    if not m:
-        raise LabError(f"{key}: '{v}' is not a duration (e.g. 200ms, 1.5s, 2min)")
-    mult = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}[m.group(2)]
-    return float(m.group(1)) * mult
+    return _checked(validate.seconds, v, key)
 
 
 def bits_per_second(v: Any, key: str) -> float:
-    """A rate as written in scenario files (`512kbit`, `8Mbit`)."""
-    m = _RATE.match(str(v))
-    if not m:
-        raise LabError(f"{key}: '{v}' is not a rate (e.g. 512kbit, 8Mbit, 1Gbit)")
-    mult = {"bit": 1, "kbit": 1e3, "Mbit": 1e6, "Gbit": 1e9}[m.group(2)]
-    return float(m.group(1)) * mult
+    """A rate as written in scenario files (`512kbit`, `8Mbit`, `1.5Mbit/s`)."""
+    return float(_checked(validate.rate, v, key))
 
 
 def size_bytes(v: Any, key: str) -> int:
     """A size as written in scenario files (`34752B`, `64KiB`, `1MB`)."""
-    m = _SIZE.match(str(v))
-    if not m:
-        raise LabError(f"{key}: '{v}' is not a size (e.g. 34752B, 64KiB, 1MB)")
-    mult = {"B": 1, "KB": 1000, "KiB": 1024, "MB": 10**6, "MiB": 1 << 20}[m.group(2)]
-    return int(m.group(1)) * mult
+    return _checked(validate.size, v, key)
+
+
+def _checked(parse: Callable[[Any, str], T], v: Any, key: str) -> T:
+    try:
+        return parse(v, key)
+    except ConfigError as e:
+        raise LabScenarioError(e.path, e.msg) from None
 
 
 @dataclass
@@ -144,7 +143,7 @@ class LabScenario:
         try:
             doc = tomllib.loads(Path(path).read_text())
         except tomllib.TOMLDecodeError as e:
-            raise LabError(f"{path}: {e}") from None
+            raise LabScenarioError(str(path), f"{e}") from None
         return cls.from_dict(doc, str(path))
 
     @classmethod
@@ -153,13 +152,14 @@ class LabScenario:
                  "probes", "capture", "windows"}
         extra = set(doc) - known
         if extra:
-            raise LabError(f"{origin}: unknown key(s) {sorted(extra)} (known: {sorted(known)})")
+            raise LabScenarioError(
+                origin, f"unknown key(s) {sorted(extra)} (known: {sorted(known)})")
         duration = seconds(doc.get("duration", "10s"), "duration")
         if not 0 < duration <= 600:
-            raise LabError("duration: must be between 0 and 10 minutes")
+            raise LabScenarioError("duration", "must be between 0 and 10 minutes")
         fwd = doc.get("forwarding", "box")
         if fwd not in ("box", "kernel"):
-            raise LabError("forwarding: must be 'box' or 'kernel'")
+            raise LabScenarioError("forwarding", "must be 'box' or 'kernel'")
         sc = cls(
             name=str(doc.get("name", Path(origin).stem)),
             description=str(doc.get("description", "")),
@@ -172,13 +172,14 @@ class LabScenario:
         for wname, w in dict(doc.get("windows", {})).items():
             key = f"windows.{wname}"
             if not isinstance(w, list) or len(w) != 2:
-                raise LabError(f"{key}: must be [start, end]")
+                raise LabScenarioError(key, "must be [start, end]")
             a, b = seconds(w[0], key), seconds(w[1], key)
             if not 0 <= a < b <= duration:
-                raise LabError(f"{key}: needs 0 <= start < end <= duration")
+                raise LabScenarioError(key, "needs 0 <= start < end <= duration")
             sc.windows[str(wname)] = (a, b)
         if "interfaces" in sc.box:
-            raise LabError("box.interfaces: set by the lab (a = client side, b = server side)")
+            raise LabScenarioError("box.interfaces",
+                                   "set by the lab (a = client side, b = server side)")
         port = 5001
         for i, f in enumerate(doc.get("flows", [])):
             key = f"flows[{i}]"
@@ -188,11 +189,11 @@ class LabScenario:
             start = seconds(f.get("start", "0s"), f"{key}.start")
             stop = seconds(f["stop"], f"{key}.stop") if "stop" in f else duration
             if not 0 <= start < stop <= duration:
-                raise LabError(f"{key}: needs 0 <= start < stop <= duration")
+                raise LabScenarioError(key, "needs 0 <= start < stop <= duration")
             rate = bits_per_second(f["rate"], f"{key}.rate") if "rate" in f else 0.0
             window = size_bytes(f["window"], f"{key}.window") if "window" in f else 0
             if window and not 2048 <= window <= 1 << 30:
-                raise LabError(f"{key}.window: must be between 2048 B and 1 GiB")
+                raise LabScenarioError(f"{key}.window", "must be between 2048 B and 1 GiB")
             sc.flows.append(Flow(str(f.get("name", f"flow{i}")), s, r, start, stop, rate,
                                  _port(f, port, key), window))
             port += 1
@@ -201,23 +202,24 @@ class LabScenario:
             _only(p, {"name", "kind", "from", "to", "start", "stop", "every", "port"}, key)
             kind = p.get("kind", "echo")
             if kind not in ("echo", "ping"):
-                raise LabError(f"{key}.kind: 'echo' or 'ping'")
+                raise LabScenarioError(f"{key}.kind", "'echo' or 'ping'")
             s, r = _roles(p, key)
             start = seconds(p.get("start", "0s"), f"{key}.start")
             stop = seconds(p["stop"], f"{key}.stop") if "stop" in p else duration
             if not 0 <= start < stop <= duration:
-                raise LabError(f"{key}: needs 0 <= start < stop <= duration")
+                raise LabScenarioError(key, "needs 0 <= start < stop <= duration")
             sc.probes.append(Probe(str(p.get("name", f"{kind}{i}")), kind, s, r, start, stop,
                                    seconds(p.get("every", "200ms"), f"{key}.every"),
                                    _port(p, port, key)))
             port += 1
         names = [f.name for f in sc.flows] + [p.name for p in sc.probes]
         if len(set(names)) != len(names):
-            raise LabError(f"{origin}: flow and probe names must be unique")
+            raise LabScenarioError(origin, "flow and probe names must be unique")
         ports = [(f.receiver, f.port) for f in sc.flows]
         ports += [(p.receiver, p.port) for p in sc.probes if p.kind == "echo"]
         if len(set(ports)) != len(ports):
-            raise LabError(f"{origin}: two flows or probes listen on the same port of one host")
+            raise LabScenarioError(
+                origin, "two flows or probes listen on the same port of one host")
         return sc
 
 
@@ -226,23 +228,23 @@ def _port(d: dict[str, Any], default: int, key: str) -> int:
     80 good, 6881 bad by the five-class preset), else the next free one from 5001."""
     v = d.get("port", default)
     if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 65535:
-        raise LabError(f"{key}.port: must be an integer 1-65535")
+        raise LabScenarioError(f"{key}.port", "must be an integer 1-65535")
     return v
 
 
 def _only(d: dict[str, Any], keys: set[str], where: str) -> None:
     extra = set(d) - keys
     if extra:
-        raise LabError(f"{where}: unknown key(s) {sorted(extra)}")
+        raise LabScenarioError(where, f"unknown key(s) {sorted(extra)}")
     app = d.get("app", "bulk")
     if app not in ("bulk", {"kind": "bulk"}):
-        raise LabError(f"{where}.app: the lab runs bulk transfers only")
+        raise LabScenarioError(f"{where}.app", "the lab runs bulk transfers only")
 
 
 def _roles(d: dict[str, Any], key: str) -> tuple[str, str]:
     s, r = d.get("from"), d.get("to")
     if s not in ROLES or r not in ROLES or s == r:
-        raise LabError(f"{key}: from/to must be 'client' and 'server' (one each)")
+        raise LabScenarioError(key, "from/to must be 'client' and 'server' (one each)")
     return str(s), str(r)
 
 

@@ -158,7 +158,7 @@ def _threshold_run(out_dir: Path, quick: bool) -> Metrics:
         sens: dict[str, float] = {}
         for k in ("1", "30", "500", "delayed"):
             r = THRESHOLD.run_scenario(
-                THRESHOLD_ARMS[k], out_dir, quick, {"links.0.queue.limit": "300p"},
+                THRESHOLD_ARMS[k], out_dir, quick, {"links.core.queue.limit": "300p"},
                 label=f"sensitivity-fwd300p-{THRESHOLD_ARMS[k]}")
             sens[k] = _at(_flow(r)["bytes_acked"], 10.0)
         m["sensitivity_fwd_buffer_300p_acked_bytes_at_10s"] = sens
@@ -268,7 +268,7 @@ def _delayed_run(out_dir: Path, quick: bool) -> Metrics:
                 key = f"window_{w}_util_{round(u * 100)}"
                 r = DELAYED.run_scenario(
                     "delayed", out_dir, quick,
-                    {"links.1.to_a.queue.window": w, "links.1.to_a.queue.utilization": u},
+                    {"links.access.to_a.queue.window": w, "links.access.to_a.queue.utilization": u},
                     label=f"sensitivity-{key}")
                 sens[key] = _at(_flow(r)["bytes_acked"], 10.0) / acked["delta_o"]
         m["sensitivity_delayed_vs_delta_o"] = sens
@@ -352,7 +352,7 @@ def _multi_jobs(out_dir: Path, quick: bool, ns: Iterable[int],
         for buf in MULTI_BUFFERS:
             for arm in MULTI_ARMS:
                 queue = {**arms[arm], "limit": buffers[buf]}
-                overrides = {"links.0.to_a.queue": queue, **(extra or {})}
+                overrides = {"links.sat.to_a.queue": queue, **(extra or {})}
                 label = f"{tag}{buf}-{arm}-{name}"
                 jobs.append((MULTI.id, name, str(out_dir), quick, overrides, label))
     return jobs

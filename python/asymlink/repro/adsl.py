@@ -165,7 +165,7 @@ def _problem_run(out_dir: Path, quick: bool) -> dict[str, Any]:
             str(n): _problem_measure(
                 PROBLEM.run_scenario(
                     "with_upload", out_dir, quick,
-                    overrides={"links.2.to_b.queue.limit": f"{n}p"}, label=f"modem_buffer_{n}p",
+                    overrides={"links.adsl.to_b.queue.limit": f"{n}p"}, label=f"modem_buffer_{n}p",
                 )
             )
             for n in PROBLEM_SWEEP
@@ -269,7 +269,7 @@ def _linksharing_run(out_dir: Path, quick: bool) -> dict[str, Any]:
             str(n): _mix_measure(
                 LINKSHARING.run_scenario(
                     "fifo", out_dir, quick,
-                    overrides={"links.2.to_b.queue.limit": f"{n}p"}, label=f"fifo_modem_{n}p",
+                    overrides={"links.adsl.to_b.queue.limit": f"{n}p"}, label=f"fifo_modem_{n}p",
                 )
             )
             for n in PROBLEM_SWEEP
@@ -418,7 +418,7 @@ def _atm_run(out_dir: Path, quick: bool) -> dict[str, Any]:
             "modem_queue_delay_ms": {
                 str(n): _mix_measure(
                     ATM.run_scenario("ip", out_dir, quick,
-                                     overrides={"links.2.to_b.queue.limit": f"{n}p"},
+                                     overrides={"links.adsl.to_b.queue.limit": f"{n}p"},
                                      label=f"ip_modem_{n}p")
                 )["modem"]
                 for n in PROBLEM_SWEEP

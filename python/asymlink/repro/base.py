@@ -57,6 +57,7 @@ from asymlink.report import TextTable, fmt_number
 from asymlink.results import Results
 from asymlink.runner import run as run_scenario_file
 from asymlink.scenario import Scenario
+from asymlink.validate import ConfigError, number, only
 
 MetricValue: TypeAlias = "int | float | dict[str, MetricValue]"
 Metrics: TypeAlias = dict[str, MetricValue]
@@ -71,8 +72,8 @@ RELATIONS: dict[str, Callable[[float, float], bool]] = {
 }
 
 
-class PaperDataError(ValueError):
-    """`paper.toml` is malformed; the message names the file and the item."""
+#: `paper.toml` is malformed; the message names the file and the item.
+PaperDataError = ConfigError
 
 
 # --- paper data -------------------------------------------------------------------------
@@ -132,15 +133,15 @@ class PaperData:
         try:
             doc = tomllib.loads(source.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
-            raise PaperDataError(f"{source}: {e}") from None
+            raise PaperDataError(str(source), f"{e}") from None
         return cls.parse(doc, str(source))
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any], origin: str = "<paper data>") -> PaperData:
         """Check and convert a parsed `paper.toml`. Raises `PaperDataError`."""
-        _only_keys(doc, {"notes", "quick", "fixed", "expect", "paper"}, origin)
+        only(doc, {"notes", "quick", "fixed", "expect", "paper"}, origin)
         quick = doc.get("quick", {})
-        _only_keys(quick, {"overrides", "scenarios"}, f"{origin}: quick")
+        only(quick, {"overrides", "scenarios"}, f"{origin}: quick")
         return cls(
             expectations=tuple(
                 _expectation(item, f"{origin}: expect[{i}]")
@@ -159,38 +160,27 @@ class PaperData:
         )
 
 
-def _only_keys(item: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(item) - allowed)
-    if unknown:
-        raise PaperDataError(
-            f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})"
-        )
-
-
 def _metric_path(value: Any, where: str) -> MetricPath:
     if isinstance(value, str) and value:
         return tuple(value.split("."))
     if isinstance(value, list) and value and all(isinstance(k, str) for k in value):
         return tuple(value)
-    raise PaperDataError(f"{where}: a metric is a dotted string or a list of keys, got {value!r}")
+    raise PaperDataError(where, f"a metric is a dotted string or a list of keys, got {value!r}")
 
 
 def _number(item: Mapping[str, Any], key: str, where: str) -> float:
-    value = item.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PaperDataError(f"{where}: {key} must be a number, got {value!r}")
-    return float(value)
+    return number(item.get(key), f"{where}.{key}")
 
 
 def _expectation(item: Mapping[str, Any], where: str) -> Expectation:
-    _only_keys(item, {"metric", "relation", "than", "value"}, where)
+    only(item, {"metric", "relation", "than", "value"}, where)
     relation = item.get("relation")
     if relation not in RELATIONS:
         raise PaperDataError(
-            f"{where}: relation must be one of {' '.join(RELATIONS)}, got {relation!r}"
+            where, f"relation must be one of {' '.join(RELATIONS)}, got {relation!r}"
         )
     if ("than" in item) == ("value" in item):
-        raise PaperDataError(f"{where}: give exactly one of 'than' (a metric) and 'value'")
+        raise PaperDataError(where, "give exactly one of 'than' (a metric) and 'value'")
     metric = _metric_path(item.get("metric"), where)
     if "than" in item:
         return Expectation(metric, relation, than=_metric_path(item["than"], where))
@@ -198,13 +188,13 @@ def _expectation(item: Mapping[str, Any], where: str) -> Expectation:
 
 
 def _paper_value(item: Mapping[str, Any], where: str) -> PaperValue:
-    _only_keys(item, {"metric", "value", "tolerance", "tolerance_abs", "unit"}, where)
+    only(item, {"metric", "value", "tolerance", "tolerance_abs", "unit"}, where)
     if ("tolerance" in item) == ("tolerance_abs" in item):
-        raise PaperDataError(f"{where}: give exactly one of 'tolerance' and 'tolerance_abs'")
+        raise PaperDataError(where, "give exactly one of 'tolerance' and 'tolerance_abs'")
     relative = "tolerance" in item
     tolerance = _number(item, "tolerance" if relative else "tolerance_abs", where)
     if tolerance < 0:
-        raise PaperDataError(f"{where}: the tolerance must be >= 0, got {tolerance}")
+        raise PaperDataError(where, f"the tolerance must be >= 0, got {tolerance}")
     return PaperValue(
         metric=_metric_path(item.get("metric"), where),
         value=_number(item, "value", where),
@@ -215,15 +205,15 @@ def _paper_value(item: Mapping[str, Any], where: str) -> PaperValue:
 
 
 def _fixed(item: Mapping[str, Any], where: str) -> FixedParameter:
-    _only_keys(item, {"key", "reason", "scenarios"}, where)
+    only(item, {"key", "reason", "scenarios"}, where)
     key, reason = item.get("key"), item.get("reason")
     if not (isinstance(key, str) and key and isinstance(reason, str) and reason.strip()):
-        raise PaperDataError(f"{where}: 'key' and a non-empty 'reason' are required")
+        raise PaperDataError(where, "'key' and a non-empty 'reason' are required")
     scenarios = item.get("scenarios")
     if scenarios is not None and not (
         isinstance(scenarios, list) and scenarios and all(isinstance(n, str) for n in scenarios)
     ):
-        raise PaperDataError(f"{where}: 'scenarios' must be a non-empty list of scenario names")
+        raise PaperDataError(where, "'scenarios' must be a non-empty list of scenario names")
     return FixedParameter(key, reason.strip(), None if scenarios is None else tuple(scenarios))
 
 
@@ -420,13 +410,13 @@ class Entry:
         `PaperDataError` or `ScenarioError`."""
         paper, names = self.paper_data, self.scenario_names()
         if not names:
-            raise PaperDataError(f"{self.id}: no scenario files in {self.scenario_dir}")
+            raise PaperDataError(self.id, f"no scenario files in {self.scenario_dir}")
         listed = set(paper.quick_scenario_overrides).union(
             *(p.scenarios or () for p in paper.fixed)
         )
         unknown = sorted(listed - set(names))
         if unknown:
-            raise PaperDataError(f"{self.id}: {PAPER_FILE} names unknown scenarios: {unknown}")
+            raise PaperDataError(self.id, f"{PAPER_FILE} names unknown scenarios: {unknown}")
         for quick in (False, True):
             for name in names:
                 self.scenario(name, quick).validate()

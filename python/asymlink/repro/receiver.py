@@ -291,7 +291,7 @@ def _run_loss(out_dir: Path, quick: bool) -> dict[str, Any]:
     if not quick:
         for arm in ("default", "managed"):
             results = LOSS.run_scenario(
-                arm, out_dir, quick, {"links.1.to_a.rate": "512kbit"}, label=f"{arm}-uplink-512k"
+                arm, out_dir, quick, {"links.line.to_a.rate": "512kbit"}, label=f"{arm}-uplink-512k"
             )
             m = _loss_metrics(results)
             s = metrics.setdefault("sensitivity", {}).setdefault("uplink_512kbit", {})

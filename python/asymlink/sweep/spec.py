@@ -16,7 +16,7 @@ import math
 import random as _random
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from difflib import get_close_matches
@@ -29,6 +29,14 @@ import tomli_w
 
 from asymlink._native import ScenarioError
 from asymlink.scenario import Scenario, read_text_file
+from asymlink.validate import ConfigError
+from asymlink.validate import boolean as _bool
+from asymlink.validate import integer as _int
+from asymlink.validate import is_number as _is_number
+from asymlink.validate import number as _number
+from asymlink.validate import only as _only
+from asymlink.validate import string as _string
+from asymlink.validate import table as _table
 
 #: Tables a metric can read: the run's tables plus `meta` (events, packet_hops, ...).
 TABLES = ("flows", "queues", "links", "events", "measurements", "flow_summary",
@@ -46,8 +54,8 @@ _DEFAULT_DIGITS = 4
 _LINE_SUFFIX = re.compile(r" \(line \d+\)$")
 
 
-class SweepSpecError(ValueError):
-    """A sweep spec is invalid; the message names the spec file and the item."""
+#: A sweep spec is invalid; the message names the spec file and the item.
+SweepSpecError = ConfigError
 
 
 # --- the parts of a spec ---------------------------------------------------------------
@@ -194,7 +202,7 @@ class SweepSpec:
         try:
             text = read_text_file(p)
         except ScenarioError as e:
-            raise SweepSpecError(str(e)) from None
+            raise SweepSpecError(e.origin, f"{e.key}: {e.msg}" if e.key else e.msg) from None
         return cls.from_toml(text, origin=str(p), base_dir=p.parent)
 
     @classmethod
@@ -204,7 +212,7 @@ class SweepSpec:
         try:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise SweepSpecError(f"{origin}: {e}") from None
+            raise SweepSpecError(origin, f"{e}") from None
         return _parse(doc, text, origin, Path(base_dir))
 
     # --- expansion ------------------------------------------------------------------
@@ -233,7 +241,7 @@ class SweepSpec:
                 configured = base.with_overrides({s.key: s.value for s in settings})
             except ScenarioError as e:
                 where = ", ".join(f"{s.key}={_show(s)}" for s in settings)
-                raise SweepSpecError(f"{self.origin}: configuration {c} ({where}): {e}") from None
+                raise SweepSpecError(self.origin, f"configuration {c} ({where}): {e}") from None
             for seed in self.seeds:
                 scenario = _point_scenario(configured, seed, f"{self.origin}#{len(points)}")
                 points.append(Point(len(points), c, seed, settings, scenario,
@@ -266,7 +274,7 @@ class SweepSpec:
                 lines.append(f"  {message} [{which}]")
             if len(failures) > limit:
                 lines.append(f"  ... and {len(failures) - limit} other errors")
-            raise SweepSpecError("\n".join(lines))
+            raise SweepSpecError("", "\n".join(lines))
 
     def check_metrics(self, probe: Mapping[str, Any]) -> None:
         """Check the metrics against `probe`: a point's results at t = 0 (tables with
@@ -327,10 +335,6 @@ def _canonical_json(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
 def _column_value(value: Any) -> Any:
     """A value as a dataset cell: scalars as they are, tables and arrays as inline TOML."""
     if isinstance(value, str | int | float | bool):
@@ -369,17 +373,17 @@ def _parse(doc: Mapping[str, Any], text: str, origin: str, base_dir: Path) -> Sw
     description = _string(doc.get("description", ""), f"{origin}: description")
     if "base" not in doc:
         raise SweepSpecError(
-            f"{origin}: base is required: an example name (\"showcase\"), a scenario file "
+            origin, "base is required: an example name (\"showcase\"), a scenario file "
             "(\"my.toml\", relative to the spec) or { repro = \"ID\", scenario = \"NAME\" }")
     base, base_label = _base(doc["base"], origin, base_dir)
     overrides = _table(doc.get("overrides", {}), f"{origin}: overrides")
     if "seed" in overrides:
-        raise SweepSpecError(f"{origin}: overrides.seed: the seeds come from `seeds`")
+        raise SweepSpecError(origin, "overrides.seed: the seeds come from `seeds`")
     if overrides:
         try:
             base.with_overrides(overrides)
         except ScenarioError as e:
-            raise SweepSpecError(f"{origin}: overrides: {e}") from None
+            raise SweepSpecError(origin, f"overrides: {e}") from None
     seeds = _seeds(doc.get("seeds", [1]), f"{origin}: seeds")
     ci = _fraction(doc.get("ci", 0.95), f"{origin}: ci")
 
@@ -391,17 +395,17 @@ def _parse(doc: Mapping[str, Any], text: str, origin: str, base_dir: Path) -> Sw
         dimensions.append(tuple((s,) for s in p.settings))
     zips = doc.get("zip", [])
     if not isinstance(zips, list):
-        raise SweepSpecError(f"{origin}: zip: expected [[zip]] tables of equally long lists")
+        raise SweepSpecError(origin, "zip: expected [[zip]] tables of equally long lists")
     for i, group in enumerate(zips):
         where = f"{origin}: zip[{i}]"
         group = _table(group, where)
         if not group:
-            raise SweepSpecError(f"{where}: empty")
+            raise SweepSpecError(where, "empty")
         members = [_grid_parameter(k, v, f'{where}."{k}"') for k, v in group.items()]
         lengths = {len(p.settings) for p in members}
         if len(lengths) != 1:
             sizes = ", ".join(f"{p.key}: {len(p.settings)}" for p in members)
-            raise SweepSpecError(f"{where}: the lists must have equal lengths ({sizes})")
+            raise SweepSpecError(where, f"the lists must have equal lengths ({sizes})")
         parameters.extend(members)
         dimensions.append(tuple(zip(*(p.settings for p in members), strict=True)))
 
@@ -415,7 +419,7 @@ def _parse(doc: Mapping[str, Any], text: str, origin: str, base_dir: Path) -> Sw
         sampling_seed = _int(rnd.get("seed", 0), f"{where}.seed", minimum=0)
         params = _table(rnd.get("params", {}), f"{where}.params")
         if not params:
-            raise SweepSpecError(f"{where}.params: name at least one key to sample")
+            raise SweepSpecError(f"{where}.params", "name at least one key to sample")
         for key, item in params.items():
             random_parameters.append(_random_parameter(key, item, f'{where}.params."{key}"'))
         parameters.extend(random_parameters)
@@ -425,9 +429,9 @@ def _parse(doc: Mapping[str, Any], text: str, origin: str, base_dir: Path) -> Sw
     for p in parameters:
         _check_key(p.key, configured, origin)
         if p.key in seen:
-            raise SweepSpecError(f"{origin}: {p.key} is swept twice")
+            raise SweepSpecError(origin, f"{p.key} is swept twice")
         if p.key in overrides:
-            raise SweepSpecError(f"{origin}: {p.key} is both swept and in overrides")
+            raise SweepSpecError(origin, f"{p.key} is both swept and in overrides")
         seen[p.key] = p.source
 
     metrics = _metrics(doc.get("metrics", []), origin, {p.key for p in parameters})
@@ -443,59 +447,17 @@ def _parse(doc: Mapping[str, Any], text: str, origin: str, base_dir: Path) -> Sw
     return spec
 
 
-def _only(item: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
-    allowed = set(allowed)
-    for key in item:
-        if key not in allowed:
-            close = get_close_matches(key, sorted(allowed), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SweepSpecError(
-                f"{where}: unknown key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}")
-
-
-def _table(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise SweepSpecError(f"{where}: expected a table, got {value!r}")
-    return value
-
-
-def _string(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise SweepSpecError(f"{where}: expected a string, got {value!r}")
-    return value
-
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise SweepSpecError(f"{where}: expected true or false, got {value!r}")
-    return value
-
-
-def _int(value: Any, where: str, minimum: int | None = None) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SweepSpecError(f"{where}: expected an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise SweepSpecError(f"{where}: must be >= {minimum}, got {value}")
-    return value
-
-
-def _number(value: Any, where: str) -> float:
-    if not _is_number(value) or not math.isfinite(value):
-        raise SweepSpecError(f"{where}: expected a finite number, got {value!r}")
-    return float(value)
-
-
 def _fraction(value: Any, where: str) -> float:
     x = _number(value, where)
     if not 0 < x < 1:
-        raise SweepSpecError(f"{where}: a confidence level is between 0 and 1, got {x}")
+        raise SweepSpecError(where, f"a confidence level is between 0 and 1, got {x}")
     return x
 
 
 def _unit(value: Any, where: str) -> str:
     unit = _string(value, where)
     if unit and not re.fullmatch(r"[A-Za-z/]+", unit):
-        raise SweepSpecError(f"{where}: a unit is letters such as \"ms\", \"kbit\", \"p\", "
+        raise SweepSpecError(where, f"a unit is letters such as \"ms\", \"kbit\", \"p\", "
                              f"got {unit!r}")
     return unit
 
@@ -510,13 +472,13 @@ def _base(value: Any, origin: str, base_dir: Path) -> tuple[Scenario, str]:
     table = _table(value, where)
     kinds = [k for k in ("file", "example", "repro") if k in table]
     if len(kinds) != 1:
-        raise SweepSpecError(f"{where}: give exactly one of file, example, repro")
+        raise SweepSpecError(where, "give exactly one of file, example, repro")
     try:
         if kinds == ["file"]:
             _only(table, {"file"}, where)
             path = base_dir / _string(table["file"], f"{where}.file")
             if not path.is_file():
-                raise SweepSpecError(f"{where}: {path}: no such scenario file")
+                raise SweepSpecError(where, f"{path}: no such scenario file")
             return Scenario.from_file(path), str(path)
         if kinds == ["example"]:
             _only(table, {"example"}, where)
@@ -524,7 +486,7 @@ def _base(value: Any, origin: str, base_dir: Path) -> tuple[Scenario, str]:
             try:
                 return examples.load(name), f"example:{name}"
             except KeyError as e:
-                raise SweepSpecError(f"{where}: {e.args[0]}") from None
+                raise SweepSpecError(where, f"{e.args[0]}") from None
         _only(table, {"repro", "scenario", "quick"}, where)
         from asymlink import repro
 
@@ -532,17 +494,17 @@ def _base(value: Any, origin: str, base_dir: Path) -> tuple[Scenario, str]:
         try:
             entry = repro.get(entry_id)
         except KeyError as e:
-            raise SweepSpecError(f"{where}: {e.args[0]}") from None
+            raise SweepSpecError(where, f"{e.args[0]}") from None
         names = entry.scenario_names()
         scenario = _string(table.get("scenario", ""), f"{where}.scenario")
         if scenario not in names:
-            raise SweepSpecError(f"{where}.scenario: {entry_id} has no scenario {scenario!r} "
+            raise SweepSpecError(f"{where}.scenario", f"{entry_id} has no scenario {scenario!r} "
                                  f"(scenarios: {', '.join(names)})")
         quick = _bool(table.get("quick", False), f"{where}.quick")
         label = f"repro:{entry_id}/{scenario}{' (quick)' if quick else ''}"
         return entry.scenario(scenario, quick), label
     except ScenarioError as e:
-        raise SweepSpecError(f"{where}: {e}") from None
+        raise SweepSpecError(where, f"{e}") from None
 
 
 def _seeds(value: Any, where: str) -> tuple[int, ...]:
@@ -552,31 +514,31 @@ def _seeds(value: Any, where: str) -> tuple[int, ...]:
         start = _int(value.get("start", 1), f"{where}.start", minimum=0)
         return tuple(range(start, start + count))
     if not isinstance(value, list) or not value:
-        raise SweepSpecError(f"{where}: expected a non-empty list of seeds or "
+        raise SweepSpecError(where, "expected a non-empty list of seeds or "
                              "{ count = N, start = 1 }")
     seeds = tuple(_int(s, where, minimum=0) for s in value)
     if len(set(seeds)) != len(seeds):
-        raise SweepSpecError(f"{where}: a seed is listed twice: {list(seeds)}")
+        raise SweepSpecError(where, f"a seed is listed twice: {list(seeds)}")
     if any(s >= 2**64 for s in seeds):
-        raise SweepSpecError(f"{where}: seeds are 64-bit unsigned integers")
+        raise SweepSpecError(where, "seeds are 64-bit unsigned integers")
     return seeds
 
 
 def _check_key(key: str, base: Scenario, origin: str) -> None:
     if key == "seed":
-        raise SweepSpecError(f"{origin}: seed cannot be swept as a key: use `seeds`")
+        raise SweepSpecError(origin, "seed cannot be swept as a key: use `seeds`")
     if key in RESERVED_COLUMNS:
-        raise SweepSpecError(f"{origin}: {key!r} is a reserved column name")
+        raise SweepSpecError(origin, f"{key!r} is a reserved column name")
     parent, _, _ = key.rpartition(".")
     try:
         if parent:
             container = base.get(parent)
             if not isinstance(container, dict | list):
-                raise SweepSpecError(f"{origin}: {key}: {parent} is a {type(container).__name__}"
+                raise SweepSpecError(origin, f"{key}: {parent} is a {type(container).__name__}"
                                      ", not a table or array")
         base.with_overrides({key: base.get(key) if _exists(base, key) else 0})
     except ScenarioError as e:
-        raise SweepSpecError(f"{origin}: {key}: not in the base scenario (add the table in "
+        raise SweepSpecError(origin, f"{key}: not in the base scenario (add the table in "
                              f"overrides first): {e}") from None
 
 
@@ -594,7 +556,7 @@ _GRID_KEYS = {"values", "unit", "labels", "min", "max", "count", "log", "integer
 def _grid_parameter(key: str, item: Any, where: str) -> Parameter:
     if isinstance(item, list):
         if not item:
-            raise SweepSpecError(f"{where}: empty list of values")
+            raise SweepSpecError(where, "empty list of values")
         return Parameter(key, "grid", settings=tuple(Setting(key, v, _column_value(v))
                                                      for v in item))
     table = _table(item, where)
@@ -603,21 +565,21 @@ def _grid_parameter(key: str, item: Any, where: str) -> Parameter:
     if "values" in table:
         extra = set(table) - {"values", "unit", "labels"}
         if extra:
-            raise SweepSpecError(f"{where}: {', '.join(sorted(extra))} go with min/max/count, "
+            raise SweepSpecError(where, f"{', '.join(sorted(extra))} go with min/max/count, "
                                  "not with values")
         values = table["values"]
         if not isinstance(values, list) or not values:
-            raise SweepSpecError(f"{where}.values: expected a non-empty list")
+            raise SweepSpecError(f"{where}.values", "expected a non-empty list")
         labels = table.get("labels")
         if labels is not None and (not isinstance(labels, list) or len(labels) != len(values)
                                    or not all(isinstance(x, str | int | float) for x in labels)):
-            raise SweepSpecError(f"{where}.labels: expected one label (string or number) "
+            raise SweepSpecError(f"{where}.labels", f"expected one label (string or number) "
                                  f"per value ({len(values)})")
         settings = []
         for i, v in enumerate(values):
             if unit:
                 if not _is_number(v):
-                    raise SweepSpecError(f"{where}.values[{i}]: with a unit, values are numbers,"
+                    raise SweepSpecError(f"{where}.values[{i}]", f"with a unit, values are numbers,"
                                          f" got {v!r}")
                 text = format_number(v, 15) if isinstance(v, float) else str(v)
                 value: Any = f"{text}{unit}"
@@ -630,7 +592,7 @@ def _grid_parameter(key: str, item: Any, where: str) -> Parameter:
         return Parameter(key, "grid", unit=unit, settings=tuple(settings))
     for k in ("min", "max", "count"):
         if k not in table:
-            raise SweepSpecError(f"{where}: give values = [...], or min, max and count")
+            raise SweepSpecError(where, "give values = [...], or min, max and count")
     low, high = _number(table["min"], f"{where}.min"), _number(table["max"], f"{where}.max")
     count = _int(table["count"], f"{where}.count", minimum=1)
     log = _bool(table.get("log", False), f"{where}.log")
@@ -647,7 +609,7 @@ def _grid_parameter(key: str, item: Any, where: str) -> Parameter:
     settings = [_numeric_setting(key, x, unit, integer, digits) for x in xs]
     columns = [s.column for s in settings]
     if len(set(columns)) != len(columns):
-        raise SweepSpecError(f"{where}: rounding makes values equal ({columns}): use fewer "
+        raise SweepSpecError(where, f"rounding makes values equal ({columns}): use fewer "
                              "values, more digits, or integer = false")
     return Parameter(key, "grid", unit=unit, settings=tuple(settings), low=low, high=high,
                      log=log, integer=integer, digits=digits)
@@ -655,9 +617,9 @@ def _grid_parameter(key: str, item: Any, where: str) -> Parameter:
 
 def _check_range(low: float, high: float, log: bool, where: str) -> None:
     if not low < high:
-        raise SweepSpecError(f"{where}: min must be < max, got {low} and {high}")
+        raise SweepSpecError(where, f"min must be < max, got {low} and {high}")
     if log and low <= 0:
-        raise SweepSpecError(f"{where}: a log range needs min > 0, got {low}")
+        raise SweepSpecError(where, f"a log range needs min > 0, got {low}")
 
 
 def _random_parameter(key: str, item: Any, where: str) -> Parameter:
@@ -666,11 +628,11 @@ def _random_parameter(key: str, item: Any, where: str) -> Parameter:
         _only(table, {"choices"}, where)
         choices = table["choices"]
         if not isinstance(choices, list) or not choices:
-            raise SweepSpecError(f"{where}.choices: expected a non-empty list")
+            raise SweepSpecError(f"{where}.choices", "expected a non-empty list")
         return Parameter(key, "random", choices=tuple(choices))
     _only(table, {"min", "max", "unit", "log", "integer", "digits"}, where)
     if "min" not in table or "max" not in table:
-        raise SweepSpecError(f"{where}: give min and max (a range) or choices = [...]")
+        raise SweepSpecError(where, "give min and max (a range) or choices = [...]")
     low, high = _number(table["min"], f"{where}.min"), _number(table["max"], f"{where}.max")
     log = _bool(table.get("log", False), f"{where}.log")
     _check_range(low, high, log, where)
@@ -683,7 +645,7 @@ def _random_parameter(key: str, item: Any, where: str) -> Parameter:
 
 def _metrics(value: Any, origin: str, parameter_keys: set[str]) -> tuple[Metric, ...]:
     if not isinstance(value, list):
-        raise SweepSpecError(f"{origin}: metrics: expected [[metrics]] tables")
+        raise SweepSpecError(origin, "metrics: expected [[metrics]] tables")
     out: list[Metric] = []
     for i, item in enumerate(value):
         where = f"{origin}: metrics[{i}]"
@@ -692,35 +654,35 @@ def _metrics(value: Any, origin: str, parameter_keys: set[str]) -> tuple[Metric,
               where)
         for k in ("name", "table", "column"):
             if k not in table:
-                raise SweepSpecError(f"{where}: {k} is required")
+                raise SweepSpecError(where, f"{k} is required")
         name = _string(table["name"], f"{where}.name")
         if not _METRIC_NAME.fullmatch(name):
-            raise SweepSpecError(f"{where}.name: {name!r} must be a word (letters, digits, _)")
+            raise SweepSpecError(f"{where}.name", f"{name!r} must be a word (letters, digits, _)")
         if name in RESERVED_COLUMNS or name in parameter_keys:
-            raise SweepSpecError(f"{where}.name: {name!r} is already a column of the dataset")
+            raise SweepSpecError(f"{where}.name", f"{name!r} is already a column of the dataset")
         if any(m.name == name for m in out):
-            raise SweepSpecError(f"{where}.name: {name!r} is defined twice")
+            raise SweepSpecError(f"{where}.name", f"{name!r} is defined twice")
         tname = _string(table["table"], f"{where}.table")
         if tname not in TABLES:
             close = get_close_matches(tname, TABLES, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SweepSpecError(f"{where}.table: no table {tname!r}{hint}; tables: "
+            raise SweepSpecError(f"{where}.table", f"no table {tname!r}{hint}; tables: "
                                  f"{', '.join(TABLES)}")
         agg = _string(table.get("agg", "mean"), f"{where}.agg")
         if agg not in AGGREGATIONS and not _PERCENTILE.fullmatch(agg):
-            raise SweepSpecError(f"{where}.agg: {agg!r} is not one of "
+            raise SweepSpecError(f"{where}.agg", f"{agg!r} is not one of "
                                  f"{', '.join(AGGREGATIONS)} or pNN (a percentile, e.g. p90)")
         conditions = []
         for col, v in _table(table.get("where", {}), f"{where}.where").items():
             values = tuple(v) if isinstance(v, list) else (v,)
             if not values or not all(isinstance(x, str | int | float) for x in values):
-                raise SweepSpecError(f"{where}.where.{col}: expected a value or a list of "
+                raise SweepSpecError(f"{where}.where.{col}", f"expected a value or a list of "
                                      f"values, got {v!r}")
             conditions.append((col, values))
         t_min = _number(table["t_min"], f"{where}.t_min") if "t_min" in table else None
         t_max = _number(table["t_max"], f"{where}.t_max") if "t_max" in table else None
         if tname == "meta" and (conditions or t_min is not None or t_max is not None):
-            raise SweepSpecError(f"{where}: meta has one row: no where, t_min or t_max")
+            raise SweepSpecError(where, "meta has one row: no where, t_min or t_max")
         scale = _number(table.get("scale", 1.0), f"{where}.scale")
         out.append(Metric(name, tname, _string(table["column"], f"{where}.column"), agg,
                           tuple(conditions), t_min, t_max, scale))
@@ -735,21 +697,21 @@ _KNOWN_ROWS = {"flow": ("flow_summary", "flow"), "queue": ("queue_summary", "que
 def _check_metric(m: Metric, probe: Mapping[str, Any], where: str) -> None:
     if m.table == "meta":
         if m.column not in META_COLUMNS:
-            raise SweepSpecError(f"{where}: meta has no column {m.column!r} "
+            raise SweepSpecError(where, f"meta has no column {m.column!r} "
                                  f"(columns: {', '.join(META_COLUMNS)})")
         return
     if m.table not in probe:
-        raise SweepSpecError(f"{where}: the scenario produces no table {m.table!r} "
+        raise SweepSpecError(where, f"the scenario produces no table {m.table!r} "
                              f"(tables: {', '.join(probe)})")
     columns = [str(c) for c in probe[m.table].columns]
     for col in [m.column, *(c for c, _ in m.where)]:
         if col not in columns:
             close = get_close_matches(col, columns, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SweepSpecError(f"{where}: {m.table} has no column {col!r}{hint}; "
+            raise SweepSpecError(where, f"{m.table} has no column {col!r}{hint}; "
                                  f"columns: {', '.join(columns)}")
     if (m.t_min is not None or m.t_max is not None) and "t" not in columns:
-        raise SweepSpecError(f"{where}: t_min/t_max need a time series; {m.table} has no t")
+        raise SweepSpecError(where, f"t_min/t_max need a time series; {m.table} has no t")
     for col, values in m.where:
         if col not in _KNOWN_ROWS:
             continue
@@ -758,14 +720,14 @@ def _check_metric(m: Metric, probe: Mapping[str, Any], where: str) -> None:
             else []
         for v in values:
             if known and str(v) not in known:
-                raise SweepSpecError(f"{where}: where.{col}: no {col} {v!r} in the scenario "
+                raise SweepSpecError(where, f"where.{col}: no {col} {v!r} in the scenario "
                                      f"({col}s: {', '.join(known)})")
 
 
 def _plots(value: Any, origin: str, parameters: Sequence[Parameter],
            metrics: Sequence[Metric], ci: float) -> tuple[Plot, ...]:
     if not isinstance(value, list):
-        raise SweepSpecError(f"{origin}: plots: expected [[plots]] tables")
+        raise SweepSpecError(origin, "plots: expected [[plots]] tables")
     keys = [p.key for p in parameters]
     names = [m.name for m in metrics]
     out: list[Plot] = []
@@ -777,38 +739,38 @@ def _plots(value: Any, origin: str, parameters: Sequence[Parameter],
                       "ylabel", "logx", "logy"}, where)
         for k in ("x", "y"):
             if k not in table:
-                raise SweepSpecError(f"{where}: {k} is required")
+                raise SweepSpecError(where, f"{k} is required")
         y = _string(table["y"], f"{where}.y")
         if y not in names:
-            raise SweepSpecError(f"{where}.y: no metric {y!r} (metrics: "
+            raise SweepSpecError(f"{where}.y", f"no metric {y!r} (metrics: "
                                  f"{', '.join(names) or 'none defined'})")
         x = _string(table["x"], f"{where}.x")
         hue = None if "hue" not in table else _string(table["hue"], f"{where}.hue")
         for label, swept in (("x", x), ("hue", hue or "")):
             if swept and swept not in keys:
-                raise SweepSpecError(f"{where}.{label}: {swept!r} is not a swept key (swept: "
+                raise SweepSpecError(f"{where}.{label}", f"{swept!r} is not a swept key (swept: "
                                      f"{', '.join(keys) or 'none'})")
         if hue is not None and hue == x:
-            raise SweepSpecError(f"{where}: x and hue are the same key")
+            raise SweepSpecError(where, "x and hue are the same key")
         random_keys = {p.key for p in parameters if p.source == "random"}
         kind = _string(table.get("kind", "scatter" if random_keys else "line"), f"{where}.kind")
         if kind not in ("line", "scatter"):
-            raise SweepSpecError(f"{where}.kind: 'line' or 'scatter', got {kind!r}")
+            raise SweepSpecError(f"{where}.kind", f"'line' or 'scatter', got {kind!r}")
         conditions = []
         for k, v in _table(table.get("where", {}), f"{where}.where").items():
             if k not in keys:
-                raise SweepSpecError(f"{where}.where: {k!r} is not a swept key")
+                raise SweepSpecError(f"{where}.where", f"{k!r} is not a swept key")
             param = next(p for p in parameters if p.key == k)
             allowed = [s.column for s in param.settings]
             if param.source == "grid" and v not in allowed:
-                raise SweepSpecError(f"{where}.where.\"{k}\": {v!r} is not one of its values "
+                raise SweepSpecError(f"{where}.where.\"{k}\"", f"{v!r} is not one of its values "
                                      f"{allowed}")
             conditions.append((k, v))
         file = _string(table.get("file", ""), f"{where}.file")
         if not file:
             file = _slug(f"{y}-vs-{x}" + (f"-by-{hue}" if hue else "")) + ".png"
         if "/" in file or not file.endswith(".png"):
-            raise SweepSpecError(f"{where}.file: a file name ending in .png, got {file!r}")
+            raise SweepSpecError(f"{where}.file", f"a file name ending in .png, got {file!r}")
         if file in files:
             file = file.removesuffix(".png") + f"-{i}.png"
         files.add(file)
@@ -835,7 +797,7 @@ def _check_plot_ambiguity(spec: SweepSpec) -> None:
                  if p.key not in fixed and (p.source == "random" or len(p.settings) > 1)]
         if loose:
             raise SweepSpecError(
-                f"{spec.origin}: plots[{i}]: {', '.join(loose)} also vary; make one the hue, "
+                spec.origin, f"plots[{i}]: {', '.join(loose)} also vary; make one the hue, "
                 "fix them with where = { ... }, or use kind = \"scatter\"")
 
 

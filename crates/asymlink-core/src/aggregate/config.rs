@@ -13,36 +13,9 @@
 //! ```
 
 use super::filter::Filter;
+use crate::config::ConfigError;
 use crate::units::{Bytes, Rate, Span};
-use core::fmt;
 use serde::Deserialize;
-
-/// A configuration error, naming the offending key (e.g. `policies[0].profile.depth`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The key path.
-    pub key: String,
-    /// What is wrong.
-    pub msg: String,
-}
-
-impl ConfigError {
-    /// An error at `key`.
-    pub fn new(key: impl Into<String>, msg: impl Into<String>) -> Self {
-        ConfigError {
-            key: key.into(),
-            msg: msg.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.msg)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// Which events serve the senders waiting for tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -331,7 +304,7 @@ mod tests {
         let bad = GOOD.replace("\"20KB\"", "\"1000B\"");
         let c: ControllerConfig = toml::from_str(&bad).unwrap();
         let e = c.validate().unwrap_err();
-        assert_eq!(e.key, "policies[0].profile.depth");
+        assert_eq!(e.path, "policies[0].profile.depth");
         assert!(e.msg.contains("1040B"), "{e}");
         let e = toml::from_str::<ControllerConfig>(&GOOD.replace("lru", "lifo"))
             .unwrap_err()
@@ -347,8 +320,8 @@ mod tests {
         assert!(e.contains("no unit"), "{e}");
         let c: ControllerConfig =
             toml::from_str(&GOOD.replace("max_packet", "peak = \"100kbit\", max_packet")).unwrap();
-        assert_eq!(c.validate().unwrap_err().key, "policies[0].profile.peak");
+        assert_eq!(c.validate().unwrap_err().path, "policies[0].profile.peak");
         let c: ControllerConfig = toml::from_str("policies = []").unwrap();
-        assert_eq!(c.validate().unwrap_err().key, "policies");
+        assert_eq!(c.validate().unwrap_err().path, "policies");
     }
 }

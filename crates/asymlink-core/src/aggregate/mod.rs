@@ -57,12 +57,13 @@ pub mod filter;
 pub mod policy;
 
 pub use config::{
-    ActionConfig, ConfigError, ControllerConfig, DepthShare, Order, PolicyConfig, ProfileConfig,
-    SchemeConfig, Triggers,
+    ActionConfig, ControllerConfig, DepthShare, Order, PolicyConfig, ProfileConfig, SchemeConfig,
+    Triggers,
 };
 pub use filter::{Field, Filter, FlowTuple};
 pub use policy::{Aggregate, AggregateStats, Member, Scheme};
 
+use crate::config::ConfigError;
 use crate::time::{dur_ns, Duration, Instant};
 use std::collections::BTreeMap;
 

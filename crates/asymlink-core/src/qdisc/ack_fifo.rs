@@ -44,7 +44,7 @@
 use crate::ack::{removable_suffix, AckMeta, AckState};
 use crate::packet::Pkt;
 use crate::qdisc::{
-    Backlog, Dequeued, DropReason, Drops, FilterReason, Qdisc, QdiscBuildError, QdiscStats, Stage,
+    Backlog, ConfigError, Dequeued, DropReason, Drops, FilterReason, Qdisc, QdiscStats, Stage,
     Verdict,
 };
 use crate::time::Instant;
@@ -103,12 +103,12 @@ pub struct AckFifo<P> {
 
 impl<P: Pkt> AckFifo<P> {
     /// Build from configuration.
-    pub fn new(cfg: &AckFifoConfig) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &AckFifoConfig) -> Result<Self, ConfigError> {
         if matches!(cfg.limit, Limit::Packets(0) | Limit::Bytes(0)) {
-            return Err(QdiscBuildError::new("ack_fifo.limit", "must be positive"));
+            return Err(ConfigError::new("ack_fifo.limit", "must be positive"));
         }
         if cfg.max_connections == 0 {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 "ack_fifo.max_connections",
                 "must be positive",
             ));

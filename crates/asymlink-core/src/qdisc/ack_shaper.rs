@@ -83,8 +83,7 @@ mod tune;
 pub use config::{AckShaperConfig, Fraction, LeakConfig, Threshold};
 
 use super::{
-    Backlog, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError, QdiscStats,
-    Verdict,
+    Backlog, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscStats, Verdict,
 };
 use crate::packet::Pkt;
 use crate::time::{Duration, Instant};
@@ -170,7 +169,7 @@ pub struct AckShaper<P> {
 
 impl<P: Pkt> AckShaper<P> {
     /// Build from configuration.
-    pub fn new(cfg: &AckShaperConfig) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &AckShaperConfig) -> Result<Self, ConfigError> {
         let p = Params::new(cfg)?;
         Ok(AckShaper {
             acks: (0..p.buckets).map(|_| VecDeque::new()).collect(),

@@ -56,7 +56,7 @@
 //! whatever the link behind the discipline (if it is faster). If one of them has nothing
 //! queued, its partition fills and the overflow goes to the other two: 1.5 Mbit/s each.
 
-use super::{Backlog, Dequeued, DropReason, Drops, Qdisc, QdiscBuildError, QdiscStats, Verdict};
+use super::{Backlog, ConfigError, Dequeued, DropReason, Drops, Qdisc, QdiscStats, Verdict};
 use crate::aggregate::{
     ActionConfig, ConnKey, Controller, ControllerConfig, Decision, FlowTuple, Joined, PolicyConfig,
     Triggers,
@@ -168,8 +168,8 @@ pub struct Aggregate<P> {
 impl<P: Pkt> Aggregate<P> {
     /// Build from configuration (the controller validates the policies; errors name the
     /// key under `aggregate.`).
-    pub fn new(cfg: &AggregateConfig) -> Result<Self, QdiscBuildError> {
-        let err = |k: &str, m: &str| QdiscBuildError::new(format!("aggregate.{k}"), m);
+    pub fn new(cfg: &AggregateConfig) -> Result<Self, ConfigError> {
+        let err = |k: &str, m: &str| ConfigError::new(format!("aggregate.{k}"), m);
         if cfg.max_conns == 0 {
             return Err(err("max_conns", "must be positive"));
         }
@@ -187,8 +187,7 @@ impl<P: Pkt> Aggregate<P> {
             max_conns: cfg.max_conns,
             policies: cfg.policies.clone(),
         };
-        let ctl = Controller::new(&ctl_cfg)
-            .map_err(|e| QdiscBuildError::new(format!("aggregate.{}", e.key), e.msg))?;
+        let ctl = Controller::new(&ctl_cfg).map_err(|e| e.within("aggregate"))?;
         Ok(Aggregate {
             ctl,
             policies: cfg.policies.clone(),
@@ -956,12 +955,12 @@ mod tests {
             "",
         );
         let e = Aggregate::<HeaderPacket>::new(&bad).unwrap_err();
-        assert_eq!(e.key, "aggregate.policies[0].profile.depth");
+        assert_eq!(e.path, "aggregate.policies[0].profile.depth");
         let e = Aggregate::<HeaderPacket>::new(&cfg(
             &format!("{SHAPE3}\nscheme = {{ kind = \"common\" }}"),
             "max_conns = 0",
         ))
         .unwrap_err();
-        assert_eq!(e.key, "aggregate.max_conns");
+        assert_eq!(e.path, "aggregate.max_conns");
     }
 }

@@ -29,8 +29,7 @@
 //! packet/byte `limit` other than plain tail drop (`queue_full`).
 
 use super::{
-    Backlog, BuildCtx, Dequeued, DropReason, Drops, Qdisc, QdiscBuildError, QdiscStats, Stage,
-    Verdict,
+    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, Qdisc, QdiscStats, Stage, Verdict,
 };
 use crate::packet::Pkt;
 use crate::time::{dur_ns, Duration, Instant};
@@ -112,38 +111,35 @@ impl CodelParams {
         ecn: bool,
         rate: Option<Rate>,
         key: &str,
-    ) -> Result<CodelParams, QdiscBuildError> {
+    ) -> Result<CodelParams, ConfigError> {
         let (mut target, mut interval) = (dur_ns(target), dur_ns(interval));
         if target == 0 {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 format!("{key}.target"),
                 "must be positive",
             ));
         }
         if interval < target {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 format!("{key}.interval"),
                 "must be at least the target",
             ));
         }
         if interval > 60_000_000_000 {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 format!("{key}.interval"),
                 "must be at most 60 s",
             ));
         }
         if !(68..=65_535).contains(&mtu) {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 format!("{key}.mtu"),
                 "must be in 68..=65535 bytes",
             ));
         }
         if let Some(r) = rate {
             if r.0 == 0 {
-                return Err(QdiscBuildError::new(
-                    format!("{key}.rate"),
-                    "must be positive",
-                ));
+                return Err(ConfigError::new(format!("{key}.rate"), "must be positive"));
             }
             // Modelled after cake_set_rate() in net/sched/sch_cake.c.
             let raised = r.tx_nanos(mtu).saturating_mul(3) / 2;
@@ -433,9 +429,9 @@ pub struct Codel<P> {
 
 impl<P: Pkt> Codel<P> {
     /// Build; the low-rate target uses `cfg.rate`, else `ctx.link_rate`.
-    pub fn new(cfg: &CodelConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &CodelConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         if matches!(cfg.limit, Limit::Packets(0) | Limit::Bytes(0)) {
-            return Err(QdiscBuildError::new("codel.limit", "must be positive"));
+            return Err(ConfigError::new("codel.limit", "must be positive"));
         }
         let params = CodelParams::new(
             cfg.target.0,
@@ -592,7 +588,7 @@ mod tests {
             let cfg: CodelConfig = toml::from_str(src).unwrap();
             Codel::<HeaderPacket>::new(&cfg, &BuildCtx::default())
                 .unwrap_err()
-                .key
+                .path
         };
         assert_eq!(e("target = \"0ms\""), "codel.target");
         assert_eq!(e("interval = \"1ms\""), "codel.interval");

@@ -7,9 +7,9 @@ use super::{
     FqCodel, FqCodelConfig, Hfsc, HfscConfig, HostFqCodel, HostFqCodelConfig, Htb, HtbConfig, Prio,
     PrioConfig, Qdisc, Tbf, TbfConfig,
 };
+use crate::config::ConfigError;
 use crate::packet::{ClassId, Pkt};
 use crate::units::{Limit, Rate};
-use core::fmt;
 use serde::Deserialize;
 
 pub use super::fifo::DropSide;
@@ -54,33 +54,6 @@ impl Default for QdiscConfig {
     }
 }
 
-/// A configuration error, naming the offending key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QdiscBuildError {
-    /// The key path, e.g. `prio.bands.classes`.
-    pub key: String,
-    /// What is wrong.
-    pub msg: String,
-}
-
-impl QdiscBuildError {
-    /// An error at `key`.
-    pub fn new(key: impl Into<String>, msg: impl Into<String>) -> Self {
-        QdiscBuildError {
-            key: key.into(),
-            msg: msg.into(),
-        }
-    }
-}
-
-impl fmt::Display for QdiscBuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.msg)
-    }
-}
-
-impl std::error::Error for QdiscBuildError {}
-
 /// What building a discipline may need from its surroundings.
 #[derive(Clone, Debug, Default)]
 pub struct BuildCtx {
@@ -101,13 +74,13 @@ impl BuildCtx {
         }
     }
     /// Resolve a class name; the error names `key`.
-    pub fn class_id(&self, name: &str, key: &str) -> Result<ClassId, QdiscBuildError> {
+    pub fn class_id(&self, name: &str, key: &str) -> Result<ClassId, ConfigError> {
         self.classes
             .iter()
             .position(|c| c == name)
             .map(|i| ClassId(i as u16))
             .ok_or_else(|| {
-                QdiscBuildError::new(
+                ConfigError::new(
                     key,
                     format!(
                         "unknown class '{name}' (classes defined by the classifier: {})",
@@ -127,14 +100,14 @@ impl QdiscConfig {
     pub fn build<P: Pkt + Send + 'static>(
         &self,
         ctx: &BuildCtx,
-    ) -> Result<Box<dyn Qdisc<P>>, QdiscBuildError> {
+    ) -> Result<Box<dyn Qdisc<P>>, ConfigError> {
         Ok(match self {
             QdiscConfig::Fifo(c) => {
                 if matches!(
                     c.limit,
                     crate::units::Limit::Packets(0) | crate::units::Limit::Bytes(0)
                 ) {
-                    return Err(QdiscBuildError::new("fifo.limit", "must be positive"));
+                    return Err(ConfigError::new("fifo.limit", "must be positive"));
                 }
                 Box::new(Fifo::new(*c))
             }

@@ -11,9 +11,7 @@
 //! dropped (`drop = "tail"`) or the longest queue loses its oldest packet
 //! (`drop = "longest"`, longest-queue-drop).
 
-use super::{
-    Backlog, Dequeued, DropReason, Drops, Qdisc, QdiscBuildError, QdiscStats, Stage, Verdict,
-};
+use super::{Backlog, ConfigError, Dequeued, DropReason, Drops, Qdisc, QdiscStats, Stage, Verdict};
 use crate::packet::Pkt;
 use crate::qdisc::BuildCtx;
 use crate::time::Instant;
@@ -91,17 +89,14 @@ pub struct Drr<P> {
 
 impl<P: Pkt + Send> Drr<P> {
     /// Build from configuration.
-    pub fn new(cfg: &DrrConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &DrrConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         if cfg.quantum.0 == 0 {
-            return Err(QdiscBuildError::new("drr.quantum", "must be positive"));
+            return Err(ConfigError::new("drr.quantum", "must be positive"));
         }
         let n = match cfg.by {
             DrrKey::Flow => {
                 if cfg.buckets == 0 || cfg.buckets > 1 << 20 {
-                    return Err(QdiscBuildError::new(
-                        "drr.buckets",
-                        "must be in 1..=1048576",
-                    ));
+                    return Err(ConfigError::new("drr.buckets", "must be in 1..=1048576"));
                 }
                 cfg.buckets as usize
             }

@@ -27,7 +27,7 @@
 //! Complete generality is not a goal: no ECN marking, one FIFO (no per-class thresholds),
 //! and the idle decay uses one typical packet time (`mean_packet` at the link rate).
 
-use super::{Backlog, Dequeued, DropReason, Drops, Qdisc, QdiscBuildError, QdiscStats, Verdict};
+use super::{Backlog, ConfigError, Dequeued, DropReason, Drops, Qdisc, QdiscStats, Verdict};
 use crate::packet::Pkt;
 use crate::rand::Rng;
 use crate::time::{dur_ns, Instant};
@@ -152,12 +152,8 @@ fn limit_value(l: Limit) -> (bool, u64) {
 
 impl<P: Pkt> Ered<P> {
     /// Build; `seed` feeds the drop decisions, `link_rate` the idle decay.
-    pub fn new(
-        cfg: &EredConfig,
-        seed: u64,
-        link_rate: Option<Rate>,
-    ) -> Result<Self, QdiscBuildError> {
-        let err = |k: &str, m: &str| Err(QdiscBuildError::new(format!("ered.{k}"), m));
+    pub fn new(cfg: &EredConfig, seed: u64, link_rate: Option<Rate>) -> Result<Self, ConfigError> {
+        let err = |k: &str, m: &str| Err(ConfigError::new(format!("ered.{k}"), m));
         let (bytes, limit) = limit_value(cfg.limit);
         let (b_min, min) = limit_value(cfg.min_th);
         let (b_max, max) = limit_value(cfg.max_th);
@@ -524,7 +520,7 @@ mod tests {
         ] {
             let cfg: EredConfig = toml::from_str(src).unwrap();
             let e = Ered::<HeaderPacket>::new(&cfg, 1, None).unwrap_err();
-            assert_eq!(e.key, key, "{src}");
+            assert_eq!(e.path, key, "{src}");
         }
     }
 }

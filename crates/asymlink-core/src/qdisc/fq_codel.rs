@@ -31,8 +31,7 @@
 
 use super::codel::{CodelCounters, CodelCtx, CodelParams, CodelVars, StampedQueue};
 use super::{
-    Backlog, BuildCtx, Dequeued, DropReason, Drops, Qdisc, QdiscBuildError, QdiscStats, Stage,
-    Verdict,
+    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, Qdisc, QdiscStats, Stage, Verdict,
 };
 use crate::packet::Pkt;
 use crate::rand::splitmix64;
@@ -316,8 +315,8 @@ fn check_common(
     memory: Bytes,
     flows: u32,
     quantum: Bytes,
-) -> Result<(), QdiscBuildError> {
-    let e = |k: &str, m: &str| Err(QdiscBuildError::new(format!("{kind}.{k}"), m));
+) -> Result<(), ConfigError> {
+    let e = |k: &str, m: &str| Err(ConfigError::new(format!("{kind}.{k}"), m));
     if matches!(limit, Limit::Packets(0) | Limit::Bytes(0)) {
         return e("limit", "must be positive");
     }
@@ -351,7 +350,7 @@ pub struct FqCodel<P> {
 impl<P: Pkt> FqCodel<P> {
     /// Build; the hash perturbation comes from `ctx.seed`, the low-rate target from
     /// `cfg.rate` or `ctx.link_rate`.
-    pub fn new(cfg: &FqCodelConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &FqCodelConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         check_common(
             "fq_codel",
             cfg.limit,
@@ -504,12 +503,12 @@ fn set_lookup(n: usize, tag: u64, used: impl Fn(usize) -> Option<u64>) -> Result
 
 impl<P: Pkt> HostFqCodel<P> {
     /// Build; see [`FqCodel::new`].
-    pub fn new(cfg: &HostFqCodelConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &HostFqCodelConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         let kind = "host_fq_codel";
         check_common(kind, cfg.limit, cfg.memory_limit, cfg.flows, cfg.quantum)?;
         for (k, n) in [("flows", cfg.flows), ("host_buckets", cfg.host_buckets)] {
             if n == 0 || n % WAYS as u32 != 0 || n > 65_536 {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     format!("{kind}.{k}"),
                     "must be a multiple of 8 in 8..=65536",
                 ));
@@ -517,7 +516,7 @@ impl<P: Pkt> HostFqCodel<P> {
         }
         let host_quantum = cfg.host_quantum.unwrap_or(cfg.quantum);
         if host_quantum.0 == 0 || host_quantum.0 > 1 << 20 {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 format!("{kind}.host_quantum"),
                 "must be in 1B..=1MiB",
             ));
@@ -937,7 +936,7 @@ mod tests {
         let e = |src: &str| {
             let c: QdiscConfig = toml::from_str(src).unwrap();
             match c.build::<HeaderPacket>(&BuildCtx::default()) {
-                Err(e) => e.key,
+                Err(e) => e.path,
                 Ok(_) => panic!("{src} built"),
             }
         };

@@ -52,7 +52,7 @@
 
 use super::tree::{ClassSpec, Limits, Tree};
 use super::{
-    Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError,
+    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc,
     QdiscConfig, QdiscStats, Verdict,
 };
 use crate::overhead::{LinkLayer, LinkLayerConfig};
@@ -99,29 +99,27 @@ pub struct ServiceCurve {
 
 impl CurveConfig {
     /// The curve, or what is wrong with it (relative to `key`).
-    pub fn curve(&self, key: &str) -> Result<ServiceCurve, QdiscBuildError> {
+    pub fn curve(&self, key: &str) -> Result<ServiceCurve, ConfigError> {
         let m2 = match (self.m2, self.rate) {
             (Some(m), None) | (None, Some(m)) => m.0,
-            (Some(_), Some(_)) => {
-                return Err(QdiscBuildError::new(key, "give m2 or rate, not both"))
-            }
-            (None, None) => return Err(QdiscBuildError::new(key, "needs m2 (or rate)")),
+            (Some(_), Some(_)) => return Err(ConfigError::new(key, "give m2 or rate, not both")),
+            (None, None) => return Err(ConfigError::new(key, "needs m2 (or rate)")),
         };
         let tc_form = self.umax.is_some() || self.dmax.is_some();
         let two_piece = self.m1.is_some() || self.d.is_some();
         if tc_form && two_piece {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 key,
                 "give either m1/d/m2 or umax/dmax/rate",
             ));
         }
         if tc_form {
             let (Some(umax), Some(dmax)) = (self.umax, self.dmax) else {
-                return Err(QdiscBuildError::new(key, "umax and dmax go together"));
+                return Err(ConfigError::new(key, "umax and dmax go together"));
             };
             let dmax_ns = dur_ns(dmax.0);
             if dmax_ns == 0 || m2 == 0 {
-                return Err(QdiscBuildError::new(key, "dmax and rate must be positive"));
+                return Err(ConfigError::new(key, "dmax and rate must be positive"));
             }
             // tc-hfsc: the first slope delivers umax within dmax if that is steeper than
             // the rate; otherwise the curve is flat until dmax - umax/rate.
@@ -144,7 +142,7 @@ impl CurveConfig {
                 d: dur_ns(d.0),
                 m2,
             }),
-            _ => Err(QdiscBuildError::new(key, "m1 and d go together")),
+            _ => Err(ConfigError::new(key, "m1 and d go together")),
         }
     }
 }
@@ -406,7 +404,7 @@ pub struct Hfsc<P> {
 
 impl<P: Pkt + Send + 'static> Hfsc<P> {
     /// Build and validate; classifier class names are resolved through `ctx`.
-    pub fn new(cfg: &HfscConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &HfscConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         let specs: Vec<ClassSpec<'_>> = cfg
             .classes
             .iter()
@@ -480,7 +478,7 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
             };
             let sc = curve(&c.sc, "sc")?;
             if sc.is_some() && (c.rt.is_some() || c.ls.is_some()) {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "sc"),
                     "sc sets both rt and ls: give sc, or rt and ls",
                 ));
@@ -490,29 +488,29 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
             cl.usc = curve(&c.ul, "ul")?;
             for (s, f) in [(cl.rsc, "rt"), (cl.fsc, "ls"), (cl.usc, "ul")] {
                 if s.is_some_and(|s| s.m2 == 0 && s.m1 == 0) {
-                    return Err(QdiscBuildError::new(key(i, f), "the curve is zero"));
+                    return Err(ConfigError::new(key(i, f), "the curve is zero"));
                 }
             }
             if cl.rsc.is_some() && !is_leaf {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "rt"),
                     format!("'{}' has children; real-time curves are for leaves", c.name),
                 ));
             }
             if !is_leaf && cl.fsc.is_none() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "ls"),
                     format!("'{}' has children and needs a link-share curve", c.name),
                 ));
             }
             if is_leaf && cl.fsc.is_none() && cl.rsc.is_none() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "rt"),
                     format!("leaf '{}' needs a real-time or link-share curve", c.name),
                 ));
             }
             if cl.usc.is_some() && cl.fsc.is_none() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "ul"),
                     "an upper limit bounds link-share service: give ls too",
                 ));

@@ -51,7 +51,7 @@
 
 use super::tree::{ClassSpec, Limits, Tree};
 use super::{
-    Backlog, BuildCtx, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscBuildError,
+    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc,
     QdiscConfig, QdiscStats, Verdict,
 };
 use crate::overhead::{LinkLayer, LinkLayerConfig};
@@ -227,9 +227,9 @@ pub struct Htb<P> {
 
 impl<P: Pkt + Send + 'static> Htb<P> {
     /// Build and validate; classifier class names are resolved through `ctx`.
-    pub fn new(cfg: &HtbConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &HtbConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         if cfg.r2q == 0 {
-            return Err(QdiscBuildError::new("htb.r2q", "must be positive"));
+            return Err(ConfigError::new("htb.r2q", "must be positive"));
         }
         let specs: Vec<ClassSpec<'_>> = cfg
             .classes
@@ -254,11 +254,11 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         let mut classes = Vec::with_capacity(n);
         for (i, c) in cfg.classes.iter().enumerate() {
             if c.rate.0 == 0 {
-                return Err(QdiscBuildError::new(key(i, "rate"), "must be positive"));
+                return Err(ConfigError::new(key(i, "rate"), "must be positive"));
             }
             let ceil = c.ceil.unwrap_or(c.rate);
             if ceil < c.rate {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "ceil"),
                     format!(
                         "ceil {ceil} is below rate {} of class '{}' (ceil >= rate)",
@@ -267,7 +267,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 ));
             }
             if c.prio >= PRIOS {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "prio"),
                     format!("must be 0..={}", PRIOS - 1),
                 ));
@@ -281,7 +281,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             let to_ns = |r: Rate, b: u64| i64::try_from(r.tx_nanos(b)).unwrap_or(i64::MAX);
             let quantum = match c.quantum {
                 Some(q) if q.0 == 0 => {
-                    return Err(QdiscBuildError::new(key(i, "quantum"), "must be positive"))
+                    return Err(ConfigError::new(key(i, "quantum"), "must be positive"))
                 }
                 Some(q) => q.0 as i64,
                 None => (c.rate.0 / 8 / cfg.r2q as u64).clamp(1000, 200_000) as i64,

@@ -54,6 +54,7 @@ mod prio;
 mod tbf;
 mod tree;
 
+pub use crate::config::ConfigError;
 pub use ack_fifo::{AckFifo, AckFifoConfig, AckFifoDrop};
 pub use ack_filter::{AckFilter, AckFilterConfig};
 pub use ack_shaper::{
@@ -61,7 +62,7 @@ pub use ack_shaper::{
 };
 pub use aggregate::{Aggregate, AggregateConfig, AggregateCounters};
 pub use codel::{Codel, CodelConfig, CodelCounters};
-pub use config::{BuildCtx, DropSide, QdiscBuildError, QdiscConfig};
+pub use config::{BuildCtx, DropSide, QdiscConfig};
 pub use drr::{Drr, DrrConfig};
 pub use ered::{Ered, EredConfig, EredCounters};
 pub use fifo::{Fifo, FifoConfig};

@@ -10,7 +10,7 @@
 //! as the ADSL paper observes) — use HTB when bands need guarantees.
 
 use super::{
-    Backlog, Dequeued, Drops, PeerObservation, Qdisc, QdiscBuildError, QdiscConfig, QdiscStats,
+    Backlog, ConfigError, Dequeued, Drops, PeerObservation, Qdisc, QdiscConfig, QdiscStats,
 };
 use crate::packet::{ClassId, Pkt};
 use crate::qdisc::BuildCtx;
@@ -51,16 +51,16 @@ pub struct Prio<P> {
 
 impl<P: Pkt + Send + 'static> Prio<P> {
     /// Build from configuration; class names are resolved through `ctx`.
-    pub fn new(cfg: &PrioConfig, ctx: &BuildCtx) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &PrioConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         if cfg.bands.is_empty() || cfg.bands.len() > 64 {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 "prio.bands",
                 "needs between 1 and 64 bands",
             ));
         }
         let default = cfg.default.unwrap_or(cfg.bands.len() - 1);
         if default >= cfg.bands.len() {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 "prio.default",
                 format!("band {default} does not exist ({} bands)", cfg.bands.len()),
             ));

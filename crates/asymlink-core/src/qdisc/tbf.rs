@@ -10,7 +10,7 @@
 //! credit will suffice. A packet that could never be sent (wire size above `burst`) is
 //! dropped as [`DropReason::TooBig`] on arrival instead of blocking the queue forever.
 
-use super::{Backlog, Dequeued, DropReason, Drops, Qdisc, QdiscBuildError, QdiscStats, Verdict};
+use super::{Backlog, ConfigError, Dequeued, DropReason, Drops, Qdisc, QdiscStats, Verdict};
 use crate::overhead::{LinkLayer, LinkLayerConfig};
 use crate::packet::Pkt;
 use crate::time::{dur_ns, Instant};
@@ -55,9 +55,9 @@ pub struct Tbf<P> {
 
 impl<P: Pkt> Tbf<P> {
     /// Build from configuration.
-    pub fn new(cfg: &TbfConfig) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &TbfConfig) -> Result<Self, ConfigError> {
         if cfg.rate.0 == 0 {
-            return Err(QdiscBuildError::new("tbf.rate", "must be positive"));
+            return Err(ConfigError::new("tbf.rate", "must be positive"));
         }
         let burst = cfg.burst.map(|b| b.0).unwrap_or_else(|| {
             cfg.rate

@@ -5,7 +5,7 @@
 //! [`Tree`] whose indices are the positions in the configuration; the scheduling state
 //! (tokens, service curves) stays with the scheduler.
 
-use super::{BuildCtx, Qdisc, QdiscBuildError, QdiscConfig};
+use super::{BuildCtx, ConfigError, Qdisc, QdiscConfig};
 use crate::packet::Pkt;
 use crate::units::Rate;
 use std::collections::HashMap;
@@ -43,11 +43,11 @@ pub(crate) struct Tree {
 impl Tree {
     /// Check names, parents, cycles, depth, and that only leaves hold a queue or take
     /// classes.
-    pub fn new(specs: &[ClassSpec<'_>], limits: &Limits) -> Result<Tree, QdiscBuildError> {
+    pub fn new(specs: &[ClassSpec<'_>], limits: &Limits) -> Result<Tree, ConfigError> {
         let kind = limits.kind;
         let n = specs.len();
         if n == 0 || n > limits.max_classes {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 format!("{kind}.classes"),
                 format!("needs between 1 and {} classes", limits.max_classes),
             ));
@@ -56,10 +56,10 @@ impl Tree {
         let mut index = HashMap::new();
         for (i, c) in specs.iter().enumerate() {
             if c.name.is_empty() {
-                return Err(QdiscBuildError::new(key(i, "name"), "must not be empty"));
+                return Err(ConfigError::new(key(i, "name"), "must not be empty"));
             }
             if index.insert(c.name.to_string(), i).is_some() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "name"),
                     format!("duplicate class '{}'", c.name),
                 ));
@@ -70,7 +70,7 @@ impl Tree {
         for (i, c) in specs.iter().enumerate() {
             if let Some(p) = c.parent {
                 let pi = *index.get(p).ok_or_else(|| {
-                    QdiscBuildError::new(
+                    ConfigError::new(
                         key(i, "parent"),
                         format!("unknown parent class '{p}' of '{}'", c.name),
                     )
@@ -88,14 +88,14 @@ impl Tree {
                 d += 1;
                 c = p;
                 if d > n {
-                    return Err(QdiscBuildError::new(
+                    return Err(ConfigError::new(
                         key(i, "parent"),
                         format!("class '{}' is part of a parent cycle", specs[i].name),
                     ));
                 }
             }
             if limits.max_depth.is_some_and(|m| d >= m) {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "parent"),
                     format!(
                         "the tree is deeper than {} levels",
@@ -110,13 +110,13 @@ impl Tree {
                 continue;
             }
             if c.queue.is_some() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "queue"),
                     format!("'{}' has children; only leaves hold a queue", c.name),
                 ));
             }
             if c.classes.is_some() {
-                return Err(QdiscBuildError::new(
+                return Err(ConfigError::new(
                     key(i, "classes"),
                     format!("'{}' has children; only leaves take classes", c.name),
                 ));
@@ -148,7 +148,7 @@ impl Tree {
         spec: &ClassSpec<'_>,
         rate: Option<Rate>,
         ctx: &BuildCtx,
-    ) -> Result<Box<dyn Qdisc<P>>, QdiscBuildError> {
+    ) -> Result<Box<dyn Qdisc<P>>, ConfigError> {
         let ctx = &BuildCtx {
             link_rate: rate,
             ..ctx.clone()
@@ -157,7 +157,7 @@ impl Tree {
             Some(q) => q.build(ctx),
             None => QdiscConfig::default().build(ctx),
         }
-        .map_err(|e| QdiscBuildError::new(format!("{}.{}", self.key(i, "queue"), e.key), e.msg))
+        .map_err(|e| e.within(self.key(i, "queue")))
     }
 
     /// The leaf each classifier class goes to (`None`: no leaf takes it). A leaf without
@@ -166,7 +166,7 @@ impl Tree {
         &self,
         specs: &[ClassSpec<'_>],
         ctx: &BuildCtx,
-    ) -> Result<Vec<Option<usize>>, QdiscBuildError> {
+    ) -> Result<Vec<Option<usize>>, ConfigError> {
         let mut leaf_of_class: Vec<Option<usize>> = vec![None; ctx.classes.len()];
         for (i, c) in specs.iter().enumerate() {
             if !self.is_leaf(i) {
@@ -181,7 +181,7 @@ impl Tree {
                 let id = ctx.class_id(name, &self.key(i, "classes"))?;
                 let slot = &mut leaf_of_class[id.0 as usize];
                 if let Some(other) = *slot {
-                    return Err(QdiscBuildError::new(
+                    return Err(ConfigError::new(
                         self.key(i, "classes"),
                         format!(
                             "class '{name}' is taken by both '{}' and '{}'",
@@ -196,15 +196,15 @@ impl Tree {
     }
 
     /// Resolve the default leaf's name.
-    pub fn default_leaf(&self, name: Option<&str>) -> Result<Option<usize>, QdiscBuildError> {
+    pub fn default_leaf(&self, name: Option<&str>) -> Result<Option<usize>, ConfigError> {
         let Some(d) = name else { return Ok(None) };
         let key = format!("{}.default", self.kind);
         let i = *self
             .index
             .get(d)
-            .ok_or_else(|| QdiscBuildError::new(&key, format!("unknown class '{d}'")))?;
+            .ok_or_else(|| ConfigError::new(&key, format!("unknown class '{d}'")))?;
         if !self.is_leaf(i) {
-            return Err(QdiscBuildError::new(
+            return Err(ConfigError::new(
                 key,
                 format!("'{d}' has children; the default must be a leaf"),
             ));
@@ -242,19 +242,19 @@ mod tests {
         assert!(t.is_leaf(0) && !t.is_leaf(1));
         assert_eq!(t.default_leaf(Some("leaf")).unwrap(), Some(0));
         let e = t.default_leaf(Some("root")).unwrap_err();
-        assert_eq!(e.key, "t.default");
+        assert_eq!(e.path, "t.default");
     }
 
     #[test]
     fn errors_name_the_class() {
         let err = |specs: &[ClassSpec<'_>]| Tree::new(specs, &LIMITS).err().unwrap();
         let e = err(&[spec("a", Some("b")), spec("b", Some("a"))]);
-        assert_eq!(e.key, "t.classes[0].parent");
+        assert_eq!(e.path, "t.classes[0].parent");
         assert!(e.msg.contains("cycle"), "{e}");
         let e = err(&[spec("a", None), spec("b", Some("a")), spec("c", Some("b"))]);
         assert!(e.msg.contains("deeper than 2"), "{e}");
         let e = err(&[spec("a", None), spec("a", None)]);
-        assert_eq!(e.key, "t.classes[1].name");
+        assert_eq!(e.path, "t.classes[1].name");
         let e = err(&[spec("a", Some("x"))]);
         assert!(e.msg.contains("unknown parent class 'x'"), "{e}");
         let q = QdiscConfig::default();
@@ -265,7 +265,7 @@ mod tests {
             },
             spec("b", Some("a")),
         ]);
-        assert_eq!(e.key, "t.classes[0].queue");
+        assert_eq!(e.path, "t.classes[0].queue");
         assert!(err(&[]).msg.contains("between 1 and 4"));
     }
 

@@ -8,36 +8,10 @@
 //! rwnd_policy = { link_rate = "28.8kbit", access_queue = "20p" }
 //! ```
 
+use crate::config::ConfigError;
 use crate::time::{dur_ns, Duration};
 use crate::units::{Bytes, Limit, Rate, Span};
-use core::fmt;
 use serde::Deserialize;
-
-/// A configuration error, naming the offending key (relative to the policy's table).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The key, e.g. `qlength_delay`.
-    pub key: String,
-    /// What is wrong.
-    pub msg: String,
-}
-
-impl ConfigError {
-    fn new(key: &str, msg: impl Into<String>) -> ConfigError {
-        ConfigError {
-            key: key.to_string(),
-            msg: msg.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.msg)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// The four priority classes of §IV-A, highest priority first.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Deserialize)]
@@ -383,13 +357,13 @@ mod tests {
     #[test]
     fn errors_name_the_key() {
         let e = parse(r#"qlength_delay = "0s""#).params().unwrap_err();
-        assert_eq!(e.key, "qlength_delay");
+        assert_eq!(e.path, "qlength_delay");
         let e = parse(r#"rcv_short = "9KB""#).params().unwrap_err();
-        assert_eq!(e.key, "rcv_long");
+        assert_eq!(e.path, "rcv_long");
         let e = parse(r#"access_queue = "1p""#).params().unwrap_err();
-        assert_eq!(e.key, "access_queue");
+        assert_eq!(e.path, "access_queue");
         let e = parse(r#"link_rate = "0bit""#).params().unwrap_err();
-        assert_eq!(e.key, "link_rate");
+        assert_eq!(e.path, "link_rate");
         assert!(toml::from_str::<RwndConfig>("qlength_loss = 6").is_err());
         assert!(toml::from_str::<RwndConfig>("qlength_los = \"6p\"").is_err());
     }

@@ -52,7 +52,7 @@ pub mod estimate;
 pub mod policy;
 pub mod rewrite;
 
-pub use config::{Amount, ConfigError, FlowClass, Params, PortGuesses, RwndConfig};
+pub use config::{Amount, FlowClass, Params, PortGuesses, RwndConfig};
 pub use estimate::ArrivalRate;
 pub use policy::{FlowInfo, Policy, PolicyStats, DEFAULT_MSS};
 pub use rewrite::{RewriteCounters, WindowRewriter};

@@ -7,8 +7,9 @@
 //! output is the window a flow may advertise now ([`Policy::window`]). Windows are decided
 //! in integer bytes and nanoseconds; the same inputs give the same windows.
 
-use super::config::{ConfigError, FlowClass, Params, RwndConfig};
+use super::config::{FlowClass, Params, RwndConfig};
 use super::estimate::ArrivalRate;
+use crate::config::ConfigError;
 use crate::time::{dur_ns, earliest, Duration, Instant};
 use std::collections::BTreeMap;
 

@@ -37,8 +37,9 @@
 //! On real packets, [`Pkt::set_tcp_window`] edits the bytes with an RFC 1624 incremental
 //! checksum update.
 
-use super::config::{ConfigError, FlowClass, RwndConfig};
+use super::config::{FlowClass, RwndConfig};
 use super::policy::{Policy, DEFAULT_MSS};
+use crate::config::ConfigError;
 use crate::packet::Pkt;
 use crate::pipeline::{Action, Dir, Rewriter};
 use crate::time::{earliest, Duration, Instant};

@@ -69,7 +69,7 @@ pub fn run(arm: &str, src: &str, duration: Option<&str>, warmup_s: f64) -> Row {
         Some(d) => src.replace("duration = \"30s\"", &format!("duration = \"{d}\"")),
         None => src.to_string(),
     };
-    let mut sim = Simulation::from_toml(&src, arm, RunOptions::default()).expect("scenario");
+    let mut sim = Simulation::from_toml(&src, RunOptions::default()).expect("scenario");
     sim.run();
     sim.check_conservation().expect("conservation");
     let r = sim.results();

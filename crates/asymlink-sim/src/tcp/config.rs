@@ -25,6 +25,7 @@
 //! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
 //! | cwnd growth when not cwnd-limited | grows | RFC 7661 rule | Linux rule |
 
+use asymlink_core::config::ConfigError;
 use asymlink_core::time::Duration;
 use asymlink_core::units::{Bytes, Span};
 use serde::Deserialize;
@@ -152,8 +153,8 @@ impl CaIncrease {
         }
     }
 
-    fn validate(&self) -> Result<(), (String, String)> {
-        let err = |k: &str, m: &str| Err((format!("ca_increase.{k}"), m.to_string()));
+    fn validate(&self) -> Result<(), ConfigError> {
+        let err = |k: &str, m: &str| Err(ConfigError::new(format!("ca_increase.{k}"), m));
         match *self {
             CaIncrease::Standard => Ok(()),
             CaIncrease::AggregateFair { rtt_av } if rtt_av.0.is_zero() => {
@@ -315,6 +316,50 @@ impl TcpConfig {
     pub const PROFILES: [&'static str; 3] = ["paper", "rfc", "linux"];
 }
 
+/// A named TCP profile: `paper`, `rfc` or `linux` (see `docs/tcp.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpProfile {
+    /// What the papers' simulators ran (ns-2 style Reno/NewReno).
+    Paper,
+    /// NewReno with SACK recovery, timestamps and delayed ACKs, per the RFCs.
+    Rfc,
+    /// What a current Linux kernel does.
+    Linux,
+}
+
+impl TcpProfile {
+    /// Every profile.
+    pub const ALL: [TcpProfile; 3] = [TcpProfile::Paper, TcpProfile::Rfc, TcpProfile::Linux];
+
+    /// The name as written in scenarios.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TcpProfile::Paper => "paper",
+            TcpProfile::Rfc => "rfc",
+            TcpProfile::Linux => "linux",
+        }
+    }
+
+    /// The profile called `name`.
+    pub fn from_name(name: &str) -> Option<TcpProfile> {
+        TcpProfile::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Its configuration.
+    pub fn config(self) -> TcpConfig {
+        TcpConfig::profile(self.name()).expect("every profile has a configuration")
+    }
+}
+
+impl<'de> Deserialize<'de> for TcpProfile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        TcpProfile::from_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown TCP profile '{name}' (paper, rfc, linux)"))
+        })
+    }
+}
+
 /// A TCP specification in a scenario: a profile name, or a table with `profile` and
 /// overrides.
 #[derive(Clone, Debug)]
@@ -324,7 +369,7 @@ impl TcpConfig {
 )]
 pub enum TcpSpec {
     /// Just a profile name.
-    Name(String),
+    Name(TcpProfile),
     /// A profile with overrides.
     Table(TcpOverrides),
 }
@@ -334,7 +379,7 @@ pub enum TcpSpec {
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)]
 pub struct TcpOverrides {
-    pub profile: Option<String>,
+    pub profile: Option<TcpProfile>,
     pub cc: Option<CcAlgo>,
     pub sack: Option<bool>,
     pub timestamps: Option<bool>,
@@ -374,7 +419,8 @@ impl<'de> Deserialize<'de> for TcpSpec {
                 f.write_str("a TCP profile name or a table of TCP settings")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<TcpSpec, E> {
-                Ok(TcpSpec::Name(v.to_string()))
+                TcpProfile::deserialize(serde::de::value::StrDeserializer::new(v))
+                    .map(TcpSpec::Name)
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<TcpSpec, A::Error> {
                 TcpOverrides::deserialize(serde::de::value::MapAccessDeserializer::new(m))
@@ -386,18 +432,21 @@ impl<'de> Deserialize<'de> for TcpSpec {
 }
 
 impl TcpSpec {
+    /// The profile it names, or `default_profile` (a table without `profile`).
+    pub fn profile(&self, default_profile: TcpProfile) -> TcpProfile {
+        match self {
+            TcpSpec::Name(p) => *p,
+            TcpSpec::Table(t) => t.profile.unwrap_or(default_profile),
+        }
+    }
+
     /// Resolve against `default_profile`; the error names the bad field.
-    pub fn resolve(&self, default_profile: &str) -> Result<TcpConfig, (String, String)> {
-        let (name, o) = match self {
-            TcpSpec::Name(n) => (n.as_str(), TcpOverrides::default()),
-            TcpSpec::Table(t) => (t.profile.as_deref().unwrap_or(default_profile), t.clone()),
+    pub fn resolve(&self, default_profile: TcpProfile) -> Result<TcpConfig, ConfigError> {
+        let o = match self {
+            TcpSpec::Name(_) => TcpOverrides::default(),
+            TcpSpec::Table(t) => t.clone(),
         };
-        let mut c = TcpConfig::profile(name).ok_or_else(|| {
-            (
-                "profile".to_string(),
-                format!("unknown TCP profile '{name}' (paper, rfc, linux)"),
-            )
-        })?;
+        let mut c = self.profile(default_profile).config();
         macro_rules! set {
             ($f:ident) => {
                 if let Some(v) = o.$f {
@@ -449,8 +498,8 @@ impl TcpSpec {
 
 impl TcpConfig {
     /// Check value ranges.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let err = |k: &str, m: &str| Err((k.to_string(), m.to_string()));
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |k: &str, m: &str| Err(ConfigError::new(k, m));
         if !(64..=65_495).contains(&self.mss) {
             return err("mss", "must be between 64B and 65495B");
         }
@@ -504,7 +553,7 @@ mod tests {
                 .clone()
                 .try_into()
                 .unwrap();
-        let c = s.resolve("rfc").unwrap();
+        let c = s.resolve(TcpProfile::Rfc).unwrap();
         assert_eq!(c.mss, 536);
         assert!(!c.sack);
         assert_eq!(c.delayed_ack, 1);
@@ -512,15 +561,19 @@ mod tests {
             toml::from_str::<toml::Value>("mss = \"536B\"\nmsss = 1").unwrap(),
         );
         assert!(bad.is_err());
-        assert!(TcpSpec::Name("bsd".into()).resolve("rfc").is_err());
+        let bad: Result<TcpSpec, _> = toml::Value::try_into(toml::Value::from("bsd"));
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("unknown TCP profile 'bsd'"));
     }
 
     #[test]
     fn ca_increase_rules() {
-        let t = |src: &str| -> Result<TcpConfig, (String, String)> {
+        let t = |src: &str| -> Result<TcpConfig, ConfigError> {
             let v: toml::Value = toml::from_str(src).unwrap();
             let s: TcpSpec = v.get("t").unwrap().clone().try_into().unwrap();
-            s.resolve("paper")
+            s.resolve(TcpProfile::Paper)
         };
         let c =
             t("t = { ca_increase = { kind = \"aggregate_fair\", rtt_av = \"300ms\" } }").unwrap();
@@ -537,7 +590,7 @@ mod tests {
         assert_eq!(c.ca_increase.gain(Some(Duration::from_millis(50))), 1.0);
         assert_eq!(c.ca_increase.gain(Some(Duration::from_millis(300))), 4.0);
         let e = t("t = { ca_increase = { kind = \"constant_rate\", a = -1.0 } }").unwrap_err();
-        assert_eq!(e.0, "ca_increase.a");
+        assert_eq!(e.path, "ca_increase.a");
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub mod recv;
 pub mod rtt;
 pub mod scoreboard;
 
-pub use config::{CcAlgo, CwndValidation, IdleRestart, TcpConfig, TcpSpec};
+pub use config::{CcAlgo, CwndValidation, IdleRestart, TcpConfig, TcpProfile, TcpSpec};
 pub use conn::{CaState, ConnEvent, ConnStats, Connection, State};
 
 use crate::packet::ConnId;

@@ -1,7 +1,7 @@
 //! The ACK filter's configuration (`{ kind = "ack_filter", policy = "...", ... }`) and its
 //! validation into immutable [`Params`].
 
-use crate::qdisc::QdiscBuildError;
+use crate::qdisc::ConfigError;
 use crate::time::{dur_ns, Duration};
 use crate::units::{Bytes, Limit, Rate, Span};
 use core::fmt;
@@ -297,9 +297,9 @@ impl AckFilterConfig {
 
     /// Check the configuration and resolve defaults. `link_rate` is the rate of the link
     /// the queue feeds, if known. Errors name the key (`ack_filter.<key>`).
-    pub fn params(&self, link_rate: Option<Rate>) -> Result<Params, QdiscBuildError> {
+    pub fn params(&self, link_rate: Option<Rate>) -> Result<Params, ConfigError> {
         let pol = self.policy;
-        let e = |k: &str, m: String| Err(QdiscBuildError::new(format!("ack_filter.{k}"), m));
+        let e = |k: &str, m: String| Err(ConfigError::new(format!("ack_filter.{k}"), m));
         // Keys that do not apply to the policy.
         let uses = |key: &str| -> bool {
             use AckPolicy as A;

@@ -65,7 +65,7 @@ pub use config::{
 };
 
 use super::{
-    Backlog, Dequeued, DropReason, Drops, FilterReason, Qdisc, QdiscBuildError, QdiscStats, Stage,
+    Backlog, ConfigError, Dequeued, DropReason, Drops, FilterReason, Qdisc, QdiscStats, Stage,
     Verdict,
 };
 use crate::ack::{may_remove, AckMeta, AckState, Keep};
@@ -167,7 +167,7 @@ pub struct AckFilter<P> {
 impl<P: Pkt + Send> AckFilter<P> {
     /// Build from configuration; `link_rate` is the rate of the link the queue feeds, if
     /// known (the default channel rate).
-    pub fn new(cfg: &AckFilterConfig, link_rate: Option<Rate>) -> Result<Self, QdiscBuildError> {
+    pub fn new(cfg: &AckFilterConfig, link_rate: Option<Rate>) -> Result<Self, ConfigError> {
         let p = cfg.params(link_rate)?;
         Ok(AckFilter {
             slots: VecDeque::new(),

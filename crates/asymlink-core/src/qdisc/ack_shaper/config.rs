@@ -11,9 +11,9 @@
 //! qdisc = { kind = "ack_shaper", threshold = "auto", leak = { kind = "rate" } }
 //! ```
 
-use crate::qdisc::QdiscBuildError;
+use crate::qdisc::ConfigError;
 use crate::time::dur_ns;
-use crate::units::{Bytes, Limit, Rate, Span, UnitError};
+use crate::units::{Bytes, Limit, Rate, Span};
 use core::fmt;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -30,15 +30,15 @@ pub enum Threshold {
 }
 
 impl core::str::FromStr for Threshold {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Threshold, UnitError> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Threshold, ConfigError> {
         if s.trim() == "auto" {
             return Ok(Threshold::Auto);
         }
         s.parse::<Limit>().map(Threshold::Fixed).map_err(|e| {
-            UnitError(format!(
+            ConfigError::value(format!(
                 "{} (a threshold is \"auto\", packets like \"42p\" or bytes like \"50KB\")",
-                e.0
+                e.msg
             ))
         })
     }
@@ -59,9 +59,9 @@ impl Fraction {
 }
 
 impl core::str::FromStr for Fraction {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Fraction, UnitError> {
-        let bad = || UnitError(format!("fraction '{s}': write it as \"1/2\" or \"50%\""));
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Fraction, ConfigError> {
+        let bad = || ConfigError::value(format!("fraction '{s}': write it as \"1/2\" or \"50%\""));
         let t = s.trim();
         let f = if let Some(p) = t.strip_suffix('%') {
             Fraction {
@@ -77,7 +77,7 @@ impl core::str::FromStr for Fraction {
             return Err(bad());
         };
         if f.num == 0 || f.den == 0 || f.num > f.den {
-            return Err(UnitError(format!(
+            return Err(ConfigError::value(format!(
                 "fraction '{s}' must be above 0 and at most 1"
             )));
         }
@@ -93,13 +93,13 @@ impl fmt::Display for Fraction {
 
 struct FromStrVisitor<T>(&'static str, core::marker::PhantomData<T>);
 
-impl<T: core::str::FromStr<Err = UnitError>> Visitor<'_> for FromStrVisitor<T> {
+impl<T: core::str::FromStr<Err = ConfigError>> Visitor<'_> for FromStrVisitor<T> {
     type Value = T;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0)
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
-        v.parse().map_err(|e: UnitError| E::custom(e.0))
+        v.parse().map_err(|e: ConfigError| E::custom(e.msg))
     }
 }
 
@@ -298,8 +298,8 @@ fn below_or_equal(a: Limit, b: Limit) -> bool {
 
 impl Params {
     /// Validate a configuration; errors name the key.
-    pub fn new(c: &AckShaperConfig) -> Result<Params, QdiscBuildError> {
-        let e = |k: &str, m: String| Err(QdiscBuildError::new(format!("ack_shaper.{k}"), m));
+    pub fn new(c: &AckShaperConfig) -> Result<Params, ConfigError> {
+        let e = |k: &str, m: String| Err(ConfigError::new(format!("ack_shaper.{k}"), m));
         if let Threshold::Fixed(t) = c.threshold {
             if !positive(t) {
                 return e("threshold", "must be positive".into());

@@ -1,0 +1,159 @@
+//! Line mode in the simulator: one `line` key on a middlebox in front of an ADSL line with
+//! deep buffers, Linux hosts at their defaults, a download and an upload at once.
+//!
+//! ```text
+//!  client --lan 100M-- mbox ==adsl 8M/512k ATM, 1000p each way== isp --core 100M-- server
+//!                      (middlebox: `line`, or nothing)
+//! ```
+
+use asymlink_sim::results::{ColumnData, Results};
+use asymlink_sim::{RunOptions, Simulation};
+
+fn run(src: &str) -> Results {
+    let mut sim =
+        Simulation::from_toml(src, RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    sim.run();
+    sim.check_conservation().unwrap();
+    sim.results()
+}
+
+fn scenario(middlebox: &str) -> String {
+    format!(
+        r#"
+        duration = "30s"
+        tcp = "linux"
+        [monitor]
+        interval = "1s"
+        events = false
+        [[nodes]]
+        name = "client"
+        [[nodes]]
+        name = "mbox"
+        kind = "router"
+        [[nodes]]
+        name = "isp"
+        kind = "router"
+        [[nodes]]
+        name = "server"
+        [[links]]
+        name = "lan"
+        a = "client"
+        b = "mbox"
+        rate = "100Mbit"
+        delay = "100us"
+        [[links]]
+        name = "adsl"
+        a = "mbox"
+        b = "isp"
+        rate = "8Mbit"
+        delay = "5ms"
+        linklayer = {{ framing = "atm", overhead = 10 }}
+        to_a = {{ queue = {{ kind = "fifo", limit = "1000p" }} }}
+        to_b = {{ rate = "512kbit", queue = {{ kind = "fifo", limit = "1000p" }} }}
+        [[links]]
+        name = "core"
+        a = "isp"
+        b = "server"
+        rate = "100Mbit"
+        delay = "2ms"
+        {middlebox}
+        [[flows]]
+        name = "down"
+        from = "server"
+        to = "client"
+        port = 80
+        app = {{ kind = "bulk", open = "receiver" }}
+        [[flows]]
+        name = "up"
+        from = "client"
+        to = "server"
+        port = 5001
+        app = {{ kind = "bulk" }}
+        [[flows]]
+        name = "ping"
+        from = "client"
+        to = "server"
+        port = 7
+        app = {{ kind = "ping", interval = "200ms", size = "64B", port = 7 }}
+        "#
+    )
+}
+
+fn goodput_mbps(r: &Results, flow: &str) -> f64 {
+    let t = r.table("flow_summary").unwrap();
+    let ColumnData::Str(names) = t.column("flow").unwrap() else {
+        panic!()
+    };
+    let ColumnData::F64(g) = t.column("goodput_bps").unwrap() else {
+        panic!()
+    };
+    g[names.iter().position(|n| n == flow).unwrap()] / 1e6
+}
+
+fn ping_p90_ms(r: &Results) -> f64 {
+    let t = r.table("measurements").unwrap();
+    let ColumnData::F64(v) = t.column("value").unwrap() else {
+        panic!()
+    };
+    let ColumnData::F64(at) = t.column("t").unwrap() else {
+        panic!()
+    };
+    // After both transfers have filled what they fill.
+    let mut v: Vec<f64> = v
+        .iter()
+        .zip(at)
+        .filter(|(_, &t)| t >= 10.0)
+        .map(|(x, _)| *x)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() * 9 / 10] * 1e3
+}
+
+#[test]
+fn one_line_keeps_both_directions_moving_and_latency_low() {
+    let plain = run(&scenario(""));
+    let line = run(&scenario(
+        r#"
+        [[middleboxes]]
+        node = "mbox"
+        a = "lan"
+        b = "adsl"
+        line = { down = "8Mbit", up = "512kbit", linklayer = { framing = "atm", overhead = 10 } }
+        "#,
+    ));
+    let row = |r: &Results| {
+        (
+            goodput_mbps(r, "down"),
+            goodput_mbps(r, "up"),
+            ping_p90_ms(r),
+        )
+    };
+    let (pd, pu, pp) = row(&plain);
+    let (ld, lu, lp) = row(&line);
+    eprintln!("plain: down {pd:.2} up {pu:.3} Mbit/s, ping p90 {pp:.0} ms");
+    eprintln!("line:  down {ld:.2} up {lu:.3} Mbit/s, ping p90 {lp:.0} ms");
+    assert!(
+        lp < 100.0 && lp < pp / 5.0,
+        "ping p90 {lp} ms (plain {pp} ms)"
+    );
+    assert!(lu > 0.2, "upload {lu} Mbit/s");
+    assert!(ld > 4.0, "download {ld} Mbit/s");
+}
+
+#[test]
+fn a_bad_line_names_the_middlebox() {
+    let src = scenario(
+        r#"
+        [[middleboxes]]
+        node = "mbox"
+        a = "lan"
+        b = "adsl"
+        line = { down = "8Mbit", up = "512kbit", down_fraction = 0 }
+        "#,
+    );
+    let e = Simulation::from_toml(&src, RunOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.starts_with("middleboxes[0].line.down_fraction"), "{e}");
+}
