@@ -109,7 +109,7 @@ def test_window_rewriting_live(live_ok: None, tmp_path: Path) -> None:
             "ping_p90": m["ping_rtt_ms"]["ping"]["p90"],
             "echo_p50": m["echo_latency_ms"]["typing"]["p50"],
             "queue": _queue_delay_ms(out, rate),
-            "max_queue_packets": stats["directions"]["to_a"]["link"]["max_queue_packets"],
+            "max_queue_packets": stats["directions"]["to_a"]["link"]["max_modem_packets"],
             "rewriters": rws,
         }
     print(f"rwnd: {json.dumps(res, indent=1)}")

@@ -40,7 +40,9 @@ def test_every_arm_translates_to_a_valid_simulator_scenario(arm: str) -> None:
     up = next(lk for lk in doc["links"] if lk["name"] == "line_b")
     emu = sc.box["emulation"]["to_b"]
     assert up["to_b"]["rate"] == emu["rate"] and up["to_b"]["delay"] == emu["delay"]
-    assert ("queue" in emu) == ("modem_b" in {n["name"] for n in doc["nodes"]})
+    # The modem buffer is the simulator link's own, not an extra router.
+    assert up["to_b"].get("modem_buffer") == emu.get("modem_buffer")
+    assert {n["name"] for n in doc["nodes"]} == {"client", "box", "server"}
 
 
 def test_simulator_alone_shows_each_pairs_ordering() -> None:

@@ -30,6 +30,9 @@
 //!   eq. (1), gentle growth) and advertised-window rewriting at a middlebox.
 //! * **The middlebox** — [`pipeline`]: per direction classify → rewrite → discipline, with
 //!   cross-direction observations passed explicitly.
+//! * **The link** — [`link`]: one direction's modem buffer, serialiser, loss and delay
+//!   line, and when to ask the discipline for a packet; the simulator's links and the live
+//!   box's emulated links are this one type ([`link::LinkConfig`] configures both).
 //!
 //! ## Contract for every stateful type
 //!
@@ -44,6 +47,7 @@ pub mod classify;
 pub mod config;
 pub mod estimator;
 pub mod line;
+pub mod link;
 pub mod overhead;
 pub mod packet;
 pub mod pipeline;

@@ -46,8 +46,8 @@
 //! check them) without touching any device: a bad file is refused before anything
 //! changes on the machine.
 
-use crate::link::LinkEmuConfig;
 use asymlink_core::config::ConfigError;
+use asymlink_core::link::LinkConfig;
 use asymlink_core::pipeline::{Dir, EgressConfig, Middlebox, MiddleboxConfig, RewriterConfig};
 use asymlink_core::units::Rate;
 use serde::Deserialize;
@@ -81,16 +81,17 @@ pub struct InterfacesConfig {
     pub batch: Option<usize>,
 }
 
-/// `[emulation]`: per-direction link emulation.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+/// `[emulation]`: per-direction link emulation, in the simulator's link vocabulary
+/// ([`LinkConfig`]: `rate`, `packet_rate`, `delay`, `loss`, `linklayer`, `modem_buffer`).
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmulationConfig {
     /// Toward side a.
     #[serde(default)]
-    pub to_a: Option<LinkEmuConfig>,
+    pub to_a: Option<LinkConfig>,
     /// Toward side b.
     #[serde(default)]
-    pub to_b: Option<LinkEmuConfig>,
+    pub to_b: Option<LinkConfig>,
 }
 
 /// `[capture]`: pcap files of what the box sends, one per direction.
@@ -286,7 +287,7 @@ impl BoxConfig {
     }
 
     /// The emulation of one direction.
-    pub fn emulation(&self, dir: Dir) -> Option<&LinkEmuConfig> {
+    pub fn emulation(&self, dir: Dir) -> Option<&LinkConfig> {
         match dir {
             Dir::ToA => self.emulation.to_a.as_ref(),
             Dir::ToB => self.emulation.to_b.as_ref(),
@@ -329,8 +330,25 @@ impl BoxConfig {
         Middlebox::<crate::packet::LivePacket>::new(&self.middlebox(), self.rates(), 0)?;
         for d in [Dir::ToB, Dir::ToA] {
             if let Some(e) = self.emulation(d) {
+                let key = |k: &str| format!("emulation.{}.{k}", d.name());
                 e.validate()
-                    .map_err(|(k, m)| ConfigError::new(format!("emulation.{}.{k}", d.name()), m))?;
+                    .map_err(|e| ConfigError::new(key(e.key), e.msg))?;
+                for (set, k) in [
+                    (e.queue.is_some(), "queue"),
+                    (e.classifier.is_some(), "classifier"),
+                ] {
+                    if set {
+                        return Err(ConfigError::new(
+                            key(k),
+                            format!(
+                                "the box's discipline and classifier are set in [{0}] \
+                                 (qdisc, classifier); the buffer between them and the line \
+                                 is modem_buffer",
+                                d.name()
+                            ),
+                        ));
+                    }
+                }
             }
         }
         if let Some(s) = self.capture.snaplen {

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! parse ─► (malformed policy) ─► core Middlebox: rewriters ─► classifier ─► discipline
-//!       ─► emulated link (modem buffer, serialiser, loss, delay) ─► frames to send
+//!       ─► core Link (modem buffer, serialiser, loss, delay) ─► frames to send
 //! ```
 //!
 //! It follows the core's sans-IO contract: [`Engine::handle_frame`] feeds a received
@@ -17,13 +17,13 @@
 //! ([`Engine::check_conservation`]; tests assert it).
 
 use crate::config::{BoxConfig, MalformedPolicy};
-use crate::link::Link;
 use crate::packet::{LinkType, LivePacket, Pool, Unparsed};
 use crate::stats::Histogram;
 use asymlink_core::config::ConfigError;
+use asymlink_core::link::{loss_seed, Feed, Link, LinkConfig};
 use asymlink_core::pipeline::{Dir, Middlebox};
 use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats};
-use asymlink_core::rand::derive_seed;
+use asymlink_core::rand::{derive_seed, Rng};
 use asymlink_core::time::{earliest, Instant};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -32,10 +32,6 @@ use std::collections::BTreeMap;
 pub mod reason {
     /// Malformed and the policy says drop.
     pub const MALFORMED: &str = "malformed";
-    /// The emulated link's modem buffer was full.
-    pub const LINK_QUEUE_FULL: &str = "link_queue_full";
-    /// Random loss on the emulated link.
-    pub const LINK_LOSS: &str = "link_loss";
     /// The device refused the frame (e.g. larger than its MTU, or out of buffers).
     pub const TX_ERROR: &str = "tx_error";
     /// Still queued when the box stopped.
@@ -76,21 +72,13 @@ impl DirCounters {
 /// The datapath.
 pub struct Engine {
     mb: Middlebox<LivePacket>,
-    links: [Link; 2],
+    links: [Link<LivePacket>; 2],
     drops: Drops<LivePacket>,
     pool: Pool,
     lt: LinkType,
     malformed: MalformedPolicy,
     seed: u64,
     generation: u64,
-    ready: [Option<Instant>; 2],
-    /// Per direction: the discipline wants a `dequeue` call each time its link frees up,
-    /// even with nothing queued (`Qdisc::wants_idle_dequeue`: the ACK filter's channel
-    /// estimators observe the link going idle that way).
-    idle_dequeue: [bool; 2],
-    /// Per direction: a packet went onto the serialiser since the discipline last
-    /// answered `Empty`, so it must be asked again when the serialiser frees up.
-    idle_pending: [bool; 2],
     counters: [DirCounters; 2],
     /// Discipline counters accumulated over previous configurations (before reloads).
     retired: [Vec<QdiscStats>; 2],
@@ -99,18 +87,20 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Build from a validated configuration. `seed` is the master seed.
+    /// Build from a validated configuration. `seed` is the master seed: the pipeline and
+    /// the links derive their streams from it as the simulator does for a middlebox
+    /// between two links named `a` and `b` (its first middlebox, `mb:0`; the link toward
+    /// side b is `b`, toward side a is `a`).
     pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, ConfigError> {
-        let mb = Middlebox::new(
-            &cfg.middlebox(),
-            cfg.rates(),
-            derive_seed(seed, "pipeline:0"),
-        )?;
-        let links = [
-            Link::new(cfg.emulation(Dir::ToB), derive_seed(seed, "link:to_b")),
-            Link::new(cfg.emulation(Dir::ToA), derive_seed(seed, "link:to_a")),
-        ];
-        let mut e = Engine {
+        let mb = Middlebox::new(&cfg.middlebox(), cfg.rates(), pipeline_seed(seed, 0))?;
+        let none = LinkConfig::default();
+        let links = [Dir::ToB, Dir::ToA].map(|d| {
+            let idle = mb.egress(d).qdisc().wants_idle_dequeue();
+            let side = if d == Dir::ToB { "b" } else { "a" };
+            let rng = Rng::new(loss_seed(seed, side, d.name()));
+            Link::new(cfg.emulation(d).unwrap_or(&none), rng, idle)
+        });
+        Ok(Engine {
             mb,
             links,
             drops: Drops::new(),
@@ -119,20 +109,11 @@ impl Engine {
             malformed: cfg.malformed,
             seed,
             generation: 0,
-            ready: [None, None],
-            idle_dequeue: [false, false],
-            idle_pending: [false, false],
             counters: Default::default(),
             retired: Default::default(),
             latency: Histogram::default(),
             reloads: 0,
-        };
-        e.idle_dequeue = e.wants_idle_dequeue();
-        Ok(e)
-    }
-
-    fn wants_idle_dequeue(&self) -> [bool; 2] {
-        [Dir::ToB, Dir::ToA].map(|d| self.mb.egress(d).qdisc().wants_idle_dequeue())
+        })
     }
 
     /// The pool buffers are taken from and returned to.
@@ -204,42 +185,17 @@ impl Engine {
         self.absorb_drops();
     }
 
-    /// Move every frame due at `now` in `dir` to `out`: pull from the discipline while the
-    /// emulated link takes packets, then advance the link.
+    /// Move every frame due at `now` in `dir` to `out`: the link pulls from the discipline
+    /// while it takes packets, then hands over what has arrived.
     pub fn poll_transmit(&mut self, now: Instant, dir: Dir, out: &mut Vec<LivePacket>) {
-        let i = dir.index();
-        loop {
-            if !self.links[i].wants_packet(now) {
-                break;
-            }
-            match self.mb.poll_transmit(now, dir, &mut self.drops) {
-                Dequeued::Packet(p) => {
-                    let ready = match self.ready[i].take() {
-                        Some(t) => t.max(p.arrived),
-                        None => p.arrived,
-                    };
-                    if let Some(p) = self.links[i].offer(now, ready, p) {
-                        self.discard(p, reason::LINK_QUEUE_FULL);
-                    }
-                    self.idle_pending[i] = self.idle_dequeue[i];
-                }
-                Dequeued::NotBefore(t) => {
-                    self.ready[i] = Some(t);
-                    break;
-                }
-                Dequeued::Empty => {
-                    self.ready[i] = None;
-                    self.idle_pending[i] = false;
-                    break;
-                }
-            }
-        }
+        let link = &mut self.links[dir.index()];
+        let mut feed = BoxFeed {
+            mb: &mut self.mb,
+            dir,
+        };
+        link.pull(now, &mut feed, &mut self.drops, &mut |_| {});
+        link.poll(now, out);
         self.absorb_drops();
-        self.links[i].poll(now, out);
-        let lost: Vec<LivePacket> = self.links[i].take_lost().collect();
-        for p in lost {
-            self.discard(p, reason::LINK_LOSS);
-        }
     }
 
     /// Run the disciplines' and rewriters' timers due at `now`.
@@ -255,22 +211,7 @@ impl Engine {
     pub fn poll_at(&self) -> Option<Instant> {
         let mut t = self.mb.poll_at();
         for d in [Dir::ToB, Dir::ToA] {
-            let i = d.index();
-            let link = &self.links[i];
-            t = earliest(t, link.poll_at());
-            if self.idle_pending[i] && self.mb.backlog(d).packets == 0 {
-                // The discipline watches the link: wake when the serialiser frees up, to
-                // tell it that nothing is left to send (as the simulator's links do).
-                t = earliest(t, Some(link.free_at()));
-            }
-            if self.mb.backlog(d).packets > 0 {
-                let mut when = self.ready[i].unwrap_or(Instant::ZERO);
-                if !link.has_queue() {
-                    // No modem buffer: the discipline waits for the serialiser.
-                    when = when.max(link.free_at());
-                }
-                t = earliest(t, Some(when));
-            }
+            t = earliest(t, self.links[d.index()].poll_at(self.mb.backlog(d).packets));
         }
         t
     }
@@ -286,7 +227,7 @@ impl Engine {
         let new = Middlebox::new(
             &cfg.middlebox(),
             cfg.rates(),
-            derive_seed(self.seed, &format!("pipeline:{generation}")),
+            pipeline_seed(self.seed, generation),
         )?;
         let mut old = std::mem::replace(&mut self.mb, new);
         let mut moved = Vec::new();
@@ -307,12 +248,12 @@ impl Engine {
             self.mb.handle_packet(now, dir, p, &mut self.drops);
         }
         self.absorb_drops();
-        self.links[0].reconfigure(cfg.emulation(Dir::ToB));
-        self.links[1].reconfigure(cfg.emulation(Dir::ToA));
+        let none = LinkConfig::default();
+        for d in [Dir::ToB, Dir::ToA] {
+            let idle = self.mb.egress(d).qdisc().wants_idle_dequeue();
+            self.links[d.index()].reconfigure(cfg.emulation(d).unwrap_or(&none), idle);
+        }
         self.malformed = cfg.malformed;
-        self.ready = [None, None];
-        self.idle_dequeue = self.wants_idle_dequeue();
-        self.idle_pending = self.idle_dequeue;
         self.generation = generation;
         self.reloads += 1;
         Ok(n)
@@ -466,13 +407,15 @@ impl Engine {
                     "rewriters": rewriters,
                     "link": {
                         "offered": l.offered,
+                        "sent": l.sent,
+                        "busy_ns": l.busy_ns,
                         "delivered": l.delivered,
                         "delivered_bytes": l.delivered_bytes,
                         "wire_bytes": l.wire_bytes,
                         "lost": l.lost,
-                        "queue_dropped": l.queue_dropped,
-                        "max_queue_packets": l.max_queue_packets,
-                        "queue_packets": lq,
+                        "modem_dropped": l.modem_dropped,
+                        "max_modem_packets": l.max_modem_packets,
+                        "modem_packets": lq,
                         "wire_packets": lw,
                     },
                 }),
@@ -484,6 +427,32 @@ impl Engine {
             "directions": dirs,
             "latency_us": self.latency.to_json(),
         })
+    }
+}
+
+/// The seed of the pipeline of configuration `generation` (0 at start, one more per
+/// reload); the first is the simulator's seed for its first middlebox.
+fn pipeline_seed(master: u64, generation: u64) -> u64 {
+    if generation == 0 {
+        derive_seed(master, "mb:0")
+    } else {
+        derive_seed(master, &format!("mb:0:{generation}"))
+    }
+}
+
+/// One direction of the middlebox as the link's feed.
+struct BoxFeed<'a> {
+    mb: &'a mut Middlebox<LivePacket>,
+    dir: Dir,
+}
+
+impl Feed<LivePacket> for BoxFeed<'_> {
+    fn dequeue(&mut self, now: Instant, drops: &mut Drops<LivePacket>) -> Dequeued<LivePacket> {
+        self.mb.poll_transmit(now, self.dir, drops)
+    }
+    /// The loop may wake late: a packet was available from when the box read it.
+    fn available_since(&self, p: &LivePacket, _now: Instant) -> Instant {
+        p.arrived
     }
 }
 

@@ -48,7 +48,7 @@ qdisc = { kind = "fifo", limit = "8p", drop = "head" }
 [emulation.to_b]
 rate = "2Mbit"
 loss = 0.1
-queue = "5p"
+modem_buffer = "5p"
 linklayer = { encap = "llc_snap_routed" }
 [emulation.to_a]
 delay = "1ms"
@@ -75,7 +75,7 @@ qdisc = { kind = "ack_filter", policy = "classic", limit = "16p", max_connection
 [emulation.to_b]
 rate = "2Mbit"
 loss = 0.05
-queue = "8p"
+modem_buffer = "8p"
 linklayer = { encap = "llc_snap_routed" }
 [emulation.to_a]
 rate = "10Mbit"
@@ -108,7 +108,7 @@ qdisc = { kind = "fifo", limit = "20p" }
 [emulation.to_b]
 rate = "10Mbit"
 loss = 0.05
-queue = "20p"
+modem_buffer = "20p"
 [emulation.to_a]
 rate = "4Mbit"
 delay = "1ms"

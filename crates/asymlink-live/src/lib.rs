@@ -12,7 +12,8 @@
 //!   `[privileges]`; validated completely before any device is touched.
 //! * [`packet`] — [`packet::LivePacket`], a frame parsed once on arrival, implementing the
 //!   core's `Pkt` (in-place edits with incremental checksums); the buffer pool.
-//! * [`link`] — link emulation after the discipline.
+//! * the emulated link after each discipline is the core's
+//!   [`asymlink_core::link::Link`], the simulator's link.
 //! * [`engine`] — the datapath as a sans-IO state machine: frames in, frames out,
 //!   `poll_at`, conservation counters, reload keeping queued packets.
 //! * [`harness`] — the invariant checks the robustness tests, the fuzz-corpus replay and
@@ -34,7 +35,6 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod harness;
-pub mod link;
 pub mod packet;
 pub mod runtime;
 pub mod server;

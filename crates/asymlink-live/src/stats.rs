@@ -196,9 +196,9 @@ pub fn prometheus(snapshot: &Value) -> String {
         "backlog_bytes",
         "max_backlog_packets",
         "max_backlog_bytes",
-        "queue_packets",
+        "modem_packets",
         "wire_packets",
-        "max_queue_packets",
+        "max_modem_packets",
         "uptime_s",
     ];
     let is_gauge = |k: &str| gauge_keys.contains(&k);

@@ -93,17 +93,17 @@ fn late_wakeups_do_not_lose_rate_and_idle_links_bank_nothing() {
 
 #[test]
 fn modem_buffer_overflows_and_counts() {
-    // queue = 3p: one packet on the line plus three waiting; the rest are dropped.
-    let (mut el, clock) = setup("[emulation.to_b]\nrate = \"1Mbit\"\nqueue = \"3p\"\n");
+    // modem_buffer = 3p: one packet on the line plus three waiting; the rest are dropped.
+    let (mut el, clock) = setup("[emulation.to_b]\nrate = \"1Mbit\"\nmodem_buffer = \"3p\"\n");
     for i in 0..10 {
         el.io().arrive(ms(0), 0, tcp(i, 1460, false));
     }
     run_until(&mut el, &clock, ms(100));
     assert_eq!(el.io().sent.len(), 4);
     let c = el.engine().counters(Dir::ToB);
-    assert_eq!(c.discarded.get("link_queue_full"), Some(&6));
+    assert_eq!(c.discarded.get("modem_buffer_full"), Some(&6));
     let snap = el.snapshot(clock.now());
-    assert_eq!(snap["directions"]["to_b"]["link"]["queue_dropped"], 6);
+    assert_eq!(snap["directions"]["to_b"]["link"]["modem_dropped"], 6);
 }
 
 #[test]

@@ -23,13 +23,12 @@ use crate::scenario::{NodeKind, Spec};
 use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
 use crate::RunOptions;
 use asymlink_core::config::ConfigError;
-use asymlink_core::overhead::LinkLayer;
+use asymlink_core::link::{loss_seed, Feed, Link};
 use asymlink_core::packet::ClassId;
 use asymlink_core::pipeline::{Dir, Egress, Middlebox};
 use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats, Verdict};
 use asymlink_core::rand::{derive_seed, Rng};
-use asymlink_core::time::{dur_ns, Duration, Instant};
-use asymlink_core::units::Rate;
+use asymlink_core::time::{Duration, Instant};
 use asymlink_core::wire::{Headers, IpRepr, Transport, UdpRepr};
 use core::net::{IpAddr, Ipv4Addr};
 use std::collections::{HashMap, VecDeque};
@@ -71,7 +70,8 @@ pub(crate) enum Source {
     Mb(u32, Dir),
 }
 
-/// One direction of a link.
+/// One direction of a link: the core's link fed by its discipline, plus the simulator's
+/// bookkeeping (events, tables, captures).
 pub(crate) struct LinkDir {
     /// Display name of this direction: `<link>:<dir_name>` (queue and link tables).
     pub name: String,
@@ -81,41 +81,16 @@ pub(crate) struct LinkDir {
     pub dir_name: &'static str,
     /// The node this direction delivers to.
     pub to: NodeId,
-    /// Line rate (serialisation of the link-layer bytes).
-    pub rate: Rate,
-    /// Transmitter time per packet of a packet-clocked direction (0: none).
-    pub packet_ns: u64,
-    /// One-way propagation delay, ns.
-    pub delay_ns: u64,
-    /// Random loss probability applied to each packet as it leaves the transmitter.
-    pub loss: f64,
-    /// This direction's own random stream (loss decisions), derived from the run's seed.
-    pub rng: Rng,
-    /// Link-layer framing (ATM/PTM/Ethernet overhead) that turns IP bytes into wire bytes.
-    pub ll: LinkLayer,
+    /// The line: modem buffer, serialiser, loss, delay line (shared with the live box).
+    pub line: Link<SimPacket>,
     /// Where packets to send come from: its own discipline or a middlebox direction.
     pub source: Source,
-    /// The transmitter is serialising a packet until this instant (ns); the packet is
-    /// already on `wire`, arriving later.
-    pub busy_until: u64,
     /// The time of the live `TxDone` event, if any. It is scheduled only while packets
     /// wait behind the transmitter, so an idle link costs no event per packet; an event
     /// whose time differs from this is stale and ignored.
     pub txdone_at: Option<u64>,
-    /// The discipline wants a `dequeue` call each time the transmitter frees up, even with
-    /// nothing queued (`Qdisc::wants_idle_dequeue`).
-    pub idle_dequeue: bool,
-    /// Packets in flight on the wire with their arrival time (ns), in order.
-    pub wire: VecDeque<(u64, SimPacket)>,
     /// The time of the live `Wake` event (a discipline asked to be polled then), if any.
     pub wake_at: Option<Instant>,
-    /// Packets and IP bytes sent.
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    /// Time the transmitter was busy, ns (utilisation = busy_ns / elapsed).
-    pub busy_ns: u64,
-    /// Wire bytes sent (after the link layer).
-    pub tx_wire_bytes: u64,
     /// Pure ACKs sent: packets, IP bytes, wire bytes.
     pub tx_acks: (u64, u64, u64),
     /// Sum and maximum of the sojourn times (offer to start of transmission), ns.
@@ -123,10 +98,31 @@ pub(crate) struct LinkDir {
     pub sojourn_max_ns: u64,
     /// Distribution of the sojourn times (percentiles in `queue_summary`).
     pub sojourn_hist: crate::hist::Histogram,
-    /// Packets lost to the random `loss`.
-    pub lost: u64,
     /// Indices into `World::captures` of the pcap files recording this direction.
     pub captures: Vec<usize>,
+}
+
+/// A link direction's source as the core link sees it.
+struct Feeder<'a> {
+    source: &'a mut Source,
+    mbs: &'a mut [MbState],
+}
+
+impl Feed<SimPacket> for Feeder<'_> {
+    fn dequeue(&mut self, now: Instant, drops: &mut Drops<SimPacket>) -> Dequeued<SimPacket> {
+        match self.source {
+            Source::Own(e) => e.dequeue(now, drops),
+            Source::Mb(m, md) => self.mbs[*m as usize].mb.poll_transmit(now, *md, drops),
+        }
+    }
+}
+
+/// Packets queued in a link direction's source.
+fn source_backlog(mbs: &[MbState], source: &Source) -> u32 {
+    match source {
+        Source::Own(e) => e.qdisc().backlog().packets,
+        Source::Mb(m, md) => mbs[*m as usize].mb.backlog(*md).packets,
+    }
 }
 
 /// A connection endpoint and its bookkeeping.
@@ -341,7 +337,7 @@ impl World {
                     .enumerate()
             {
                 let id = (2 * i + d) as u32;
-                if ds.egress.qdisc.as_ref().is_some_and(|q| q.needs_peer()) {
+                if ds.queue.as_ref().is_some_and(|q| q.needs_peer()) {
                     return Err(ConfigError::new(
                         format!("links[{i}].{dname}.queue"),
                         "this discipline watches the opposite direction (an ack_shaper); \
@@ -349,8 +345,8 @@ impl World {
                     ));
                 }
                 let egress = Egress::new(
-                    &ds.egress,
-                    (ds.rate.0 > 0).then_some(ds.rate),
+                    &ds.egress(),
+                    ds.rate,
                     derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
                 )
                 .map_err(|e| e.within(format!("links[{i}].{dname}")))?;
@@ -359,29 +355,14 @@ impl World {
                     link: l.name.clone(),
                     dir_name: dname,
                     to: to as NodeId,
-                    rate: ds.rate,
-                    packet_ns: ds
-                        .packet_rate
-                        .map_or(0, |r| 1_000_000_000u64.div_ceil(r as u64)),
-                    delay_ns: dur_ns(ds.delay),
-                    loss: ds.loss,
-                    rng: Rng::child(seed, &format!("loss:{}:{dname}", l.name)),
-                    ll: ds.linklayer.build(),
+                    line: Link::new(ds, Rng::new(loss_seed(seed, &l.name, dname)), false),
                     source: Source::Own(egress),
-                    busy_until: 0,
                     txdone_at: None,
-                    idle_dequeue: false,
-                    wire: VecDeque::new(),
                     wake_at: None,
-                    tx_packets: 0,
-                    tx_bytes: 0,
-                    busy_ns: 0,
-                    tx_wire_bytes: 0,
                     tx_acks: (0, 0, 0),
                     sojourn_sum_ns: 0,
                     sojourn_max_ns: 0,
                     sojourn_hist: Default::default(),
-                    lost: 0,
                     captures: Vec::new(),
                 });
                 adj[from].push((to, id));
@@ -404,8 +385,10 @@ impl World {
             // Side a's link carries traffic *to* a: the router's egress onto link a.
             let to_a = out_dir(m.a);
             let to_b = out_dir(m.b);
-            let rate_of = |d: &LinkDir| (d.rate.0 > 0).then_some(d.rate);
-            let rates = [rate_of(&dirs[to_b as usize]), rate_of(&dirs[to_a as usize])];
+            let rates = [
+                dirs[to_b as usize].line.rate(),
+                dirs[to_a as usize].line.rate(),
+            ];
             let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
                 .map_err(|e| e.within(format!("middleboxes[{i}]")))?;
             for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
@@ -422,10 +405,10 @@ impl World {
             });
         }
         for d in dirs.iter_mut() {
-            d.idle_dequeue = match &d.source {
+            d.line.set_idle_dequeue(match &d.source {
                 Source::Own(e) => e.qdisc().wants_idle_dequeue(),
                 Source::Mb(m, md) => mbs[*m as usize].mb.egress(*md).qdisc().wants_idle_dequeue(),
-            };
+            });
         }
         // Static routes: BFS from every host over the link graph (hop count, ties broken
         // by link order), giving each router its next hop toward each host.
@@ -670,108 +653,86 @@ impl World {
 
     // ------------------------------------------------------------------ links
 
+    /// Let link direction `d` take packets from its source (the core link decides when
+    /// the discipline is asked), then schedule what it needs next: the arrival of the head
+    /// of its delay line, the discipline's "not before", the serialiser freeing up.
     fn kick(&mut self, d: u32) {
         let di = d as usize;
-        let busy_until = self.dirs[di].busy_until;
-        if self.now.as_nanos() < busy_until {
+        let now = self.now;
+        if !self.dirs[di].line.wants_packet(now) {
             // Packets wait behind the transmitter: make sure it is woken when free.
+            let busy_until = self.dirs[di].line.free_at().as_nanos();
             if self.dirs[di].txdone_at != Some(busy_until) {
                 self.dirs[di].txdone_at = Some(busy_until);
                 self.schedule(Instant(busy_until), Ev::TxDone(d));
             }
             return;
         }
-        let now = self.now;
+        let had_head = self.dirs[di].line.next_arrival().is_some();
         let mut drops = std::mem::take(&mut self.drops);
-        let r = match &mut self.dirs[di].source {
-            Source::Own(e) => e.dequeue(now, &mut drops),
-            Source::Mb(m, md) => self.mbs[*m as usize].mb.poll_transmit(now, *md, &mut drops),
-        };
+        let World {
+            dirs,
+            mbs,
+            captures,
+            trace_hash,
+            packet_hops,
+            ..
+        } = self;
+        let LinkDir {
+            line,
+            source,
+            tx_acks,
+            sojourn_sum_ns,
+            sojourn_max_ns,
+            sojourn_hist,
+            captures: caps,
+            ..
+        } = &mut dirs[di];
+        let mut feed = Feeder { source, mbs };
+        let not_before = line.pull(now, &mut feed, &mut drops, &mut |tx| {
+            let p = tx.pkt;
+            *packet_hops += 1;
+            *trace_hash = trace_mix(*trace_hash, tx.start.as_nanos(), d, p);
+            for &c in caps.iter() {
+                captures[c].write(tx.start, &p.hdr);
+            }
+            if p.hdr.is_pure_ack() {
+                tx_acks.0 += 1;
+                tx_acks.1 += p.len as u64;
+                tx_acks.2 += tx.wire_len as u64;
+            }
+            let sojourn = tx.start.as_nanos().saturating_sub(p.queued_at);
+            *sojourn_sum_ns += sojourn;
+            *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
+            sojourn_hist.record(sojourn);
+        });
         self.drops = drops;
         if !self.drops.is_empty() {
             let name = self.dirs[di].name.clone();
             self.handle_drops(&name);
         }
-        match r {
-            Dequeued::Packet(p) => self.start_tx(d, p),
-            Dequeued::NotBefore(t) => {
-                let dir = &mut self.dirs[di];
-                if dir.wake_at.is_none_or(|w| t < w) {
-                    dir.wake_at = Some(t);
-                    self.schedule(t.max(now), Ev::Wake(d));
-                    if t < now {
-                        self.dirs[di].wake_at = Some(now);
-                    }
-                }
+        if !had_head {
+            if let Some(t) = self.dirs[di].line.next_arrival() {
+                self.schedule(t, Ev::Arrive(d));
             }
-            Dequeued::Empty => {}
+        }
+        if let Some(t) = not_before {
+            let dir = &mut self.dirs[di];
+            if dir.wake_at.is_none_or(|w| t < w) {
+                dir.wake_at = Some(t.max(now));
+                self.schedule(t.max(now), Ev::Wake(d));
+            }
+        }
+        let dir = &self.dirs[di];
+        let backlog = source_backlog(&self.mbs, &dir.source);
+        if let Some(t) = dir.line.busy_wake(now, backlog) {
+            if dir.txdone_at != Some(t.as_nanos()) {
+                self.dirs[di].txdone_at = Some(t.as_nanos());
+                self.schedule(t, Ev::TxDone(d));
+            }
         }
         if let Source::Mb(m, _) = self.dirs[di].source {
             self.schedule_mb(m);
-        }
-    }
-
-    /// Serialise `p`: the transmitter is busy until it is done; the packet then propagates.
-    /// Since the wire is FIFO, the packet joins it at once with its arrival time, and only
-    /// the wire's head is scheduled.
-    fn start_tx(&mut self, d: u32, p: SimPacket) {
-        let now = self.now;
-        let dir = &mut self.dirs[d as usize];
-        let ip_len = p.len;
-        let wire = dir.ll.wire_len(ip_len) as u64;
-        // A packet-clocked direction holds the transmitter 1/packet_rate per packet; with a
-        // bit rate too, the longer of the two.
-        let bit_ns = if dir.rate.0 > 0 {
-            dir.rate.tx_nanos(wire)
-        } else {
-            0
-        };
-        let tx_ns = bit_ns.max(dir.packet_ns);
-        dir.tx_packets += 1;
-        dir.tx_bytes += ip_len as u64;
-        dir.tx_wire_bytes += wire;
-        if p.hdr.is_pure_ack() {
-            dir.tx_acks.0 += 1;
-            dir.tx_acks.1 += ip_len as u64;
-            dir.tx_acks.2 += wire;
-        }
-        let sojourn = now.as_nanos().saturating_sub(p.queued_at);
-        dir.sojourn_sum_ns += sojourn;
-        dir.sojourn_max_ns = dir.sojourn_max_ns.max(sojourn);
-        dir.sojourn_hist.record(sojourn);
-        dir.busy_ns += tx_ns;
-        self.packet_hops += 1;
-        self.trace_hash = trace_mix(self.trace_hash, now.as_nanos(), d, &p);
-        for &c in &dir.captures {
-            self.captures[c].write(now, &p.hdr);
-        }
-        let done = now.as_nanos() + tx_ns;
-        if dir.loss > 0.0 && dir.rng.bernoulli(dir.loss) {
-            dir.lost += 1;
-            if self.monitor.events_on() {
-                let label = self.label_of(p.src_conn);
-                let name = self.dirs[d as usize].name.clone();
-                self.monitor.event(now, "drop", &name, label, "link_loss");
-            }
-        } else {
-            let at = done + dir.delay_ns;
-            dir.wire.push_back((at, p));
-            if dir.wire.len() == 1 {
-                self.schedule(Instant(at), Ev::Arrive(d));
-            }
-        }
-        let dir = &mut self.dirs[d as usize];
-        dir.busy_until = done;
-        // Wake the transmitter when it is free only if something is waiting behind it, or
-        // if the discipline wants to see the link go idle.
-        let waiting = dir.idle_dequeue
-            || match &dir.source {
-                Source::Own(e) => e.qdisc().backlog().packets > 0,
-                Source::Mb(m, md) => self.mbs[*m as usize].mb.backlog(*md).packets > 0,
-            };
-        if waiting && dir.txdone_at != Some(done) {
-            dir.txdone_at = Some(done);
-            self.schedule(Instant(done), Ev::TxDone(d));
         }
     }
 
@@ -785,14 +746,15 @@ impl World {
     }
 
     fn arrive(&mut self, d: u32) {
+        let now = self.now;
         let dir = &mut self.dirs[d as usize];
-        let Some((_, p)) = dir.wire.pop_front() else {
+        let Some(p) = dir.line.pop_arrival(now) else {
             return;
         };
-        let next = dir.wire.front().map(|&(t, _)| t);
+        let next = dir.line.next_arrival();
         let to = dir.to;
         if let Some(next) = next {
-            self.schedule(Instant(next), Ev::Arrive(d));
+            self.schedule(next, Ev::Arrive(d));
         }
         self.deliver(to, p);
     }
@@ -1363,9 +1325,10 @@ impl World {
         if self.monitor.queues_on() || self.monitor.links_on() {
             for (i, d) in self.dirs.iter().enumerate() {
                 let st = dir_stats(&self.mbs, d);
+                let ls = d.line.stats();
                 self.monitor
-                    .queue_row(now, i, st, (d.sojourn_sum_ns, d.tx_packets));
-                self.monitor.link_row(now, i, d.busy_ns, d.tx_bytes);
+                    .queue_row(now, i, st, (d.sojourn_sum_ns, ls.sent));
+                self.monitor.link_row(now, i, ls.busy_ns, ls.sent_bytes);
             }
         }
     }

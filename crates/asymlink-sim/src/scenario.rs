@@ -41,10 +41,11 @@
 use crate::tcp::{TcpConfig, TcpProfile, TcpSpec};
 use asymlink_core::classify::ClassifierConfig;
 use asymlink_core::config::ConfigError;
+use asymlink_core::link::LinkConfig;
 use asymlink_core::overhead::LinkLayerConfig;
 use asymlink_core::pipeline::{EgressConfig, MiddleboxConfig, RewriterConfig};
 use asymlink_core::qdisc::QdiscConfig;
-use asymlink_core::units::{Rate, Span};
+use asymlink_core::units::{Limit, Rate, Span};
 use core::net::IpAddr;
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
@@ -87,28 +88,6 @@ pub struct NodeSpec {
     pub conditioner: Option<asymlink_core::aggregate::ControllerConfig>,
 }
 
-/// Per-direction link settings (all optional; they override the link-wide ones).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinkDirSpec {
-    /// Transmission rate.
-    pub rate: Option<Rate>,
-    /// Packets per second: every packet occupies the transmitter `1/packet_rate`, whatever
-    /// its size (a packet-clocked router such as the ACK-delay paper's user-space router;
-    /// with `rate` too, the longer of the two times).
-    pub packet_rate: Option<u32>,
-    /// Propagation delay.
-    pub delay: Option<Span>,
-    /// Random loss probability per packet.
-    pub loss: Option<f64>,
-    /// Queue discipline at the transmitting end.
-    pub queue: Option<QdiscConfig>,
-    /// Classifier in front of the queue.
-    pub classifier: Option<ClassifierConfig>,
-    /// Link-layer framing used for the serialisation time.
-    pub linklayer: Option<LinkLayerConfig>,
-}
-
 /// A link between two nodes, full duplex.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,7 +100,7 @@ pub struct LinkSpec {
     pub b: String,
     /// Rate of both directions.
     pub rate: Option<Rate>,
-    /// Packet rate of both directions (packets per second; see [`LinkDirSpec`]).
+    /// Packet rate of both directions (packets per second; see [`LinkConfig`]).
     pub packet_rate: Option<u32>,
     /// Propagation delay of both directions.
     pub delay: Option<Span>,
@@ -133,12 +112,30 @@ pub struct LinkSpec {
     pub classifier: Option<ClassifierConfig>,
     /// Link layer of both directions.
     pub linklayer: Option<LinkLayerConfig>,
-    /// Overrides for the direction a → b.
+    /// Modem buffer of both directions (between the queue and the line).
+    pub modem_buffer: Option<Limit>,
+    /// Overrides for the direction a → b (the same keys, see [`LinkConfig`]).
     #[serde(default)]
-    pub to_b: LinkDirSpec,
+    pub to_b: LinkConfig,
     /// Overrides for the direction b → a.
     #[serde(default)]
-    pub to_a: LinkDirSpec,
+    pub to_a: LinkConfig,
+}
+
+impl LinkSpec {
+    /// The settings written for both directions.
+    fn both(&self) -> LinkConfig {
+        LinkConfig {
+            rate: self.rate,
+            packet_rate: self.packet_rate,
+            delay: self.delay,
+            loss: self.loss,
+            linklayer: self.linklayer,
+            modem_buffer: self.modem_buffer,
+            queue: self.queue.clone(),
+            classifier: self.classifier.clone(),
+        }
+    }
 }
 
 /// A middlebox on a router, between two of its links.
@@ -311,23 +308,6 @@ struct RawScenario {
     meta: Option<toml::Table>,
 }
 
-/// One direction of a link, resolved.
-#[derive(Clone, Debug)]
-pub struct DirSpec {
-    /// Rate (zero when only `packet_rate` limits the direction).
-    pub rate: Rate,
-    /// Packets per second, if the direction is packet-clocked.
-    pub packet_rate: Option<u32>,
-    /// Propagation delay.
-    pub delay: core::time::Duration,
-    /// Loss probability.
-    pub loss: f64,
-    /// Queue and classifier.
-    pub egress: EgressConfig,
-    /// Link layer.
-    pub linklayer: LinkLayerConfig,
-}
-
 /// A link, resolved.
 #[derive(Clone, Debug)]
 pub struct ResolvedLink {
@@ -337,10 +317,10 @@ pub struct ResolvedLink {
     pub a: usize,
     /// Node index of end b.
     pub b: usize,
-    /// Direction a → b.
-    pub to_b: DirSpec,
+    /// Direction a → b (its own keys over the link-wide ones, validated).
+    pub to_b: LinkConfig,
     /// Direction b → a.
-    pub to_a: DirSpec,
+    pub to_a: LinkConfig,
 }
 
 /// A middlebox, resolved.
@@ -681,58 +661,36 @@ impl<'a> Topology<'a> {
 /// the key that was written: `to_a.rate` or the link's `rate`.
 fn link_dir(
     l: &LinkSpec,
-    d: &LinkDirSpec,
+    d: &LinkConfig,
     dname: &str,
     key: &dyn Fn(&str) -> String,
-) -> Result<DirSpec, ConfigError> {
-    let own = |set: bool, f: &str| {
-        if set {
-            key(&format!("{dname}.{f}"))
+) -> Result<LinkConfig, ConfigError> {
+    let c = d.or(&l.both());
+    c.validate().map_err(|e| {
+        let own = match e.key {
+            "rate" => d.rate.is_some(),
+            "loss" => d.loss.is_some(),
+            "packet_rate" => d.packet_rate.is_some(),
+            "modem_buffer" => d.modem_buffer.is_some(),
+            _ => false,
+        };
+        let k = if own {
+            key(&format!("{dname}.{}", e.key))
         } else {
-            key(f)
-        }
-    };
-    let packet_rate = d.packet_rate.or(l.packet_rate);
-    if packet_rate == Some(0) {
+            key(e.key)
+        };
+        ConfigError::new(k, e.msg)
+    })?;
+    if c.rate.is_none() && c.packet_rate.is_none() {
         return err(
-            own(d.packet_rate.is_some(), "packet_rate"),
-            "must be a positive number of packets/s",
+            key("rate"),
+            format!(
+                "no rate for direction {dname} (set 'rate' or '{dname}.rate', \
+                 or 'packet_rate')"
+            ),
         );
     }
-    let rate = match (d.rate.or(l.rate), packet_rate) {
-        (Some(r), _) => r,
-        (None, Some(_)) => Rate(0),
-        (None, None) => {
-            return err(
-                key("rate"),
-                format!(
-                    "no rate for direction {dname} (set 'rate' or '{dname}.rate', \
-                     or 'packet_rate')"
-                ),
-            )
-        }
-    };
-    if rate.0 == 0 && packet_rate.is_none() {
-        return err(own(d.rate.is_some(), "rate"), "must be positive");
-    }
-    let loss = d.loss.or(l.loss).unwrap_or(0.0);
-    if !(0.0..1.0).contains(&loss) {
-        return err(
-            own(d.loss.is_some(), "loss"),
-            "must be a probability in [0, 1)",
-        );
-    }
-    Ok(DirSpec {
-        rate,
-        packet_rate,
-        delay: d.delay.or(l.delay).map(|s| s.0).unwrap_or_default(),
-        loss,
-        egress: EgressConfig {
-            classifier: d.classifier.clone().or_else(|| l.classifier.clone()),
-            qdisc: d.queue.clone().or_else(|| l.queue.clone()),
-        },
-        linklayer: d.linklayer.or(l.linklayer).unwrap_or_default(),
-    })
+    Ok(c)
 }
 
 /// Captures name existing links; the sampling interval is positive.
@@ -784,8 +742,8 @@ mod tests {
     #[test]
     fn parses_a_valid_scenario() {
         let s = Spec::parse(BASE).unwrap();
-        assert_eq!(s.links[1].to_a.rate, Rate::kbps(100));
-        assert_eq!(s.links[1].to_b.rate, Rate::mbps(10));
+        assert_eq!(s.links[1].to_a.rate, Some(Rate::kbps(100)));
+        assert_eq!(s.links[1].to_b.rate, Some(Rate::mbps(10)));
         assert_eq!(s.flows[0].tcp.profile, "rfc");
         assert_eq!(
             s.flows[0].app,
@@ -893,7 +851,7 @@ mod tests {
         assert_eq!(s.links[1].to_a.packet_rate, Some(10));
         assert_eq!(
             s.links[1].to_a.rate,
-            Rate::mbps(10),
+            Some(Rate::mbps(10)),
             "the link-wide rate still applies"
         );
         let s = Spec::parse(&BASE.replace(
@@ -901,9 +859,9 @@ mod tests {
             "packet_rate = 20\n        delay = \"10ms\"",
         ))
         .unwrap();
-        assert_eq!(s.links[1].to_b.rate, Rate(0));
+        assert_eq!(s.links[1].to_b.rate, None);
         assert_eq!(s.links[1].to_b.packet_rate, Some(20));
-        assert_eq!(s.links[1].to_a.rate, Rate::kbps(100));
+        assert_eq!(s.links[1].to_a.rate, Some(Rate::kbps(100)));
         let m = e(&BASE.replace(
             "to_a = { rate = \"100kbit\" }",
             "to_a = { packet_rate = 0 }",

@@ -173,25 +173,27 @@ fn queue_summary(w: &World) -> Table {
             i(&|st| st.filtered_for(reason)),
         );
     }
-    t.with("tx_packets", li(&|d| d.tx_packets))
-        .with("tx_bytes", li(&|d| d.tx_bytes))
-        .with("tx_wire_bytes", li(&|d| d.tx_wire_bytes))
+    t.with("tx_packets", li(&|d| d.line.stats().sent))
+        .with("tx_bytes", li(&|d| d.line.stats().sent_bytes))
+        .with("tx_wire_bytes", li(&|d| d.line.stats().wire_bytes))
         .with("tx_pure_acks", li(&|d| d.tx_acks.0))
         .with("tx_pure_ack_bytes", li(&|d| d.tx_acks.1))
         .with("tx_pure_ack_wire_bytes", li(&|d| d.tx_acks.2))
-        .with("link_loss", li(&|d| d.lost))
-        .with("rate_bps", li(&|d| d.rate.0))
+        .with("link_loss", li(&|d| d.line.stats().lost))
+        .with("modem_buffer_full", li(&|d| d.line.stats().modem_dropped))
+        .with("rate_bps", li(&|d| d.line.rate().map_or(0, |r| r.0)))
         .with(
             "utilization",
-            lf(&|d| d.busy_ns.min(end_ns) as f64 / end_ns as f64),
+            lf(&|d| d.line.stats().busy_ns.min(end_ns) as f64 / end_ns as f64),
         )
         .with(
             "mean_sojourn_ms",
             lf(&|d| {
-                if d.tx_packets == 0 {
+                let sent = d.line.stats().sent;
+                if sent == 0 {
                     0.0
                 } else {
-                    d.sojourn_sum_ns as f64 / d.tx_packets as f64 / 1e6
+                    d.sojourn_sum_ns as f64 / sent as f64 / 1e6
                 }
             }),
         )

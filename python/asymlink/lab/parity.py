@@ -8,27 +8,20 @@ without Nagle, ICMP pings UDP pings). `sim_metrics` computes, from the simulator
 tables, the metrics `run_scenario` computes from the lab's, with the same code, so
 `compare` can put them side by side.
 
-The path in the lab (per direction, inside the box):
+The path, per direction, is the same in both: the box's discipline feeds a link (the core's
+link: modem buffer, serialiser, loss, delay line), in the lab inside the box and in the
+simulator on the router that runs the middlebox:
 
 ```
- client ── [to_b discipline ─► modem buffer (queue) ─► rate, linklayer ─► delay] ── server
- client ── [delay ◄─ rate, linklayer ◄─ modem buffer ◄─ to_a discipline]          ── server
+ client ── [to_b discipline ─► modem_buffer ─► rate, linklayer ─► loss ─► delay] ── server
+ client ── [delay ◄─ loss ◄─ rate, linklayer ◄─ modem_buffer ◄─ to_a discipline] ── server
 ```
 
-and in the simulator:
-
-```
- client ──line_a── box ──line_b── server            (no `queue`: the discipline feeds the line)
- client ──line_a── modem_a ──tap_a── box ──tap_b── modem_b ──line_b── server   (with `queue`)
-```
-
-`line_b.to_b` carries `[emulation.to_b]` (rate, delay, linklayer, loss) and `line_a.to_a`
-carries `[emulation.to_a]`; with a `queue`, a modem router with a FIFO of that size sits
-between the box and the line, joined to the box by a fast tap (10 Gbit/s, no delay) —
-the box drains its discipline into the modem as fast as it releases packets, as the
-box does. The other directions of the lines (hosts → box) are fast wires, like the lab's
-veth pairs. A direction without emulation is a fast wire too (10 Gbit/s: the box's
-forwarding speed is far above every rate the parity scenarios use).
+In the simulator: `client ──line_a── box ──line_b── server`. `line_b.to_b` carries
+`[emulation.to_b]` and `line_a.to_a` carries `[emulation.to_a]` verbatim (the link keys
+are the same in both runtimes). The other directions of the lines (hosts → box) are fast
+wires, like the lab's veth pairs. A direction without emulation is a fast wire too
+(10 Gbit/s: the box's forwarding speed is far above every rate the parity scenarios use).
 """
 
 from __future__ import annotations
@@ -54,17 +47,9 @@ def _emu(sc: LabScenario, d: str) -> dict[str, Any]:
 
 
 def _line(name: str, a: str, b: str, direction: str, emu: dict[str, Any]) -> dict[str, Any]:
-    """A link whose `direction` carries the emulated line and whose other direction is a
-    fast wire."""
-    slow: dict[str, Any] = {"rate": emu.get("rate", FAST)}
-    if "delay" in emu:
-        slow["delay"] = emu["delay"]
-    if "linklayer" in emu:
-        slow["linklayer"] = copy.deepcopy(emu["linklayer"])
-    if emu.get("loss"):
-        slow["loss"] = emu["loss"]
-    if "queue" in emu:
-        slow["queue"] = {"kind": "fifo", "limit": emu["queue"]}
+    """A link whose `direction` carries the emulated line (the box's emulation keys are
+    link keys) and whose other direction is a fast wire."""
+    slow: dict[str, Any] = {"rate": FAST, **copy.deepcopy(emu)}
     other = "to_a" if direction == "to_b" else "to_b"
     return {"name": name, "a": a, "b": b, "rate": FAST, direction: slow,
             other: {"rate": FAST}}
@@ -83,24 +68,9 @@ def sim_scenario(sc: LabScenario, seed: int = 1) -> dict[str, Any]:
     ]
     links: list[dict[str, Any]] = []
     ea, eb = _emu(sc, "to_a"), _emu(sc, "to_b")
-    # Side a (client).
-    if "queue" in ea:
-        nodes.append({"name": "modem_a", "kind": "router"})
-        links.append(_line("line_a", "modem_a", "client", "to_b", ea))
-        links.append({"name": "tap_a", "a": "box", "b": "modem_a", "rate": FAST})
-        side_a = "tap_a"
-    else:
-        links.append(_line("line_a", "client", "box", "to_a", ea))
-        side_a = "line_a"
-    # Side b (server).
-    if "queue" in eb:
-        nodes.append({"name": "modem_b", "kind": "router"})
-        links.append({"name": "tap_b", "a": "box", "b": "modem_b", "rate": FAST})
-        links.append(_line("line_b", "modem_b", "server", "to_b", eb))
-        side_b = "tap_b"
-    else:
-        links.append(_line("line_b", "box", "server", "to_b", eb))
-        side_b = "line_b"
+    links.append(_line("line_a", "client", "box", "to_a", ea))
+    links.append(_line("line_b", "box", "server", "to_b", eb))
+    side_a, side_b = "line_a", "line_b"
     mb: dict[str, Any] = {"node": "box", "a": side_a, "b": side_b}
     for k in ("rewrite", "to_a", "to_b"):
         if k in sc.box:

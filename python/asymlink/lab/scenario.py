@@ -14,7 +14,7 @@ seed = 1                      # vocabulary as a simulator [[middleboxes]] entry 
 qdisc = { kind = "fifo", limit = "30p" }
 [box.emulation.to_b]
 rate = "512kbit"
-queue = "30p"
+modem_buffer = "30p"
 
 [[flows]]                     # a bulk TCP transfer (real Linux TCP)
 name = "download"
@@ -383,8 +383,8 @@ def _queue_rows(stats: dict[str, Any], t: float) -> list[dict[str, Any]]:
                      "bytes": q["backlog_bytes"], "drops": sum(q["dropped"].values()),
                      "filtered": sum(q["filtered"].values()), "dequeued": q["dequeued"]})
         link = v["link"]
-        rows.append({"t": t, "queue": f"link.{d}", "packets": link["queue_packets"],
-                     "bytes": float("nan"), "drops": link["queue_dropped"] + link["lost"],
+        rows.append({"t": t, "queue": f"link.{d}", "packets": link["modem_packets"],
+                     "bytes": float("nan"), "drops": link["modem_dropped"] + link["lost"],
                      "filtered": 0, "dequeued": link["delivered"]})
     return rows
 

@@ -106,11 +106,14 @@ pub enum DropReason {
     LinkLoss,
     /// Per-flow state was full and the policy drops rather than evicts.
     StateFull,
+    /// A link's modem buffer (the drop-tail FIFO between a discipline and the line) was
+    /// full ([`crate::link`]).
+    ModemBufferFull,
 }
 
 impl DropReason {
     /// All reasons, in counter order.
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::QueueFull,
         DropReason::HeadDrop,
         DropReason::Aqm,
@@ -123,6 +126,7 @@ impl DropReason {
         DropReason::TooBig,
         DropReason::LinkLoss,
         DropReason::StateFull,
+        DropReason::ModemBufferFull,
     ];
     /// A stable snake_case name (used in tables, JSON and Prometheus labels).
     pub const fn name(self) -> &'static str {
@@ -139,6 +143,7 @@ impl DropReason {
             DropReason::TooBig => "too_big",
             DropReason::LinkLoss => "link_loss",
             DropReason::StateFull => "state_full",
+            DropReason::ModemBufferFull => "modem_buffer_full",
         }
     }
 }

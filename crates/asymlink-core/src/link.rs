@@ -1,0 +1,779 @@
+//! One direction of a link: the modem buffer, the serialiser, random loss and the delay
+//! line, and the logic that asks the discipline for packets. The simulator's links and the
+//! live box's emulated links are this one type, driven by two runtimes.
+//!
+//! ```text
+//!  discipline (`queue`) ──► modem buffer (`modem_buffer`, drop-tail) ──► serialiser
+//!     (`rate`, `packet_rate`, `linklayer`) ──► random loss (`loss`) ──► delay line (`delay`)
+//! ```
+//!
+//! * **Without a modem buffer** the discipline *is* the link's queue: it is asked for a
+//!   packet only when the serialiser is idle, so whatever queues, queues where the
+//!   discipline can manage it.
+//! * **With a modem buffer** the discipline is drained as fast as it releases packets into
+//!   a drop-tail FIFO of that size (counted as `modem_buffer_full` drops when full): the
+//!   buffer of a modem after the router that feeds it. A discipline that does not shape
+//!   below the line rate leaves the queue here (the ADSL problem); one that does keeps it
+//!   in the discipline.
+//! * The serialiser charges `linklayer.wire_len(ip_len)` bytes at `rate` (ATM cells, PTM,
+//!   Ethernet: [`LinkLayer`]) in integer nanoseconds; a packet-clocked direction
+//!   (`packet_rate`) holds it `1/packet_rate` per packet, the longer of the two when both
+//!   are set. A transmission starts at `max(serialiser free, packet available)`: a driver
+//!   that calls late (a real clock) catches up without exceeding the rate, and an idle
+//!   link banks no credit.
+//! * Loss is drawn per packet from the link's own seeded [`Rng`] as its transmission
+//!   starts; a lost packet still occupies the serialiser (it was sent, then corrupted) and
+//!   goes to the caller's [`Drops`] as `link_loss`.
+//! * Propagation is a FIFO delay line: only its head is a deadline.
+//!
+//! # Driving a link (sans-IO)
+//!
+//! [`Link::pull`] asks a [`Feed`] (the discipline, or a middlebox direction) for packets
+//! while the link takes them, remembering a "not before t" answer; [`Link::poll_at`] says
+//! when the link next needs a call (the serialiser frees up with packets waiting, the
+//! discipline's "not before", the head of the delay line); [`Link::pop_arrival`] and
+//! [`Link::poll`] hand over the packets whose propagation has ended. A discipline that
+//! watches the link go idle ([`Qdisc::wants_idle_dequeue`](crate::qdisc::Qdisc)) is asked
+//! once more when the serialiser frees up after a transmission, even with nothing queued.
+
+use crate::classify::ClassifierConfig;
+use crate::overhead::{LinkLayer, LinkLayerConfig};
+use crate::packet::Pkt;
+use crate::pipeline::EgressConfig;
+use crate::qdisc::{Dequeued, DropReason, Drops, QdiscConfig, Stage, Verdict};
+use crate::rand::{derive_seed, Rng};
+use crate::time::{dur_ns, earliest, Instant};
+use crate::units::{Limit, Rate, Span};
+use serde::Deserialize;
+use std::collections::VecDeque;
+
+/// One direction of a link, as scenario files (`[[links]]`, link-wide and per direction
+/// `to_a` / `to_b`) and the live box (`[emulation.to_a]`, `[emulation.to_b]`) write it.
+/// Every field is optional.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    /// Serialisation rate of the link-layer bytes (absent: no time per bit).
+    #[serde(default)]
+    pub rate: Option<Rate>,
+    /// Packets per second: each packet holds the serialiser `1/packet_rate` whatever its
+    /// size (a packet-clocked router); with `rate` too, the longer of the two.
+    #[serde(default)]
+    pub packet_rate: Option<u32>,
+    /// One-way propagation delay.
+    #[serde(default)]
+    pub delay: Option<Span>,
+    /// Random loss probability per packet, in [0, 1].
+    #[serde(default)]
+    pub loss: Option<f64>,
+    /// How IP packets are charged on the wire (default: raw IP bytes).
+    #[serde(default)]
+    pub linklayer: Option<LinkLayerConfig>,
+    /// The drop-tail buffer between the discipline and the line (absent: none, the
+    /// discipline feeds the line).
+    #[serde(default)]
+    pub modem_buffer: Option<Limit>,
+    /// The queue discipline feeding the link (simulator links; the box configures its
+    /// disciplines in `[to_a]` / `[to_b]`).
+    #[serde(default)]
+    pub queue: Option<QdiscConfig>,
+    /// The classifier in front of the discipline (simulator links, as `queue`).
+    #[serde(default)]
+    pub classifier: Option<ClassifierConfig>,
+}
+
+/// A link configuration error: the key (relative to the link's table) and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkConfigError {
+    /// The offending key (`loss`, `rate`, ...).
+    pub key: &'static str,
+    /// What is wrong.
+    pub msg: String,
+}
+
+impl LinkConfig {
+    /// This configuration with every unset field taken from `base` (a per-direction
+    /// table over the link-wide one).
+    pub fn or(&self, base: &LinkConfig) -> LinkConfig {
+        LinkConfig {
+            rate: self.rate.or(base.rate),
+            packet_rate: self.packet_rate.or(base.packet_rate),
+            delay: self.delay.or(base.delay),
+            loss: self.loss.or(base.loss),
+            linklayer: self.linklayer.or(base.linklayer),
+            modem_buffer: self.modem_buffer.or(base.modem_buffer),
+            queue: self.queue.clone().or_else(|| base.queue.clone()),
+            classifier: self.classifier.clone().or_else(|| base.classifier.clone()),
+        }
+    }
+
+    /// Check the values of the line (rates, loss, buffer).
+    pub fn validate(&self) -> Result<(), LinkConfigError> {
+        let e = |key, msg: &str| {
+            Err(LinkConfigError {
+                key,
+                msg: msg.into(),
+            })
+        };
+        if let Some(p) = self.loss {
+            if !(0.0..=1.0).contains(&p) {
+                return e("loss", "must be a probability in [0, 1]");
+            }
+        }
+        if self.rate.is_some_and(|r| r.0 == 0) {
+            return e("rate", "must be positive");
+        }
+        if self.packet_rate == Some(0) {
+            return e("packet_rate", "must be a positive number of packets/s");
+        }
+        if matches!(
+            self.modem_buffer,
+            Some(Limit::Packets(0)) | Some(Limit::Bytes(0))
+        ) {
+            return e("modem_buffer", "must be positive");
+        }
+        Ok(())
+    }
+
+    /// The classifier and discipline feeding the link.
+    pub fn egress(&self) -> EgressConfig {
+        EgressConfig {
+            classifier: self.classifier.clone(),
+            qdisc: self.queue.clone(),
+        }
+    }
+
+    /// Whether the line does nothing (no rate, delay, loss or buffer): a plain wire.
+    pub fn is_plain_wire(&self) -> bool {
+        self.rate.is_none()
+            && self.packet_rate.is_none()
+            && self.delay.is_none_or(|d| d.0.is_zero())
+            && self.loss.is_none_or(|p| p == 0.0)
+            && self.modem_buffer.is_none()
+    }
+}
+
+/// The seed of the loss stream of direction `dir` (`"to_a"` / `"to_b"`) of link `link`,
+/// derived from a run's master seed. Both runtimes draw a link's losses from this stream
+/// (the box names its two links after its sides, `a` and `b`).
+pub fn loss_seed(master: u64, link: &str, dir: &str) -> u64 {
+    derive_seed(master, &format!("loss:{link}:{dir}"))
+}
+
+/// Where a link takes its packets from: a discipline, or one direction of a middlebox.
+pub trait Feed<P> {
+    /// The next packet to send at `now` (see [`Dequeued`]); discards go to `drops`.
+    fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P>;
+    /// When `p` became available to the feed (at most `now`). A driver whose calls come
+    /// exactly when something happens (the simulator) keeps the default, `now`; one that
+    /// may call late (a real clock) returns the packet's arrival so the serialiser
+    /// catches up.
+    fn available_since(&self, _p: &P, now: Instant) -> Instant {
+        now
+    }
+}
+
+/// A transmission that started, for drivers that trace or capture them.
+#[derive(Debug)]
+pub struct Tx<'a, P> {
+    /// When the serialisation started.
+    pub start: Instant,
+    /// How long it holds the serialiser, ns.
+    pub tx_ns: u64,
+    /// Bytes charged on the wire (after the link layer).
+    pub wire_len: u32,
+    /// Whether it is lost (it still occupied the serialiser).
+    pub lost: bool,
+    /// The packet.
+    pub pkt: &'a P,
+}
+
+/// Counters of one link direction.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Packets handed over by the discipline.
+    pub offered: u64,
+    /// Transmissions started: packets and IP bytes.
+    pub sent: u64,
+    /// IP bytes of the transmissions started.
+    pub sent_bytes: u64,
+    /// Wire bytes charged by the serialiser (after the link layer).
+    pub wire_bytes: u64,
+    /// Time the serialiser was busy, ns.
+    pub busy_ns: u64,
+    /// Packets lost at random.
+    pub lost: u64,
+    /// Packets dropped because the modem buffer was full.
+    pub modem_dropped: u64,
+    /// Highest modem-buffer occupancy in packets.
+    pub max_modem_packets: u32,
+    /// Packets that finished propagation.
+    pub delivered: u64,
+    /// IP bytes delivered.
+    pub delivered_bytes: u64,
+}
+
+/// One direction of a link (see the module documentation).
+#[derive(Debug)]
+pub struct Link<P> {
+    rate: Option<Rate>,
+    packet_ns: u64,
+    delay_ns: u64,
+    loss: f64,
+    ll: LinkLayer,
+    modem: Option<Limit>,
+    rng: Rng,
+    /// The modem buffer: (packet, when it became available to the serialiser).
+    buffer: VecDeque<(P, Instant)>,
+    buffer_bytes: u64,
+    /// The serialiser is busy until then.
+    free_at: Instant,
+    /// The delay line: (arrival, packet), in order.
+    wire: VecDeque<(Instant, P)>,
+    /// The discipline's last "not before" answer (or the instant it answered "empty").
+    ready: Option<Instant>,
+    /// The discipline wants a `dequeue` each time the serialiser frees up.
+    idle_dequeue: bool,
+    /// A packet went onto the serialiser since the discipline last answered `Empty`.
+    idle_pending: bool,
+    stats: LinkStats,
+}
+
+impl<P: Pkt> Link<P> {
+    /// A link direction drawing its losses from `rng`; `idle_dequeue` as the feeding
+    /// discipline's `wants_idle_dequeue`.
+    pub fn new(cfg: &LinkConfig, rng: Rng, idle_dequeue: bool) -> Link<P> {
+        let mut l = Link {
+            rate: None,
+            packet_ns: 0,
+            delay_ns: 0,
+            loss: 0.0,
+            ll: LinkLayer::RAW,
+            modem: None,
+            rng,
+            buffer: VecDeque::new(),
+            buffer_bytes: 0,
+            free_at: Instant::ZERO,
+            wire: VecDeque::new(),
+            ready: None,
+            idle_dequeue,
+            idle_pending: false,
+            stats: LinkStats::default(),
+        };
+        l.reconfigure(cfg, idle_dequeue);
+        l.idle_pending = false;
+        l
+    }
+
+    /// Whether the feeding discipline watches the link go idle (set when the feed
+    /// changes).
+    pub fn set_idle_dequeue(&mut self, on: bool) {
+        self.idle_dequeue = on;
+    }
+
+    /// Take new parameters, keeping buffered and in-flight packets; the random stream
+    /// continues.
+    pub fn reconfigure(&mut self, cfg: &LinkConfig, idle_dequeue: bool) {
+        self.rate = cfg.rate.filter(|r| r.0 > 0);
+        self.packet_ns = cfg
+            .packet_rate
+            .map_or(0, |r| 1_000_000_000u64.div_ceil(r.max(1) as u64));
+        self.delay_ns = cfg.delay.map_or(0, |s| dur_ns(s.0));
+        self.loss = cfg.loss.unwrap_or(0.0);
+        self.ll = cfg.linklayer.map_or(LinkLayer::RAW, |l| l.build());
+        self.modem = cfg.modem_buffer;
+        self.ready = None;
+        self.idle_dequeue = idle_dequeue;
+        self.idle_pending = idle_dequeue;
+    }
+
+    /// The serialisation rate, if any.
+    pub fn rate(&self) -> Option<Rate> {
+        self.rate
+    }
+
+    /// Whether a modem buffer sits between the discipline and the serialiser.
+    pub fn has_modem_buffer(&self) -> bool {
+        self.modem.is_some()
+    }
+
+    /// Whether the discipline may be asked for a packet at `now`: always with a modem
+    /// buffer (it absorbs or drops), otherwise only when the serialiser is idle.
+    #[inline]
+    pub fn wants_packet(&self, now: Instant) -> bool {
+        self.modem.is_some() || self.free_at <= now
+    }
+
+    /// When the serialiser is next idle.
+    pub fn free_at(&self) -> Instant {
+        self.free_at
+    }
+
+    /// Start what the modem buffer holds while the serialiser is idle, then ask `feed`
+    /// for packets while the link takes them. Returns the feed's "not before" answer if it
+    /// gave one. Lost and modem-buffer-dropped packets go to `drops`; `on_tx` sees every
+    /// transmission that starts.
+    pub fn pull<F: Feed<P>>(
+        &mut self,
+        now: Instant,
+        feed: &mut F,
+        drops: &mut Drops<P>,
+        on_tx: &mut impl FnMut(&Tx<'_, P>),
+    ) -> Option<Instant> {
+        self.start_buffered(now, drops, on_tx);
+        while self.wants_packet(now) {
+            match feed.dequeue(now, drops) {
+                Dequeued::Packet(p) => {
+                    let since = feed.available_since(&p, now);
+                    let ready = self.ready.take().map_or(since, |t| t.max(since));
+                    self.offer(now, ready, p, drops, on_tx);
+                    self.idle_pending = self.idle_dequeue;
+                }
+                Dequeued::NotBefore(t) => {
+                    self.ready = Some(t);
+                    return Some(t);
+                }
+                Dequeued::Empty => {
+                    // Nothing was available at `now`: the next packet cannot start
+                    // earlier.
+                    self.ready = Some(now);
+                    self.idle_pending = false;
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// A packet from the discipline at `now`, available since `ready`: into the modem
+    /// buffer (dropped when full) or onto the serialiser.
+    fn offer(
+        &mut self,
+        now: Instant,
+        ready: Instant,
+        pkt: P,
+        drops: &mut Drops<P>,
+        on_tx: &mut impl FnMut(&Tx<'_, P>),
+    ) {
+        self.stats.offered += 1;
+        let ready = ready.min(now);
+        let Some(limit) = self.modem else {
+            self.transmit(ready, pkt, drops, on_tx);
+            return;
+        };
+        let len = pkt.ip_len();
+        if !limit.admits(self.buffer.len() as u32, self.buffer_bytes, len) {
+            self.stats.modem_dropped += 1;
+            drops.push(
+                pkt,
+                Verdict::Dropped(DropReason::ModemBufferFull),
+                Stage::Rejected,
+            );
+            return;
+        }
+        self.buffer_bytes += len as u64;
+        self.buffer.push_back((pkt, ready));
+        self.stats.max_modem_packets = self.stats.max_modem_packets.max(self.buffer.len() as u32);
+        // The serialiser takes the head at once if idle: a modem holds `modem_buffer`
+        // packets besides the one on the line.
+        self.start_buffered(now, drops, on_tx);
+    }
+
+    /// Move packets from the modem buffer onto the serialiser while it is idle at `now`.
+    fn start_buffered(
+        &mut self,
+        now: Instant,
+        drops: &mut Drops<P>,
+        on_tx: &mut impl FnMut(&Tx<'_, P>),
+    ) {
+        while self.free_at <= now {
+            let Some((pkt, ready)) = self.buffer.pop_front() else {
+                break;
+            };
+            self.buffer_bytes -= pkt.ip_len() as u64;
+            self.transmit(ready, pkt, drops, on_tx);
+        }
+    }
+
+    /// Serialise `pkt`, available since `ready`; then lose it or put it on the delay line.
+    fn transmit(
+        &mut self,
+        ready: Instant,
+        pkt: P,
+        drops: &mut Drops<P>,
+        on_tx: &mut impl FnMut(&Tx<'_, P>),
+    ) {
+        let start = self.free_at.max(ready);
+        let len = pkt.ip_len();
+        let wire_len = self.ll.wire_len(len);
+        let bit_ns = self.rate.map_or(0, |r| r.tx_nanos(wire_len as u64));
+        let tx_ns = bit_ns.max(self.packet_ns);
+        let end = Instant(start.0.saturating_add(tx_ns));
+        self.free_at = end;
+        let s = &mut self.stats;
+        s.sent += 1;
+        s.sent_bytes += len as u64;
+        s.wire_bytes += wire_len as u64;
+        s.busy_ns += tx_ns;
+        let lost = self.loss > 0.0 && self.rng.bernoulli(self.loss);
+        on_tx(&Tx {
+            start,
+            tx_ns,
+            wire_len,
+            lost,
+            pkt: &pkt,
+        });
+        if lost {
+            self.stats.lost += 1;
+            drops.push(pkt, Verdict::Dropped(DropReason::LinkLoss), Stage::Rejected);
+            return;
+        }
+        self.wire
+            .push_back((Instant(end.0.saturating_add(self.delay_ns)), pkt));
+    }
+
+    /// When the head of the delay line arrives.
+    pub fn next_arrival(&self) -> Option<Instant> {
+        self.wire.front().map(|(t, _)| *t)
+    }
+
+    /// Take the head of the delay line if it has arrived by `now`.
+    pub fn pop_arrival(&mut self, now: Instant) -> Option<P> {
+        if self.wire.front().is_none_or(|(t, _)| *t > now) {
+            return None;
+        }
+        let (_, p) = self.wire.pop_front()?;
+        self.stats.delivered += 1;
+        self.stats.delivered_bytes += p.ip_len() as u64;
+        Some(p)
+    }
+
+    /// Move every packet whose propagation has ended by `now` to `out`, in order.
+    pub fn poll(&mut self, now: Instant, out: &mut Vec<P>) {
+        while let Some(p) = self.pop_arrival(now) {
+            out.push(p);
+        }
+    }
+
+    /// When the sending side next needs a [`Link::pull`], given the feed's backlog in
+    /// packets: the serialiser frees up with packets waiting in the modem buffer or the
+    /// discipline (or with a discipline that watches the link go idle), or the
+    /// discipline's "not before" instant. `None`: only a new packet changes anything.
+    pub fn pull_at(&self, backlog: u32) -> Option<Instant> {
+        let mut t = (!self.buffer.is_empty()).then_some(self.free_at);
+        if self.idle_pending && backlog == 0 {
+            t = earliest(t, Some(self.free_at));
+        }
+        if backlog > 0 {
+            let mut when = self.ready.unwrap_or(Instant::ZERO);
+            if self.modem.is_none() {
+                when = when.max(self.free_at);
+            }
+            t = earliest(t, Some(when));
+        }
+        t
+    }
+
+    /// When the link next needs a call: [`Link::pull_at`] or the next arrival.
+    pub fn poll_at(&self, backlog: u32) -> Option<Instant> {
+        earliest(self.pull_at(backlog), self.next_arrival())
+    }
+
+    /// When the serialiser frees up, if a [`Link::pull`] is needed then (the modem buffer
+    /// holds packets, the discipline has a backlog waiting for the line, or it watches
+    /// the link go idle); `None` if the serialiser is idle at `now`.
+    pub fn busy_wake(&self, now: Instant, backlog: u32) -> Option<Instant> {
+        if self.free_at <= now {
+            return None;
+        }
+        let want =
+            !self.buffer.is_empty() || self.idle_pending || (self.modem.is_none() && backlog > 0);
+        want.then_some(self.free_at)
+    }
+
+    /// Packets in the modem buffer and on the delay line.
+    pub fn backlog(&self) -> (u32, u32) {
+        (self.buffer.len() as u32, self.wire.len() as u32)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &LinkStats {
+        &self.stats
+    }
+
+    /// Remove every packet held (modem buffer, delay line).
+    pub fn drain_all(&mut self) -> Vec<P> {
+        let mut v: Vec<P> = self.buffer.drain(..).map(|(p, _)| p).collect();
+        v.extend(self.wire.drain(..).map(|(_, p)| p));
+        self.buffer_bytes = 0;
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::HeaderPacket;
+    use crate::wire::{Headers, IpRepr, Transport, UdpRepr};
+    use core::net::{IpAddr, Ipv4Addr};
+
+    fn pkt(ip_len: u32) -> HeaderPacket {
+        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+        HeaderPacket::new(Headers {
+            ip: IpRepr::new(a, b),
+            transport: Transport::Udp(UdpRepr {
+                src_port: 1,
+                dst_port: 2,
+            }),
+            payload_len: ip_len - 28,
+        })
+    }
+
+    /// A FIFO feed with an optional "not before" gate.
+    struct Queue {
+        q: VecDeque<HeaderPacket>,
+        gate: Instant,
+        asked: u32,
+    }
+
+    impl Queue {
+        fn of(lens: &[u32]) -> Queue {
+            Queue {
+                q: lens.iter().map(|&l| pkt(l)).collect(),
+                gate: Instant::ZERO,
+                asked: 0,
+            }
+        }
+    }
+
+    impl Feed<HeaderPacket> for Queue {
+        fn dequeue(&mut self, now: Instant, _: &mut Drops<HeaderPacket>) -> Dequeued<HeaderPacket> {
+            self.asked += 1;
+            if self.q.is_empty() {
+                Dequeued::Empty
+            } else if now < self.gate {
+                Dequeued::NotBefore(self.gate)
+            } else {
+                Dequeued::Packet(self.q.pop_front().unwrap())
+            }
+        }
+        /// Every packet was there from the start (a driver that may call late).
+        fn available_since(&self, _: &HeaderPacket, _: Instant) -> Instant {
+            Instant::ZERO
+        }
+    }
+
+    fn cfg(toml_src: &str) -> LinkConfig {
+        toml::from_str(toml_src).unwrap()
+    }
+
+    /// Drive `link` from `feed` as a runtime would: call at every instant the link asks
+    /// for, collect (arrival time, ip_len) of what is delivered.
+    fn drive(link: &mut Link<HeaderPacket>, feed: &mut Queue) -> Vec<(u64, u32)> {
+        let mut out = Vec::new();
+        let mut drops = Drops::new();
+        let mut now = Instant::ZERO;
+        for _ in 0..10_000 {
+            link.pull(now, feed, &mut drops, &mut |_| {});
+            while let Some(p) = link.pop_arrival(now) {
+                out.push((now.as_nanos(), p.ip_len()));
+            }
+            match link.poll_at(feed.q.len() as u32) {
+                Some(t) => now = t.max(now),
+                None => break,
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn serialiser_and_delay_line() {
+        // 1500 bytes at 1 Mbit/s: 12 ms each, then 20 ms of propagation.
+        let mut l = Link::new(
+            &cfg("rate = \"1Mbit\"\ndelay = \"20ms\""),
+            Rng::new(1),
+            false,
+        );
+        let got = drive(&mut l, &mut Queue::of(&[1500, 1500, 1500]));
+        assert_eq!(
+            got,
+            vec![(32_000_000, 1500), (44_000_000, 1500), (56_000_000, 1500)]
+        );
+        assert_eq!(l.stats().busy_ns, 36_000_000);
+        assert_eq!(l.stats().delivered, 3);
+    }
+
+    #[test]
+    fn atm_cells_and_packet_clock() {
+        // A 40-byte packet over LLC/SNAP is 2 cells = 106 bytes: 1 ms at 848 kbit/s.
+        let mut l = Link::new(
+            &cfg("rate = \"848kbit\"\nlinklayer = { encap = \"llc_snap_routed\" }"),
+            Rng::new(1),
+            false,
+        );
+        let got = drive(&mut l, &mut Queue::of(&[40, 40]));
+        assert_eq!(got, vec![(1_000_000, 40), (2_000_000, 40)]);
+        assert_eq!(l.stats().wire_bytes, 212);
+        // 10 packets/s: 100 ms each whatever the size; the bit time only if longer.
+        let mut l = Link::new(
+            &cfg("packet_rate = 10\nrate = \"1Mbit\""),
+            Rng::new(1),
+            false,
+        );
+        let got = drive(&mut l, &mut Queue::of(&[40, 1500]));
+        assert_eq!(got, vec![(100_000_000, 40), (200_000_000, 1500)]);
+    }
+
+    #[test]
+    fn without_modem_buffer_the_discipline_is_asked_only_when_idle() {
+        let mut l = Link::new(&cfg("rate = \"1Mbit\""), Rng::new(1), false);
+        let mut q = Queue::of(&[1500, 1500, 1500]);
+        let mut drops = Drops::new();
+        l.pull(Instant::ZERO, &mut q, &mut drops, &mut |_| {});
+        assert_eq!(
+            q.q.len(),
+            2,
+            "one packet on the line, two left in the discipline"
+        );
+        assert_eq!(q.asked, 1);
+        assert_eq!(l.pull_at(2), Some(Instant::from_millis(12)));
+        assert_eq!(
+            l.busy_wake(Instant::ZERO, 2),
+            Some(Instant::from_millis(12))
+        );
+        // Called early: nothing is asked.
+        l.pull(Instant::from_millis(5), &mut q, &mut drops, &mut |_| {});
+        assert_eq!(q.asked, 1);
+    }
+
+    #[test]
+    fn modem_buffer_absorbs_then_drops_tail() {
+        // modem_buffer = 3p: one packet on the line plus three waiting; the rest dropped.
+        let mut l = Link::new(
+            &cfg("rate = \"1Mbit\"\nmodem_buffer = \"3p\""),
+            Rng::new(1),
+            false,
+        );
+        let mut q = Queue::of(&[1500; 10]);
+        let mut drops = Drops::new();
+        l.pull(Instant::ZERO, &mut q, &mut drops, &mut |_| {});
+        assert!(q.q.is_empty(), "the discipline is drained at once");
+        assert_eq!(l.backlog(), (3, 1));
+        assert_eq!(drops.len(), 6);
+        assert!(drops
+            .drain()
+            .all(|d| d.verdict == Verdict::Dropped(DropReason::ModemBufferFull)));
+        assert_eq!(l.stats().modem_dropped, 6);
+        assert_eq!(l.stats().max_modem_packets, 3);
+        assert_eq!(l.pull_at(0), Some(Instant::from_millis(12)));
+        let got = drive(&mut l, &mut q);
+        let times: Vec<u64> = got.iter().map(|g| g.0 / 1_000_000).collect();
+        assert_eq!(times, vec![12, 24, 36, 48]);
+    }
+
+    #[test]
+    fn not_before_is_remembered_and_late_calls_catch_up() {
+        let mut l = Link::new(&cfg("rate = \"1Mbit\""), Rng::new(1), false);
+        let mut q = Queue::of(&[1500, 1500]);
+        q.gate = Instant::from_millis(10);
+        let mut drops = Drops::new();
+        assert_eq!(
+            l.pull(Instant::ZERO, &mut q, &mut drops, &mut |_| {}),
+            Some(Instant::from_millis(10))
+        );
+        assert_eq!(l.pull_at(2), Some(Instant::from_millis(10)));
+        // The driver wakes 3 ms late: the packet still starts at 10 ms.
+        let mut starts = Vec::new();
+        l.pull(Instant::from_millis(13), &mut q, &mut drops, &mut |tx| {
+            starts.push(tx.start)
+        });
+        assert_eq!(starts, vec![Instant::from_millis(10)]);
+        assert_eq!(l.free_at(), Instant::from_millis(22));
+    }
+
+    #[test]
+    fn idle_watchers_are_asked_when_the_line_frees_up() {
+        let mut l = Link::new(&cfg("rate = \"1Mbit\""), Rng::new(1), true);
+        let mut q = Queue::of(&[1500]);
+        let mut drops = Drops::new();
+        l.pull(Instant::ZERO, &mut q, &mut drops, &mut |_| {});
+        assert_eq!(
+            l.busy_wake(Instant::ZERO, 0),
+            Some(Instant::from_millis(12))
+        );
+        assert_eq!(l.pull_at(0), Some(Instant::from_millis(12)));
+        l.pull(Instant::from_millis(12), &mut q, &mut drops, &mut |_| {});
+        assert_eq!(q.asked, 2, "asked again, answered empty");
+        assert_eq!(l.pull_at(0), None);
+        // A link without the watcher sleeps after its last packet.
+        let mut l = Link::new(&cfg("rate = \"1Mbit\""), Rng::new(1), false);
+        l.pull(
+            Instant::ZERO,
+            &mut Queue::of(&[1500]),
+            &mut drops,
+            &mut |_| {},
+        );
+        assert_eq!(l.busy_wake(Instant::ZERO, 0), None);
+    }
+
+    #[test]
+    fn loss_is_seeded_occupies_the_line_and_is_counted() {
+        let run = |seed| {
+            let mut l = Link::new(&cfg("rate = \"1Mbit\"\nloss = 0.3"), Rng::new(seed), false);
+            let mut q = Queue::of(&[125; 1000]);
+            let got = drive(&mut l, &mut q);
+            (
+                got.iter().map(|g| g.0).collect::<Vec<_>>(),
+                l.stats().clone(),
+            )
+        };
+        let (a, sa) = run(7);
+        assert_eq!(a, run(7).0, "same seed, same losses");
+        assert_ne!(a, run(8).0);
+        assert_eq!(sa.lost + sa.delivered, 1000);
+        assert!(
+            (250..350).contains(&sa.lost),
+            "{} lost of 1000 at 30 %",
+            sa.lost
+        );
+        assert_eq!(
+            sa.busy_ns,
+            1000 * 1_000_000,
+            "lost packets still took the line"
+        );
+    }
+
+    #[test]
+    fn config_merges_and_validates() {
+        let base =
+            cfg("rate = \"10Mbit\"\ndelay = \"5ms\"\nqueue = { kind = \"fifo\", limit = \"10p\" }");
+        let dir = cfg("rate = \"100kbit\"\nmodem_buffer = \"20p\"");
+        let m = dir.or(&base);
+        assert_eq!(m.rate, Some(Rate::kbps(100)));
+        assert_eq!(m.delay, base.delay);
+        assert_eq!(m.modem_buffer, Some(Limit::Packets(20)));
+        assert!(m.egress().qdisc.is_some());
+        for (src, key) in [
+            ("loss = 1.5", "loss"),
+            ("loss = -0.1", "loss"),
+            ("rate = \"0bit\"", "rate"),
+            ("packet_rate = 0", "packet_rate"),
+            ("modem_buffer = \"0p\"", "modem_buffer"),
+        ] {
+            assert_eq!(cfg(src).validate().unwrap_err().key, key, "{src}");
+        }
+        assert!(cfg("loss = 1.0").validate().is_ok());
+        assert!(toml::from_str::<LinkConfig>("queue_limit = 3").is_err());
+        assert!(LinkConfig::default().is_plain_wire());
+        assert!(!cfg("loss = 0.1").is_plain_wire());
+    }
+
+    #[test]
+    fn loss_seeds_differ_per_link_and_direction() {
+        assert_eq!(loss_seed(1, "a", "to_a"), loss_seed(1, "a", "to_a"));
+        assert_ne!(loss_seed(1, "a", "to_a"), loss_seed(1, "a", "to_b"));
+        assert_ne!(loss_seed(1, "a", "to_a"), loss_seed(1, "b", "to_a"));
+        assert_ne!(loss_seed(1, "a", "to_a"), loss_seed(2, "a", "to_a"));
+    }
+}
