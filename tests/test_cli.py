@@ -257,7 +257,7 @@ def test_installed_command_user_error(installed: str, tmp_path: Path) -> None:
 def test_a_run_too_long_for_memory_is_refused_up_front(tmp_path: Path) -> None:
     code, _, err = invoke("run", "--example", "showcase", "--out", str(tmp_path / "o"),
                           "--set", "duration=100000h")
-    assert_user_error(code, err, "example:showcase: duration: this run would hold about 27 TB"
+    assert_user_error(code, err, "example:showcase: duration: this run would hold about 27.5 TB"
                                  " of time series in memory (3,600,000,001 samples of 14 rows")
     assert "--set monitor.interval=" in err and "monitor.queues=false" in err
     assert not (tmp_path / "o").exists()
