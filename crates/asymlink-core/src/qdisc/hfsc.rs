@@ -50,7 +50,7 @@
 //! queue at once, although the class is guaranteed only 32 kbit/s in the long run. With a
 //! linear 32 kbit/s curve the deadline would be 40 ms away.
 
-use super::tree::{ClassSpec, Limits, Tree};
+use super::tree::{self, ClassSpec, Limits, Tree, TreeClass};
 use super::{
     Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc,
     QdiscConfig, QdiscStats, Verdict,
@@ -175,6 +175,13 @@ pub struct HfscClassConfig {
     /// The leaf's discipline (default: a 1000-packet FIFO). Leaves only.
     #[serde(default)]
     pub queue: Option<Box<QdiscConfig>>,
+}
+
+impl TreeClass for HfscClassConfig {
+    fn spec(&self) -> ClassSpec<'_> {
+        let (parent, queue) = (self.parent.as_deref(), self.queue.as_deref());
+        ClassSpec::new(&self.name, parent, self.classes.as_deref(), queue)
+    }
 }
 
 /// HFSC parameters.
@@ -405,24 +412,8 @@ pub struct Hfsc<P> {
 impl<P: Pkt + Send + 'static> Hfsc<P> {
     /// Build and validate; classifier class names are resolved through `ctx`.
     pub fn new(cfg: &HfscConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
-        let specs: Vec<ClassSpec<'_>> = cfg
-            .classes
-            .iter()
-            .map(|c| ClassSpec {
-                name: &c.name,
-                parent: c.parent.as_deref(),
-                classes: c.classes.as_deref(),
-                queue: c.queue.as_deref(),
-            })
-            .collect();
-        let tree = Tree::new(
-            &specs,
-            &Limits {
-                kind: "hfsc",
-                max_classes: 256,
-                max_depth: None,
-            },
-        )?;
+        let specs = tree::specs(&cfg.classes);
+        let tree = Tree::new(&specs, &Limits::new("hfsc", 256, None))?;
         let key = |i: usize, f: &str| format!("hfsc.classes[{i}].{f}");
         // Configured class i is class i + 1 here; index 0 is the implicit root, parent of
         // the configured roots.

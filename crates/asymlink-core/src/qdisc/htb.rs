@@ -49,7 +49,7 @@
 //! its rate; the same ACK charged as 40 IP bytes would cost 0.84 ms and let 1 187 ACKs/s
 //! through — 2.65 times what the line can carry.
 
-use super::tree::{ClassSpec, Limits, Tree};
+use super::tree::{self, ClassSpec, Limits, Tree, TreeClass};
 use super::{
     Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc,
     QdiscConfig, QdiscStats, Verdict,
@@ -112,6 +112,13 @@ pub struct HtbClassConfig {
     /// The leaf's discipline (default: a 1000-packet FIFO). Leaves only.
     #[serde(default)]
     pub queue: Option<Box<QdiscConfig>>,
+}
+
+impl TreeClass for HtbClassConfig {
+    fn spec(&self) -> ClassSpec<'_> {
+        let (parent, queue) = (self.parent.as_deref(), self.queue.as_deref());
+        ClassSpec::new(&self.name, parent, self.classes.as_deref(), queue)
+    }
 }
 
 /// HTB parameters.
@@ -231,24 +238,8 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         if cfg.r2q == 0 {
             return Err(ConfigError::new("htb.r2q", "must be positive"));
         }
-        let specs: Vec<ClassSpec<'_>> = cfg
-            .classes
-            .iter()
-            .map(|c| ClassSpec {
-                name: &c.name,
-                parent: c.parent.as_deref(),
-                classes: c.classes.as_deref(),
-                queue: c.queue.as_deref(),
-            })
-            .collect();
-        let tree = Tree::new(
-            &specs,
-            &Limits {
-                kind: "htb",
-                max_classes: 64,
-                max_depth: Some(MAX_DEPTH),
-            },
-        )?;
+        let specs = tree::specs(&cfg.classes);
+        let tree = Tree::new(&specs, &Limits::new("htb", 64, Some(MAX_DEPTH)))?;
         let n = specs.len();
         let key = |i: usize, f: &str| format!("htb.classes[{i}].{f}");
         let mut classes = Vec::with_capacity(n);

@@ -20,6 +20,33 @@ pub(crate) struct ClassSpec<'a> {
     pub queue: Option<&'a QdiscConfig>,
 }
 
+impl<'a> ClassSpec<'a> {
+    /// A class from its configuration's fields.
+    pub fn new(
+        name: &'a str,
+        parent: Option<&'a str>,
+        classes: Option<&'a [String]>,
+        queue: Option<&'a QdiscConfig>,
+    ) -> Self {
+        ClassSpec {
+            name,
+            parent,
+            classes,
+            queue,
+        }
+    }
+}
+
+/// A configured class of a tree (HTB's, HFSC's).
+pub(crate) trait TreeClass {
+    fn spec(&self) -> ClassSpec<'_>;
+}
+
+/// The specs of configured classes, in order.
+pub(crate) fn specs<C: TreeClass>(classes: &[C]) -> Vec<ClassSpec<'_>> {
+    classes.iter().map(TreeClass::spec).collect()
+}
+
 /// Limits a scheduler puts on its tree.
 pub(crate) struct Limits {
     /// The scheduler's name in error keys (`htb`, `hfsc`).
@@ -27,6 +54,16 @@ pub(crate) struct Limits {
     pub max_classes: usize,
     /// Deepest allowed level (a root is at depth 0), if any.
     pub max_depth: Option<usize>,
+}
+
+impl Limits {
+    pub fn new(kind: &'static str, max_classes: usize, max_depth: Option<usize>) -> Limits {
+        Limits {
+            kind,
+            max_classes,
+            max_depth,
+        }
+    }
 }
 
 /// A validated tree over the configured classes.
