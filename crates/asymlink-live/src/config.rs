@@ -256,8 +256,8 @@ impl BoxConfig {
     /// The configuration as the box runs it: the file with its `line` expanded (what
     /// `--print-effective` shows). Validates it first.
     pub fn effective(path: &Path) -> Result<String, ConfigError> {
-        BoxConfig::load(path)?;
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::value(e.to_string()))?;
+        BoxConfig::from_text(&text)?;
         let t = match BoxConfig::expand_line(&text)? {
             Some(t) => t,
             None => text
@@ -270,8 +270,13 @@ impl BoxConfig {
     /// Read, parse and validate a file. Errors name the key and its line.
     pub fn load(path: &Path) -> Result<BoxConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::value(e.to_string()))?;
-        let cfg = BoxConfig::parse(&text)?;
-        cfg.validate().map_err(|e| e.with_line(&text))?;
+        BoxConfig::from_text(&text)
+    }
+
+    /// Parse and validate the text of a file.
+    fn from_text(text: &str) -> Result<BoxConfig, ConfigError> {
+        let cfg = BoxConfig::parse(text)?;
+        cfg.validate().map_err(|e| e.with_line(text))?;
         Ok(cfg)
     }
 

@@ -3,22 +3,16 @@
 //! `crates/asymlink-live/fuzz` found) goes through the target's own checks
 //! ([`asymlink_live::harness`]), so whatever the fuzzer once reached stays checked.
 
+#[path = "../../asymlink-core/tests/support/corpus.rs"]
+mod corpus;
+
 use std::path::PathBuf;
 
 fn replay(target: &str, check: fn(&[u8])) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz/corpus-min")
         .join(target);
-    let mut n = 0;
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}"));
-    for entry in entries {
-        let path = entry.unwrap().path();
-        let data = std::fs::read(&path).unwrap();
-        let r = std::panic::catch_unwind(|| check(&data));
-        assert!(r.is_ok(), "{target}: {path:?} breaks an invariant");
-        n += 1;
-    }
-    assert!(n >= 50, "{target}: only {n} inputs in the corpus");
+    corpus::replay(target, &[dir.as_path()], check);
 }
 
 #[test]

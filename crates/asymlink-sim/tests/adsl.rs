@@ -7,32 +7,14 @@
 //!                      (middlebox: five classes + HTB on to_b)
 //! ```
 
-use asymlink_sim::results::{ColumnData, Results};
-use asymlink_sim::{RunOptions, Simulation};
+mod common;
 
-fn run(src: &str) -> Results {
-    let mut sim =
-        Simulation::from_toml(src, RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
-    sim.run();
-    sim.check_conservation().unwrap();
-    sim.results()
-}
+use asymlink_sim::results::Results;
+use common::run;
 
 /// A column of `queue_summary` at the row of queue `q`.
 fn summary(r: &Results, q: &str, col: &str) -> f64 {
-    let t = r.table("queue_summary").unwrap();
-    let ColumnData::Str(names) = t.column("queue").unwrap() else {
-        panic!()
-    };
-    let i = names
-        .iter()
-        .position(|n| n == q)
-        .unwrap_or_else(|| panic!("no queue {q}: {names:?}"));
-    match t.column(col).unwrap() {
-        ColumnData::F64(v) => v[i],
-        ColumnData::I64(v) => v[i] as f64,
-        ColumnData::Str(_) => panic!(),
-    }
+    common::value(r, "queue_summary", "queue", q, col)
 }
 
 fn scenario(shaper_linklayer: &str, root_rate: &str) -> String {

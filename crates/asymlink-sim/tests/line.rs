@@ -6,16 +6,11 @@
 //!                      (middlebox: `line`, or nothing)
 //! ```
 
+mod common;
+
 use asymlink_sim::results::{ColumnData, Results};
 use asymlink_sim::{RunOptions, Simulation};
-
-fn run(src: &str) -> Results {
-    let mut sim =
-        Simulation::from_toml(src, RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
-    sim.run();
-    sim.check_conservation().unwrap();
-    sim.results()
-}
+use common::run;
 
 fn scenario(middlebox: &str) -> String {
     format!(
@@ -80,14 +75,7 @@ fn scenario(middlebox: &str) -> String {
 }
 
 fn goodput_mbps(r: &Results, flow: &str) -> f64 {
-    let t = r.table("flow_summary").unwrap();
-    let ColumnData::Str(names) = t.column("flow").unwrap() else {
-        panic!()
-    };
-    let ColumnData::F64(g) = t.column("goodput_bps").unwrap() else {
-        panic!()
-    };
-    g[names.iter().position(|n| n == flow).unwrap()] / 1e6
+    common::value(r, "flow_summary", "flow", flow, "goodput_bps") / 1e6
 }
 
 fn ping_p90_ms(r: &Results) -> f64 {

@@ -1,0 +1,3 @@
+//! Helpers shared by the core's integration tests.
+
+pub mod corpus;
