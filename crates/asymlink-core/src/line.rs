@@ -13,8 +13,9 @@
 //! keep it short.
 //!
 //! * Toward the line: HTB at `up_fraction` (or `down_fraction`) of the line rate, charged
-//!   in the line's wire bytes, with three classes under it: pure ACKs (a quarter of the
-//!   rate guaranteed; an ACK filter that only removes ACKs a newer one supersedes),
+//!   in the line's wire bytes, with three classes under it: pure ACKs (guaranteed what the
+//!   ACKs of a full-rate transfer the other way need, between a quarter and a half of the
+//!   rate; an ACK filter that only removes ACKs a newer one supersedes),
 //!   interactive traffic (a tenth; DSCP EF/CS6/CS7, or IP packets of at most 200 bytes;
 //!   `fq_codel`), and bulk (the rest; fair between hosts and then between each host's
 //!   flows, `host_fq_codel`). Every class may borrow the whole rate; what is left over
@@ -100,6 +101,21 @@ impl LineConfig {
         Rate((r.0 as f64 * f).round() as u64)
     }
 
+    /// The share of the shaped rate toward the line guaranteed to pure ACKs: what the ACKs
+    /// of a download at the full opposite rate need (one ACK of 52 IP bytes per two
+    /// 1500-byte segments, both in the line's wire bytes), at least ¼ and at most ½.
+    /// On a 20:1 ATM line that is ½ (the ACK stream alone would need 62 %); on 8:1, ¼.
+    fn ack_share(&self, way: Way) -> f64 {
+        let ll = self.linklayer.build();
+        let other = match way {
+            Way::Up => Way::Down,
+            Way::Down => Way::Up,
+        };
+        let acks_per_s = self.rate(other).0 as f64 / (2.0 * 8.0 * f64::from(ll.wire_len(1500)));
+        let need = acks_per_s * 8.0 * f64::from(ll.wire_len(52)) / self.rate(way).0 as f64;
+        need.clamp(0.25, 0.5)
+    }
+
     /// Whether `way` leaves the box toward the line (otherwise it comes off the line).
     fn toward_line(&self, way: Way) -> bool {
         matches!(
@@ -123,6 +139,7 @@ impl LineConfig {
                  hosts = \"{hosts}\" }} }},\n]\n"
             );
         }
+        let ack = (s as f64 * self.ack_share(way)) as u64;
         let ack_queue = match self.ack_filter {
             true => "{ kind = \"ack_filter\", policy = \"classic\" }",
             false => "{ kind = \"fifo\", limit = \"1000p\" }",
@@ -140,9 +157,8 @@ impl LineConfig {
              ceil = \"{s}bit\", prio = 0, queue = {{ kind = \"fq_codel\" }} }},\n  \
              {{ name = \"bulk\", parent = \"line\", rate = \"{bulk}bit\", ceil = \"{s}bit\", \
              prio = 2, queue = {{ kind = \"host_fq_codel\", hosts = \"{hosts}\" }} }},\n]\n",
-            ack = s / 4,
             int = s / 10,
-            bulk = s - s / 4 - s / 10,
+            bulk = s - ack - s / 10,
         )
     }
 }
@@ -238,6 +254,32 @@ mod tests {
         );
         let mb = build(&t);
         assert_eq!(mb.egress(crate::pipeline::Dir::ToB).qdisc().kind(), "htb");
+    }
+
+    #[test]
+    fn the_ack_class_gets_what_the_downloads_acks_need() {
+        let ack_rate = |src: &str| {
+            let t = expanded(src);
+            let c = &t["to_b"]["qdisc"]["classes"][1];
+            assert_eq!(c["name"].as_str(), Some("ack"));
+            c["rate"].as_str().unwrap().to_string()
+        };
+        // 8:1 ATM: 7.6 Mbit/s of 1696-byte cell trains is 280 ACKs/s of 106 bytes,
+        // 237.5 kbit/s: a quarter of 0.95 Mbit/s.
+        assert_eq!(
+            ack_rate("line = { down = \"8Mbit\", up = \"1Mbit\", linklayer = \"atm\" }"),
+            "237500bit"
+        );
+        // 20:1 ATM: the ACKs would need 62 % of 380 kbit/s: capped at a half.
+        assert_eq!(
+            ack_rate("line = { down = \"8Mbit\", up = \"400kbit\", linklayer = \"atm\" }"),
+            "190000bit"
+        );
+        // 16:1 on IP lengths: 7.6 Mbit/s / (2 × 1500 B) × 52 B = 131.7 kbit/s, 28 % of 475.
+        assert_eq!(
+            ack_rate("line = { down = \"8Mbit\", up = \"500kbit\" }"),
+            "131733bit"
+        );
     }
 
     #[test]
