@@ -13,14 +13,15 @@
 //! keep it short.
 //!
 //! * Toward the line: HTB at `up_fraction` (or `down_fraction`) of the line rate, charged
-//!   in the line's wire bytes, with three classes under it: pure ACKs (guaranteed what the
-//!   ACKs of a full-rate transfer the other way need, between a quarter and a half of the
-//!   rate; an ACK filter that only removes ACKs a newer one supersedes),
-//!   interactive traffic (a tenth; DSCP EF/CS6/CS7, or IP packets of at most 200 bytes;
-//!   `fq_codel`), and bulk (the rest; fair between hosts and then between each host's
-//!   flows, `host_fq_codel`). Every class may borrow the whole rate; what is left over
-//!   goes to interactive traffic first, then to ACKs, then to bulk (a keystroke does not
-//!   wait behind a train of ACKs; the ACKs keep their guaranteed quarter).
+//!   in the line's wire bytes, with two classes under it: interactive traffic (a tenth;
+//!   DSCP EF/CS6/CS7, or IP packets of at most 200 bytes that are not pure ACKs;
+//!   `fq_codel`), first for what it needs, and everything else (the rest; fair between
+//!   hosts and then between each host's flows, `host_fq_codel`, with the ACK filter of the
+//!   flow queues). A download's ACKs are a flow of their own there: they wait their
+//!   fair-queueing turn behind an upload, and while they wait each newer ACK supersedes
+//!   the one before it, so fewer, larger ACKs cross the line and the upload keeps its
+//!   share — CAKE's `ack-filter` design. A fixed-rate ACK class was measured against it
+//!   and lost on both transfers (docs/adsl.md).
 //! * Off the line: HTB in ingress mode (a packet it drops has already crossed the line
 //!   and is charged as sent) with one `host_fq_codel` leaf, fair between the home hosts.
 //!
@@ -76,7 +77,7 @@ pub struct LineConfig {
     /// Fraction of the downstream rate the box shapes to (default 0.95).
     #[serde(default = "fraction_default")]
     pub down_fraction: f64,
-    /// Filter superseded pure ACKs in the ACK class (default true).
+    /// Filter superseded pure ACKs in the flow queues toward the line (default true).
     #[serde(default = "yes")]
     pub ack_filter: bool,
 }
@@ -101,19 +102,22 @@ impl LineConfig {
         Rate((r.0 as f64 * f).round() as u64)
     }
 
-    /// The share of the shaped rate toward the line guaranteed to pure ACKs: what the ACKs
-    /// of a download at the full opposite rate need (one ACK of 52 IP bytes per two
-    /// 1500-byte segments, both in the line's wire bytes), at least ¼ and at most ½.
-    /// On a 20:1 ATM line that is ½ (the ACK stream alone would need 62 %); on 8:1, ¼.
-    fn ack_share(&self, way: Way) -> f64 {
-        let ll = self.linklayer.build();
+    /// CoDel's target and interval (µs) for the direction `way` coming off the line: the
+    /// target covers half of one MTU's serialisation the other way (within 5-20 ms), the
+    /// interval grows by as much (CAKE's rule for a raised target). Under an upload, the
+    /// download's ACKs wait behind upload packets and reach the sender in bunches up to
+    /// an MTU's time apart, so the download's queue in the box swings that far without
+    /// standing; a 5 ms target there cut the download during an upload by 5 % (in the
+    /// simulator and the lab; docs/adsl.md).
+    fn ingress_codel(&self, way: Way) -> (u64, u64) {
         let other = match way {
             Way::Up => Way::Down,
             Way::Down => Way::Up,
         };
-        let acks_per_s = self.rate(other).0 as f64 / (2.0 * 8.0 * f64::from(ll.wire_len(1500)));
-        let need = acks_per_s * 8.0 * f64::from(ll.wire_len(52)) / self.rate(way).0 as f64;
-        need.clamp(0.25, 0.5)
+        let mtu_bits = 8 * u64::from(self.linklayer.build().wire_len(1500));
+        let mtu_us = mtu_bits * 1_000_000 / self.rate(other).0.max(1);
+        let target = (mtu_us / 2).clamp(5_000, 20_000);
+        (target, 100_000 + (target - 5_000))
     }
 
     /// Whether `way` leaves the box toward the line (otherwise it comes off the line).
@@ -133,32 +137,27 @@ impl LineConfig {
             Way::Down => "dst",
         };
         if !self.toward_line(way) {
+            let (target, interval) = self.ingress_codel(way);
             return format!(
                 "[qdisc]\nkind = \"htb\"\ningress = true\ndefault = \"all\"\nclasses = [\n  \
                  {{ name = \"all\", rate = \"{s}bit\", queue = {{ kind = \"host_fq_codel\", \
-                 hosts = \"{hosts}\" }} }},\n]\n"
+                 hosts = \"{hosts}\", target = \"{target}us\", interval = \"{interval}us\" }} }},\n]\n"
             );
         }
-        let ack = (s as f64 * self.ack_share(way)) as u64;
-        let ack_queue = match self.ack_filter {
-            true => "{ kind = \"ack_filter\", policy = \"classic\" }",
-            false => "{ kind = \"fifo\", limit = \"1000p\" }",
-        };
         format!(
             "[classifier]\ndefault = \"bulk\"\nrules = [\n  \
-             {{ class = \"ack\", match = {{ pure_ack = true }} }},\n  \
              {{ class = \"interactive\", match = {{ dscp = [46, 48, 56] }} }},\n  \
-             {{ class = \"interactive\", match = {{ max_len = 200 }} }},\n]\n\
+             {{ class = \"interactive\", match = {{ max_len = 200, pure_ack = false }} }},\n]\n\
              [qdisc]\nkind = \"htb\"\ndefault = \"bulk\"\nclasses = [\n  \
              {{ name = \"line\", rate = \"{s}bit\" }},\n  \
-             {{ name = \"ack\", parent = \"line\", rate = \"{ack}bit\", ceil = \"{s}bit\", \
-             prio = 1, queue = {ack_queue} }},\n  \
              {{ name = \"interactive\", parent = \"line\", rate = \"{int}bit\", \
              ceil = \"{s}bit\", prio = 0, queue = {{ kind = \"fq_codel\" }} }},\n  \
              {{ name = \"bulk\", parent = \"line\", rate = \"{bulk}bit\", ceil = \"{s}bit\", \
-             prio = 2, queue = {{ kind = \"host_fq_codel\", hosts = \"{hosts}\" }} }},\n]\n",
+             prio = 1, queue = {{ kind = \"host_fq_codel\", hosts = \"{hosts}\", \
+             ack_filter = {ack_filter} }} }},\n]\n",
             int = s / 10,
-            bulk = s - ack - s / 10,
+            bulk = s - s / 10,
+            ack_filter = self.ack_filter,
         )
     }
 }
@@ -242,11 +241,15 @@ mod tests {
         );
         assert_eq!(
             t["to_b"]["classifier"]["rules"][0]["class"].as_str(),
-            Some("ack")
+            Some("interactive")
         );
         let down = &t["to_a"]["qdisc"];
         assert_eq!(down["ingress"].as_bool(), Some(true));
         assert_eq!(down["classes"][0]["rate"].as_str(), Some("7600000bit"));
+        // Half of a 1500-byte packet's 32 cells (13 568 bits) at 486.4 kbit/s: 13.9 ms.
+        let q = &down["classes"][0]["queue"];
+        assert_eq!(q["target"].as_str(), Some("13947us"));
+        assert_eq!(q["interval"].as_str(), Some("108947us"));
         assert_eq!(
             down["classes"][0]["queue"]["hosts"].as_str(),
             Some("dst"),
@@ -257,29 +260,20 @@ mod tests {
     }
 
     #[test]
-    fn the_ack_class_gets_what_the_downloads_acks_need() {
-        let ack_rate = |src: &str| {
-            let t = expanded(src);
-            let c = &t["to_b"]["qdisc"]["classes"][1];
-            assert_eq!(c["name"].as_str(), Some("ack"));
-            c["rate"].as_str().unwrap().to_string()
-        };
-        // 8:1 ATM: 7.6 Mbit/s of 1696-byte cell trains is 280 ACKs/s of 106 bytes,
-        // 237.5 kbit/s: a quarter of 0.95 Mbit/s.
+    fn acks_share_the_flow_queues_and_are_filtered_there() {
+        let t = expanded("line = { down = \"8Mbit\", up = \"512kbit\" }");
+        let bulk = &t["to_b"]["qdisc"]["classes"][2];
+        assert_eq!(bulk["name"].as_str(), Some("bulk"));
+        assert_eq!(bulk["queue"]["ack_filter"].as_bool(), Some(true));
+        // A pure ACK is never "interactive", however small.
+        let rule = &t["to_b"]["classifier"]["rules"][1]["match"];
+        assert_eq!(rule["pure_ack"].as_bool(), Some(false));
+        let t = expanded("line = { down = \"8Mbit\", up = \"512kbit\", ack_filter = false }");
         assert_eq!(
-            ack_rate("line = { down = \"8Mbit\", up = \"1Mbit\", linklayer = \"atm\" }"),
-            "237500bit"
+            t["to_b"]["qdisc"]["classes"][2]["queue"]["ack_filter"].as_bool(),
+            Some(false)
         );
-        // 20:1 ATM: the ACKs would need 62 % of 380 kbit/s: capped at a half.
-        assert_eq!(
-            ack_rate("line = { down = \"8Mbit\", up = \"400kbit\", linklayer = \"atm\" }"),
-            "190000bit"
-        );
-        // 16:1 on IP lengths: 7.6 Mbit/s / (2 × 1500 B) × 52 B = 131.7 kbit/s, 28 % of 475.
-        assert_eq!(
-            ack_rate("line = { down = \"8Mbit\", up = \"500kbit\" }"),
-            "131733bit"
-        );
+        build(&t);
     }
 
     #[test]
