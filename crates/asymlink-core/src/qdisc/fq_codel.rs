@@ -189,6 +189,9 @@ struct Flow<P> {
     tag: u64,
     /// Host slot of the flow using it (host-then-flow).
     host: u32,
+    /// Whether packets of other flows of the same host share it (host-then-flow, when
+    /// their set was full); cleared when it is taken afresh.
+    guests: bool,
     /// ACK filtering state (used only with `ack_filter`).
     acks: FlowAcks,
 }
@@ -202,6 +205,7 @@ impl<P> Flow<P> {
             listed: false,
             tag: 0,
             host: 0,
+            guests: false,
             acks: FlowAcks::default(),
         }
     }
@@ -687,13 +691,29 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
                 return;
             }
         };
-        // The flow slot: its own, else a free way, else a busy way of the same host.
+        // The flow slot: its own, else the busy way of the same host where earlier packets
+        // of the flow wait as guests (the set was full when they came; the flow's packets
+        // must not overtake them), else a free way, else a busy way of the same host.
         let ftag = flow_hash(&pkt, self.perturb);
+        let perturb = self.perturb;
+        let flows = &self.flows;
+        let guest_in = |set: usize| {
+            (set..set + WAYS).find(|&i| {
+                let w = &flows[i];
+                w.listed
+                    && w.guests
+                    && w.host == h as u32
+                    && w.q.q.iter().any(|s| flow_hash(&s.pkt, perturb) == ftag)
+            })
+        };
         let f = match set_lookup(self.flows.len(), ftag, |i| {
             self.flows[i].listed.then_some(self.flows[i].tag)
         }) {
-            Ok(f) => f,
-            Err(set) => match (set..set + WAYS).find(|&i| self.flows[i].host == h as u32) {
+            Ok(f) if self.flows[f].listed => f,
+            Ok(free) => guest_in(free - free % WAYS).unwrap_or(free),
+            Err(set) => match guest_in(set)
+                .or_else(|| (set..set + WAYS).find(|&i| self.flows[i].host == h as u32))
+            {
                 Some(f) => f,
                 None => {
                     self.stats
@@ -703,6 +723,9 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
                 }
             },
         };
+        if self.flows[f].listed && self.flows[f].tag != ftag {
+            self.flows[f].guests = true;
+        }
         let host = &mut self.hosts[h];
         if !host.listed {
             host.listed = true;
@@ -715,6 +738,7 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
         flow.q.push(now, pkt);
         if !flow.listed {
             flow.listed = true;
+            flow.guests = false;
             flow.tag = ftag;
             flow.host = h as u32;
             flow.deficit = self.quantum;
