@@ -118,3 +118,25 @@ def _netns() -> str:
 def test_router_commands_are_checked(doc: dict, needle: str) -> None:
     with pytest.raises(LabError, match=needle):
         LabScenario.from_dict(doc)
+
+
+def test_linux_recipe_applies_and_is_removed(live_ok: None) -> None:
+    """The Linux recipe of `today-linux` (HTB with ATM size tables, u32, pfifo, an IFB for
+    the downlink) runs on this kernel, and clearing it leaves the router as it was."""
+    from asymlink.lab.bench import scenario_path
+
+    sc = LabScenario.from_file(scenario_path("today-linux"))
+    lab = Lab.up()
+    try:
+        lab.set_forwarding("kernel")
+        lab.router_commands(sc.router_commands)
+        shown = subprocess.run(["tc", "-n", lab.router, "qdisc", "show"], capture_output=True,
+                               text=True).stdout
+        assert "htb 1: dev veth-b" in shown and "htb 1: dev ifb0" in shown, shown
+        assert "ingress ffff: dev veth-b" in shown, shown
+        lab.clear_router_qdiscs()
+        shown = subprocess.run(["tc", "-n", lab.router, "qdisc", "show"], capture_output=True,
+                               text=True).stdout
+        assert "htb" not in shown and "ifb0" not in shown and "ingress" not in shown, shown
+    finally:
+        lab.down()
