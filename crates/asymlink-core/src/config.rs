@@ -97,8 +97,14 @@ pub fn from_toml<T: DeserializeOwned>(src: &str) -> Result<T, ConfigError> {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let path = if path == "." { String::new() } else { path };
-        let path = refine_path(src, path, inner.message());
-        ConfigError::new(path, at_line(inner.message(), inner.span())).with_line(src)
+        let refined = refine_path(src, path.clone(), inner.message());
+        // Serde's span is the table's when the key was found inside it: name the key's line.
+        let msg = if refined == path {
+            at_line(inner.message(), inner.span())
+        } else {
+            inner.message().trim_end().to_string()
+        };
+        ConfigError::new(refined, msg).with_line(src)
     })
 }
 
