@@ -12,13 +12,14 @@
 //!   are deadlines inside the connection; the engine schedules the earliest one lazily: a
 //!   deadline that moves *later* costs nothing (the entry fires, finds nothing due, and is
 //!   re-armed), and only a deadline that moves *earlier* pushes a new entry. Stale entries
-//!   are recognised by comparing with the connection's `scheduled` time.
+//!   are recognised by comparing with the time the connection's [`Timer`] holds. Link
+//!   directions, middleboxes and host conditioners keep their one live entry the same way.
 
 use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
 use crate::packet::{ConnId, NodeId, SimPacket, NO_CONN};
 use crate::pcap::Capture;
-use crate::queue::EventQueue;
+use crate::queue::{EventQueue, Timer};
 use crate::scenario::{NodeKind, Spec};
 use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
 use crate::RunOptions;
@@ -85,12 +86,11 @@ pub(crate) struct LinkDir {
     pub line: Link<SimPacket>,
     /// Where packets to send come from: its own discipline or a middlebox direction.
     pub source: Source,
-    /// The time of the live `TxDone` event, if any. It is scheduled only while packets
-    /// wait behind the transmitter, so an idle link costs no event per packet; an event
-    /// whose time differs from this is stale and ignored.
-    pub txdone_at: Option<u64>,
-    /// The time of the live `Wake` event (a discipline asked to be polled then), if any.
-    pub wake_at: Option<Instant>,
+    /// The live `TxDone` event (the transmitter frees up). It is scheduled only while
+    /// packets wait behind the transmitter, so an idle link costs no event per packet.
+    pub txdone: Timer,
+    /// The live `Wake` event (a discipline asked to be polled then).
+    pub wake: Timer,
     /// Pure ACKs sent: packets, IP bytes, wire bytes.
     pub tx_acks: (u64, u64, u64),
     /// Sum and maximum of the sojourn times (offer to start of transmission), ns.
@@ -141,6 +141,8 @@ pub(crate) struct ConnSlot {
     pub primary: bool,
     /// Index into `World::labels`: the name the tables use (`flow`, `flow#1`, ...).
     pub label: u32,
+    /// The live `Conn` event: the earliest of the connection's deadlines, armed lazily.
+    pub timer: Timer,
 }
 
 /// A host: its connections, sockets and host-level mechanisms.
@@ -153,8 +155,8 @@ pub(crate) struct Host {
     pub conditioner: Option<Box<dyn Conditioner>>,
     /// Receive-window policy bounding what this host's connections advertise.
     pub rwnd: Option<Box<dyn RwndPolicy>>,
-    /// The time of the live `Host` event (conditioner timer), if any.
-    pub cond_at: Option<Instant>,
+    /// The live `Host` event (conditioner timer).
+    pub cond_timer: Timer,
     /// Its IP address (given in the scenario, else 10.x.y.z assigned in order).
     pub addr: IpAddr,
     /// The link direction its packets leave on (a host has one link).
@@ -188,8 +190,8 @@ pub(crate) struct MbState {
     pub mb: Middlebox<SimPacket>,
     /// The link directions it feeds, indexed by `Dir` (toward a, toward b).
     pub dirs: [u32; 2],
-    /// The time of its live `Mb` event (a discipline's timer), if any.
-    pub sched: Option<Instant>,
+    /// Its live `Mb` event (a discipline's or rewriter's timer).
+    pub timer: Timer,
 }
 
 /// A flow of the scenario.
@@ -310,7 +312,7 @@ impl World {
                             Box::new(crate::rwnd::RwndHost::new(c).expect("validated"))
                                 as Box<dyn RwndPolicy>
                         }),
-                        cond_at: None,
+                        cond_timer: Timer::default(),
                         addr,
                         out_dir: u32::MAX,
                         listeners: HashMap::new(),
@@ -357,8 +359,8 @@ impl World {
                     to: to as NodeId,
                     line: Link::new(ds, Rng::new(loss_seed(seed, &l.name, dname)), false),
                     source: Source::Own(egress),
-                    txdone_at: None,
-                    wake_at: None,
+                    txdone: Timer::default(),
+                    wake: Timer::default(),
                     tx_acks: (0, 0, 0),
                     sojourn_sum_ns: 0,
                     sojourn_max_ns: 0,
@@ -401,7 +403,7 @@ impl World {
                 ),
                 mb,
                 dirs: [to_b, to_a],
-                sched: None,
+                timer: Timer::default(),
             });
         }
         for d in dirs.iter_mut() {
@@ -581,18 +583,14 @@ impl World {
             Ev::TxDone(d) => self.tx_done(d),
             Ev::Arrive(d) => self.arrive(d),
             Ev::Wake(d) => {
-                if self.dirs[d as usize].wake_at == Some(self.now) {
-                    self.dirs[d as usize].wake_at = None;
+                if self.dirs[d as usize].wake.fire(self.now) {
                     self.kick(d);
                 }
             }
             Ev::Conn(c) => {
                 let slot = &mut self.conns[c as usize];
-                if slot.conn.as_ref().and_then(|x| x.scheduled) != Some(self.now) {
+                if !slot.timer.fire(self.now) {
                     return; // stale entry
-                }
-                if let Some(x) = slot.conn.as_mut() {
-                    x.scheduled = None;
                 }
                 let due = slot
                     .conn
@@ -607,10 +605,9 @@ impl World {
             }
             Ev::App(a, token) => self.app_call(a, |app, api| app.on_timer(token, api)),
             Ev::Mb(m) => {
-                if self.mbs[m as usize].sched != Some(self.now) {
+                if !self.mbs[m as usize].timer.fire(self.now) {
                     return;
                 }
-                self.mbs[m as usize].sched = None;
                 let now = self.now;
                 let mut drops = std::mem::take(&mut self.drops);
                 self.mbs[m as usize].mb.handle_timeout(now, &mut drops);
@@ -619,10 +616,9 @@ impl World {
                 self.after_mb(m);
             }
             Ev::Host(h) => {
-                if self.hosts[h as usize].cond_at != Some(self.now) {
+                if !self.hosts[h as usize].cond_timer.fire(self.now) {
                     return;
                 }
-                self.hosts[h as usize].cond_at = None;
                 let mut conns = self.hosts[h as usize].conns.clone();
                 let now = self.now;
                 if let Some(c) = self.hosts[h as usize].conditioner.as_mut() {
@@ -661,11 +657,10 @@ impl World {
         let now = self.now;
         if !self.dirs[di].line.wants_packet(now) {
             // Packets wait behind the transmitter: make sure it is woken when free.
-            let busy_until = self.dirs[di].line.free_at().as_nanos();
-            if self.dirs[di].txdone_at != Some(busy_until) {
-                self.dirs[di].txdone_at = Some(busy_until);
-                self.schedule(Instant(busy_until), Ev::TxDone(d));
-            }
+            let busy_until = self.dirs[di].line.free_at();
+            self.dirs[di]
+                .txdone
+                .arm_at(&mut self.queue, busy_until, Ev::TxDone(d));
             return;
         }
         let had_head = self.dirs[di].line.next_arrival().is_some();
@@ -716,20 +711,13 @@ impl World {
                 self.schedule(t, Ev::Arrive(d));
             }
         }
+        let dir = &mut self.dirs[di];
         if let Some(t) = not_before {
-            let dir = &mut self.dirs[di];
-            if dir.wake_at.is_none_or(|w| t < w) {
-                dir.wake_at = Some(t.max(now));
-                self.schedule(t.max(now), Ev::Wake(d));
-            }
+            dir.wake.arm_by(&mut self.queue, t.max(now), Ev::Wake(d));
         }
-        let dir = &self.dirs[di];
         let backlog = source_backlog(&self.mbs, &dir.source);
         if let Some(t) = dir.line.busy_wake(now, backlog) {
-            if dir.txdone_at != Some(t.as_nanos()) {
-                self.dirs[di].txdone_at = Some(t.as_nanos());
-                self.schedule(t, Ev::TxDone(d));
-            }
+            dir.txdone.arm_at(&mut self.queue, t, Ev::TxDone(d));
         }
         if let Source::Mb(m, _) = self.dirs[di].source {
             self.schedule_mb(m);
@@ -737,12 +725,9 @@ impl World {
     }
 
     fn tx_done(&mut self, d: u32) {
-        let dir = &mut self.dirs[d as usize];
-        if dir.txdone_at != Some(self.now.as_nanos()) {
-            return; // stale
+        if self.dirs[d as usize].txdone.fire(self.now) {
+            self.kick(d);
         }
-        dir.txdone_at = None;
-        self.kick(d);
     }
 
     fn arrive(&mut self, d: u32) {
@@ -796,13 +781,9 @@ impl World {
     }
 
     fn schedule_mb(&mut self, m: u32) {
-        let t = self.mbs[m as usize].mb.poll_at();
-        if let Some(t) = t {
-            let t = t.max(self.now);
-            if self.mbs[m as usize].sched.is_none_or(|s| t < s) {
-                self.mbs[m as usize].sched = Some(t);
-                self.schedule(t, Ev::Mb(m));
-            }
+        let mb = &mut self.mbs[m as usize];
+        if let Some(t) = mb.mb.poll_at() {
+            mb.timer.arm_by(&mut self.queue, t.max(self.now), Ev::Mb(m));
         }
     }
 
@@ -929,6 +910,7 @@ impl World {
                 app: u32::MAX,
                 primary: false,
                 label: 0,
+                timer: Timer::default(),
             });
         }
         let f = self.flow_of_app(app);
@@ -960,6 +942,7 @@ impl World {
             app,
             primary,
             label,
+            timer: Timer::default(),
         };
     }
 
@@ -1089,11 +1072,9 @@ impl World {
         else {
             return;
         };
-        let t = t.max(self.now);
-        if self.hosts[h as usize].cond_at.is_none_or(|s| t < s) {
-            self.hosts[h as usize].cond_at = Some(t);
-            self.schedule(t, Ev::Host(h));
-        }
+        self.hosts[h as usize]
+            .cond_timer
+            .arm_by(&mut self.queue, t.max(self.now), Ev::Host(h));
     }
 
     /// Transmit what the last call produced and hand its events to the application.
@@ -1145,15 +1126,10 @@ impl World {
     }
 
     fn schedule_conn(&mut self, cid: ConnId) {
-        let Some(c) = self.conns[cid as usize].conn.as_mut() else {
-            return;
-        };
-        if let Some(t) = c.poll_at() {
-            let t = t.max(self.now);
-            if c.scheduled.is_none_or(|s| t < s) {
-                c.scheduled = Some(t);
-                self.schedule(t, Ev::Conn(cid));
-            }
+        let slot = &mut self.conns[cid as usize];
+        if let Some(t) = slot.conn.as_ref().and_then(|c| c.poll_at()) {
+            slot.timer
+                .arm_by(&mut self.queue, t.max(self.now), Ev::Conn(cid));
         }
     }
 
