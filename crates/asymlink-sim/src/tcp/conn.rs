@@ -1212,9 +1212,16 @@ impl Connection {
             _ => self.inflight(),
         };
         let mut cwnd = self.cc.cwnd;
-        if self.cfg.limited_transmit && self.ca_state == CaState::Disorder && self.dupacks <= 2 {
+        if self.cfg.limited_transmit
+            && !self.sack_ok
+            && self.ca_state == CaState::Disorder
+            && self.dupacks <= 2
+        {
             //= https://www.rfc-editor.org/rfc/rfc3042#section-2
             //# the sender can only send two segments beyond the congestion window
+            // With SACK the pipe already leaves out each SACKed segment, which is what lets
+            // one new segment out per duplicate ACK; adding the duplicate ACKs again
+            // would send two per duplicate ACK.
             cwnd += self.dupacks as u64 * self.mss as u64;
         }
         let cwnd_room = cwnd.saturating_sub(flight);

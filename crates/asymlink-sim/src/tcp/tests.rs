@@ -39,6 +39,8 @@ struct Pair {
     data_sent: usize,
     dropped: usize,
     log: Vec<(Instant, usize, Headers)>,
+    /// Segments as they arrive: (time, receiving end, segment).
+    rx_log: Vec<(Instant, usize, Headers)>,
     server_cfg: Option<TcpConfig>,
 }
 
@@ -64,6 +66,7 @@ impl Pair {
             data_sent: 0,
             dropped: 0,
             log: Vec::new(),
+            rx_log: Vec::new(),
             server_cfg: None,
         };
         let mut out = Vec::new();
@@ -149,6 +152,7 @@ impl Pair {
             if kind == 0 {
                 let (_, h) = self.pipes[d].q.pop_front().unwrap();
                 let to = 1 - d;
+                self.rx_log.push((self.now, to, h));
                 if self.c[to].is_none() {
                     let mut out = Vec::new();
                     let mut ev = Vec::new();
@@ -623,5 +627,51 @@ fn data_after_idle_restarts_from_the_initial_window() {
         }
         p.run(Instant::from_secs(20));
         assert_eq!(p.delivered(), 600_000, "{profile}");
+    }
+}
+
+/// Limited transmit with SACK (RFC 3042 with RFC 6675's pipe): each of the first two
+/// duplicate ACKs lets one new segment out — the SACK it carries takes one segment out of
+/// the pipe. Counting the duplicate ACKs on top of that sent two per duplicate ACK.
+#[test]
+fn sack_limited_transmit_sends_one_segment_per_duplicate_ack() {
+    for profile in ["rfc", "linux"] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = Box::new(|n, _| n == 30);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 300_000, io));
+        p.run(Instant::from_secs(20));
+        assert_eq!(p.delivered(), 300_000, "{profile}");
+        // The first duplicate ACK the client receives (the first ACK with a SACK block) and
+        // the fast retransmission (the first data segment not above everything sent before).
+        let first_dup = p
+            .rx_log
+            .iter()
+            .find(|(_, to, h)| *to == 0 && !h.tcp_repr().unwrap().opts.sack.is_empty())
+            .map(|(t, _, _)| *t)
+            .expect("a duplicate ACK");
+        let mut highest = 0u32;
+        let mut retx_at = None;
+        let mut new_between = 0;
+        for (t, from, h) in &p.log {
+            if *from != 0 || h.payload_len == 0 {
+                continue;
+            }
+            let seq = h.tcp_repr().unwrap().seq.0.wrapping_sub(1_000);
+            if seq < highest {
+                retx_at = Some(*t);
+                break;
+            }
+            highest = seq;
+            if *t >= first_dup {
+                new_between += 1;
+            }
+        }
+        assert!(retx_at.is_some(), "{profile}: a fast retransmission");
+        assert_eq!(
+            new_between, 2,
+            "{profile}: new segments between the first duplicate ACK and the fast retransmit"
+        );
     }
 }
