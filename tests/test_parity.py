@@ -55,15 +55,37 @@ def test_simulator_alone_shows_each_pairs_ordering() -> None:
             assert vals[-1] > (1 + 2 * TOLERANCE) * vals[0], (pair.name, k, vals)
 
 
-def test_kernel_forwarding_and_paced_flows_are_refused() -> None:
+def test_kernel_commands_and_paced_flows_are_refused() -> None:
     sc = LabScenario.from_file(scenario_path("adsl-problem"))
     sc.forwarding = "kernel"
+    sc.router_commands = [["tc", "qdisc", "add", "dev", "{b}", "root", "pfifo"]]
     with pytest.raises(ValueError, match="kernel"):
         sim_scenario(sc)
     sc = LabScenario.from_dict({"flows": [{"from": "server", "to": "client",
                                            "rate": "5Mbit"}]})
     with pytest.raises(ValueError, match="paced"):
         sim_scenario(sc)
+
+
+def test_access_line_and_kernel_forwarding_translate() -> None:
+    """A lab scenario with an `[access]` line puts the line on a router between the box
+    and the server; kernel forwarding without commands is a plain router."""
+    sc = LabScenario.from_dict({
+        "forwarding": "kernel",
+        "access": {"to_b": {"rate": "512kbit", "modem_buffer": "50p"},
+                   "to_a": {"rate": "8Mbit", "delay": "5ms"}},
+        "flows": [{"from": "server", "to": "client"}]})
+    doc = sim_scenario(sc)
+    Scenario.from_dict(doc, origin="access")
+    assert doc["middleboxes"] == []
+    links = {lk["name"]: lk for lk in doc["links"]}
+    assert (links["line_b"]["a"], links["line_b"]["b"]) == ("box", "access")
+    assert links["line_b"]["to_a"]["rate"] == "8Mbit"
+    assert links["line_b"]["to_a"]["delay"] == "5ms"
+    assert links["line_c"]["to_b"]["modem_buffer"] == "50p"
+    line = {"down": "8Mbit", "up": "512kbit"}
+    (mb,) = sim_scenario(sc, box={"line": line})["middleboxes"]
+    assert mb["line"] == line
 
 
 def test_cli_refuses_unknown_experiment(tmp_path: Path) -> None:

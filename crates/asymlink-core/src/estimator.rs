@@ -71,6 +71,25 @@ impl Tsw {
     pub fn last(&self) -> Instant {
         self.last
     }
+
+    /// The last instant at which the decayed estimate is still at least `floor`: without
+    /// further updates, `rate_at(t) >= floor` exactly for `t <= above_until(floor)`
+    /// (`None`: already below it at the last update; `Instant(u64::MAX)`: never below).
+    /// The decay is monotonic, so a flow's quiet deadline is known when it goes quiet.
+    pub fn above_until(&self, floor: Rate) -> Option<Instant> {
+        let (rate, floor) = (self.rate_bps as u128, floor.0 as u128);
+        if rate < floor {
+            return None;
+        }
+        if floor == 0 {
+            return Some(Instant(u64::MAX));
+        }
+        // rate·w / (e + w) >= floor  ⇔  e <= (rate·w − floor·w) / floor (e an integer).
+        let w = self.window_ns as u128;
+        let e = (rate * w - floor * w) / floor;
+        let e = u64::try_from(e).unwrap_or(u64::MAX);
+        Some(Instant(self.last.0.saturating_add(e)))
+    }
 }
 
 /// Exponentially weighted moving average: `avg += gain * (sample - avg)`.
@@ -199,6 +218,29 @@ mod tests {
         // It decays when the flow stops: after one window, half.
         let later = t.rate_at(now + Duration::from_millis(200)).0 as f64;
         assert!((later / r - 0.5).abs() < 0.01, "{later}");
+    }
+
+    #[test]
+    fn tsw_above_until_is_the_last_instant_at_or_above_the_floor() {
+        let mut rng = crate::rand::Rng::new(5);
+        for _ in 0..2000 {
+            let mut t = Tsw::new(Duration::from_micros(1 + rng.below(300_000)));
+            let mut now = Instant::ZERO;
+            for _ in 0..rng.below(4) {
+                now += Duration::from_micros(rng.below(50_000));
+                t.update(now, 40 + rng.below(1500) as u32);
+            }
+            let floor = Rate(rng.below(200_000));
+            match t.above_until(floor) {
+                None => assert!(t.rate_at(t.last()) < floor),
+                Some(d) if d.0 == u64::MAX => assert_eq!(floor.0, 0),
+                Some(d) => {
+                    assert!(t.rate_at(d) >= floor, "{t:?} {floor:?} {d:?}");
+                    assert!(t.rate_at(Instant(d.0 + 1)) < floor, "{t:?} {floor:?} {d:?}");
+                    assert!(t.rate_at(t.last()) >= floor);
+                }
+            }
+        }
     }
 
     #[test]

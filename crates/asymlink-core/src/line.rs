@@ -18,7 +18,8 @@
 //!   interactive traffic (a tenth; DSCP EF/CS6/CS7, or IP packets of at most 200 bytes;
 //!   `fq_codel`), and bulk (the rest; fair between hosts and then between each host's
 //!   flows, `host_fq_codel`). Every class may borrow the whole rate; what is left over
-//!   goes to ACKs and interactive traffic first.
+//!   goes to interactive traffic first, then to ACKs, then to bulk (a keystroke does not
+//!   wait behind a train of ACKs; the ACKs keep their guaranteed quarter).
 //! * Off the line: HTB in ingress mode (a packet it drops has already crossed the line
 //!   and is charged as sent) with one `host_fq_codel` leaf, fair between the home hosts.
 //!
@@ -134,11 +135,11 @@ impl LineConfig {
              [qdisc]\nkind = \"htb\"\ndefault = \"bulk\"\nclasses = [\n  \
              {{ name = \"line\", rate = \"{s}bit\" }},\n  \
              {{ name = \"ack\", parent = \"line\", rate = \"{ack}bit\", ceil = \"{s}bit\", \
-             prio = 0, queue = {ack_queue} }},\n  \
+             prio = 1, queue = {ack_queue} }},\n  \
              {{ name = \"interactive\", parent = \"line\", rate = \"{int}bit\", \
              ceil = \"{s}bit\", prio = 0, queue = {{ kind = \"fq_codel\" }} }},\n  \
              {{ name = \"bulk\", parent = \"line\", rate = \"{bulk}bit\", ceil = \"{s}bit\", \
-             prio = 1, queue = {{ kind = \"host_fq_codel\", hosts = \"{hosts}\" }} }},\n]\n",
+             prio = 2, queue = {{ kind = \"host_fq_codel\", hosts = \"{hosts}\" }} }},\n]\n",
             ack = s / 4,
             int = s / 10,
             bulk = s - s / 4 - s / 10,

@@ -22,22 +22,114 @@ use crate::stats::Histogram;
 use asymlink_core::config::ConfigError;
 use asymlink_core::link::{loss_seed, Feed, Link, LinkConfig};
 use asymlink_core::pipeline::{Dir, Middlebox};
-use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats};
+use asymlink_core::qdisc::{Dequeued, DropReason, Drops, FilterReason, QdiscStats, Verdict};
 use asymlink_core::rand::{derive_seed, Rng};
 use asymlink_core::time::{earliest, Instant};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 
-/// Reasons the box itself discards a frame (beyond the disciplines' own reasons).
-pub mod reason {
-    /// Malformed and the policy says drop.
-    pub const MALFORMED: &str = "malformed";
+/// Why the box discarded a frame: a core verdict (a discipline's, a link's, a
+/// rewriter's, or [`DropReason::Malformed`] from the box's own parser) or one of the
+/// box's own reasons.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum DiscardReason {
+    /// Dropped or filtered for a core reason.
+    Verdict(Verdict),
     /// The device refused the frame (e.g. larger than its MTU, or out of buffers).
-    pub const TX_ERROR: &str = "tx_error";
+    TxError,
     /// Still queued when the box stopped.
-    pub const SHUTDOWN: &str = "shutdown";
+    Shutdown,
     /// Held by a discipline that would not release it during a reload (a discipline bug).
-    pub const RELOAD_STRANDED: &str = "reload_stranded";
+    ReloadStranded,
+}
+
+impl DiscardReason {
+    /// The box's own reasons, after the core verdicts in counter order.
+    const OWN: [DiscardReason; 3] = [
+        DiscardReason::TxError,
+        DiscardReason::Shutdown,
+        DiscardReason::ReloadStranded,
+    ];
+    /// Number of reasons.
+    pub const COUNT: usize = Verdict::COUNT + Self::OWN.len();
+
+    /// Every reason, in counter order.
+    pub fn all() -> impl Iterator<Item = DiscardReason> {
+        Verdict::all().map(DiscardReason::Verdict).chain(Self::OWN)
+    }
+
+    /// A stable snake_case name (JSON keys, Prometheus `reason` labels).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DiscardReason::Verdict(v) => v.name(),
+            DiscardReason::TxError => "tx_error",
+            DiscardReason::Shutdown => "shutdown",
+            DiscardReason::ReloadStranded => "reload_stranded",
+        }
+    }
+
+    /// A dense index in `0..COUNT`.
+    pub const fn index(self) -> usize {
+        match self {
+            DiscardReason::Verdict(v) => v.index(),
+            DiscardReason::TxError => Verdict::COUNT,
+            DiscardReason::Shutdown => Verdict::COUNT + 1,
+            DiscardReason::ReloadStranded => Verdict::COUNT + 2,
+        }
+    }
+}
+
+impl From<Verdict> for DiscardReason {
+    fn from(v: Verdict) -> Self {
+        DiscardReason::Verdict(v)
+    }
+}
+
+impl From<DropReason> for DiscardReason {
+    fn from(r: DropReason) -> Self {
+        DiscardReason::Verdict(Verdict::Dropped(r))
+    }
+}
+
+impl From<FilterReason> for DiscardReason {
+    fn from(r: FilterReason) -> Self {
+        DiscardReason::Verdict(Verdict::Filtered(r))
+    }
+}
+
+/// Frames discarded, by [`DiscardReason`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Discarded([u64; DiscardReason::COUNT]);
+
+impl Default for Discarded {
+    fn default() -> Self {
+        Discarded([0; DiscardReason::COUNT])
+    }
+}
+
+impl Discarded {
+    /// Count `n` frames discarded for `why`.
+    #[inline]
+    pub fn add(&mut self, why: impl Into<DiscardReason>, n: u64) {
+        self.0[why.into().index()] += n;
+    }
+    /// Frames discarded for `why`.
+    pub fn get(&self, why: impl Into<DiscardReason>) -> u64 {
+        self.0[why.into().index()]
+    }
+    /// The reasons with a nonzero count, in counter order.
+    pub fn iter(&self) -> impl Iterator<Item = (DiscardReason, u64)> + '_ {
+        DiscardReason::all()
+            .map(|r| (r, self.0[r.index()]))
+            .filter(|&(_, n)| n > 0)
+    }
+    /// Total discarded.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+    /// Whether nothing was discarded.
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
 }
 
 /// Counters of one direction.
@@ -56,16 +148,13 @@ pub struct DirCounters {
     /// Bytes sent (whole frames).
     pub sent_bytes: u64,
     /// Frames discarded, by reason (disciplines' reasons and the box's own).
-    pub discarded: BTreeMap<&'static str, u64>,
+    pub discarded: Discarded,
 }
 
 impl DirCounters {
-    fn discard(&mut self, why: &'static str) {
-        *self.discarded.entry(why).or_insert(0) += 1;
-    }
     /// Total discarded.
     pub fn discarded_total(&self) -> u64 {
-        self.discarded.values().sum()
+        self.discarded.total()
     }
 }
 
@@ -132,7 +221,7 @@ impl Engine {
 
     /// A frame the device refused: counted and freed.
     pub fn on_send_failed(&mut self, pkt: LivePacket) {
-        self.discard(pkt, reason::TX_ERROR);
+        self.discard(pkt, DiscardReason::TxError);
     }
 
     /// Record an added-latency sample (receive → send), in nanoseconds.
@@ -146,8 +235,8 @@ impl Engine {
         &mut self.latency
     }
 
-    fn discard(&mut self, pkt: LivePacket, why: &'static str) {
-        self.counters[pkt.dir.index()].discard(why);
+    fn discard(&mut self, pkt: LivePacket, why: impl Into<DiscardReason>) {
+        self.counters[pkt.dir.index()].discarded.add(why, 1);
         self.pool.put(pkt.into_buf());
     }
 
@@ -157,7 +246,7 @@ impl Engine {
         }
         let mut drops = std::mem::take(&mut self.drops);
         for d in drops.drain() {
-            self.discard(d.pkt, d.verdict.name());
+            self.discard(d.pkt, d.verdict);
         }
         self.drops = drops;
     }
@@ -175,7 +264,7 @@ impl Engine {
             if u == Unparsed::Runt || (u.is_malformed() && self.malformed == MalformedPolicy::Drop)
             {
                 // A runt cannot be sent on the other side's link at all.
-                self.discard(pkt, reason::MALFORMED);
+                self.discard(pkt, DropReason::Malformed);
                 return;
             }
         } else if pkt.is_fragment() {
@@ -233,13 +322,10 @@ impl Engine {
         let mut moved = Vec::new();
         for d in [Dir::ToB, Dir::ToA] {
             self.retired[d.index()].push(old.qdisc_stats(d).clone());
-            let stranded = drain(&mut old, d, &mut moved);
-            if stranded > 0 {
-                *self.counters[d.index()]
-                    .discarded
-                    .entry(reason::RELOAD_STRANDED)
-                    .or_insert(0) += stranded;
-            }
+            let stranded = old.egress_mut(d).qdisc_mut().drain(&mut moved);
+            self.counters[d.index()]
+                .discarded
+                .add(DiscardReason::ReloadStranded, stranded.into());
         }
         let n = moved.len();
         for mut p in moved {
@@ -263,18 +349,15 @@ impl Engine {
     pub fn shutdown(&mut self) -> usize {
         let mut held = Vec::new();
         for d in [Dir::ToB, Dir::ToA] {
-            let stranded = drain(&mut self.mb, d, &mut held);
-            if stranded > 0 {
-                *self.counters[d.index()]
-                    .discarded
-                    .entry(reason::SHUTDOWN)
-                    .or_insert(0) += stranded;
-            }
+            let stranded = self.mb.egress_mut(d).qdisc_mut().drain(&mut held);
+            self.counters[d.index()]
+                .discarded
+                .add(DiscardReason::Shutdown, stranded.into());
             held.extend(self.links[d.index()].drain_all());
         }
         let n = held.len();
         for p in held {
-            self.discard(p, reason::SHUTDOWN);
+            self.discard(p, DiscardReason::Shutdown);
         }
         n
     }
@@ -386,7 +469,7 @@ impl Engine {
             let discarded: Map<String, Value> = c
                 .discarded
                 .iter()
-                .map(|(k, v)| (k.to_string(), json!(v)))
+                .map(|(k, v)| (k.name().to_string(), json!(v)))
                 .collect();
             let retired: u64 = self.retired[i].iter().map(|s| s.dequeued).sum();
             dirs.insert(
@@ -456,37 +539,7 @@ impl Feed<LivePacket> for BoxFeed<'_> {
     }
 }
 
-/// Take every packet a middlebox holds in direction `d`, in the order it would serve
-/// them, appending them to `out`; returns how many could not be taken out.
-///
-/// The discipline is run in a private future (from 2^62 ns on, far beyond any real
-/// `now`) where time jumps forward whenever it answers "not before t", so shapers release
-/// what they hold burst by burst and timers fire. Whatever it discards on the way (a
-/// delay bound that expired in that future) is an artefact of the drain, not a decision
-/// about the packet: it is taken as well. A discipline that still holds packets after a
-/// generous bound (a bug) leaves them stranded; the caller counts them.
-fn drain(mb: &mut Middlebox<LivePacket>, d: Dir, out: &mut Vec<LivePacket>) -> u64 {
-    let mut t = Instant(1 << 62);
-    let step = core::time::Duration::from_secs(1000);
-    let mut drops = Drops::new();
-    let budget = 4 * mb.backlog(d).packets as u64 + 1000;
-    for _ in 0..budget {
-        if mb.poll_at().is_some_and(|p| p <= t) {
-            mb.handle_timeout(t, &mut drops);
-        }
-        match mb.poll_transmit(t, d, &mut drops) {
-            Dequeued::Packet(p) => out.push(p),
-            Dequeued::NotBefore(nt) => t = nt.max(t + step),
-            Dequeued::Empty => break,
-        }
-        out.extend(drops.drain().map(|x| x.pkt));
-    }
-    out.extend(drops.drain().map(|x| x.pkt));
-    mb.backlog(d).packets as u64
-}
-
 fn qdisc_json(kind: &str, s: &QdiscStats) -> Map<String, Value> {
-    use asymlink_core::qdisc::{DropReason, FilterReason};
     let dropped: Map<String, Value> = DropReason::ALL
         .iter()
         .filter(|r| s.dropped_for(**r) > 0)
@@ -511,4 +564,42 @@ fn qdisc_json(kind: &str, s: &QdiscStats) -> Map<String, Value> {
     m.insert("dropped".into(), Value::Object(dropped));
     m.insert("filtered".into(), Value::Object(filtered));
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discard_reasons_are_dense_with_distinct_names() {
+        let all: Vec<DiscardReason> = DiscardReason::all().collect();
+        assert_eq!(
+            all.iter().map(|r| r.index()).collect::<Vec<_>>(),
+            (0..DiscardReason::COUNT).collect::<Vec<_>>()
+        );
+        let names: std::collections::BTreeSet<&str> = all.iter().map(|r| r.name()).collect();
+        assert_eq!(names.len(), DiscardReason::COUNT);
+        assert_eq!(
+            DiscardReason::from(DropReason::Malformed).name(),
+            "malformed"
+        );
+        assert_eq!(DiscardReason::TxError.name(), "tx_error");
+    }
+
+    #[test]
+    fn discarded_counts_by_reason() {
+        let mut d = Discarded::default();
+        assert!(d.is_empty());
+        d.add(DropReason::QueueFull, 2);
+        d.add(FilterReason::AckSuperseded, 1);
+        d.add(DiscardReason::Shutdown, 3);
+        d.add(DiscardReason::ReloadStranded, 0);
+        assert_eq!(d.get(DropReason::QueueFull), 2);
+        assert_eq!(d.total(), 6);
+        let seen: Vec<(&str, u64)> = d.iter().map(|(r, n)| (r.name(), n)).collect();
+        assert_eq!(
+            seen,
+            [("queue_full", 2), ("ack_superseded", 1), ("shutdown", 3)]
+        );
+    }
 }

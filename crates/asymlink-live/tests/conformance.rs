@@ -18,6 +18,7 @@
 //! frames it sends must be the simulator's, byte for byte and nanosecond for nanosecond.
 
 use asymlink_core::pipeline::Dir;
+use asymlink_core::qdisc::DropReason;
 use asymlink_core::time::Instant;
 use asymlink_core::units::Rate;
 use asymlink_live::clock::{Clock, FakeClock};
@@ -224,8 +225,8 @@ fn simulator_and_box_send_the_same_frames_at_the_same_nanoseconds() {
     el.engine().check_conservation().unwrap();
     let c = el.engine().counters(Dir::ToB);
     assert!(
-        c.discarded.get("link_loss").copied().unwrap_or(0) > 0
-            && c.discarded.get("modem_buffer_full").copied().unwrap_or(0) > 0,
+        c.discarded.get(DropReason::LinkLoss) > 0
+            && c.discarded.get(DropReason::ModemBufferFull) > 0,
         "the trace exercises loss and the modem buffer: {:?}",
         c.discarded
     );

@@ -1,8 +1,10 @@
 //! The event loop under a fake clock with scripted devices: deterministic, no privileges.
 
 use asymlink_core::pipeline::Dir;
+use asymlink_core::qdisc::DropReason;
 use asymlink_core::time::Instant;
 use asymlink_live::clock::Clock;
+use asymlink_live::engine::DiscardReason;
 use asymlink_live::runtime::Control;
 use asymlink_live::sys::Signal;
 use etherparse::PacketBuilder;
@@ -101,7 +103,7 @@ fn modem_buffer_overflows_and_counts() {
     run_until(&mut el, &clock, ms(100));
     assert_eq!(el.io().sent.len(), 4);
     let c = el.engine().counters(Dir::ToB);
-    assert_eq!(c.discarded.get("modem_buffer_full"), Some(&6));
+    assert_eq!(c.discarded.get(DropReason::ModemBufferFull), 6);
     let snap = el.snapshot(clock.now());
     assert_eq!(snap["directions"]["to_b"]["link"]["modem_dropped"], 6);
 }
@@ -248,7 +250,7 @@ fn hostile_frames_are_forwarded_untouched() {
         }
     }
     let c = el.engine().counters(Dir::ToB);
-    assert_eq!(c.discarded.get("malformed"), Some(&1), "the runt");
+    assert_eq!(c.discarded.get(DropReason::Malformed), 1, "the runt");
     assert_eq!(c.fragments, 1);
     let snap = el.snapshot(clock.now());
     let u = &snap["directions"]["to_b"]["unparsed"];
@@ -269,7 +271,7 @@ fn hostile_frames_dropped_by_policy_are_counted() {
     run_until(&mut el, &clock, ms(5));
     let sent = el.io().sent.len();
     let c = el.engine().counters(Dir::ToB);
-    let dropped = *c.discarded.get("malformed").unwrap();
+    let dropped = c.discarded.get(DropReason::Malformed);
     // ARP, the fragment, the padded jumbo and the option overrun (parsed leniently, as
     // Linux does) are not malformed.
     assert_eq!(sent, 4);
@@ -286,8 +288,11 @@ fn device_refusals_are_counted_not_fatal() {
     run_until(&mut el, &clock, ms(5));
     assert_eq!(el.io().sent.len(), 1);
     assert_eq!(
-        el.engine().counters(Dir::ToB).discarded.get("tx_error"),
-        Some(&1)
+        el.engine()
+            .counters(Dir::ToB)
+            .discarded
+            .get(DiscardReason::TxError),
+        1
     );
 }
 

@@ -120,10 +120,10 @@ fn one_line_keeps_both_directions_moving_and_latency_low() {
     let (ld, lu, lp) = row(&line);
     eprintln!("plain: down {pd:.2} up {pu:.3} Mbit/s, ping p90 {pp:.0} ms");
     eprintln!("line:  down {ld:.2} up {lu:.3} Mbit/s, ping p90 {lp:.0} ms");
-    assert!(
-        lp < 100.0 && lp < pp / 5.0,
-        "ping p90 {lp} ms (plain {pp} ms)"
-    );
+    // The goal: p90 within the base RTT (14.2 ms) + one MTU's serialisation on the
+    // uplink (1500 B in 32 ATM cells at 512 kbit/s: 26.5 ms) + 20 ms.
+    let goal = 14.2 + 32.0 * 53.0 * 8.0 / 512.0 + 20.0;
+    assert!(lp <= goal, "ping p90 {lp} ms > {goal} ms (plain {pp} ms)");
     assert!(lu > 0.2, "upload {lu} Mbit/s");
     assert!(ld > 4.0, "download {ld} Mbit/s");
 }

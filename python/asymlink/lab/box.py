@@ -12,7 +12,7 @@ from typing import Any
 
 import tomli_w
 
-from asymlink.lab.netns import SIDE_A, SIDE_B, Lab, LabError
+from asymlink.lab.netns import ACCESS_A, ACCESS_B, SIDE_A, SIDE_B, Lab, LabError
 from asymlink.live import box_command, check_config
 
 
@@ -63,37 +63,53 @@ class BoxProcess:
         return dict(json.loads(text)) if text.strip() else {}
 
 
-def box_config(lab: Lab, body: dict[str, Any], capture_dir: Path | None) -> dict[str, Any]:
+#: Where a box runs: its namespace's role, its interfaces (sides a and b) and the stem of
+#: its files in the lab's directory.
+PLACES = {"router": (SIDE_A, SIDE_B, "box"), "access": (ACCESS_A, ACCESS_B, "access")}
+
+
+def box_config(lab: Lab, body: dict[str, Any], capture_dir: Path | None,
+               role: str = "router") -> dict[str, Any]:
     """The full box configuration for `lab`: `body` (the scenario's `[box]`: pipelines,
-    emulation, rewriters, seed, ...) plus interfaces, stats and captures."""
+    emulation, rewriters, seed, ...) plus interfaces, stats and captures. `role` is
+    `router` (the box under test) or `access` (the emulated access line)."""
+    a, b, stem = PLACES[role]
     cfg = {k: v for k, v in body.items() if k not in ("interfaces", "stats", "capture")}
-    cfg["interfaces"] = {"kind": "packet", "a": SIDE_A, "b": SIDE_B, **body.get("interfaces", {})}
-    cfg["stats"] = {"socket": str(lab.dir / "box.sock"), "file": str(lab.dir / "final.json"),
+    cfg["interfaces"] = {"kind": "packet", "a": a, "b": b, **body.get("interfaces", {})}
+    cfg["stats"] = {"socket": str(lab.dir / f"{stem}.sock"),
+                    "file": str(lab.dir / f"{stem}-final.json"),
                     "interval": "50ms", **body.get("stats", {})}
     if capture_dir is not None:
-        cfg["capture"] = {"dir": str(capture_dir), "to_a": "to_a.pcap", "to_b": "to_b.pcap",
-                          "snaplen": 128, **body.get("capture", {})}
+        prefix = "" if role == "router" else f"{stem}-"
+        cfg["capture"] = {"dir": str(capture_dir), "to_a": f"{prefix}to_a.pcap",
+                          "to_b": f"{prefix}to_b.pcap", "snaplen": 128,
+                          **body.get("capture", {})}
     return cfg
 
 
 def start_box(lab: Lab, body: dict[str, Any], capture_dir: Path | None = None,
-              timeout: float = 10) -> BoxProcess:
+              timeout: float = 10, role: str = "router") -> BoxProcess:
     """Validate the configuration (refused before any device is touched), then start the
-    box in the router namespace and wait until its devices and endpoints are open."""
-    cfg = box_config(lab, body, capture_dir)
-    config = lab.dir / "box.toml"
+    box in the `role` namespace (`router`, or `access` for the emulated line) and wait
+    until its devices and endpoints are open."""
+    cfg = box_config(lab, body, capture_dir, role)
+    stem = PLACES[role][2]
+    config = lab.dir / f"{stem}.toml"
     config.write_text(tomli_w.dumps(cfg))
     config.chmod(0o644)
     err = check_config(config)
     if err:
         raise LabError(f"box configuration refused: {err}")
-    lab.set_forwarding("box")
-    ready = lab.dir / "ready"
+    if role == "router":
+        lab.set_forwarding("box")
+    elif not lab.access:
+        raise LabError("the lab has no access namespace (Lab.set_access(True))")
+    ready = lab.dir / f"{stem}.ready"
     ready.unlink(missing_ok=True)
-    log = lab.dir / "box.log"
+    log = lab.dir / f"{stem}.log"
     with open(log, "wb") as logf:
-        proc = lab.spawn("router", [*box_command(), "--config", str(config),
-                                    "--ready-file", str(ready)], stdout=logf, stderr=logf)
+        proc = lab.spawn(role, [*box_command(), "--config", str(config),
+                                "--ready-file", str(ready)], stdout=logf, stderr=logf)
     deadline = time.monotonic() + timeout
     # The box creates the file early and writes its pid once privileges are dropped.
     while not (ready.exists() and ready.read_text().strip()):

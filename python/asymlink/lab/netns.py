@@ -5,6 +5,15 @@
  eth0 198.18.0.1/24 -- veth-a [asymlink-box or br0] veth-b -- eth0 198.18.0.2/24
 ```
 
+With an access line (`Lab.set_access(True)`, a scenario's `[access]`), a fourth
+namespace sits between the router and the server and runs a second box that only
+emulates the line (rate, delay, framing, loss, modem/DSLAM buffer):
+
+```
+ al-XXXX-c          al-XXXX-r                    al-XXXX-x                        al-XXXX-s
+ eth0 -- veth-a [box or br0] veth-b -- veth-xa [line box] veth-xb -- eth0
+```
+
 The router's interfaces `veth-a` (side a of the box) and `veth-b` (side b) carry no
 address: the box forwards frames between them as a bump in the wire (AF_PACKET), or,
 for the kernel-forwarding baseline, a Linux bridge does. Offloads are switched off on
@@ -37,6 +46,9 @@ SERVER_ADDR = "198.18.0.2"
 PREFIX_LEN = 24
 SIDE_A = "veth-a"
 SIDE_B = "veth-b"
+#: The access namespace's interfaces: toward the router (its side a) and the server.
+ACCESS_A = "veth-xa"
+ACCESS_B = "veth-xb"
 OFFLOADS = ["rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan"]
 #: The end hosts keep no TCP metrics cache: a transfer does not start from the ssthresh
 #: a previous run in the same lab left behind.
@@ -85,6 +97,7 @@ class Lab:
     name: str
     mtu: int = 1500
     forwarding: str = "none"
+    access: bool = False
 
     @property
     def client(self) -> str:
@@ -99,8 +112,14 @@ class Lab:
         return f"{self.name}-s"
 
     @property
+    def access_ns(self) -> str:
+        """The access-line namespace (exists while `access` is set)."""
+        return f"{self.name}-x"
+
+    @property
     def namespaces(self) -> list[str]:
-        return [self.client, self.router, self.server]
+        return [self.client, self.router, self.server] + ([self.access_ns] if self.access
+                                                          else [])
 
     @property
     def dir(self) -> Path:
@@ -109,8 +128,9 @@ class Lab:
         return STATE_DIR / self.name
 
     def ns(self, role: str) -> str:
-        """Namespace of `client`, `router` or `server`."""
-        return {"client": self.client, "router": self.router, "server": self.server}[role]
+        """Namespace of `client`, `router`, `server` or `access`."""
+        return {"client": self.client, "router": self.router, "server": self.server,
+                "access": self.access_ns}[role]
 
     def addr(self, role: str) -> str:
         """Address of `client` or `server`."""
@@ -147,22 +167,56 @@ class Lab:
         for ns in self.namespaces:
             run(["ip", "netns", "add", ns])
             self.ip(ns, "link", "set", "lo", "up")
-        run(["ip", "link", "add", "eth0", "netns", self.client, "type", "veth",
-             "peer", "name", SIDE_A, "netns", self.router])
-        run(["ip", "link", "add", "eth0", "netns", self.server, "type", "veth",
-             "peer", "name", SIDE_B, "netns", self.router])
-        for ns, dev in ((self.client, "eth0"), (self.server, "eth0"), (self.router, SIDE_A),
-                        (self.router, SIDE_B)):
-            self.ip(ns, "link", "set", "dev", dev, "mtu", str(self.mtu))
-            self.offloads_off(ns, dev)
-        for dev in (SIDE_A, SIDE_B):
-            self.sysctl(self.router, f"net.ipv6.conf.{dev}.disable_ipv6", "1")
-            self.ip(self.router, "link", "set", "dev", dev, "up")
+        self._veth(self.client, "eth0", self.router, SIDE_A)
+        self._veth(self.server, "eth0", self.router, SIDE_B)
         for ns, addr in ((self.client, CLIENT_ADDR), (self.server, SERVER_ADDR)):
             for key, value in HOST_SYSCTLS.items():
                 self.sysctl(ns, key, value)
-            self.ip(ns, "addr", "add", f"{addr}/{PREFIX_LEN}", "dev", "eth0")
-            self.ip(ns, "link", "set", "dev", "eth0", "up")
+            self._host_up(ns, addr)
+
+    def _host_up(self, ns: str, addr: str) -> None:
+        self.ip(ns, "addr", "add", f"{addr}/{PREFIX_LEN}", "dev", "eth0")
+        self.ip(ns, "link", "set", "dev", "eth0", "up")
+
+    def _veth(self, ns1: str, dev1: str, ns2: str, dev2: str) -> None:
+        """A veth pair `ns1:dev1` -- `ns2:dev2` with the lab's MTU and no offloads; the
+        interfaces that carry no address (everything but a host's eth0) come up here,
+        without IPv6 (no router solicitations in the measurements)."""
+        run(["ip", "link", "add", dev1, "netns", ns1, "type", "veth", "peer", "name", dev2,
+             "netns", ns2])
+        for ns, dev in ((ns1, dev1), (ns2, dev2)):
+            self.ip(ns, "link", "set", "dev", dev, "mtu", str(self.mtu))
+            self.offloads_off(ns, dev)
+            if dev != "eth0":
+                self.sysctl(ns, f"net.ipv6.conf.{dev}.disable_ipv6", "1")
+                self.ip(ns, "link", "set", "dev", dev, "up")
+
+    def set_access(self, on: bool) -> None:
+        """Put the access-line namespace between the router and the server (`on`), or
+        wire the server straight to the router again. The router keeps its interface
+        names, so a box or bridge in it is configured the same either way; the
+        forwarding mode is restored afterwards."""
+        if on == self.access:
+            return
+        fwd = self.forwarding
+        self.set_forwarding("none")
+        if on:
+            run(["ip", "netns", "add", self.access_ns])
+            self.access = True
+            self.save()
+            self.ip(self.access_ns, "link", "set", "lo", "up")
+        # Deleting the server's end removes its peer (the router's veth-b) with it.
+        self.ip(self.server, "link", "del", "dev", "eth0")
+        if on:
+            self._veth(self.router, SIDE_B, self.access_ns, ACCESS_A)
+            self._veth(self.access_ns, ACCESS_B, self.server, "eth0")
+        else:
+            run(["ip", "netns", "del", self.access_ns])
+            self.access = False
+            self.save()
+            self._veth(self.server, "eth0", self.router, SIDE_B)
+        self._host_up(self.server, SERVER_ADDR)
+        self.set_forwarding(fwd)
 
     def offloads_off(self, ns: str, dev: str) -> None:
         """Switch off every offload `ethtool` knows on `dev` (unsupported ones are
@@ -170,10 +224,14 @@ class Lab:
         for feature in OFFLOADS:
             run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, feature, "off"], check=False)
 
+    @property
+    def _all_namespaces(self) -> list[str]:
+        return [self.client, self.router, self.server, self.access_ns]
+
     def _ns_pids(self) -> list[int]:
         """Processes running inside the lab's namespaces (all of them ours)."""
         pids = []
-        for ns in self.namespaces:
+        for ns in self._all_namespaces:
             r = run(["ip", "netns", "pids", ns], check=False)
             pids += [int(p) for p in r.stdout.split() if p.isdigit()]
         return pids
@@ -191,7 +249,7 @@ class Lab:
         for pid in self._ns_pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        for ns in self.namespaces:
+        for ns in self._all_namespaces:
             run(["ip", "netns", "del", ns], check=False)
         (STATE_DIR / f"{self.name}.json").unlink(missing_ok=True)
         if self.dir.exists():
@@ -225,7 +283,8 @@ class Lab:
         run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={value}"])
 
     def exec_argv(self, role_or_ns: str, argv: list[str]) -> list[str]:
-        ns = self.ns(role_or_ns) if role_or_ns in ("client", "router", "server") else role_or_ns
+        roles = ("client", "router", "server", "access")
+        ns = self.ns(role_or_ns) if role_or_ns in roles else role_or_ns
         return ["ip", "netns", "exec", ns, *argv]
 
     def spawn(self, role: str, argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
@@ -233,6 +292,27 @@ class Lab:
         proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
             self.exec_argv(role, argv), **kw)
         return proc
+
+    def router_commands(self, commands: list[list[str]]) -> None:
+        """Run `ip` / `tc` commands (argument lists, `{a}` / `{b}` standing for the
+        router's side a / side b interface) in the router namespace: the kernel
+        configuration of a `forwarding = "kernel"` arm (a Linux qdisc recipe)."""
+        for argv in commands:
+            if argv[0] not in ("ip", "tc"):
+                raise LabError(f"router command {argv[0]!r}: only ip and tc are run")
+            args = [a.replace("{a}", SIDE_A).replace("{b}", SIDE_B) for a in argv[1:]]
+            run([argv[0], "-n", self.router, *args])
+
+    def clear_router_qdiscs(self) -> None:
+        """Undo `router_commands`: the sides' root and ingress qdiscs go back to the
+        default and the router's IFB devices are removed."""
+        for dev in (SIDE_A, SIDE_B):
+            run(["tc", "-n", self.router, "qdisc", "del", "dev", dev, "root"], check=False)
+            run(["tc", "-n", self.router, "qdisc", "del", "dev", dev, "ingress"], check=False)
+        r = run(["ip", "-n", self.router, "-o", "link", "show", "type", "ifb"], check=False)
+        for line in r.stdout.splitlines():
+            dev = line.split(":")[1].strip().split("@")[0]
+            run(["ip", "-n", self.router, "link", "del", "dev", dev], check=False)
 
     def set_forwarding(self, mode: str) -> None:
         """`box` (nothing in the router: the box forwards) or `kernel` (a Linux bridge)."""

@@ -42,39 +42,47 @@ FAST = "10Gbit"
 PROFILE = "linux"
 
 
-def _emu(sc: LabScenario, d: str) -> dict[str, Any]:
-    return dict(sc.box.get("emulation", {}).get(d, {}))
+def _link(name: str, a: str, b: str, to_a: dict[str, Any],
+          to_b: dict[str, Any]) -> dict[str, Any]:
+    """A link whose directions carry emulated lines (link keys, verbatim) or, where
+    empty, fast wires."""
+    return {"name": name, "a": a, "b": b, "rate": FAST,
+            "to_a": {"rate": FAST, **copy.deepcopy(to_a)},
+            "to_b": {"rate": FAST, **copy.deepcopy(to_b)}}
 
 
-def _line(name: str, a: str, b: str, direction: str, emu: dict[str, Any]) -> dict[str, Any]:
-    """A link whose `direction` carries the emulated line (the box's emulation keys are
-    link keys) and whose other direction is a fast wire."""
-    slow: dict[str, Any] = {"rate": FAST, **copy.deepcopy(emu)}
-    other = "to_a" if direction == "to_b" else "to_b"
-    return {"name": name, "a": a, "b": b, "rate": FAST, direction: slow,
-            other: {"rate": FAST}}
-
-
-def sim_scenario(sc: LabScenario, seed: int = 1) -> dict[str, Any]:
+def sim_scenario(sc: LabScenario, seed: int = 1,
+                 box: dict[str, Any] | None = None) -> dict[str, Any]:
     """The simulator scenario (a dict in the scenario-file vocabulary) of lab scenario
-    `sc`. Raises `ValueError` for what the simulator cannot mirror (kernel forwarding,
-    paced senders)."""
-    if sc.forwarding != "box":
-        raise ValueError(f"{sc.name}: kernel forwarding has no simulator counterpart")
+    `sc`. Raises `ValueError` for what the simulator cannot mirror (paced senders; kernel
+    forwarding with `router_commands`, unless `box` gives the middlebox that stands for
+    them).
+
+    With `[access]`, the line is a router `access` between the box and the server, as in
+    the lab: `client ──line_a── box ──line_b── access ──line_c── server`, the access
+    line's uplink on `line_c.to_b` and its downlink on `line_b.to_a`. Kernel forwarding
+    without commands is a middlebox-free router."""
+    if box is None and sc.forwarding != "box" and sc.router_commands:
+        raise ValueError(f"{sc.name}: kernel commands have no simulator counterpart")
+    body = box if box is not None else (sc.box if sc.forwarding == "box" else {})
     nodes: list[dict[str, Any]] = [
         {"name": "client", "addr": CLIENT_ADDR},
         {"name": "box", "kind": "router"},
         {"name": "server", "addr": SERVER_ADDR},
     ]
-    links: list[dict[str, Any]] = []
-    ea, eb = _emu(sc, "to_a"), _emu(sc, "to_b")
-    links.append(_line("line_a", "client", "box", "to_a", ea))
-    links.append(_line("line_b", "box", "server", "to_b", eb))
-    side_a, side_b = "line_a", "line_b"
-    mb: dict[str, Any] = {"node": "box", "a": side_a, "b": side_b}
-    for k in ("rewrite", "to_a", "to_b"):
-        if k in sc.box:
-            mb[k] = copy.deepcopy(sc.box[k])
+    ea = dict(body.get("emulation", {}).get("to_a", {}))
+    eb = dict(body.get("emulation", {}).get("to_b", {}))
+    links: list[dict[str, Any]] = [_link("line_a", "client", "box", ea, {})]
+    if sc.access:
+        nodes.insert(2, {"name": "access", "kind": "router"})
+        links.append(_link("line_b", "box", "access", sc.access.get("to_a", {}), eb))
+        links.append(_link("line_c", "access", "server", {}, sc.access.get("to_b", {})))
+    else:
+        links.append(_link("line_b", "box", "server", {}, eb))
+    mb: dict[str, Any] = {"node": "box", "a": "line_a", "b": "line_b"}
+    for k in ("line", "rewrite", "to_a", "to_b"):
+        if k in body:
+            mb[k] = copy.deepcopy(body[k])
     flows: list[dict[str, Any]] = []
     for f in sc.flows:
         if f.rate:
@@ -109,7 +117,7 @@ def sim_scenario(sc: LabScenario, seed: int = 1) -> dict[str, Any]:
         "monitor": {"interval": f"{sc.interval}s", "events": False},
         "nodes": nodes,
         "links": links,
-        "middleboxes": [mb],
+        "middleboxes": [mb] if sc.forwarding == "box" or box is not None else [],
         "flows": flows,
     }
 

@@ -7,6 +7,9 @@ name = "adsl-problem"
 duration = "20s"
 interval = "100ms"            # sampling interval of the time series
 forwarding = "box"            # or "kernel" (a Linux bridge instead of the box: baseline)
+router_commands = []          # with "kernel": ip/tc commands run in the router namespace
+                              # before the run ({a}/{b}: its client/server-side interfaces),
+                              # e.g. "tc qdisc add dev {b} root handle 1: htb default 1"
 
 [box]                         # the box configuration without [interfaces]: the same
 seed = 1                      # vocabulary as a simulator [[middleboxes]] entry plus
@@ -15,6 +18,15 @@ qdisc = { kind = "fifo", limit = "30p" }
 [box.emulation.to_b]
 rate = "512kbit"
 modem_buffer = "30p"
+
+[access.to_b]                 # optional: an emulated access line between the router and
+rate = "512kbit"              # the server (its own namespace and box, emulation only):
+delay = "5ms"                 # to_b the uplink, to_a the downlink; keys as in the box's
+linklayer = { encap = "llc_snap_routed" }   # [emulation.*]: rate, delay, linklayer,
+modem_buffer = "50p"          # loss, modem_buffer
+[access.to_a]
+rate = "8Mbit"
+modem_buffer = "50p"
 
 [[flows]]                     # a bulk TCP transfer (real Linux TCP)
 name = "download"
@@ -50,6 +62,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -132,6 +146,8 @@ class LabScenario:
     interval: float
     forwarding: str
     box: dict[str, Any]
+    access: dict[str, dict[str, Any]] = field(default_factory=dict)
+    router_commands: list[list[str]] = field(default_factory=list)
     flows: list[Flow] = field(default_factory=list)
     probes: list[Probe] = field(default_factory=list)
     capture: bool = False
@@ -148,8 +164,8 @@ class LabScenario:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], origin: str = "scenario") -> LabScenario:
-        known = {"name", "description", "duration", "interval", "forwarding", "box", "flows",
-                 "probes", "capture", "windows"}
+        known = {"name", "description", "duration", "interval", "forwarding", "box", "access",
+                 "router_commands", "flows", "probes", "capture", "windows"}
         extra = set(doc) - known
         if extra:
             raise LabScenarioError(
@@ -167,8 +183,20 @@ class LabScenario:
             interval=seconds(doc.get("interval", "100ms"), "interval"),
             forwarding=fwd,
             box=dict(doc.get("box", {})),
+            access=access_line(doc.get("access", {})),
             capture=bool(doc.get("capture", False)),
         )
+        cmds = doc.get("router_commands", [])
+        if cmds and fwd != "kernel":
+            raise LabScenarioError("router_commands", 'needs forwarding = "kernel"')
+        if not isinstance(cmds, list):
+            raise LabScenarioError("router_commands", "must be a list of strings")
+        for i, c in enumerate(cmds):
+            argv = shlex.split(c) if isinstance(c, str) else []
+            if not argv or argv[0] not in ("ip", "tc"):
+                raise LabScenarioError(f"router_commands[{i}]",
+                                       "must be an `ip ...` or `tc ...` command line")
+            sc.router_commands.append(argv)
         for wname, w in dict(doc.get("windows", {})).items():
             key = f"windows.{wname}"
             if not isinstance(w, list) or len(w) != 2:
@@ -221,6 +249,62 @@ class LabScenario:
             raise LabScenarioError(
                 origin, "two flows or probes listen on the same port of one host")
         return sc
+
+
+#: The keys of an `[access.to_b]` / `[access.to_a]` table: the link vocabulary of the
+#: box's `[emulation.*]` (and of a simulator link direction).
+ACCESS_KEYS = ("rate", "delay", "linklayer", "loss", "modem_buffer")
+
+
+def access_line(doc: Any) -> dict[str, dict[str, Any]]:
+    """A scenario's `[access]` table, checked: `to_b` (uplink) and `to_a` (downlink), each
+    with the keys of `ACCESS_KEYS`. Units and ranges are checked by the box's own parser
+    (the access line runs as the `[emulation]` of a box), errors keyed `access.to_b.rate`."""
+    if not doc:
+        return {}
+    if not isinstance(doc, dict):
+        raise LabScenarioError("access", "must be a table with to_b and/or to_a")
+    for d in set(doc) - {"to_a", "to_b"}:
+        raise LabScenarioError(f"access.{d}", "unknown direction (to_b: uplink, to_a: downlink)")
+    out: dict[str, dict[str, Any]] = {}
+    for d, v in doc.items():
+        key = f"access.{d}"
+        if not isinstance(v, dict):
+            raise LabScenarioError(key, "must be a table")
+        extra = set(v) - set(ACCESS_KEYS)
+        if extra:
+            raise LabScenarioError(f"{key}.{sorted(extra)[0]}",
+                                   f"unknown key (known: {', '.join(ACCESS_KEYS)})")
+        if "rate" in v:
+            bits_per_second(v["rate"], f"{key}.rate")
+        if "delay" in v:
+            seconds(v["delay"], f"{key}.delay")
+        out[d] = dict(v)
+    _check_access_box(out)
+    return out
+
+
+def _check_access_box(emulation: dict[str, dict[str, Any]]) -> None:
+    """Check the access line with the box's parser (no device touched)."""
+    import tempfile
+
+    import tomli_w
+
+    from asymlink.live import check_config
+
+    cfg = {"interfaces": {"kind": "packet", "a": "xa", "b": "xb"}, "emulation": emulation}
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(tomli_w.dumps(cfg))
+    try:
+        err = check_config(Path(f.name))
+    finally:
+        Path(f.name).unlink()
+    if err:
+        # "invalid configuration FILE: emulation.to_b.rate: MSG (line N)"
+        found = re.search(r"emulation\.(to_[ab][\w.\[\]]*): (.*?)(?: \(line \d+\))?$", err)
+        if found:
+            raise LabScenarioError(f"access.{found[1]}", found[2])
+        raise LabScenarioError("access", err.replace(f.name, "the access line"))
 
 
 def _port(d: dict[str, Any], default: int, key: str) -> int:
@@ -283,11 +367,17 @@ def run_scenario(sc: LabScenario, out: Path, lab: Lab | None = None) -> dict[str
 def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
     work = lab.dir / f"run-{int(time.time() * 1000)}"
     work.mkdir()
-    box = None
+    box = access = None
+    lab.set_access(bool(sc.access))
+    if sc.access:
+        access = start_box(lab, {"seed": sc.box.get("seed", 1), "emulation": sc.access},
+                           role="access")
     if sc.forwarding == "box":
         box = start_box(lab, sc.box, capture_dir=out if sc.capture else None)
     else:
         lab.set_forwarding("kernel")
+    lab.clear_router_qdiscs()
+    lab.router_commands(sc.router_commands)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         servers = []
@@ -331,9 +421,13 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
         next_poll = t0
         while time.monotonic() < end + slack and any(c.poll() is None for c in clients):
             now = time.monotonic()
-            if box is not None and now >= next_poll and now <= end:
-                with contextlib.suppress(OSError):
-                    queue_rows += _queue_rows(box.stats(), now - t0)
+            if now >= next_poll and now <= end:
+                if box is not None:
+                    with contextlib.suppress(OSError):
+                        queue_rows += _queue_rows(box.stats(), now - t0)
+                if access is not None:
+                    with contextlib.suppress(OSError):
+                        queue_rows += _queue_rows(access.stats(), now - t0, "access")
                 next_poll += sc.interval
             time.sleep(min(0.02, max(0.0, next_poll - time.monotonic())))
         for c in clients:
@@ -354,16 +448,30 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
         if errors:
             raise LabError("traffic failed: " + " | ".join(e.strip()[-500:] for e in errors))
         final = box.stop() if box is not None else {}
+        access_final = access.stop() if access is not None else {}
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        if box is not None and box.proc.poll() is None:
-            box.proc.kill()
-            box.proc.wait()
+        for b in (box, access):
+            if b is not None and b.proc.poll() is None:
+                b.proc.kill()
+                b.proc.wait()
+        if sc.router_commands:
+            qdiscs = run_cmd(["tc", "-s", "qdisc", "show"], lab, "router")
+            (out / "router_qdiscs.txt").write_text(qdiscs)
+            lab.clear_router_qdiscs()
+    if access_final:
+        (out / "access_stats.json").write_text(json.dumps(access_final, indent=2) + "\n")
     # The sinks' report times are absolute monotonic (t0 = 0): shift to the run's t0.
     return _collect(sc, out, work, t0, final, queue_rows, box.log if box else None)
+
+
+def run_cmd(argv: list[str], lab: Lab, role: str) -> str:
+    """The output of a command run in `role`'s namespace ("" if it fails)."""
+    r = subprocess.run(lab.exec_argv(role, argv), capture_output=True, text=True, timeout=10)
+    return r.stdout
 
 
 def _stats_ms(vals: list[float]) -> dict[str, Any]:
@@ -375,9 +483,17 @@ def _stats_ms(vals: list[float]) -> dict[str, Any]:
     }
 
 
-def _queue_rows(stats: dict[str, Any], t: float) -> list[dict[str, Any]]:
+def _queue_rows(stats: dict[str, Any], t: float, line: str = "") -> list[dict[str, Any]]:
+    """Queue rows of a box snapshot: its disciplines (`box.to_b`) and emulated links
+    (`link.to_b`); with `line` (the access box), only its links, as `access.to_b`."""
     rows = []
     for d, v in stats.get("directions", {}).items():
+        if line:
+            link = v["link"]
+            rows.append({"t": t, "queue": f"{line}.{d}", "packets": link["modem_packets"],
+                         "bytes": float("nan"), "drops": link["modem_dropped"] + link["lost"],
+                         "filtered": 0, "dequeued": link["delivered"]})
+            continue
         q = v["qdisc"]
         rows.append({"t": t, "queue": f"box.{d}", "packets": q["backlog_packets"],
                      "bytes": q["backlog_bytes"], "drops": sum(q["dropped"].values()),

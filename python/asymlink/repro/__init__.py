@@ -11,6 +11,7 @@ from asymlink.repro import (
     ackdelay_satellite,  # noqa: F401  (ackdelay-satellite)
     ackfilter,  # noqa: F401  (ackfilter-threshold, -delayed, -multi)
     adsl,  # noqa: F401  (adsl-problem, -linksharing, -ackfifo, -atm)
+    adsl_today,  # noqa: F401  (adsl-today)
     aggregate,  # noqa: F401  (aggregate-shaping, -policing, -window)
     receiver,  # noqa: F401  (receiver-telnet, -web, -loss)
 )

@@ -188,12 +188,29 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Number of verdicts: every drop reason, then every filter reason.
+    pub const COUNT: usize = DropReason::ALL.len() + FilterReason::ALL.len();
     /// A stable name: the reason's name.
     pub const fn name(self) -> &'static str {
         match self {
             Verdict::Dropped(r) => r.name(),
             Verdict::Filtered(r) => r.name(),
         }
+    }
+    /// A dense index in `0..COUNT` (drop reasons first, in [`DropReason::ALL`] order, then
+    /// filter reasons), for counters kept in arrays.
+    pub const fn index(self) -> usize {
+        match self {
+            Verdict::Dropped(r) => r as usize,
+            Verdict::Filtered(r) => DropReason::ALL.len() + r as usize,
+        }
+    }
+    /// Every verdict, in [`Verdict::index`] order.
+    pub fn all() -> impl Iterator<Item = Verdict> {
+        DropReason::ALL
+            .into_iter()
+            .map(Verdict::Dropped)
+            .chain(FilterReason::ALL.into_iter().map(Verdict::Filtered))
     }
 }
 
@@ -540,7 +557,52 @@ pub trait Qdisc<P: Pkt>: Send {
     }
     /// A short name of the discipline kind ("fifo", "htb", ...).
     fn kind(&self) -> &'static str;
+    /// Empty the discipline for good (at shutdown, or when a new configuration replaces
+    /// it): append every packet it holds to `out`, in the order it would serve them, and
+    /// return how many it still holds afterwards (only a discipline bug leaves any).
+    ///
+    /// The discipline runs in a private future (from 2^62 ns on, far beyond any real
+    /// `now`) where time jumps forward whenever it answers "not before t", so shapers
+    /// release what they hold burst by burst and timers fire. What it discards on the way
+    /// (a delay bound that expired in that future) is an artefact of the drain, not a
+    /// decision about the packet: it goes to `out` as well. The counters see ordinary
+    /// dequeues and discards. Afterwards the discipline has seen that future: do not
+    /// drive it at real times again.
+    fn drain(&mut self, out: &mut Vec<P>) -> u32 {
+        let mut t = Instant(1 << 62);
+        let step = core::time::Duration::from_secs(1000);
+        let mut drops = Drops::new();
+        let budget = 4 * self.backlog().packets as u64 + 1000;
+        for _ in 0..budget {
+            if self.poll_at().is_some_and(|p| p <= t) {
+                self.handle_timeout(t, &mut drops);
+            }
+            match self.dequeue(t, &mut drops) {
+                Dequeued::Packet(p) => out.push(p),
+                Dequeued::NotBefore(nt) => t = nt.max(t + step),
+                Dequeued::Empty => break,
+            }
+            out.extend(drops.drain().map(|d| d.pkt));
+        }
+        out.extend(drops.drain().map(|d| d.pkt));
+        self.backlog().packets
+    }
 }
 
 #[cfg(test)]
 pub(crate) mod testutil;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_indices_are_dense_and_distinct() {
+        let idx: Vec<usize> = Verdict::all().map(Verdict::index).collect();
+        assert_eq!(idx, (0..Verdict::COUNT).collect::<Vec<_>>());
+        assert_eq!(
+            Verdict::Filtered(FilterReason::AckSuperseded).index(),
+            DropReason::ALL.len()
+        );
+    }
+}

@@ -169,6 +169,24 @@ mod tests {
     }
 
     #[test]
+    fn drain_takes_everything_in_service_order() {
+        // Two packets within the burst, three waiting for tokens: a drain takes all five,
+        // in order, and leaves the counters balanced.
+        let cfg: TbfConfig = toml::from_str("rate = \"1Mbit\"\nburst = \"3000B\"").unwrap();
+        let mut q = Tbf::new(&cfg).unwrap();
+        let mut d = Drops::new();
+        for i in 0..5 {
+            q.enqueue(ms(0), data(i, 1500), &mut d);
+        }
+        let mut out = Vec::new();
+        assert_eq!(q.drain(&mut out), 0);
+        assert_eq!(out.iter().map(tag).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+        assert_eq!(q.backlog(), Backlog::default());
+        assert_eq!(q.stats().dequeued, 5);
+        check(&q);
+    }
+
+    #[test]
     fn charges_atm_cells() {
         // 40-byte ACKs over LLC/SNAP cost 106 wire bytes: at 848 kbit/s, 1 ms each.
         let cfg: TbfConfig = toml::from_str(

@@ -44,6 +44,11 @@
 //! shared bucket keeps sending there until they have left, so it never has packets in
 //! two places at once and is never reordered, whatever the service. Removed packets leave tombstones
 //! that are compacted away, so memory follows the buffer limit, not the traffic volume.
+//! No arrival scans the table: per-connection filtering's active count frees the entries
+//! whose quiet instant (when their decaying rate falls below the free threshold, fixed
+//! while they are idle) has passed, from a heap; the δ estimate counts the connections
+//! with packets queued as they change; the longest queue comes from an index of queue
+//! lengths; the highest rate is looked for among the connections with packets queued.
 //!
 //! What it deliberately does not do: it does not look into the other direction, does not
 //! delay or pace ACKs (that is ACK delay control), and does not rewrite packets.
@@ -75,7 +80,8 @@ use crate::time::Instant;
 use crate::units::{Limit, Rate};
 use crate::wire::FlowKey;
 use channel::Channel;
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 /// Index of the shared bucket: packets without a connection entry (not parsed, or the
 /// table is full). Never filtered.
@@ -108,6 +114,8 @@ struct Conn {
     in_rr: bool,
     /// Generation of its current record in the idle FIFO (0: none).
     idle_gen: u64,
+    /// Its position in `AckFilter::busy` while it has packets queued.
+    busy_pos: u32,
 }
 
 impl Conn {
@@ -122,6 +130,7 @@ impl Conn {
             last_seen: now,
             in_rr: false,
             idle_gen: 0,
+            busy_pos: u32::MAX,
         }
     }
 }
@@ -155,6 +164,16 @@ pub struct AckFilter<P> {
     /// skipped lazily. The eviction victim is the first valid record: amortised O(1).
     idle: VecDeque<(u32, u64)>,
     idle_gen: u64,
+    /// Per-connection filtering only: idle entries by the first instant their output
+    /// rate is below the free threshold, as `(instant, entry, generation)` (validated like
+    /// `idle`). The entries past their instant are the ones the active count frees.
+    quiet: BinaryHeap<Reverse<(u64, u32, u64)>>,
+    /// Entries (the shared bucket included) with packets queued, in no particular order.
+    busy: Vec<u32>,
+    /// When the drop policy may pick the longest queue: the entries in `busy` by
+    /// `(packets queued, Reverse(entry))`, so the last is the longest queue with the
+    /// lowest index.
+    by_len: Option<BTreeSet<(usize, Reverse<u32>)>>,
     /// Output rate of the whole queue.
     agg: Tsw,
     channel: Channel,
@@ -162,6 +181,9 @@ pub struct AckFilter<P> {
     untracked: u64,
     evicted: u64,
     stats: QdiscStats,
+    /// Entries freed by the active count (for the tests of it).
+    #[cfg(test)]
+    freed: u64,
 }
 
 impl<P: Pkt + Send> AckFilter<P> {
@@ -181,12 +203,17 @@ impl<P: Pkt + Send> AckFilter<P> {
             rr: VecDeque::new(),
             idle: VecDeque::new(),
             idle_gen: 0,
+            quiet: BinaryHeap::new(),
+            busy: Vec::new(),
+            by_len: matches!(p.drop, None | Some(AckDropPolicy::LongestQueue)).then(BTreeSet::new),
             agg: Tsw::new(p.window),
             channel: Channel::new(p.window),
             keeps: [0; Keep::ALL.len()],
             untracked: 0,
             evicted: 0,
             stats: QdiscStats::default(),
+            #[cfg(test)]
+            freed: 0,
             p,
         })
     }
@@ -273,6 +300,7 @@ impl<P: Pkt + Send> AckFilter<P> {
         let i = self.slot_index(seq).expect("queued packet has a slot");
         let item = self.slots[i].item.take().expect("slot is live");
         self.tombstones += 1;
+        self.queue_changing(item.conn);
         let c = &mut self.conns[item.conn as usize];
         // Service takes the oldest, filtering the newest: both ends are O(1).
         if c.queued.front() == Some(&seq) {
@@ -283,6 +311,7 @@ impl<P: Pkt + Send> AckFilter<P> {
             c.queued.remove(pos);
         }
         c.bytes -= item.len as u64;
+        self.queue_changed(item.conn);
         self.note_idle(item.conn);
         if let Some(k) = item.shared_key {
             if let Some(n) = self.in_shared.get_mut(&k) {
@@ -314,11 +343,46 @@ impl<P: Pkt + Send> AckFilter<P> {
                 },
             );
         }
+        self.queue_changing(conn);
         let c = &mut self.conns[conn as usize];
         // Placement keeps a connection's packets in order: an in-place seq is the oldest
         // erased one, newer than everything the connection keeps.
         debug_assert!(c.queued.back().is_none_or(|&b| b < seq));
         c.queued.push_back(seq);
+        self.queue_changed(conn);
+    }
+
+    /// Before entry `c`'s queue changes length: leave the length index.
+    fn queue_changing(&mut self, c: u32) {
+        let len = self.conns[c as usize].queued.len();
+        if let Some(by_len) = self.by_len.as_mut() {
+            if len > 0 {
+                by_len.remove(&(len, Reverse(c)));
+            }
+        }
+    }
+
+    /// After entry `c`'s queue changed length: update the busy list and the length index.
+    fn queue_changed(&mut self, c: u32) {
+        let conn = &mut self.conns[c as usize];
+        let len = conn.queued.len();
+        let listed = conn.busy_pos != u32::MAX;
+        if len > 0 && !listed {
+            conn.busy_pos = self.busy.len() as u32;
+            self.busy.push(c);
+        } else if len == 0 && listed {
+            let pos = conn.busy_pos as usize;
+            conn.busy_pos = u32::MAX;
+            self.busy.swap_remove(pos);
+            if let Some(&moved) = self.busy.get(pos) {
+                self.conns[moved as usize].busy_pos = pos as u32;
+            }
+        }
+        if let Some(by_len) = self.by_len.as_mut() {
+            if len > 0 {
+                by_len.insert((len, Reverse(c)));
+            }
+        }
     }
 
     /// Drop leading tombstones and compact when they outnumber live packets.
@@ -415,6 +479,23 @@ impl<P: Pkt + Send> AckFilter<P> {
                 conn.idle_gen == g && conn.live && conn.queued.is_empty() && !conn.in_rr
             });
         }
+        if self.p.policy == AckPolicy::Perflow {
+            // The output rate only changes when a packet leaves, so while the entry stays
+            // idle the instant it becomes quiet is fixed.
+            let quiet_at = match self.conns[c as usize].tsw.above_until(self.free_floor()) {
+                None => 0,
+                Some(t) if t.0 == u64::MAX => return,
+                Some(t) => t.0 + 1,
+            };
+            self.quiet.push(Reverse((quiet_at, c, self.idle_gen)));
+            if self.quiet.len() > 2 * self.conns.len() + 64 {
+                let conns = &self.conns;
+                self.quiet.retain(|&Reverse((_, c, g))| {
+                    let conn = &conns[c as usize];
+                    conn.idle_gen == g && conn.live && conn.queued.is_empty() && !conn.in_rr
+                });
+            }
+        }
     }
 
     fn release(&mut self, c: u32) {
@@ -428,15 +509,68 @@ impl<P: Pkt + Send> AckFilter<P> {
         self.tracked -= 1;
     }
 
-    /// Active connections for per-connection filtering: those with packets queued or an
-    /// output rate at or above the free threshold (always counting `c`); entries below it
-    /// with nothing queued are freed.
-    fn active_conns(&mut self, now: Instant, c: u32) -> u64 {
-        let floor = self
+    /// The free threshold of per-connection filtering: a fraction of the channel rate.
+    fn free_floor(&self) -> Rate {
+        let r = self
             .p
             .channel
             .map(|r| r.0 as u128 * self.p.free_ppm as u128 / 1_000_000)
             .unwrap_or(0);
+        Rate(u64::try_from(r).unwrap_or(u64::MAX))
+    }
+
+    /// Whether entry `c` counts as active at `now`: packets queued, in the round, or an
+    /// output rate at or above the free threshold.
+    fn is_active(&self, now: Instant, c: u32) -> bool {
+        let conn = &self.conns[c as usize];
+        !conn.queued.is_empty() || conn.in_rr || conn.tsw.rate_at(now) >= self.free_floor()
+    }
+
+    /// Active connections for per-connection filtering: those with packets queued or an
+    /// output rate at or above the free threshold (always counting `c`); entries below it
+    /// with nothing queued are freed (in table order). Amortised O(log n): the inactive
+    /// entries are the idle ones whose quiet instant has passed, popped from `quiet`.
+    fn active_conns(&mut self, now: Instant, c: u32) -> u64 {
+        #[cfg(test)]
+        let oracle = self.active_conns_scan(now, c);
+        let mut freed = Vec::new();
+        while let Some(&Reverse((at, i, gen))) = self.quiet.peek() {
+            if at > now.0 {
+                break;
+            }
+            self.quiet.pop();
+            if self.conns[i as usize].idle_gen == gen && self.is_idle(i) {
+                freed.push((i, gen));
+            }
+        }
+        freed.sort_unstable();
+        if let Some(pos) = freed.iter().position(|&(i, _)| i == c) {
+            // Counted, not freed (it may be freed by a later count).
+            let (i, gen) = freed.remove(pos);
+            self.quiet.push(Reverse((now.0, i, gen)));
+        }
+        for &(i, _) in &freed {
+            self.release(i);
+        }
+        #[cfg(test)]
+        {
+            self.freed += freed.len() as u64;
+        }
+        // What is left tracked is active (or `c`); the shared bucket is never freed.
+        let shared = c == SHARED || self.is_active(now, SHARED);
+        let n = (self.tracked as u64 + shared as u64).max(1);
+        #[cfg(test)]
+        {
+            let freed: Vec<u32> = freed.iter().map(|&(i, _)| i).collect();
+            assert_eq!((n, freed), oracle, "active connections against the scan");
+        }
+        n
+    }
+
+    /// The table scan `active_conns` replaces (test oracle): the count and the entries it
+    /// frees, without freeing them.
+    #[cfg(test)]
+    fn active_conns_scan(&self, now: Instant, c: u32) -> (u64, Vec<u32>) {
         let mut n = 0;
         let mut freed = Vec::new();
         for (i, conn) in self.conns.iter().enumerate() {
@@ -444,18 +578,13 @@ impl<P: Pkt + Send> AckFilter<P> {
                 continue;
             }
             let i = i as u32;
-            let busy =
-                !conn.queued.is_empty() || conn.in_rr || (conn.tsw.rate_at(now).0 as u128) >= floor;
-            if busy || i == c {
+            if self.is_active(now, i) || i == c {
                 n += 1;
             } else if i != SHARED {
                 freed.push(i);
             }
         }
-        for i in freed {
-            self.release(i);
-        }
-        n.max(1)
+        (n.max(1), freed)
     }
 
     // ---------------------------------------------------------------- filtering
@@ -566,20 +695,82 @@ impl<P: Pkt + Send> AckFilter<P> {
 
     /// Backlog divided by the connections that have packets queued (at least 1).
     fn per_conn_backlog(&self) -> u32 {
-        let busy = self
-            .conns
-            .iter()
-            .filter(|c| c.live && !c.queued.is_empty())
-            .count()
-            .max(1) as u32;
+        let busy = self.busy.len().max(1) as u32;
+        #[cfg(test)]
+        assert_eq!(
+            busy,
+            self.conns
+                .iter()
+                .filter(|c| c.live && !c.queued.is_empty())
+                .count()
+                .max(1) as u32,
+            "connections with packets queued against the scan"
+        );
         self.stats.backlog.packets.div_ceil(busy)
     }
 
     // ---------------------------------------------------------------- dropping
 
     /// Choose the connection that loses its oldest packet, given the arriving packet's
-    /// connection `c` and the packets about to be filtered. `None`: drop the arrival.
+    /// connection `c` and the packets about to be filtered (all of `c`). `None`: drop the
+    /// arrival. The longest queue (ties: the lower entry index) comes from the length
+    /// index in O(log n); the highest rate is looked for among the connections with
+    /// packets queued (at most the buffer's packet count, whatever the table size).
     fn victim(&self, now: Instant, rule: AckDropPolicy, c: u32, filtered: &[u64]) -> Option<u32> {
+        debug_assert!(filtered
+            .iter()
+            .all(|s| self.conns[c as usize].queued.contains(s)));
+        let kept_c = self.conns[c as usize].queued.len() - filtered.len();
+        // The arriving packet counts in its own queue.
+        let mut best = (0u128, kept_c + 1, c);
+        let better = |cand: (u128, usize, u32), best: (u128, usize, u32)| {
+            (cand.0, cand.1, Reverse(cand.2)) > (best.0, best.1, Reverse(best.2))
+        };
+        match rule {
+            AckDropPolicy::HighestRate => {
+                best.0 = self.conns[c as usize].tsw.rate_at(now).0 as u128;
+                for &i in &self.busy {
+                    if i != c {
+                        let conn = &self.conns[i as usize];
+                        let cand = (conn.tsw.rate_at(now).0 as u128, conn.queued.len(), i);
+                        if better(cand, best) {
+                            best = cand;
+                        }
+                    }
+                }
+            }
+            _ => {
+                best.0 = best.1 as u128;
+                let by_len = self.by_len.as_ref().expect("length index kept");
+                if let Some(&(len, Reverse(i))) =
+                    by_len.iter().rev().find(|&&(_, Reverse(i))| i != c)
+                {
+                    if better((len as u128, len, i), best) {
+                        best = (len as u128, len, i);
+                    }
+                }
+            }
+        }
+        let v = best.2;
+        let v = (v != c || kept_c > 0).then_some(v);
+        #[cfg(test)]
+        assert_eq!(
+            v,
+            self.victim_scan(now, rule, c, filtered),
+            "victim against the scan"
+        );
+        v
+    }
+
+    /// The table scan `victim` replaces (test oracle).
+    #[cfg(test)]
+    fn victim_scan(
+        &self,
+        now: Instant,
+        rule: AckDropPolicy,
+        c: u32,
+        filtered: &[u64],
+    ) -> Option<u32> {
         let kept = |i: usize| {
             let conn = &self.conns[i];
             conn.queued.iter().filter(|s| !filtered.contains(s)).count()
@@ -748,10 +939,17 @@ impl<P: Pkt + Send> Qdisc<P> for AckFilter<P> {
             self.channel.on_dequeue_call(now, false);
             return Dequeued::Empty;
         };
+        // The connection's output rate first: `take` may record it as idle, with the
+        // instant its rate falls below the free threshold.
+        let (conn, len) = {
+            let i = self.slot_index(seq).expect("queued packet has a slot");
+            let item = self.slots[i].item.as_ref().expect("slot is live");
+            (item.conn, item.len)
+        };
+        self.conns[conn as usize].tsw.update(now, len);
         let item = self.take(seq);
         self.stats.on_dequeue(item.len);
         self.agg.update(now, item.len);
-        self.conns[item.conn as usize].tsw.update(now, item.len);
         self.channel.on_dequeue_call(now, true);
         self.tidy();
         self.check();
@@ -784,5 +982,187 @@ impl<P: Pkt + Send> Qdisc<P> for AckFilter<P> {
 
     fn kind(&self) -> &'static str {
         "ack_filter"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Random traffic through every policy, service and drop rule with a small table and
+    //! buffer. In test builds the active count, the per-connection backlog and the drop
+    //! victim assert on every call that they agree with the table scans they replace
+    //! (`active_conns_scan`, `victim_scan`), so these runs compare the two choices on
+    //! every decision; they also check that no flow is reordered.
+    use super::*;
+    use crate::packet::HeaderPacket;
+    use crate::rand::Rng;
+    use crate::time::Duration;
+    use crate::wire::{Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr};
+    use core::net::{IpAddr, Ipv4Addr};
+    use proptest::prelude::*;
+
+    /// A segment of flow `flow`, tagged with its per-flow arrival number in the sequence
+    /// field (which the filter never reads).
+    fn seg(flow: u16, tag: u32, ack: u32, payload: u32) -> HeaderPacket {
+        HeaderPacket::new(Headers::tcp(
+            IpRepr::new(
+                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            ),
+            TcpRepr {
+                src_port: 80,
+                dst_port: 1000 + flow,
+                seq: SeqNumber(tag),
+                ack: SeqNumber(ack),
+                flags: TcpFlags::ACK,
+                window: 1000,
+                urgent: 0,
+                opts: TcpOptions::default(),
+            },
+            payload,
+        ))
+    }
+
+    struct Run {
+        /// Connections freed by the active count, drops by each victim rule.
+        freed: u64,
+        longest: u64,
+        highest: u64,
+    }
+
+    fn run(cfg: AckFilterConfig, seed: u64, steps: usize) -> Run {
+        let link = Some(Rate::kbps(200));
+        let mut q: AckFilter<HeaderPacket> = AckFilter::new(&cfg, link).expect("valid");
+        let mut d = Drops::new();
+        let mut rng = Rng::new(seed);
+        let flows = 2 + rng.below(10) as u16;
+        let mut acked = vec![0u32; flows as usize];
+        let mut sent = vec![0u32; flows as usize];
+        let mut last_out: Vec<Option<u32>> = vec![None; flows as usize];
+        let mut now = Instant::ZERO;
+        for _ in 0..steps {
+            now += Duration::from_micros(rng.below(4000));
+            // Bursty flows: a few are hot at a time.
+            let f = (rng.below(flows as u64 / 2 + 1) + rng.below(flows as u64 / 2 + 1))
+                .min(flows as u64 - 1) as usize;
+            let payload = if rng.bernoulli(0.15) { 500 } else { 0 };
+            if !rng.bernoulli(0.2) {
+                acked[f] += 1 + rng.below(3) as u32;
+            }
+            sent[f] += 1;
+            q.enqueue(now, seg(f as u16, sent[f], acked[f], payload), &mut d);
+            for _ in 0..rng.below(3) {
+                if let Dequeued::Packet(p) = q.dequeue(now, &mut d) {
+                    let t = p.hdr.tcp_repr().expect("tcp");
+                    let f = (t.dst_port - 1000) as usize;
+                    assert!(
+                        last_out[f].is_none_or(|l| l < t.seq.0),
+                        "flow {f} reordered"
+                    );
+                    last_out[f] = Some(t.seq.0);
+                }
+            }
+            d.drain().for_each(drop);
+        }
+        let s = q.stats();
+        Run {
+            freed: q.freed,
+            longest: s.dropped_for(DropReason::LongestQueue),
+            highest: s.dropped_for(DropReason::HighestRate),
+        }
+    }
+
+    fn policy() -> impl Strategy<Value = AckPolicy> {
+        prop_oneof![
+            Just(AckPolicy::None),
+            Just(AckPolicy::Classic),
+            Just(AckPolicy::Threshold),
+            Just(AckPolicy::Delayed),
+            Just(AckPolicy::Perflow),
+            Just(AckPolicy::Conservative),
+        ]
+    }
+
+    fn drop_rule() -> impl Strategy<Value = Option<AckDropPolicy>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(AckDropPolicy::Tail)),
+            Just(Some(AckDropPolicy::LongestQueue)),
+            Just(Some(AckDropPolicy::HighestRate)),
+        ]
+    }
+
+    fn config() -> impl Strategy<Value = AckFilterConfig> {
+        (
+            policy(),
+            drop_rule(),
+            any::<bool>(),
+            2u32..10,
+            2u32..16,
+            1u64..100,
+            0u32..50,
+            any::<bool>(),
+        )
+            .prop_map(|(pol, drop, rr, conns, limit, window_ms, free, estimate)| {
+                let mut c = AckFilterConfig::new(pol)
+                    .with_max_connections(conns)
+                    .with_limit(Limit::Packets(limit))
+                    .with_window(Duration::from_millis(window_ms))
+                    .with_service(if rr {
+                        Service::RoundRobin
+                    } else {
+                        Service::Fifo
+                    });
+                if let Some(d) = drop {
+                    c = c.with_drop(d);
+                }
+                if pol == AckPolicy::Perflow {
+                    c = c.with_free_below(free as f64 / 100.0);
+                }
+                if pol == AckPolicy::Threshold {
+                    c = c.with_delta(if estimate {
+                        Delta::Auto
+                    } else {
+                        Delta::Fixed(2)
+                    });
+                }
+                c
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn counts_and_victims_match_the_table_scans(cfg in config(), seed in any::<u64>()) {
+            run(cfg, seed, 600);
+        }
+    }
+
+    /// The random runs reach what they are meant to compare: entries freed by the active
+    /// count, and victims chosen by both rules.
+    #[test]
+    fn the_random_runs_free_entries_and_choose_victims() {
+        let mut total = Run {
+            freed: 0,
+            longest: 0,
+            highest: 0,
+        };
+        for seed in 0..20 {
+            for drop in [AckDropPolicy::LongestQueue, AckDropPolicy::HighestRate] {
+                let cfg = AckFilterConfig::new(AckPolicy::Perflow)
+                    .with_max_connections(6)
+                    .with_limit(Limit::Packets(6))
+                    .with_window(Duration::from_millis(20))
+                    .with_free_below(0.05)
+                    .with_drop(drop);
+                let r = run(cfg, seed, 600);
+                total.freed += r.freed;
+                total.longest += r.longest;
+                total.highest += r.highest;
+            }
+        }
+        assert!(total.freed > 100, "freed {}", total.freed);
+        assert!(total.longest > 100, "longest-queue drops {}", total.longest);
+        assert!(total.highest > 100, "highest-rate drops {}", total.highest);
     }
 }
