@@ -12,13 +12,14 @@
 //!   are deadlines inside the connection; the engine schedules the earliest one lazily: a
 //!   deadline that moves *later* costs nothing (the entry fires, finds nothing due, and is
 //!   re-armed), and only a deadline that moves *earlier* pushes a new entry. Stale entries
-//!   are recognised by comparing with the connection's `scheduled` time.
+//!   are recognised by comparing with the time the connection's [`Timer`] holds. Link
+//!   directions, middleboxes and host conditioners keep their one live entry the same way.
 
 use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
 use crate::packet::{ConnId, NodeId, SimPacket, NO_CONN};
 use crate::pcap::Capture;
-use crate::queue::EventQueue;
+use crate::queue::{EventQueue, Timer};
 use crate::scenario::{NodeKind, Spec};
 use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
 use crate::RunOptions;
@@ -31,7 +32,7 @@ use asymlink_core::rand::{derive_seed, Rng};
 use asymlink_core::time::{Duration, Instant};
 use asymlink_core::wire::{Headers, IpRepr, Transport, UdpRepr};
 use core::net::{IpAddr, Ipv4Addr};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// A scheduled event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -85,12 +86,11 @@ pub(crate) struct LinkDir {
     pub line: Link<SimPacket>,
     /// Where packets to send come from: its own discipline or a middlebox direction.
     pub source: Source,
-    /// The time of the live `TxDone` event, if any. It is scheduled only while packets
-    /// wait behind the transmitter, so an idle link costs no event per packet; an event
-    /// whose time differs from this is stale and ignored.
-    pub txdone_at: Option<u64>,
-    /// The time of the live `Wake` event (a discipline asked to be polled then), if any.
-    pub wake_at: Option<Instant>,
+    /// The live `TxDone` event (the transmitter frees up). It is scheduled only while
+    /// packets wait behind the transmitter, so an idle link costs no event per packet.
+    pub txdone: Timer,
+    /// The live `Wake` event (a discipline asked to be polled then).
+    pub wake: Timer,
     /// Pure ACKs sent: packets, IP bytes, wire bytes.
     pub tx_acks: (u64, u64, u64),
     /// Sum and maximum of the sojourn times (offer to start of transmission), ns.
@@ -141,6 +141,8 @@ pub(crate) struct ConnSlot {
     pub primary: bool,
     /// Index into `World::labels`: the name the tables use (`flow`, `flow#1`, ...).
     pub label: u32,
+    /// The live `Conn` event: the earliest of the connection's deadlines, armed lazily.
+    pub timer: Timer,
 }
 
 /// A host: its connections, sockets and host-level mechanisms.
@@ -153,8 +155,8 @@ pub(crate) struct Host {
     pub conditioner: Option<Box<dyn Conditioner>>,
     /// Receive-window policy bounding what this host's connections advertise.
     pub rwnd: Option<Box<dyn RwndPolicy>>,
-    /// The time of the live `Host` event (conditioner timer), if any.
-    pub cond_at: Option<Instant>,
+    /// The live `Host` event (conditioner timer).
+    pub cond_timer: Timer,
     /// Its IP address (given in the scenario, else 10.x.y.z assigned in order).
     pub addr: IpAddr,
     /// The link direction its packets leave on (a host has one link).
@@ -188,8 +190,8 @@ pub(crate) struct MbState {
     pub mb: Middlebox<SimPacket>,
     /// The link directions it feeds, indexed by `Dir` (toward a, toward b).
     pub dirs: [u32; 2],
-    /// The time of its live `Mb` event (a discipline's timer), if any.
-    pub sched: Option<Instant>,
+    /// Its live `Mb` event (a discipline's or rewriter's timer).
+    pub timer: Timer,
 }
 
 /// A flow of the scenario.
@@ -264,203 +266,242 @@ fn host_addr(k: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, (k >> 16) as u8, (k >> 8) as u8, k as u8))
 }
 
-impl World {
-    pub fn build(spec: Spec, opts: &RunOptions) -> Result<World, ConfigError> {
-        let seed = opts.seed.unwrap_or(spec.seed);
-        let mut spec = spec;
-        // The seed in effect (a run option overrides the file's), so results report it.
-        spec.seed = seed;
-        let end = Instant::ZERO + spec.duration;
-        // Nodes and hosts.
-        let mut nodes = Vec::new();
-        let mut hosts = Vec::new();
-        let mut routers = 0u32;
-        let mut used: HashMap<IpAddr, ()> = spec
-            .nodes
-            .iter()
-            .filter_map(|n| n.addr.map(|a| (a, ())))
-            .collect();
-        let mut auto = 0usize;
-        for n in &spec.nodes {
-            let role = match n.kind {
-                NodeKind::Host => {
-                    let addr = match n.addr {
-                        Some(a) => a,
-                        None => loop {
-                            let a = host_addr(auto);
-                            auto += 1;
-                            if used.insert(a, ()).is_none() {
-                                break a;
-                            }
-                        },
-                    };
-                    let conditioner = match &n.conditioner {
-                        Some(cfg) => Some(Box::new(
-                            crate::conditioner::AggregateConditioner::new(cfg).map_err(|e| {
-                                e.within(format!("nodes[{}].conditioner", nodes.len()))
-                            })?,
-                        ) as Box<dyn Conditioner>),
-                        None => None,
-                    };
-                    hosts.push(Host {
-                        node: nodes.len() as NodeId,
-                        conns: Vec::new(),
-                        conditioner,
-                        rwnd: n.rwnd_policy.as_ref().map(|c| {
-                            Box::new(crate::rwnd::RwndHost::new(c).expect("validated"))
-                                as Box<dyn RwndPolicy>
-                        }),
-                        cond_at: None,
-                        addr,
-                        out_dir: u32::MAX,
-                        listeners: HashMap::new(),
-                        udp: HashMap::new(),
-                        demux: HashMap::new(),
-                        next_port: 40_000,
-                    });
-                    NodeRole::Host(hosts.len() as u32 - 1)
-                }
-                NodeKind::Router => {
-                    routers += 1;
-                    NodeRole::Router(routers - 1)
-                }
-            };
-            nodes.push(Node { role });
-        }
-        // Link directions: 2i = a→b (to_b), 2i+1 = b→a (to_a).
-        let mut dirs = Vec::new();
-        let mut adj: Vec<Vec<(usize, u32)>> = vec![Vec::new(); nodes.len()];
-        for (i, l) in spec.links.iter().enumerate() {
-            for (d, (from, to, ds, dname)) in
-                [(l.a, l.b, &l.to_b, "to_b"), (l.b, l.a, &l.to_a, "to_a")]
-                    .into_iter()
-                    .enumerate()
-            {
-                let id = (2 * i + d) as u32;
-                if ds.queue.as_ref().is_some_and(|q| q.needs_peer()) {
-                    return Err(ConfigError::new(
-                        format!("links[{i}].{dname}.queue"),
-                        "this discipline watches the opposite direction (an ack_shaper); \
-                         place it in a [[middleboxes]] direction on a router",
-                    ));
-                }
-                let egress = Egress::new(
-                    &ds.egress(),
-                    ds.rate,
-                    derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
-                )
-                .map_err(|e| e.within(format!("links[{i}].{dname}")))?;
-                dirs.push(LinkDir {
-                    name: format!("{}:{dname}", l.name),
-                    link: l.name.clone(),
-                    dir_name: dname,
-                    to: to as NodeId,
-                    line: Link::new(ds, Rng::new(loss_seed(seed, &l.name, dname)), false),
-                    source: Source::Own(egress),
-                    txdone_at: None,
-                    wake_at: None,
-                    tx_acks: (0, 0, 0),
-                    sojourn_sum_ns: 0,
-                    sojourn_max_ns: 0,
-                    sojourn_hist: Default::default(),
-                    captures: Vec::new(),
-                });
-                adj[from].push((to, id));
-                if let NodeRole::Host(h) = nodes[from].role {
-                    hosts[h as usize].out_dir = id;
-                }
-            }
-        }
-        // Middleboxes replace the router's egress on their two links.
-        let mut mbs = Vec::new();
-        for (i, m) in spec.middleboxes.iter().enumerate() {
-            let out_dir = |li: usize| -> u32 {
-                let l = &spec.links[li];
-                if l.a == m.node {
-                    (2 * li) as u32
-                } else {
-                    (2 * li + 1) as u32
-                }
-            };
-            // Side a's link carries traffic *to* a: the router's egress onto link a.
-            let to_a = out_dir(m.a);
-            let to_b = out_dir(m.b);
-            let rates = [
-                dirs[to_b as usize].line.rate(),
-                dirs[to_a as usize].line.rate(),
-            ];
-            let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
-                .map_err(|e| e.within(format!("middleboxes[{i}]")))?;
-            for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
-                dirs[id as usize].source = Source::Mb(i as u32, d);
-            }
-            mbs.push(MbState {
-                name: format!(
-                    "{}[{}|{}]",
-                    spec.nodes[m.node].name, spec.links[m.a].name, spec.links[m.b].name
-                ),
-                mb,
-                dirs: [to_b, to_a],
-                sched: None,
-            });
-        }
-        for d in dirs.iter_mut() {
-            d.line.set_idle_dequeue(match &d.source {
-                Source::Own(e) => e.qdisc().wants_idle_dequeue(),
-                Source::Mb(m, md) => mbs[*m as usize].mb.egress(*md).qdisc().wants_idle_dequeue(),
-            });
-        }
-        // Static routes: BFS from every host over the link graph (hop count, ties broken
-        // by link order), giving each router its next hop toward each host.
-        let mut routes = vec![vec![NO_ROUTE; hosts.len()]; routers as usize];
-        for (hi, h) in hosts.iter().enumerate() {
-            let target = h.node as usize;
-            let mut dist = vec![u32::MAX; nodes.len()];
-            dist[target] = 0;
-            let mut q = VecDeque::from([target]);
-            while let Some(u) = q.pop_front() {
-                for &(v, _) in &adj[u] {
-                    if dist[v] == u32::MAX {
-                        dist[v] = dist[u] + 1;
-                        // Hosts do not forward.
-                        if matches!(nodes[v].role, NodeRole::Router(_)) {
-                            q.push_back(v);
+/// Nodes in scenario order, and the hosts among them (addresses assigned, conditioners
+/// and window policies built).
+fn build_topology(spec: &Spec) -> Result<(Vec<Node>, Vec<Host>), ConfigError> {
+    let mut nodes = Vec::new();
+    let mut hosts = Vec::new();
+    let mut routers = 0u32;
+    let mut used: HashSet<IpAddr> = spec.nodes.iter().filter_map(|n| n.addr).collect();
+    let mut auto = 0usize;
+    for n in &spec.nodes {
+        let role = match n.kind {
+            NodeKind::Host => {
+                let addr = match n.addr {
+                    Some(a) => a,
+                    None => loop {
+                        let a = host_addr(auto);
+                        auto += 1;
+                        if used.insert(a) {
+                            break a;
                         }
-                    }
-                }
+                    },
+                };
+                let conditioner = match &n.conditioner {
+                    Some(cfg) => Some(Box::new(
+                        crate::conditioner::AggregateConditioner::new(cfg)
+                            .map_err(|e| e.within(format!("nodes[{}].conditioner", nodes.len())))?,
+                    ) as Box<dyn Conditioner>),
+                    None => None,
+                };
+                hosts.push(Host {
+                    node: nodes.len() as NodeId,
+                    conns: Vec::new(),
+                    conditioner,
+                    rwnd: n.rwnd_policy.as_ref().map(|c| {
+                        Box::new(crate::rwnd::RwndHost::new(c).expect("validated"))
+                            as Box<dyn RwndPolicy>
+                    }),
+                    cond_timer: Timer::default(),
+                    addr,
+                    out_dir: u32::MAX,
+                    listeners: HashMap::new(),
+                    udp: HashMap::new(),
+                    demux: HashMap::new(),
+                    next_port: 40_000,
+                });
+                NodeRole::Host(hosts.len() as u32 - 1)
             }
-            for (u, n) in nodes.iter().enumerate() {
-                if let NodeRole::Router(r) = n.role {
-                    if dist[u] == u32::MAX || u == target {
-                        continue;
-                    }
-                    let best = adj[u]
-                        .iter()
-                        .filter(|(v, _)| dist[*v] != u32::MAX && dist[*v] + 1 == dist[u])
-                        .map(|&(_, d)| d)
-                        .next();
-                    if let Some(d) = best {
-                        routes[r as usize][hi] = d;
-                    }
-                }
+            NodeKind::Router => {
+                routers += 1;
+                NodeRole::Router(routers - 1)
             }
-        }
-        // Flows must be routable.
-        for (i, f) in spec.flows.iter().enumerate() {
-            let (a, b) = (f.from, f.to);
-            if !reachable(&nodes, &adj, a, b) {
+        };
+        nodes.push(Node { role });
+    }
+    Ok((nodes, hosts))
+}
+
+/// The link graph: `adj[node]` lists (neighbour, link direction leaving toward it).
+type Adjacency = Vec<Vec<(usize, u32)>>;
+
+/// Link directions (link i has `2i` toward b and `2i + 1` toward a), each with its own
+/// discipline, and the link graph. Sets each host's outgoing direction.
+fn build_links(
+    spec: &Spec,
+    seed: u64,
+    nodes: &[Node],
+    hosts: &mut [Host],
+) -> Result<(Vec<LinkDir>, Adjacency), ConfigError> {
+    let mut dirs = Vec::new();
+    let mut adj: Adjacency = vec![Vec::new(); nodes.len()];
+    for (i, l) in spec.links.iter().enumerate() {
+        for (d, (from, to, ds, dname)) in [(l.a, l.b, &l.to_b, "to_b"), (l.b, l.a, &l.to_a, "to_a")]
+            .into_iter()
+            .enumerate()
+        {
+            let id = (2 * i + d) as u32;
+            if ds.queue.as_ref().is_some_and(|q| q.needs_peer()) {
                 return Err(ConfigError::new(
-                    format!("flows[{i}]"),
-                    format!(
-                        "no path from '{}' to '{}'",
-                        spec.nodes[a].name, spec.nodes[b].name
-                    ),
+                    format!("links[{i}].{dname}.queue"),
+                    "this discipline watches the opposite direction (an ack_shaper); \
+                     place it in a [[middleboxes]] direction on a router",
                 ));
             }
+            let egress = Egress::new(
+                &ds.egress(),
+                ds.rate,
+                derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
+            )
+            .map_err(|e| e.within(format!("links[{i}].{dname}")))?;
+            dirs.push(LinkDir {
+                name: format!("{}:{dname}", l.name),
+                link: l.name.clone(),
+                dir_name: dname,
+                to: to as NodeId,
+                line: Link::new(ds, Rng::new(loss_seed(seed, &l.name, dname)), false),
+                source: Source::Own(egress),
+                txdone: Timer::default(),
+                wake: Timer::default(),
+                tx_acks: (0, 0, 0),
+                sojourn_sum_ns: 0,
+                sojourn_max_ns: 0,
+                sojourn_hist: Default::default(),
+                captures: Vec::new(),
+            });
+            adj[from].push((to, id));
+            if let NodeRole::Host(h) = nodes[from].role {
+                hosts[h as usize].out_dir = id;
+            }
         }
+    }
+    Ok((dirs, adj))
+}
+
+/// The middleboxes: each replaces the router's egress on its two links. Then every
+/// direction learns whether its discipline wants to see the link go idle.
+fn build_middleboxes(
+    spec: &Spec,
+    seed: u64,
+    dirs: &mut [LinkDir],
+) -> Result<Vec<MbState>, ConfigError> {
+    let mut mbs = Vec::new();
+    for (i, m) in spec.middleboxes.iter().enumerate() {
+        let out_dir = |li: usize| -> u32 {
+            let l = &spec.links[li];
+            if l.a == m.node {
+                (2 * li) as u32
+            } else {
+                (2 * li + 1) as u32
+            }
+        };
+        // Side a's link carries traffic *to* a: the router's egress onto link a.
+        let to_a = out_dir(m.a);
+        let to_b = out_dir(m.b);
+        let rates = [
+            dirs[to_b as usize].line.rate(),
+            dirs[to_a as usize].line.rate(),
+        ];
+        let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
+            .map_err(|e| e.within(format!("middleboxes[{i}]")))?;
+        for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
+            dirs[id as usize].source = Source::Mb(i as u32, d);
+        }
+        mbs.push(MbState {
+            name: format!(
+                "{}[{}|{}]",
+                spec.nodes[m.node].name, spec.links[m.a].name, spec.links[m.b].name
+            ),
+            mb,
+            dirs: [to_b, to_a],
+            timer: Timer::default(),
+        });
+    }
+    for d in dirs.iter_mut() {
+        d.line.set_idle_dequeue(match &d.source {
+            Source::Own(e) => e.qdisc().wants_idle_dequeue(),
+            Source::Mb(m, md) => mbs[*m as usize].mb.egress(*md).qdisc().wants_idle_dequeue(),
+        });
+    }
+    Ok(mbs)
+}
+
+/// Static routes, `routes[router][host]`: BFS from every host over the link graph (hop
+/// count, ties broken by link order) gives each router its next hop toward each host.
+/// Fails if a flow's endpoints are not connected.
+fn build_routes(
+    spec: &Spec,
+    nodes: &[Node],
+    hosts: &[Host],
+    adj: &Adjacency,
+) -> Result<Vec<Vec<u32>>, ConfigError> {
+    let routers = nodes
+        .iter()
+        .filter(|n| matches!(n.role, NodeRole::Router(_)))
+        .count();
+    let mut routes = vec![vec![NO_ROUTE; hosts.len()]; routers];
+    for (hi, h) in hosts.iter().enumerate() {
+        let target = h.node as usize;
+        let mut dist = vec![u32::MAX; nodes.len()];
+        dist[target] = 0;
+        let mut q = VecDeque::from([target]);
+        while let Some(u) = q.pop_front() {
+            for &(v, _) in &adj[u] {
+                if dist[v] == u32::MAX {
+                    dist[v] = dist[u] + 1;
+                    // Hosts do not forward.
+                    if matches!(nodes[v].role, NodeRole::Router(_)) {
+                        q.push_back(v);
+                    }
+                }
+            }
+        }
+        for (u, n) in nodes.iter().enumerate() {
+            if let NodeRole::Router(r) = n.role {
+                if dist[u] == u32::MAX || u == target {
+                    continue;
+                }
+                let best = adj[u]
+                    .iter()
+                    .filter(|(v, _)| dist[*v] != u32::MAX && dist[*v] + 1 == dist[u])
+                    .map(|&(_, d)| d)
+                    .next();
+                if let Some(d) = best {
+                    routes[r as usize][hi] = d;
+                }
+            }
+        }
+    }
+    for (i, f) in spec.flows.iter().enumerate() {
+        let (a, b) = (f.from, f.to);
+        if !reachable(nodes, adj, a, b) {
+            return Err(ConfigError::new(
+                format!("flows[{i}]"),
+                format!(
+                    "no path from '{}' to '{}'",
+                    spec.nodes[a].name, spec.nodes[b].name
+                ),
+            ));
+        }
+    }
+    Ok(routes)
+}
+
+impl World {
+    /// Build the world of a validated scenario: topology, links and middleboxes, routes,
+    /// then flows and captures.
+    pub fn build(spec: Spec, opts: &RunOptions) -> Result<World, ConfigError> {
+        let mut spec = spec;
+        // The seed in effect (a run option overrides the file's), so results report it.
+        let seed = opts.seed.unwrap_or(spec.seed);
+        spec.seed = seed;
+        let (nodes, mut hosts) = build_topology(&spec)?;
+        let (mut dirs, adj) = build_links(&spec, seed, &nodes, &mut hosts)?;
+        let mbs = build_middleboxes(&spec, seed, &mut dirs)?;
+        let routes = build_routes(&spec, &nodes, &hosts, &adj)?;
         let mut w = World {
             now: Instant::ZERO,
-            end,
+            end: Instant::ZERO + spec.duration,
             queue: EventQueue::new(),
             nodes,
             hosts,
@@ -489,13 +530,22 @@ impl World {
             no_listener: 0,
             spec,
         };
-        // Flows and their applications.
-        for (i, f) in w.spec.flows.clone().iter().enumerate() {
-            let app = w.apps.len() as u32;
-            w.apps.push(apps::build(f));
-            w.app_rngs
+        w.add_flows();
+        w.open_captures(opts)?;
+        w.schedule(Instant::ZERO, Ev::Sample);
+        Ok(w)
+    }
+
+    /// The flows: their applications, listeners on both hosts (the app knows which end
+    /// opens), and their start and stop events.
+    fn add_flows(&mut self) {
+        let seed = self.spec.seed;
+        for (i, f) in self.spec.flows.clone().iter().enumerate() {
+            let app = self.apps.len() as u32;
+            self.apps.push(apps::build(f));
+            self.app_rngs
                 .push(Rng::child(seed, &format!("app:{}", f.name)));
-            w.flows.push(FlowState {
+            self.flows.push(FlowState {
                 name: f.name.clone(),
                 app,
                 tcp: f.tcp.clone(),
@@ -503,54 +553,55 @@ impl World {
                 to: f.to,
                 start: f.start,
             });
-            // Listeners: both hosts accept on the flow's port for its app (the app knows
-            // which end opens); UDP likewise.
             for n in [f.from, f.to] {
-                let NodeRole::Host(h) = w.nodes[n].role else {
+                let NodeRole::Host(h) = self.nodes[n].role else {
                     continue;
                 };
-                w.hosts[h as usize].listeners.insert(f.port, app);
-                w.hosts[h as usize].udp.insert(f.port, app);
+                self.hosts[h as usize].listeners.insert(f.port, app);
+                self.hosts[h as usize].udp.insert(f.port, app);
             }
-            w.schedule(
+            self.schedule(
                 Instant::ZERO + Duration::from_secs_f64(f.start),
                 Ev::FlowStart(i as u32),
             );
             if let Some(s) = f.stop {
-                w.schedule(
+                self.schedule(
                     Instant::ZERO + Duration::from_secs_f64(s),
                     Ev::FlowStop(i as u32),
                 );
             }
         }
-        // Captures.
-        for c in w.spec.monitor.capture.clone() {
+    }
+
+    /// Open the pcap captures and attach them to their link directions.
+    fn open_captures(&mut self, opts: &RunOptions) -> Result<(), ConfigError> {
+        for c in self.spec.monitor.capture.clone() {
             let Some(dir) = &opts.out_dir else {
                 return Err(ConfigError::new(
                     "monitor.capture",
                     "captures need an output directory (asymlink run --out DIR)",
                 ));
             };
-            let idx = w.captures.len();
+            let idx = self.captures.len();
             let path = dir.join(&c.file);
-            w.captures.push(
-                Capture::create(&path, c.snaplen.unwrap_or(65_535)).map_err(|e| {
-                    ConfigError::new("monitor.capture", format!("{}: {e}", path.display()))
-                })?,
-            );
-            for (i, l) in w.spec.links.iter().enumerate() {
+            self.captures
+                .push(
+                    Capture::create(&path, c.snaplen.unwrap_or(65_535)).map_err(|e| {
+                        ConfigError::new("monitor.capture", format!("{}: {e}", path.display()))
+                    })?,
+                );
+            for (i, l) in self.spec.links.iter().enumerate() {
                 if l.name == c.link {
                     if c.dir.to_b() {
-                        w.dirs[2 * i].captures.push(idx);
+                        self.dirs[2 * i].captures.push(idx);
                     }
                     if c.dir.to_a() {
-                        w.dirs[2 * i + 1].captures.push(idx);
+                        self.dirs[2 * i + 1].captures.push(idx);
                     }
                 }
             }
         }
-        w.schedule(Instant::ZERO, Ev::Sample);
-        Ok(w)
+        Ok(())
     }
 
     // ------------------------------------------------------------------ scheduling
@@ -581,18 +632,14 @@ impl World {
             Ev::TxDone(d) => self.tx_done(d),
             Ev::Arrive(d) => self.arrive(d),
             Ev::Wake(d) => {
-                if self.dirs[d as usize].wake_at == Some(self.now) {
-                    self.dirs[d as usize].wake_at = None;
+                if self.dirs[d as usize].wake.fire(self.now) {
                     self.kick(d);
                 }
             }
             Ev::Conn(c) => {
                 let slot = &mut self.conns[c as usize];
-                if slot.conn.as_ref().and_then(|x| x.scheduled) != Some(self.now) {
+                if !slot.timer.fire(self.now) {
                     return; // stale entry
-                }
-                if let Some(x) = slot.conn.as_mut() {
-                    x.scheduled = None;
                 }
                 let due = slot
                     .conn
@@ -607,10 +654,9 @@ impl World {
             }
             Ev::App(a, token) => self.app_call(a, |app, api| app.on_timer(token, api)),
             Ev::Mb(m) => {
-                if self.mbs[m as usize].sched != Some(self.now) {
+                if !self.mbs[m as usize].timer.fire(self.now) {
                     return;
                 }
-                self.mbs[m as usize].sched = None;
                 let now = self.now;
                 let mut drops = std::mem::take(&mut self.drops);
                 self.mbs[m as usize].mb.handle_timeout(now, &mut drops);
@@ -619,10 +665,9 @@ impl World {
                 self.after_mb(m);
             }
             Ev::Host(h) => {
-                if self.hosts[h as usize].cond_at != Some(self.now) {
+                if !self.hosts[h as usize].cond_timer.fire(self.now) {
                     return;
                 }
-                self.hosts[h as usize].cond_at = None;
                 let mut conns = self.hosts[h as usize].conns.clone();
                 let now = self.now;
                 if let Some(c) = self.hosts[h as usize].conditioner.as_mut() {
@@ -661,11 +706,10 @@ impl World {
         let now = self.now;
         if !self.dirs[di].line.wants_packet(now) {
             // Packets wait behind the transmitter: make sure it is woken when free.
-            let busy_until = self.dirs[di].line.free_at().as_nanos();
-            if self.dirs[di].txdone_at != Some(busy_until) {
-                self.dirs[di].txdone_at = Some(busy_until);
-                self.schedule(Instant(busy_until), Ev::TxDone(d));
-            }
+            let busy_until = self.dirs[di].line.free_at();
+            self.dirs[di]
+                .txdone
+                .arm_at(&mut self.queue, busy_until, Ev::TxDone(d));
             return;
         }
         let had_head = self.dirs[di].line.next_arrival().is_some();
@@ -716,20 +760,13 @@ impl World {
                 self.schedule(t, Ev::Arrive(d));
             }
         }
+        let dir = &mut self.dirs[di];
         if let Some(t) = not_before {
-            let dir = &mut self.dirs[di];
-            if dir.wake_at.is_none_or(|w| t < w) {
-                dir.wake_at = Some(t.max(now));
-                self.schedule(t.max(now), Ev::Wake(d));
-            }
+            dir.wake.arm_by(&mut self.queue, t.max(now), Ev::Wake(d));
         }
-        let dir = &self.dirs[di];
         let backlog = source_backlog(&self.mbs, &dir.source);
         if let Some(t) = dir.line.busy_wake(now, backlog) {
-            if dir.txdone_at != Some(t.as_nanos()) {
-                self.dirs[di].txdone_at = Some(t.as_nanos());
-                self.schedule(t, Ev::TxDone(d));
-            }
+            dir.txdone.arm_at(&mut self.queue, t, Ev::TxDone(d));
         }
         if let Source::Mb(m, _) = self.dirs[di].source {
             self.schedule_mb(m);
@@ -737,12 +774,9 @@ impl World {
     }
 
     fn tx_done(&mut self, d: u32) {
-        let dir = &mut self.dirs[d as usize];
-        if dir.txdone_at != Some(self.now.as_nanos()) {
-            return; // stale
+        if self.dirs[d as usize].txdone.fire(self.now) {
+            self.kick(d);
         }
-        dir.txdone_at = None;
-        self.kick(d);
     }
 
     fn arrive(&mut self, d: u32) {
@@ -796,13 +830,9 @@ impl World {
     }
 
     fn schedule_mb(&mut self, m: u32) {
-        let t = self.mbs[m as usize].mb.poll_at();
-        if let Some(t) = t {
-            let t = t.max(self.now);
-            if self.mbs[m as usize].sched.is_none_or(|s| t < s) {
-                self.mbs[m as usize].sched = Some(t);
-                self.schedule(t, Ev::Mb(m));
-            }
+        let mb = &mut self.mbs[m as usize];
+        if let Some(t) = mb.mb.poll_at() {
+            mb.timer.arm_by(&mut self.queue, t.max(self.now), Ev::Mb(m));
         }
     }
 
@@ -929,6 +959,7 @@ impl World {
                 app: u32::MAX,
                 primary: false,
                 label: 0,
+                timer: Timer::default(),
             });
         }
         let f = self.flow_of_app(app);
@@ -960,6 +991,7 @@ impl World {
             app,
             primary,
             label,
+            timer: Timer::default(),
         };
     }
 
@@ -1089,11 +1121,9 @@ impl World {
         else {
             return;
         };
-        let t = t.max(self.now);
-        if self.hosts[h as usize].cond_at.is_none_or(|s| t < s) {
-            self.hosts[h as usize].cond_at = Some(t);
-            self.schedule(t, Ev::Host(h));
-        }
+        self.hosts[h as usize]
+            .cond_timer
+            .arm_by(&mut self.queue, t.max(self.now), Ev::Host(h));
     }
 
     /// Transmit what the last call produced and hand its events to the application.
@@ -1145,15 +1175,10 @@ impl World {
     }
 
     fn schedule_conn(&mut self, cid: ConnId) {
-        let Some(c) = self.conns[cid as usize].conn.as_mut() else {
-            return;
-        };
-        if let Some(t) = c.poll_at() {
-            let t = t.max(self.now);
-            if c.scheduled.is_none_or(|s| t < s) {
-                c.scheduled = Some(t);
-                self.schedule(t, Ev::Conn(cid));
-            }
+        let slot = &mut self.conns[cid as usize];
+        if let Some(t) = slot.conn.as_ref().and_then(|c| c.poll_at()) {
+            slot.timer
+                .arm_by(&mut self.queue, t.max(self.now), Ev::Conn(cid));
         }
     }
 

@@ -2,8 +2,9 @@
 //!
 //! Time and insertion sequence are packed into one `u128` key (time in the high 64 bits),
 //! so ordering is one integer comparison and ties resolve in insertion order — the
-//! property that makes runs deterministic. Cancellation is lazy: owners recognise stale
-//! entries when they pop (see `engine`).
+//! property that makes runs deterministic. Cancellation is lazy: an owner keeps a
+//! [`Timer`] holding the time of its one live entry and recognises stale entries when
+//! they pop.
 
 use asymlink_core::time::Instant;
 use std::collections::BinaryHeap;
@@ -87,6 +88,46 @@ impl<E: Copy> EventQueue<E> {
     }
 }
 
+/// A lazily re-armed timer: the time of its owner's one live entry in an
+/// [`EventQueue`]. Entries are never removed; re-arming pushes a new one and the old one
+/// becomes stale, recognised by [`Timer::fire`] when it pops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timer(Option<Instant>);
+
+impl Timer {
+    /// Make sure an entry fires at `t` or earlier: push `ev` at `t` unless the live entry
+    /// is already due by then. For deadlines that may move later cheaply (the entry
+    /// fires early, finds nothing due, and the owner re-arms) and must move earlier.
+    #[inline]
+    pub fn arm_by<E: Copy>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
+        if self.0.is_none_or(|s| t < s) {
+            self.0 = Some(t);
+            q.push(t, ev);
+        }
+    }
+
+    /// Make sure the live entry fires exactly at `t`: push `ev` at `t` unless it already
+    /// does (an entry at another time becomes stale).
+    #[inline]
+    pub fn arm_at<E: Copy>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
+        if self.0 != Some(t) {
+            self.0 = Some(t);
+            q.push(t, ev);
+        }
+    }
+
+    /// An entry of this timer popped at `now`: whether it is the live one (then the timer
+    /// is disarmed) rather than a stale one to ignore.
+    #[inline]
+    pub fn fire(&mut self, now: Instant) -> bool {
+        let live = self.0 == Some(now);
+        if live {
+            self.0 = None;
+        }
+        live
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +153,35 @@ mod tests {
         assert_eq!(q.pop_until(Instant(6)), None);
         assert_eq!(q.pop_until(Instant(7)), Some((Instant(7), 1)));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn timer_fires_only_its_live_entry() {
+        let mut q = EventQueue::new();
+        let mut t = Timer::default();
+        t.arm_by(&mut q, Instant(5), 'x');
+        t.arm_by(&mut q, Instant(7), 'x'); // later: the entry at 5 serves
+        t.arm_by(&mut q, Instant(3), 'x'); // earlier: a new entry, 5 goes stale
+        assert_eq!(q.len(), 2);
+        let mut fired = Vec::new();
+        while let Some((at, _)) = q.pop_until(Instant(10)) {
+            fired.push((at.0, t.fire(at)));
+        }
+        assert_eq!(fired, [(3, true), (5, false)]);
+    }
+
+    #[test]
+    fn exact_timer_follows_its_deadline_both_ways() {
+        let mut q = EventQueue::new();
+        let mut t = Timer::default();
+        t.arm_at(&mut q, Instant(5), 'x');
+        t.arm_at(&mut q, Instant(5), 'x'); // unchanged: no new entry
+        t.arm_at(&mut q, Instant(8), 'x'); // later: a new entry, 5 goes stale
+        assert_eq!(q.len(), 2);
+        let mut fired = Vec::new();
+        while let Some((at, _)) = q.pop_until(Instant(10)) {
+            fired.push((at.0, t.fire(at)));
+        }
+        assert_eq!(fired, [(5, false), (8, true)]);
     }
 }

@@ -187,8 +187,6 @@ pub struct Connection {
     linger_at: Option<Instant>,
     next_send: Instant,
     syn_tries: u32,
-    /// Engine bookkeeping: the deadline currently scheduled for this connection.
-    pub scheduled: Option<Instant>,
     stats: ConnStats,
 }
 
@@ -271,7 +269,6 @@ impl Connection {
             linger_at: None,
             next_send: Instant::ZERO,
             syn_tries: 0,
-            scheduled: None,
             stats: ConnStats::default(),
         }
     }
