@@ -12,9 +12,21 @@
 //! Exits non-zero if a table exceeds its cap, the connection is reordered, or its
 //! rewritten windows differ from a run without the flood. No wall-clock assertion: the figures are for
 //! `docs/performance.md`.
+//!
+//! A second part drives the ACK filter alone, congested, with per-connection filtering
+//! (`policy = "perflow"`) and each drop rule: half the arrivals are ACKs of 50 hot
+//! connections, half ACKs of new ones, and the link takes one packet per three arrivals,
+//! so every hot arrival counts the active connections and every arrival overflows the
+//! buffer and picks a victim. With `free_below = 0` no entry is freed for a low rate, so
+//! the table fills to its cap; the per-packet cost is reported with a 1 024-entry and a
+//! 65 536-entry table: a scan of the table would make the second dearer.
 
+use asymlink_core::packet::HeaderPacket;
 use asymlink_core::pipeline::Dir;
+use asymlink_core::qdisc::ack_filter::{AckDropPolicy, AckFilter, AckFilterConfig, AckPolicy};
+use asymlink_core::qdisc::{Drops, Qdisc};
 use asymlink_core::time::{Duration, Instant};
+use asymlink_core::units::{Limit, Rate};
 use asymlink_core::wire::{Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr};
 use asymlink_live::config::BoxConfig;
 use asymlink_live::engine::Engine;
@@ -302,6 +314,72 @@ fn run(flows: u64, flood: bool) -> Run {
     }
 }
 
+/// The ACK filter alone (see the module documentation): `n` arrivals, per-packet cost
+/// (ns) of each block of `BLOCK` arrivals, and the entries tracked at the end.
+fn ack_filter_flood(rule: AckDropPolicy, max_conns: u32, n: u64) -> (Vec<f64>, usize) {
+    let cfg = AckFilterConfig::new(AckPolicy::Perflow)
+        .with_drop(rule)
+        .with_limit(Limit::Packets(1000))
+        .with_max_connections(max_conns)
+        .with_window(Duration::from_millis(100))
+        // No entry is freed for a low rate: the table fills up to its cap.
+        .with_free_below(0.0);
+    let mut q: AckFilter<HeaderPacket> = AckFilter::new(&cfg, Some(Rate::mbps(1))).expect("valid");
+    let mut d = Drops::new();
+    let mut hot_ack = [0u32; 50];
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut now = Instant::ZERO;
+    let mut blocks = Vec::new();
+    let mut t0 = WallClock::now();
+    for i in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        now += Duration::from_micros(1);
+        let (src, port, ack) = if i % 2 == 0 {
+            let h = (x % 50) as usize;
+            hot_ack[h] = hot_ack[h].wrapping_add(1448);
+            ([10, 2, 0, h as u8], 1024 + h as u16, hot_ack[h])
+        } else {
+            (
+                [10, 3, (x >> 40) as u8, (x >> 48) as u8],
+                (x >> 3) as u16 | 1024,
+                x as u32,
+            )
+        };
+        let h = Headers::tcp(
+            IpRepr::new(v4(src), v4(SERVER)),
+            TcpRepr {
+                src_port: port,
+                dst_port: 443,
+                seq: SeqNumber(1),
+                ack: SeqNumber(ack),
+                flags: TcpFlags::ACK,
+                window: 1000,
+                urgent: 0,
+                opts: TcpOptions::default(),
+            },
+            0,
+        );
+        q.enqueue(now, HeaderPacket::new(h), &mut d);
+        if i % 3 == 2 {
+            let _ = q.dequeue(now, &mut d);
+        }
+        d.drain().for_each(std::mem::drop);
+        if (i + 1) % BLOCK == 0 {
+            blocks.push(t0.elapsed().as_nanos() as f64 / BLOCK as f64);
+            t0 = WallClock::now();
+        }
+    }
+    (blocks, q.connections())
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
+}
+
 fn main() {
     let flows: u64 = std::env::args()
         .skip(1)
@@ -386,6 +464,24 @@ fn main() {
         .all(|p| SeqNumber(p[1]).diff(SeqNumber(p[0])) > 0);
     println!("legitimate data in order: {in_order}");
     ok &= in_order;
+    for rule in [AckDropPolicy::LongestQueue, AckDropPolicy::HighestRate] {
+        let mut line = format!("ACK filter alone, perflow, drop {rule:?}, {flows} arrivals:");
+        for max_conns in [1024, 65536] {
+            let (blocks, entries) = ack_filter_flood(rule, max_conns, flows);
+            let (first, last) = (
+                blocks.get(1).copied().unwrap_or(0.0),
+                blocks.last().copied().unwrap_or(0.0),
+            );
+            line += &format!(
+                " table {max_conns}: median {:.0} ns (block 2 {first:.0}, last {last:.0}), {entries} entries;",
+                median(&blocks)
+            );
+            if entries > max_conns as usize {
+                ok = false;
+            }
+        }
+        println!("{line}");
+    }
     if !ok {
         std::process::exit(1);
     }

@@ -43,6 +43,7 @@
 //! for `hold`, and `match = { p2p_host = true }` matches its packets. At most `max_hosts`
 //! hosts are tracked (further hosts are not, and never match).
 
+use crate::config::ConfigError;
 use crate::estimator::Tsw;
 use crate::packet::{ClassId, Pkt};
 use crate::time::Instant;
@@ -88,8 +89,8 @@ impl Cidr {
 }
 
 impl core::str::FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Cidr, String> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Cidr, ConfigError> {
         let (a, l) = match s.split_once('/') {
             Some((a, l)) => (a, Some(l)),
             None => (s, None),
@@ -97,7 +98,7 @@ impl core::str::FromStr for Cidr {
         let addr: IpAddr = a
             .trim()
             .parse()
-            .map_err(|_| format!("'{s}' is not an address or prefix"))?;
+            .map_err(|_| ConfigError::value(format!("'{s}' is not an address or prefix")))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let len = match l {
             Some(l) => l
@@ -105,7 +106,9 @@ impl core::str::FromStr for Cidr {
                 .parse::<u8>()
                 .ok()
                 .filter(|&n| n <= max)
-                .ok_or_else(|| format!("'{s}': prefix length must be 0..={max}"))?,
+                .ok_or_else(|| {
+                    ConfigError::value(format!("'{s}': prefix length must be 0..={max}"))
+                })?,
             None => max,
         };
         Ok(Cidr { addr, len })
@@ -646,39 +649,52 @@ pub struct Classifier {
 }
 
 impl Classifier {
-    /// Compile a configuration.
-    pub fn new(cfg: &ClassifierConfig) -> Result<Classifier, String> {
+    /// Compile a configuration. Errors name the key within the classifier's table.
+    pub fn new(cfg: &ClassifierConfig) -> Result<Classifier, ConfigError> {
         let names = cfg.class_names();
         if names.len() >= u16::MAX as usize {
-            return Err("too many classes".into());
+            return Err(ConfigError::new("classes", "too many classes"));
         }
         let id = |n: &str| ClassId(names.iter().position(|x| x == n).unwrap() as u16);
-        for n in &names {
-            if n.is_empty() {
-                return Err("class names must not be empty".into());
-            }
+        let empty = "class names must not be empty";
+        if let Some(i) = cfg.classes.iter().position(|n| n.is_empty()) {
+            return Err(ConfigError::new(format!("classes[{i}]"), empty));
+        }
+        if let Some(i) = cfg.rules.iter().position(|r| r.class.is_empty()) {
+            return Err(ConfigError::new(format!("rules[{i}].class"), empty));
+        }
+        if cfg.default.as_deref() == Some("") {
+            return Err(ConfigError::new("default", empty));
         }
         let rules = cfg.effective_rules();
         let p2p = match (&cfg.p2p_hosts, &cfg.local) {
             (None, _) => {
-                if rules.iter().any(|r| r.when.p2p_host.is_some()) {
-                    return Err(
-                        "a rule matches p2p_host but the classifier has no p2p_hosts heuristic"
-                            .into(),
-                    );
+                if let Some(i) = rules.iter().position(|r| r.when.p2p_host.is_some()) {
+                    return Err(ConfigError::new(
+                        format!("rules[{i}].match.p2p_host"),
+                        "a rule matches p2p_host but the classifier has no p2p_hosts heuristic",
+                    ));
                 }
                 None
             }
             (Some(_), None) => {
-                return Err(
-                    "p2p_hosts needs 'local': the LAN prefixes whose hosts it watches".into(),
-                )
+                return Err(ConfigError::new(
+                    "p2p_hosts",
+                    "p2p_hosts needs 'local': the LAN prefixes whose hosts it watches",
+                ))
             }
             (Some(c), Some(local)) => {
-                if c.threshold.0 == 0 || c.window.0.is_zero() || c.max_hosts == 0 {
-                    return Err(
-                        "p2p_hosts: threshold, window and max_hosts must be positive".into(),
-                    );
+                for (zero, key) in [
+                    (c.threshold.0 == 0, "threshold"),
+                    (c.window.0.is_zero(), "window"),
+                    (c.max_hosts == 0, "max_hosts"),
+                ] {
+                    if zero {
+                        return Err(ConfigError::new(
+                            format!("p2p_hosts.{key}"),
+                            "must be positive",
+                        ));
+                    }
                 }
                 Some(P2pHosts {
                     cfg: *c,
@@ -1050,7 +1066,7 @@ mod tests {
         ] {
             let cfg: ClassifierConfig = toml::from_str(src).unwrap();
             let e = Classifier::new(&cfg).unwrap_err();
-            assert!(e.contains(needle), "{e}");
+            assert!(e.msg.contains(needle), "{e}");
         }
         let e = toml::from_str::<ClassifierConfig>("preset = \"six_class\"")
             .unwrap_err()

@@ -97,8 +97,14 @@ pub fn from_toml<T: DeserializeOwned>(src: &str) -> Result<T, ConfigError> {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let path = if path == "." { String::new() } else { path };
-        let path = refine_path(src, path, inner.message());
-        ConfigError::new(path, at_line(inner.message(), inner.span())).with_line(src)
+        let refined = refine_path(src, path.clone(), inner.message());
+        // Serde's span is the table's when the key was found inside it: name the key's line.
+        let msg = if refined == path {
+            at_line(inner.message(), inner.span())
+        } else {
+            inner.message().trim_end().to_string()
+        };
+        ConfigError::new(refined, msg).with_line(src)
     })
 }
 
@@ -133,8 +139,71 @@ fn refine_path(src: &str, path: String, msg: &str) -> String {
         if let Some(key) = key_with_string(src, &path, &variant) {
             return join_path(&path, &key);
         }
+    } else if let Some(key) = key_with_quoted_value(src, &path, msg) {
+        return join_path(&path, &key);
     }
     path
+}
+
+/// A bad value inside a tagged table: serde names the table, the message quotes the value
+/// (`rate '100' has no unit`, `invalid type: string "x"`, ``integer `5` ``). The key under
+/// the table at `path` (at any depth) holding the first quoted value that some key holds,
+/// if exactly one key holds it.
+fn key_with_quoted_value(src: &str, path: &str, msg: &str) -> Option<String> {
+    use toml::de::{DeTable, DeValue};
+    let doc = DeTable::parse(src).ok()?;
+    let (table @ DeValue::Table(_), _, true) = lookup(doc.get_ref(), path)? else {
+        return None;
+    };
+    let mut leaves = Vec::new();
+    collect_leaves(table, String::new(), &mut leaves);
+    quoted_values(msg).into_iter().find_map(|q| {
+        let mut hits = leaves.iter().filter(|(_, v)| *v == q);
+        match (hits.next(), hits.next()) {
+            (Some((key, _)), None) => Some(Some(key.clone())),
+            (Some(_), Some(_)) => Some(None),
+            _ => None,
+        }
+    })?
+}
+
+/// Every scalar under `v` with its key path relative to `v`, as text.
+fn collect_leaves(v: &toml::de::DeValue<'_>, at: String, out: &mut Vec<(String, String)>) {
+    use toml::de::DeValue;
+    let text = match v {
+        DeValue::Table(t) => {
+            for (k, v) in t.iter() {
+                collect_leaves(v.get_ref(), join_path(&at, k.get_ref()), out);
+            }
+            return;
+        }
+        DeValue::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                collect_leaves(v.get_ref(), format!("{at}[{i}]"), out);
+            }
+            return;
+        }
+        DeValue::String(s) => s.to_string(),
+        DeValue::Integer(i) => i.as_str().to_string(),
+        DeValue::Float(f) => f.as_str().to_string(),
+        DeValue::Boolean(b) => b.to_string(),
+        DeValue::Datetime(_) => return,
+    };
+    out.push((at, text));
+}
+
+/// The values a message quotes, in order: between '…', "…" or `…`.
+fn quoted_values(msg: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = msg;
+    while let Some(i) = rest.find(['\'', '"', '`']) {
+        let q = rest[i..].chars().next().unwrap_or('"');
+        let after = &rest[i + 1..];
+        let Some(j) = after.find(q) else { break };
+        out.push(&after[..j]);
+        rest = &after[j + 1..];
+    }
+    out
 }
 
 /// The key of the table at `path` whose value is the string `value`.
@@ -310,6 +379,65 @@ mod tests {
         let e = from_toml::<Flows>("[[flows]]\n[flows.app]\nkind = \"bulkk\"\n").unwrap_err();
         assert_eq!(e.path, "flows[0].app.kind", "{e}");
         assert!(e.msg.ends_with("(line 3)"), "{e}");
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+    #[allow(dead_code)]
+    enum Shaper {
+        Tbf { rate: Rate, burst: Option<u32> },
+        Prio { bands: Vec<Band> },
+    }
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Band {
+        qdisc: Shaper,
+    }
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Queue {
+        queue: Shaper,
+    }
+
+    #[test]
+    fn bad_values_inside_tagged_tables_name_their_key() {
+        let e = from_toml::<Queue>("queue = { kind = \"tbf\", rate = \"100\" }\n").unwrap_err();
+        assert_eq!(e.path, "queue.rate", "{e}");
+        assert!(
+            e.msg.contains("no unit") && e.msg.ends_with("(line 1)"),
+            "{e}"
+        );
+        let e = from_toml::<Queue>("[queue]\nkind = \"tbf\"\nrate = \"1Mbit\"\nburst = \"x\"\n")
+            .unwrap_err();
+        assert_eq!(e.path, "queue.burst", "{e}");
+        assert!(e.msg.ends_with("(line 4)"), "{e}");
+        let src = "[queue]\nkind = \"prio\"\n[[queue.bands]]\nqdisc = { kind = \"tbf\", rate = \"1Mbit\" }\n\
+                   [[queue.bands]]\nqdisc = { kind = \"tbf\", rate = \"2Mbitz\" }\n";
+        let e = from_toml::<Queue>(src).unwrap_err();
+        assert_eq!(e.path, "queue.bands[1].qdisc.rate", "{e}");
+        assert!(e.msg.ends_with("(line 6)"), "{e}");
+        // The same bad value under two keys: the table is as precise as it gets.
+        let e = from_toml::<Queue>(
+            "queue = { kind = \"prio\", bands = [{ qdisc = { kind = \"tbf\", rate = \"9\" } }, \
+             { qdisc = { kind = \"tbf\", rate = \"9\" } }] }\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "queue", "{e}");
+    }
+
+    #[test]
+    fn quoted_values_in_order() {
+        assert_eq!(
+            quoted_values("rate '100' has no unit; write e.g. '512kbit'"),
+            ["100", "512kbit"]
+        );
+        assert_eq!(
+            quoted_values("invalid type: string \"x\", expected u32"),
+            ["x"]
+        );
+        assert_eq!(quoted_values("invalid value: integer `5`"), ["5"]);
+        assert!(quoted_values("nothing quoted").is_empty());
     }
 
     #[test]

@@ -37,6 +37,7 @@
 //! once more when the serialiser frees up after a transmission, even with nothing queued.
 
 use crate::classify::ClassifierConfig;
+use crate::config::ConfigError;
 use crate::overhead::{LinkLayer, LinkLayerConfig};
 use crate::packet::Pkt;
 use crate::pipeline::EgressConfig;
@@ -82,15 +83,6 @@ pub struct LinkConfig {
     pub classifier: Option<ClassifierConfig>,
 }
 
-/// A link configuration error: the key (relative to the link's table) and what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LinkConfigError {
-    /// The offending key (`loss`, `rate`, ...).
-    pub key: &'static str,
-    /// What is wrong.
-    pub msg: String,
-}
-
 impl LinkConfig {
     /// This configuration with every unset field taken from `base` (a per-direction
     /// table over the link-wide one).
@@ -108,13 +100,9 @@ impl LinkConfig {
     }
 
     /// Check the values of the line (rates, loss, buffer).
-    pub fn validate(&self) -> Result<(), LinkConfigError> {
-        let e = |key, msg: &str| {
-            Err(LinkConfigError {
-                key,
-                msg: msg.into(),
-            })
-        };
+    /// Errors name the key within the link's table.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let e = |key: &str, msg: &str| Err(ConfigError::new(key, msg));
         if let Some(p) = self.loss {
             if !(0.0..=1.0).contains(&p) {
                 return e("loss", "must be a probability in [0, 1]");
@@ -761,7 +749,7 @@ mod tests {
             ("packet_rate = 0", "packet_rate"),
             ("modem_buffer = \"0p\"", "modem_buffer"),
         ] {
-            assert_eq!(cfg(src).validate().unwrap_err().key, key, "{src}");
+            assert_eq!(cfg(src).validate().unwrap_err().path, key, "{src}");
         }
         assert!(cfg("loss = 1.0").validate().is_ok());
         assert!(toml::from_str::<LinkConfig>("queue_limit = 3").is_err());

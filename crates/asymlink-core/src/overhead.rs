@@ -41,6 +41,7 @@
 //! linklayer = { framing = "atm", overhead = 10, mpu = 0 }
 //! ```
 
+use crate::config::ConfigError;
 use serde::Deserialize;
 
 /// How the link frames packets.
@@ -254,10 +255,10 @@ struct LinkLayerTable {
 }
 
 impl core::str::FromStr for LinkLayerConfig {
-    type Err = String;
+    type Err = ConfigError;
     /// A framing name (`atm`, `ptm`, `raw`; `ethernet` is the Ethernet preset) or a preset
     /// name.
-    fn from_str(s: &str) -> Result<LinkLayerConfig, String> {
+    fn from_str(s: &str) -> Result<LinkLayerConfig, ConfigError> {
         let framing = match s {
             "atm" | "adsl" => Some(Framing::Atm),
             "ptm" | "vdsl" => Some(Framing::Ptm),
@@ -274,10 +275,10 @@ impl core::str::FromStr for LinkLayerConfig {
             serde::de::value::Error,
         >::new(s))
         .map_err(|_| {
-            format!(
+            ConfigError::value(format!(
                 "unknown link layer '{s}': a framing (atm, ptm, raw) or a preset ({})",
                 Encapsulation::NAMES.join(", ")
-            )
+            ))
         })?;
         Ok(LinkLayerConfig {
             encap: Some(encap),

@@ -121,7 +121,7 @@ impl<P: Pkt + Send + 'static> Egress<P> {
             .as_ref()
             .map(Classifier::new)
             .transpose()
-            .map_err(|m| ConfigError::new("classifier", m))?;
+            .map_err(|e| e.within("classifier"))?;
         let ctx = BuildCtx {
             classes: classifier
                 .as_ref()

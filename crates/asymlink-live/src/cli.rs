@@ -182,7 +182,7 @@ fn run(argv: &[String]) -> Result<(), (u8, String)> {
         log(&format!("stats (JSON) on unix socket {}", p.display()));
     }
     if let Some(addr) = &cfg.stats.prometheus {
-        let sa = parse_loopback(addr).map_err(|e| (2, e))?;
+        let sa = parse_loopback(addr).map_err(|e| (2, e.to_string()))?;
         let local = server::serve_prometheus(sa, el.published())
             .map_err(|e| (1, format!("stats.prometheus {addr}: {e}")))?;
         log(&format!("stats (Prometheus) on http://{local}/metrics"));

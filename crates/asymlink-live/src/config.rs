@@ -337,7 +337,7 @@ impl BoxConfig {
             if let Some(e) = self.emulation(d) {
                 let key = |k: &str| format!("emulation.{}.{k}", d.name());
                 e.validate()
-                    .map_err(|e| ConfigError::new(key(e.key), e.msg))?;
+                    .map_err(|e| e.within(format!("emulation.{}", d.name())))?;
                 for (set, k) in [
                     (e.queue.is_some(), "queue"),
                     (e.classifier.is_some(), "classifier"),
@@ -389,7 +389,7 @@ impl BoxConfig {
             check_parent(p, "stats.file")?;
         }
         if let Some(a) = &self.stats.prometheus {
-            parse_loopback(a).map_err(|m| ConfigError::new("stats.prometheus", m))?;
+            parse_loopback(a).map_err(|e| e.within("stats.prometheus"))?;
         }
         if let Some(iv) = &self.stats.interval {
             if iv.0.is_zero() {
@@ -444,15 +444,17 @@ fn check_parent(p: &Path, key: &str) -> Result<(), ConfigError> {
 }
 
 /// Parse a Prometheus listen address; only loopback addresses are accepted.
-pub fn parse_loopback(a: &str) -> Result<SocketAddr, String> {
-    let sa: SocketAddr = a
-        .parse()
-        .map_err(|_| format!("'{a}' is not an address:port (e.g. 127.0.0.1:9464)"))?;
+pub fn parse_loopback(a: &str) -> Result<SocketAddr, ConfigError> {
+    let sa: SocketAddr = a.parse().map_err(|_| {
+        ConfigError::value(format!(
+            "'{a}' is not an address:port (e.g. 127.0.0.1:9464)"
+        ))
+    })?;
     if !sa.ip().is_loopback() {
-        return Err(format!(
+        return Err(ConfigError::value(format!(
             "'{a}' is not a loopback address; the endpoint is bound to localhost only \
              (use 127.0.0.1 or [::1])"
-        ));
+        )));
     }
     Ok(sa)
 }

@@ -20,19 +20,20 @@ use crate::monitor::Monitor;
 use crate::packet::{ConnId, NodeId, SimPacket, NO_CONN};
 use crate::pcap::Capture;
 use crate::queue::{EventQueue, Timer};
-use crate::scenario::{NodeKind, Spec};
+use crate::scenario::Spec;
 use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
+use crate::topology::{build_links, build_middleboxes, build_routes, build_topology, NO_ROUTE};
 use crate::RunOptions;
 use asymlink_core::config::ConfigError;
-use asymlink_core::link::{loss_seed, Feed, Link};
+use asymlink_core::link::{Feed, Link};
 use asymlink_core::packet::ClassId;
 use asymlink_core::pipeline::{Dir, Egress, Middlebox};
 use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats, Verdict};
-use asymlink_core::rand::{derive_seed, Rng};
+use asymlink_core::rand::Rng;
 use asymlink_core::time::{Duration, Instant};
 use asymlink_core::wire::{Headers, IpRepr, Transport, UdpRepr};
-use core::net::{IpAddr, Ipv4Addr};
-use std::collections::{HashMap, VecDeque};
+use core::net::IpAddr;
+use std::collections::HashMap;
 
 /// A scheduled event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -259,210 +260,21 @@ pub(crate) struct World {
     pub no_listener: u64,
 }
 
-const NO_ROUTE: u32 = u32::MAX;
-
-fn host_addr(k: usize) -> IpAddr {
-    let k = k as u32 + 1;
-    IpAddr::V4(Ipv4Addr::new(10, (k >> 16) as u8, (k >> 8) as u8, k as u8))
-}
-
 impl World {
+    /// Build the world of a validated scenario: topology, links and middleboxes, routes,
+    /// then flows and captures.
     pub fn build(spec: Spec, opts: &RunOptions) -> Result<World, ConfigError> {
-        let seed = opts.seed.unwrap_or(spec.seed);
         let mut spec = spec;
         // The seed in effect (a run option overrides the file's), so results report it.
+        let seed = opts.seed.unwrap_or(spec.seed);
         spec.seed = seed;
-        let end = Instant::ZERO + spec.duration;
-        // Nodes and hosts.
-        let mut nodes = Vec::new();
-        let mut hosts = Vec::new();
-        let mut routers = 0u32;
-        let mut used: HashMap<IpAddr, ()> = spec
-            .nodes
-            .iter()
-            .filter_map(|n| n.addr.map(|a| (a, ())))
-            .collect();
-        let mut auto = 0usize;
-        for n in &spec.nodes {
-            let role = match n.kind {
-                NodeKind::Host => {
-                    let addr = match n.addr {
-                        Some(a) => a,
-                        None => loop {
-                            let a = host_addr(auto);
-                            auto += 1;
-                            if used.insert(a, ()).is_none() {
-                                break a;
-                            }
-                        },
-                    };
-                    let conditioner = match &n.conditioner {
-                        Some(cfg) => Some(Box::new(
-                            crate::conditioner::AggregateConditioner::new(cfg).map_err(|e| {
-                                e.within(format!("nodes[{}].conditioner", nodes.len()))
-                            })?,
-                        ) as Box<dyn Conditioner>),
-                        None => None,
-                    };
-                    hosts.push(Host {
-                        node: nodes.len() as NodeId,
-                        conns: Vec::new(),
-                        conditioner,
-                        rwnd: n.rwnd_policy.as_ref().map(|c| {
-                            Box::new(crate::rwnd::RwndHost::new(c).expect("validated"))
-                                as Box<dyn RwndPolicy>
-                        }),
-                        cond_timer: Timer::default(),
-                        addr,
-                        out_dir: u32::MAX,
-                        listeners: HashMap::new(),
-                        udp: HashMap::new(),
-                        demux: HashMap::new(),
-                        next_port: 40_000,
-                    });
-                    NodeRole::Host(hosts.len() as u32 - 1)
-                }
-                NodeKind::Router => {
-                    routers += 1;
-                    NodeRole::Router(routers - 1)
-                }
-            };
-            nodes.push(Node { role });
-        }
-        // Link directions: 2i = a→b (to_b), 2i+1 = b→a (to_a).
-        let mut dirs = Vec::new();
-        let mut adj: Vec<Vec<(usize, u32)>> = vec![Vec::new(); nodes.len()];
-        for (i, l) in spec.links.iter().enumerate() {
-            for (d, (from, to, ds, dname)) in
-                [(l.a, l.b, &l.to_b, "to_b"), (l.b, l.a, &l.to_a, "to_a")]
-                    .into_iter()
-                    .enumerate()
-            {
-                let id = (2 * i + d) as u32;
-                if ds.queue.as_ref().is_some_and(|q| q.needs_peer()) {
-                    return Err(ConfigError::new(
-                        format!("links[{i}].{dname}.queue"),
-                        "this discipline watches the opposite direction (an ack_shaper); \
-                         place it in a [[middleboxes]] direction on a router",
-                    ));
-                }
-                let egress = Egress::new(
-                    &ds.egress(),
-                    ds.rate,
-                    derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
-                )
-                .map_err(|e| e.within(format!("links[{i}].{dname}")))?;
-                dirs.push(LinkDir {
-                    name: format!("{}:{dname}", l.name),
-                    link: l.name.clone(),
-                    dir_name: dname,
-                    to: to as NodeId,
-                    line: Link::new(ds, Rng::new(loss_seed(seed, &l.name, dname)), false),
-                    source: Source::Own(egress),
-                    txdone: Timer::default(),
-                    wake: Timer::default(),
-                    tx_acks: (0, 0, 0),
-                    sojourn_sum_ns: 0,
-                    sojourn_max_ns: 0,
-                    sojourn_hist: Default::default(),
-                    captures: Vec::new(),
-                });
-                adj[from].push((to, id));
-                if let NodeRole::Host(h) = nodes[from].role {
-                    hosts[h as usize].out_dir = id;
-                }
-            }
-        }
-        // Middleboxes replace the router's egress on their two links.
-        let mut mbs = Vec::new();
-        for (i, m) in spec.middleboxes.iter().enumerate() {
-            let out_dir = |li: usize| -> u32 {
-                let l = &spec.links[li];
-                if l.a == m.node {
-                    (2 * li) as u32
-                } else {
-                    (2 * li + 1) as u32
-                }
-            };
-            // Side a's link carries traffic *to* a: the router's egress onto link a.
-            let to_a = out_dir(m.a);
-            let to_b = out_dir(m.b);
-            let rates = [
-                dirs[to_b as usize].line.rate(),
-                dirs[to_a as usize].line.rate(),
-            ];
-            let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
-                .map_err(|e| e.within(format!("middleboxes[{i}]")))?;
-            for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
-                dirs[id as usize].source = Source::Mb(i as u32, d);
-            }
-            mbs.push(MbState {
-                name: format!(
-                    "{}[{}|{}]",
-                    spec.nodes[m.node].name, spec.links[m.a].name, spec.links[m.b].name
-                ),
-                mb,
-                dirs: [to_b, to_a],
-                timer: Timer::default(),
-            });
-        }
-        for d in dirs.iter_mut() {
-            d.line.set_idle_dequeue(match &d.source {
-                Source::Own(e) => e.qdisc().wants_idle_dequeue(),
-                Source::Mb(m, md) => mbs[*m as usize].mb.egress(*md).qdisc().wants_idle_dequeue(),
-            });
-        }
-        // Static routes: BFS from every host over the link graph (hop count, ties broken
-        // by link order), giving each router its next hop toward each host.
-        let mut routes = vec![vec![NO_ROUTE; hosts.len()]; routers as usize];
-        for (hi, h) in hosts.iter().enumerate() {
-            let target = h.node as usize;
-            let mut dist = vec![u32::MAX; nodes.len()];
-            dist[target] = 0;
-            let mut q = VecDeque::from([target]);
-            while let Some(u) = q.pop_front() {
-                for &(v, _) in &adj[u] {
-                    if dist[v] == u32::MAX {
-                        dist[v] = dist[u] + 1;
-                        // Hosts do not forward.
-                        if matches!(nodes[v].role, NodeRole::Router(_)) {
-                            q.push_back(v);
-                        }
-                    }
-                }
-            }
-            for (u, n) in nodes.iter().enumerate() {
-                if let NodeRole::Router(r) = n.role {
-                    if dist[u] == u32::MAX || u == target {
-                        continue;
-                    }
-                    let best = adj[u]
-                        .iter()
-                        .filter(|(v, _)| dist[*v] != u32::MAX && dist[*v] + 1 == dist[u])
-                        .map(|&(_, d)| d)
-                        .next();
-                    if let Some(d) = best {
-                        routes[r as usize][hi] = d;
-                    }
-                }
-            }
-        }
-        // Flows must be routable.
-        for (i, f) in spec.flows.iter().enumerate() {
-            let (a, b) = (f.from, f.to);
-            if !reachable(&nodes, &adj, a, b) {
-                return Err(ConfigError::new(
-                    format!("flows[{i}]"),
-                    format!(
-                        "no path from '{}' to '{}'",
-                        spec.nodes[a].name, spec.nodes[b].name
-                    ),
-                ));
-            }
-        }
+        let (nodes, mut hosts) = build_topology(&spec)?;
+        let (mut dirs, adj) = build_links(&spec, seed, &nodes, &mut hosts)?;
+        let mbs = build_middleboxes(&spec, seed, &mut dirs)?;
+        let routes = build_routes(&spec, &nodes, &hosts, &adj)?;
         let mut w = World {
             now: Instant::ZERO,
-            end,
+            end: Instant::ZERO + spec.duration,
             queue: EventQueue::new(),
             nodes,
             hosts,
@@ -491,13 +303,22 @@ impl World {
             no_listener: 0,
             spec,
         };
-        // Flows and their applications.
-        for (i, f) in w.spec.flows.clone().iter().enumerate() {
-            let app = w.apps.len() as u32;
-            w.apps.push(apps::build(f));
-            w.app_rngs
+        w.add_flows();
+        w.open_captures(opts)?;
+        w.schedule(Instant::ZERO, Ev::Sample);
+        Ok(w)
+    }
+
+    /// The flows: their applications, listeners on both hosts (the app knows which end
+    /// opens), and their start and stop events.
+    fn add_flows(&mut self) {
+        let seed = self.spec.seed;
+        for (i, f) in self.spec.flows.clone().iter().enumerate() {
+            let app = self.apps.len() as u32;
+            self.apps.push(apps::build(f));
+            self.app_rngs
                 .push(Rng::child(seed, &format!("app:{}", f.name)));
-            w.flows.push(FlowState {
+            self.flows.push(FlowState {
                 name: f.name.clone(),
                 app,
                 tcp: f.tcp.clone(),
@@ -505,54 +326,55 @@ impl World {
                 to: f.to,
                 start: f.start,
             });
-            // Listeners: both hosts accept on the flow's port for its app (the app knows
-            // which end opens); UDP likewise.
             for n in [f.from, f.to] {
-                let NodeRole::Host(h) = w.nodes[n].role else {
+                let NodeRole::Host(h) = self.nodes[n].role else {
                     continue;
                 };
-                w.hosts[h as usize].listeners.insert(f.port, app);
-                w.hosts[h as usize].udp.insert(f.port, app);
+                self.hosts[h as usize].listeners.insert(f.port, app);
+                self.hosts[h as usize].udp.insert(f.port, app);
             }
-            w.schedule(
+            self.schedule(
                 Instant::ZERO + Duration::from_secs_f64(f.start),
                 Ev::FlowStart(i as u32),
             );
             if let Some(s) = f.stop {
-                w.schedule(
+                self.schedule(
                     Instant::ZERO + Duration::from_secs_f64(s),
                     Ev::FlowStop(i as u32),
                 );
             }
         }
-        // Captures.
-        for c in w.spec.monitor.capture.clone() {
+    }
+
+    /// Open the pcap captures and attach them to their link directions.
+    fn open_captures(&mut self, opts: &RunOptions) -> Result<(), ConfigError> {
+        for c in self.spec.monitor.capture.clone() {
             let Some(dir) = &opts.out_dir else {
                 return Err(ConfigError::new(
                     "monitor.capture",
                     "captures need an output directory (asymlink run --out DIR)",
                 ));
             };
-            let idx = w.captures.len();
+            let idx = self.captures.len();
             let path = dir.join(&c.file);
-            w.captures.push(
-                Capture::create(&path, c.snaplen.unwrap_or(65_535)).map_err(|e| {
-                    ConfigError::new("monitor.capture", format!("{}: {e}", path.display()))
-                })?,
-            );
-            for (i, l) in w.spec.links.iter().enumerate() {
+            self.captures
+                .push(
+                    Capture::create(&path, c.snaplen.unwrap_or(65_535)).map_err(|e| {
+                        ConfigError::new("monitor.capture", format!("{}: {e}", path.display()))
+                    })?,
+                );
+            for (i, l) in self.spec.links.iter().enumerate() {
                 if l.name == c.link {
                     if c.dir.to_b() {
-                        w.dirs[2 * i].captures.push(idx);
+                        self.dirs[2 * i].captures.push(idx);
                     }
                     if c.dir.to_a() {
-                        w.dirs[2 * i + 1].captures.push(idx);
+                        self.dirs[2 * i + 1].captures.push(idx);
                     }
                 }
             }
         }
-        w.schedule(Instant::ZERO, Ev::Sample);
-        Ok(w)
+        Ok(())
     }
 
     // ------------------------------------------------------------------ scheduling
@@ -1316,27 +1138,6 @@ pub(crate) fn dir_stats<'a>(mbs: &'a [MbState], d: &'a LinkDir) -> &'a QdiscStat
         Source::Own(e) => e.qdisc().stats(),
         Source::Mb(m, md) => mbs[*m as usize].mb.qdisc_stats(*md),
     }
-}
-
-fn reachable(nodes: &[Node], adj: &[Vec<(usize, u32)>], a: usize, b: usize) -> bool {
-    let mut seen = vec![false; nodes.len()];
-    let mut q = VecDeque::from([a]);
-    seen[a] = true;
-    while let Some(u) = q.pop_front() {
-        if u == b {
-            return true;
-        }
-        if u != a && !matches!(nodes[u].role, NodeRole::Router(_)) {
-            continue;
-        }
-        for &(v, _) in &adj[u] {
-            if !seen[v] {
-                seen[v] = true;
-                q.push_back(v);
-            }
-        }
-    }
-    false
 }
 
 #[inline]

@@ -17,6 +17,7 @@ pub mod rwnd;
 pub mod scenario;
 mod summary;
 pub mod tcp;
+mod topology;
 
 pub use asymlink_core::config::ConfigError;
 pub use results::{Column, ColumnData, Results, Table};

@@ -667,7 +667,7 @@ fn link_dir(
 ) -> Result<LinkConfig, ConfigError> {
     let c = d.or(&l.both());
     c.validate().map_err(|e| {
-        let own = match e.key {
+        let own = match e.path.as_str() {
             "rate" => d.rate.is_some(),
             "loss" => d.loss.is_some(),
             "packet_rate" => d.packet_rate.is_some(),
@@ -675,9 +675,9 @@ fn link_dir(
             _ => false,
         };
         let k = if own {
-            key(&format!("{dname}.{}", e.key))
+            key(&format!("{dname}.{}", e.path))
         } else {
-            key(e.key)
+            key(&e.path)
         };
         ConfigError::new(k, e.msg)
     })?;

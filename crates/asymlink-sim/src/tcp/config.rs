@@ -19,10 +19,11 @@
 //! | minimum RTO | 1 s | 1 s | 200 ms |
 //! | RTO floor | RTO ≥ min RTO | RTO ≥ min RTO | RTO ≥ SRTT + min RTO |
 //! | initial RTO | 3 s | 1 s | 1 s |
-//! | Nagle | off | on | on |
+//! | Nagle | off | on (RFC 896) | on (Minshall's variant, FIN not held) |
 //! | limited transmit | off | on | on |
 //! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | 6 MB / 4 MB |
 //! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
+//! | rescue retransmission (RFC 6675 NextSeg rules 3–4) | off | on | off |
 //! | cwnd growth when not cwnd-limited | grows | RFC 7661 rule | Linux rule |
 
 use asymlink_core::config::ConfigError;
@@ -63,6 +64,18 @@ pub enum RtoFloor {
     /// Linux `tcp_rtt_estimator` / `tcp_set_rto`: the variation term is at least `rto_min`,
     /// so RTO = SRTT + max(`rto_min`, 4·RTTVAR) — never less than SRTT + 200 ms by default.
     Variation,
+}
+
+/// Which rule Nagle's algorithm holds a short segment back by (with `nagle` on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NagleRule {
+    /// RFC 896: a short segment waits while any data is unacknowledged.
+    Rfc896,
+    /// Minshall's variant, as Linux's `tcp_nagle_check` / `tcp_minshall_check`: a short
+    /// segment waits only while an earlier short segment is unacknowledged, and a segment
+    /// that carries the FIN never waits (`tcp_nagle_test`).
+    Minshall,
 }
 
 /// When the congestion window may grow: congestion-window validation. A flow held back
@@ -215,6 +228,8 @@ pub struct TcpConfig {
     pub syn_retries: u32,
     /// Nagle's algorithm (RFC 896).
     pub nagle: bool,
+    /// What Nagle's algorithm waits for (`rfc896` or Linux's `minshall`).
+    pub nagle_rule: NagleRule,
     /// Pace transmissions at `pacing_gain × cwnd / srtt`.
     pub pacing: bool,
     /// Slow-start growth rule.
@@ -223,6 +238,11 @@ pub struct TcpConfig {
     pub limited_transmit: bool,
     /// Duplicate ACK threshold.
     pub dupthresh: u32,
+    /// In SACK recovery, when no lost segment waits and no new data can be sent, resend a
+    /// not yet SACKed segment below the highest SACK, else once per recovery the highest
+    /// segment not SACKed (RFC 6675 NextSeg rules 3 and 4, the "rescue" retransmission).
+    /// Linux has no such rule (its tail-loss probe, not modelled, covers the same case).
+    pub rescue_retransmit: bool,
     /// Congestion-avoidance increase rule.
     pub ca_increase: CaIncrease,
     /// Undo a retransmission timeout found spurious by the echoed timestamp (Eifel
@@ -262,10 +282,12 @@ impl TcpConfig {
             rto_max: Duration::from_secs(60),
             syn_retries: 6,
             nagle: true,
+            nagle_rule: NagleRule::Rfc896,
             pacing: false,
             ss_growth: SsGrowth::Rfc5681,
             limited_transmit: true,
             dupthresh: 3,
+            rescue_retransmit: true,
             ca_increase: CaIncrease::Standard,
             rto_undo: false,
             cwnd_validation: CwndValidation::Rfc7661,
@@ -287,6 +309,7 @@ impl TcpConfig {
                 nagle: false,
                 ss_growth: SsGrowth::PerAck,
                 limited_transmit: false,
+                rescue_retransmit: false,
                 cwnd_validation: CwndValidation::Off,
                 cubic_alpha_switch: false,
                 idle_restart: IdleRestart::Off,
@@ -303,6 +326,8 @@ impl TcpConfig {
                 rto_floor: RtoFloor::Variation,
                 ss_growth: SsGrowth::ByteCounting,
                 rto_undo: true,
+                rescue_retransmit: false,
+                nagle_rule: NagleRule::Minshall,
                 cwnd_validation: CwndValidation::Linux,
                 cubic_alpha_switch: false,
                 idle_restart: IdleRestart::Linux,
@@ -399,10 +424,12 @@ pub struct TcpOverrides {
     pub rto_max: Option<Span>,
     pub syn_retries: Option<u32>,
     pub nagle: Option<bool>,
+    pub nagle_rule: Option<NagleRule>,
     pub pacing: Option<bool>,
     pub ss_growth: Option<SsGrowth>,
     pub limited_transmit: Option<bool>,
     pub dupthresh: Option<u32>,
+    pub rescue_retransmit: Option<bool>,
     pub ca_increase: Option<CaIncrease>,
     pub rto_undo: Option<bool>,
     pub cwnd_validation: Option<CwndValidation>,
@@ -488,6 +515,8 @@ impl TcpSpec {
         set!(dupthresh);
         set!(ca_increase);
         set!(rto_undo);
+        set!(nagle_rule);
+        set!(rescue_retransmit);
         set!(cwnd_validation);
         set!(cubic_alpha_switch);
         set!(idle_restart);

@@ -5,7 +5,7 @@
 //! 32-bit wire values only at the edges, so nothing inside wraps.
 
 use super::cc::Cc;
-use super::config::{CcAlgo, CwndValidation, IdleRestart, TcpConfig};
+use super::config::{CcAlgo, CwndValidation, IdleRestart, NagleRule, TcpConfig};
 use super::recv::Receiver;
 use super::rtt::RttEstimator;
 use super::scoreboard::{self, Scoreboard, SentSeg};
@@ -105,6 +105,8 @@ pub struct ConnStats {
     pub ecn_reductions: u64,
     /// Segments dropped at the source by a policing conditioner.
     pub policed: u64,
+    /// Zero-window probes sent (persist timer).
+    pub window_probes: u64,
 }
 
 /// One end of a TCP connection.
@@ -135,6 +137,8 @@ pub struct Connection {
     snd_wl1: u64,
     snd_wl2: u64,
     max_snd_wnd: u64,
+    /// End of the last short (less than one MSS) data segment sent (Linux's `snd_sml`).
+    snd_sml: u64,
     sb: Scoreboard,
     cc: Cc,
     rtt: RttEstimator,
@@ -143,6 +147,9 @@ pub struct Connection {
     recover: u64,
     /// `recover` was set by a timeout (not by a fast retransmit).
     recover_after_rto: bool,
+    /// RFC 6675 RescueRxt: the `recover` of the recovery that made the last rescue
+    /// retransmission.
+    rescue_rxt: Option<u64>,
     ecn_recover: u64,
     cwr_pending: bool,
     /// Spurious-timeout undo (`TcpConfig::rto_undo`): cwnd and ssthresh before the
@@ -170,6 +177,12 @@ pub struct Connection {
     rto_at: Option<Instant>,
     delack_at: Option<Instant>,
     persist_at: Option<Instant>,
+    /// Probes sent since the peer's window closed: the persist timer's backoff.
+    persist_backoff: u32,
+    /// Whether the application reads what arrives; if not, it stays in the receive buffer
+    /// (`unread` bytes) and the advertised window shrinks, down to zero.
+    reading: bool,
+    unread: u64,
     wake_at: Option<Instant>,
     linger_at: Option<Instant>,
     next_send: Instant,
@@ -221,6 +234,7 @@ impl Connection {
             snd_wl1: 0,
             snd_wl2: 0,
             max_snd_wnd: 0,
+            snd_sml: 0,
             sb: Scoreboard::default(),
             cc: Cc::new(cfg, mss),
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max, cfg.rto_floor),
@@ -228,6 +242,7 @@ impl Connection {
             dupacks: 0,
             recover: 0,
             recover_after_rto: false,
+            rescue_rxt: None,
             ecn_recover: 0,
             cwr_pending: false,
             undo: None,
@@ -247,6 +262,9 @@ impl Connection {
             rto_at: None,
             delack_at: None,
             persist_at: None,
+            persist_backoff: 0,
+            reading: true,
+            unread: 0,
             wake_at: None,
             linger_at: None,
             next_send: Instant::ZERO,
@@ -498,6 +516,33 @@ impl Connection {
         }
     }
 
+    /// The application stops reading: data that arrives in order stays in the receive
+    /// buffer (no `Delivered` event) and the advertised window shrinks, down to zero.
+    pub fn pause_reading(&mut self) {
+        self.reading = false;
+    }
+
+    /// The application reads again, everything buffered at once (`Delivered`), and the
+    /// window that opens is announced with an immediate ACK (the window update).
+    pub fn resume_reading(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        self.reading = true;
+        if self.unread == 0 {
+            return;
+        }
+        let n = std::mem::take(&mut self.unread);
+        self.stats.bytes_delivered += n;
+        io.events.push(ConnEvent::Delivered(n));
+        if !matches!(self.state, State::Closed | State::SynSent | State::SynRcvd) {
+            self.ack_now = true;
+            self.flush_ack(now, io);
+        }
+    }
+
+    /// Bytes received in order that the application has not read.
+    pub fn unread_bytes(&self) -> u64 {
+        self.unread
+    }
+
     /// Stop writing: data not yet sent is forgotten and a FIN follows what was sent.
     pub fn stop_writing(&mut self, now: Instant, io: &mut ConnIo<'_>) {
         self.app_end = self.app_end.min(self.snd_max.max(1));
@@ -638,7 +683,7 @@ impl Connection {
             let acked = self.sb.ack_to(ack);
             self.update_rtt(now, &acked, t);
             if self.ca_state == CaState::Loss {
-                self.maybe_undo_timeout(t);
+                self.maybe_undo_timeout(t, ack);
             }
             let data_acked = data_bytes_between(self.snd_una, ack, self.fin_off);
             self.snd_una = ack;
@@ -846,8 +891,11 @@ impl Connection {
     /// advances `snd_una` in the Loss state echoes a timestamp older than the timeout's
     /// first retransmission, so it acknowledges an original transmission — the timeout
     /// was spurious (the ACKs were only late). Restore cwnd and ssthresh, forget the
-    /// loss marks (no go-back-N), and leave the Loss state.
-    fn maybe_undo_timeout(&mut self, t: &TcpRepr) {
+    /// loss marks (no go-back-N), and leave the Loss state. The timeout's recovery point
+    /// goes with it: a loss found from here on (`ack` is the ACK's cumulative point) starts
+    /// a fast retransmit, as Linux leaves its Loss state for Open, where no recovery point
+    /// holds back the next recovery.
+    fn maybe_undo_timeout(&mut self, t: &TcpRepr, ack: u64) {
         let Some((cwnd, ssthresh, retx_ts)) = self.undo.take() else {
             return;
         };
@@ -859,6 +907,8 @@ impl Connection {
             self.cc.ssthresh = self.cc.ssthresh.max(ssthresh);
             self.sb.unmark_lost();
             self.ca_state = CaState::Open;
+            self.recover = ack;
+            self.recover_after_rto = false;
             self.stats.spurious_timeouts += 1;
         }
     }
@@ -947,6 +997,15 @@ impl Connection {
         let fin = t.flags.contains(TcpFlags::FIN);
         let len = h.payload_len as u64;
         if len == 0 && !fin {
+            //= https://www.rfc-editor.org/rfc/rfc9293#section-3.10.7.4
+            //# If an incoming segment is not acceptable, an acknowledgment should be
+            //# sent in reply (unless the RST bit is set, if so drop the segment and
+            //# return)
+            // A segment below RCV.NXT: a zero-window probe (Linux sends SND.UNA - 1). The
+            // reply carries the current window.
+            if unwrap(self.irs, self.rcv.rcv_nxt(), t.seq) < self.rcv.rcv_nxt() {
+                self.ack_now = true;
+            }
             return;
         }
         if self.ecn_ok {
@@ -970,7 +1029,9 @@ impl Connection {
         } else {
             Default::default()
         };
-        if a.delivered > 0 {
+        if a.delivered > 0 && !self.reading {
+            self.unread += a.delivered;
+        } else if a.delivered > 0 {
             self.stats.bytes_delivered += a.delivered;
             io.events.push(ConnEvent::Delivered(a.delivered));
         }
@@ -1103,16 +1164,57 @@ impl Connection {
         self.try_send(now, io);
     }
 
+    /// The persist timer fired: data waits, nothing is in flight, and the peer's window
+    /// still has no room for the next segment. If the window has some room (less than
+    /// sender SWS avoidance sends), send what fits (RFC 9293's SWS override timeout;
+    /// Linux's `tcp_write_wakeup`). If it is zero, send a zero-window probe, as Linux's
+    /// `tcp_send_probe0` / `tcp_xmit_probe_skb`: a segment without data at SND.UNA - 1,
+    /// which the receiver answers with an ACK carrying its window. The probe is not data:
+    /// it is not in the scoreboard, arms no retransmission timer and never reduces cwnd.
+    /// The next probe follows after RTO·2^n (n probes so far), at most `rto_max`.
+    //= https://www.rfc-editor.org/rfc/rfc9293#section-3.8.6.1
+    //# The transmitting host SHOULD send the first zero-window probe when a
+    //# zero window has existed for the retransmission timeout period (SHLD-29)
+    //# (Section 3.8.1), and SHOULD increase exponentially the interval between
+    //# successive probes (SHLD-30).
     fn send_probe(&mut self, now: Instant, io: &mut ConnIo<'_>) {
-        // Zero-window probe: one byte beyond the window (RFC 9293 §3.8.6.1).
-        let data_end = self.data_end();
-        if self.snd_wnd > 0 || self.snd_max >= data_end || self.snd_una < self.snd_max {
+        if !self.window_closed() {
             self.try_send(now, io);
             return;
         }
-        self.transmit_new(now, self.snd_max, 1, false, io);
-        self.rtt.back_off();
-        self.rto_at = Some(now + self.rtt.rto());
+        let room = (self.snd_una + self.snd_wnd).saturating_sub(self.snd_max);
+        if room > 0 {
+            let len = room
+                .min(self.mss as u64)
+                .min(self.data_end() - self.snd_max);
+            let fin = self.fin_queued
+                && self.snd_max + len == self.app_end
+                && self.data_end() == self.app_end;
+            self.transmit_new(now, self.snd_max, len, fin, io);
+            self.arm_persist(now);
+            return;
+        }
+        let tcp = self.base_header(now, self.snd_una - 1);
+        self.stats.window_probes += 1;
+        self.push_out(now, tcp, 0, Ecn::NotEct, io);
+        self.persist_backoff = (self.persist_backoff + 1).min(16);
+        self.persist_at = Some(now + self.persist_interval());
+    }
+
+    /// The persist timer's interval: the RTO doubled per probe sent, at most `rto_max`.
+    fn persist_interval(&self) -> Duration {
+        let d = self.rtt.rto().saturating_mul(1u32 << self.persist_backoff);
+        d.min(self.cfg.rto_max)
+    }
+
+    /// Data waits, nothing is in flight, and the peer's window has no room for the next
+    /// segment (none, or less than sender SWS avoidance lets out).
+    fn window_closed(&self) -> bool {
+        self.can_send_data()
+            && self.data_end() > self.snd_max
+            && self.snd_una == self.snd_max
+            && self.snd_una + self.snd_wnd < self.data_end()
+            && self.next_new_segment().is_none()
     }
 
     // ---------------------------------------------------------------- output
@@ -1161,6 +1263,12 @@ impl Connection {
                 continue;
             }
             let Some((start, len, fin)) = self.next_new_segment() else {
+                if let Some(i) = self.last_resort_retransmit() {
+                    if !self.retransmit(now, i, io) {
+                        break;
+                    }
+                    continue;
+                }
                 break;
             };
             if !self.transmit_new(now, start, len, fin, io) {
@@ -1169,6 +1277,38 @@ impl Connection {
         }
         self.note_cwnd_use(self.stats.segments_sent + self.stats.policed > sent_before);
         self.arm_persist(now);
+    }
+
+    /// RFC 6675 NextSeg rules (3) and (4) (`rescue_retransmit`), in SACK recovery once no
+    /// lost segment waits and no new data can be sent but the pipe leaves room: a segment
+    /// below the highest SACK not yet SACKed, else, once per recovery, the highest segment
+    /// not SACKed. Returns the scoreboard index to retransmit.
+    //= https://www.rfc-editor.org/rfc/rfc6675#section-4
+    //# If the conditions for rules (1), (2), and (3) fail, but there exists
+    //# outstanding unSACKed data, we provide the opportunity for a single
+    //# "rescue" retransmission per entry into loss recovery.
+    fn last_resort_retransmit(&mut self) -> Option<usize> {
+        if !(self.cfg.rescue_retransmit && self.sack_ok && self.ca_state == CaState::Recovery) {
+            return None;
+        }
+        let room = self.cc.cwnd.saturating_sub(self.inflight());
+        let fits = |s: &SentSeg| s.len() <= room && s.flags & scoreboard::SYN == 0;
+        if let Some(i) = self.sb.next_below_high_sacked() {
+            return fits(self.sb.get(i)).then_some(i);
+        }
+        //# If HighACK is greater than RescueRxt (or RescueRxt is undefined), then
+        //# one segment of upto SMSS octets that MUST include the highest
+        //# outstanding unSACKed sequence number SHOULD be returned, and RescueRxt
+        //# set to RecoveryPoint.
+        if self.rescue_rxt.is_some_and(|r| self.snd_una <= r) {
+            return None;
+        }
+        let i = self.sb.last_unsacked()?;
+        if !fits(self.sb.get(i)) {
+            return None;
+        }
+        self.rescue_rxt = Some(self.recover);
+        Some(i)
     }
 
     /// Restart after idle (`idle_restart`): nothing is outstanding, data waits, and no data
@@ -1209,9 +1349,16 @@ impl Connection {
             _ => self.inflight(),
         };
         let mut cwnd = self.cc.cwnd;
-        if self.cfg.limited_transmit && self.ca_state == CaState::Disorder && self.dupacks <= 2 {
+        if self.cfg.limited_transmit
+            && !self.sack_ok
+            && self.ca_state == CaState::Disorder
+            && self.dupacks <= 2
+        {
             //= https://www.rfc-editor.org/rfc/rfc3042#section-2
             //# the sender can only send two segments beyond the congestion window
+            // With SACK the pipe already leaves out each SACKed segment, which is what lets
+            // one new segment out per duplicate ACK; adding the duplicate ACKs again
+            // would send two per duplicate ACK.
             cwnd += self.dupacks as u64 * self.mss as u64;
         }
         let cwnd_room = cwnd.saturating_sub(flight);
@@ -1226,7 +1373,16 @@ impl Connection {
             //# is pushed and all queued data can be sent now, or if at least a fraction
             //# Fs of the maximum window can be sent now
             let all_queued = len == avail;
-            let nagle_ok = !self.cfg.nagle || self.snd_max == self.snd_una;
+            let fin = self.fin_queued && self.snd_max + len == self.app_end;
+            let nagle_ok = !self.cfg.nagle
+                || self.snd_max == self.snd_una
+                || match self.cfg.nagle_rule {
+                    NagleRule::Rfc896 => false,
+                    // Linux `tcp_nagle_check`: hold it only while an earlier short segment
+                    // is unacknowledged (`tcp_minshall_check`); `tcp_nagle_test` never
+                    // holds the segment carrying the FIN.
+                    NagleRule::Minshall => fin || self.snd_sml <= self.snd_una,
+                };
             let fs = self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2;
             if !((all_queued && nagle_ok) || fs) {
                 return None;
@@ -1237,17 +1393,14 @@ impl Connection {
     }
 
     fn arm_persist(&mut self, now: Instant) {
-        let waiting = self.data_end() > self.snd_max;
-        if self.can_send_data()
-            && waiting
-            && self.snd_una == self.snd_max
-            && (self.snd_una + self.snd_wnd) <= self.snd_max
-        {
+        if self.window_closed() {
             if self.persist_at.is_none() {
-                self.persist_at = Some(now + self.rtt.rto());
+                self.persist_at = Some(now + self.persist_interval());
             }
         } else {
+            // The window opened (or data is in flight): the backoff starts over.
             self.persist_at = None;
+            self.persist_backoff = 0;
         }
     }
 
@@ -1320,6 +1473,9 @@ impl Connection {
         self.stats.bytes_sent += len;
         if len > 0 {
             self.last_data_sent = Some(now);
+            if len < self.mss as u64 {
+                self.snd_sml = start + len;
+            }
         }
         let ecn = if self.ecn_ok && len > 0 {
             Ecn::Ect0
@@ -1403,7 +1559,10 @@ impl Connection {
     /// The advertised window field for the current state.
     fn window_field(&mut self, now: Instant, io: &mut ConnIo<'_>) -> u16 {
         let rcv_nxt = self.rcv.rcv_nxt();
-        let free = self.cfg.rcvbuf.saturating_sub(self.rcv.ooo_bytes());
+        let free = self
+            .cfg
+            .rcvbuf
+            .saturating_sub(self.rcv.ooo_bytes() + self.unread);
         let mut wnd = free;
         if let Some(p) = io.rwnd.as_deref_mut() {
             wnd = wnd.min(p.window(now, self.id, free, self.mss).max(self.mss as u64));

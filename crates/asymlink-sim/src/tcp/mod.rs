@@ -12,7 +12,8 @@
 //! retransmit and fast recovery (Reno, NewReno RFC 6582, SACK RFC 6675); limited transmit
 //! (RFC 3042); RTO per RFC 6298 with backoff and Karn's rule; delayed ACKs (every d
 //! segments, timer, immediate ACK on out-of-order data and gap fills, quick-ACK start);
-//! Nagle and sender SWS avoidance; zero-window probing; ECN (RFC 3168); receive window
+//! Nagle (RFC 896 or Minshall) and sender SWS avoidance; zero windows and the persist
+//! timer (a receiving application may stop reading); ECN (RFC 3168); receive window
 //! with scaling that never shrinks; FIN teardown. Payload bytes are counted, not carried.
 //!
 //! Hooks for the mechanisms of later chapters: a [`Conditioner`] consulted before every
@@ -27,7 +28,7 @@ pub mod recv;
 pub mod rtt;
 pub mod scoreboard;
 
-pub use config::{CcAlgo, CwndValidation, IdleRestart, TcpConfig, TcpProfile, TcpSpec};
+pub use config::{CcAlgo, CwndValidation, IdleRestart, NagleRule, TcpConfig, TcpProfile, TcpSpec};
 pub use conn::{CaState, ConnEvent, ConnStats, Connection, State};
 
 use crate::packet::ConnId;

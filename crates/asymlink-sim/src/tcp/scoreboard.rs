@@ -329,9 +329,11 @@ impl Scoreboard {
     }
 
     /// A timeout was spurious: nothing is presumed lost any more (retransmissions already
-    /// sent stay in flight).
+    /// sent stay in flight), and the SACK loss rule looks at every segment again (the
+    /// timeout had marked them all as considered).
     pub fn unmark_lost(&mut self) {
         self.lost = 0;
+        self.lost_scanned = 0;
         for s in self.segs.iter_mut() {
             s.flags &= !LOST;
         }
@@ -357,6 +359,28 @@ impl Scoreboard {
             .range(from..)
             .position(|s| s.has(LOST) && !s.has(SACKED | RETX_OUT))
             .map(|i| i + from)
+    }
+
+    /// RFC 6675 NextSeg rule (3): the first segment above the highest retransmission in
+    /// flight (HighRxt) and wholly below the highest SACKed offset (HighSACK) that is not
+    /// SACKed, not presumed lost and not being retransmitted.
+    pub fn next_below_high_sacked(&self) -> Option<usize> {
+        let from = self
+            .segs
+            .iter()
+            .rposition(|s| s.has(RETX_OUT))
+            .map_or(0, |i| i + 1);
+        self.segs
+            .range(from..)
+            .take_while(|s| s.end <= self.high_sacked)
+            .position(|s| !s.has(SACKED | LOST | RETX_OUT))
+            .map(|i| i + from)
+    }
+
+    /// The segment holding the highest offset not SACKed (RFC 6675 NextSeg rule (4), the
+    /// rescue retransmission).
+    pub fn last_unsacked(&self) -> Option<usize> {
+        self.segs.iter().rposition(|s| !s.has(SACKED))
     }
 
     /// [`Scoreboard::next_retransmit`], remembering a fruitless search so that the next one

@@ -39,6 +39,8 @@ struct Pair {
     data_sent: usize,
     dropped: usize,
     log: Vec<(Instant, usize, Headers)>,
+    /// Segments as they arrive: (time, receiving end, segment).
+    rx_log: Vec<(Instant, usize, Headers)>,
     server_cfg: Option<TcpConfig>,
 }
 
@@ -64,6 +66,7 @@ impl Pair {
             data_sent: 0,
             dropped: 0,
             log: Vec::new(),
+            rx_log: Vec::new(),
             server_cfg: None,
         };
         let mut out = Vec::new();
@@ -149,6 +152,7 @@ impl Pair {
             if kind == 0 {
                 let (_, h) = self.pipes[d].q.pop_front().unwrap();
                 let to = 1 - d;
+                self.rx_log.push((self.now, to, h));
                 if self.c[to].is_none() {
                     let mut out = Vec::new();
                     let mut ev = Vec::new();
@@ -623,5 +627,283 @@ fn data_after_idle_restarts_from_the_initial_window() {
         }
         p.run(Instant::from_secs(20));
         assert_eq!(p.delivered(), 600_000, "{profile}");
+    }
+}
+
+/// Limited transmit with SACK (RFC 3042 with RFC 6675's pipe): each of the first two
+/// duplicate ACKs lets one new segment out — the SACK it carries takes one segment out of
+/// the pipe. Counting the duplicate ACKs on top of that sent two per duplicate ACK.
+#[test]
+fn sack_limited_transmit_sends_one_segment_per_duplicate_ack() {
+    for profile in ["rfc", "linux"] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = Box::new(|n, _| n == 30);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 300_000, io));
+        p.run(Instant::from_secs(20));
+        assert_eq!(p.delivered(), 300_000, "{profile}");
+        // The first duplicate ACK the client receives (the first ACK with a SACK block) and
+        // the fast retransmission (the first data segment not above everything sent before).
+        let first_dup = p
+            .rx_log
+            .iter()
+            .find(|(_, to, h)| *to == 0 && !h.tcp_repr().unwrap().opts.sack.is_empty())
+            .map(|(t, _, _)| *t)
+            .expect("a duplicate ACK");
+        let mut highest = 0u32;
+        let mut retx_at = None;
+        let mut new_between = 0;
+        for (t, from, h) in &p.log {
+            if *from != 0 || h.payload_len == 0 {
+                continue;
+            }
+            let seq = h.tcp_repr().unwrap().seq.0.wrapping_sub(1_000);
+            if seq < highest {
+                retx_at = Some(*t);
+                break;
+            }
+            highest = seq;
+            if *t >= first_dup {
+                new_between += 1;
+            }
+        }
+        assert!(retx_at.is_some(), "{profile}: a fast retransmission");
+        assert_eq!(
+            new_between, 2,
+            "{profile}: new segments between the first duplicate ACK and the fast retransmit"
+        );
+    }
+}
+
+/// The `recover` rule in every profile: segment 30 is lost, then the first new segment sent
+/// during its recovery. The ACK that ends the first recovery lands exactly on `recover`;
+/// the loss above it must get a second fast retransmit (RFC 6675 §5.1, RFC 6582 §3.2), not
+/// a timeout.
+#[test]
+fn a_loss_just_after_recover_gets_a_fast_retransmit_in_every_profile() {
+    for profile in ["paper", "rfc", "linux"] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = drop_rule(30..=30, false, true);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 400_000, io));
+        p.run(Instant::from_secs(30));
+        assert_eq!(p.dropped, 2, "{profile}");
+        assert_eq!(p.delivered(), 400_000, "{profile}");
+        let s = *p.c[0].as_ref().unwrap().stats();
+        assert_eq!(s.timeouts, 0, "{profile}: {s:?}");
+        assert_eq!(s.fast_retransmits, 2, "{profile}: {s:?}");
+        assert_eq!(s.retransmits, 2, "{profile}: {s:?}");
+    }
+}
+
+/// SACK and a timeout: segments 30 and 34 are lost and so are their first
+/// retransmissions, so the recovery ends in a timeout with two holes below data the
+/// receiver SACKed. After it the scoreboard still holds the SACKs: the sender resends the
+/// two holes only, never a SACKed segment (no go-back-N), and the receiver sees no
+/// duplicate data.
+#[test]
+fn after_a_timeout_with_sack_only_the_holes_are_resent() {
+    for profile in ["rfc", "linux"] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        let mut lost = std::collections::BTreeMap::new();
+        p.drop = Box::new(move |n, h| {
+            let seq = h.tcp_repr().unwrap().seq.0;
+            if n == 30 || n == 34 {
+                lost.insert(seq, 1);
+                return true;
+            }
+            match lost.get_mut(&seq) {
+                Some(k) if *k < 2 => {
+                    *k += 1;
+                    true
+                }
+                _ => false,
+            }
+        });
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 400_000, io));
+        p.run(Instant::from_secs(30));
+        assert_eq!(p.dropped, 4, "{profile}");
+        assert_eq!(p.delivered(), 400_000, "{profile}");
+        let s = *p.c[0].as_ref().unwrap().stats();
+        assert_eq!(s.timeouts, 1, "{profile}: {s:?}");
+        assert_eq!(s.retransmits, 4, "{profile}: the holes only: {s:?}");
+        let mut seen = std::collections::BTreeMap::new();
+        for (_, to, h) in &p.rx_log {
+            if *to == 1 && h.payload_len > 0 {
+                *seen.entry(h.tcp_repr().unwrap().seq.0).or_insert(0) += 1;
+            }
+        }
+        let dup = seen.values().filter(|&&k| k > 1).count();
+        assert_eq!(dup, 0, "{profile}: segments that arrived twice: {s:?}");
+    }
+}
+
+/// An Eifel undo resets the timeout's recovery state. The ACK path's delay jumps from
+/// 20 ms to 1 s while a segment sent just before it is lost: the sender times out, the
+/// first late ACK shows the timeout was spurious (undone), and the SACKs above the lost
+/// segment must then start a fast retransmit. Kept, the timeout's `recover` would block
+/// the fast retransmit and its loss scan would skip the segment: a second, real timeout.
+#[test]
+fn a_loss_found_after_an_eifel_undo_gets_a_fast_retransmit() {
+    let cfg = TcpConfig::profile("linux").unwrap();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    let arm = std::rc::Rc::new(std::cell::Cell::new(false));
+    let armed = arm.clone();
+    p.drop = Box::new(move |_, _| armed.replace(false));
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 2_000_000, io));
+    p.run(Instant::from_millis(300));
+    // The next new segment is lost; the ACKs of what follows it are 600 ms late.
+    arm.set(true);
+    p.pipes[1].delay = Duration::from_millis(600);
+    p.run(Instant::from_millis(320));
+    p.pipes[1].delay = Duration::from_millis(20);
+    p.run(Instant::from_secs(30));
+    assert_eq!(p.dropped, 1);
+    assert_eq!(p.delivered(), 2_000_000);
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert!(s.spurious_timeouts >= 1, "{s:?}");
+    assert_eq!(s.timeouts, s.spurious_timeouts, "no real timeout: {s:?}");
+    assert_eq!(s.fast_retransmits, 1, "{s:?}");
+}
+
+/// Rescue retransmission (RFC 6675 NextSeg rule 4): a 30-segment write loses segment 20
+/// and its last segment. SACKs above segment 20 start a recovery; nothing SACKs the tail,
+/// so no rule marks it lost. `rfc` resends it once the pipe has room and no new data is
+/// left (the rescue), so both losses are repaired in the one recovery; `linux` has no
+/// rescue (Linux's tail-loss probe is not modelled) and waits for the timeout.
+#[test]
+fn a_lost_tail_in_sack_recovery_gets_the_rescue_retransmission() {
+    for (profile, timeouts) in [("rfc", 0), ("linux", 1)] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mss = cfg.mss as u64;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = Box::new(|n, _| n == 20 || n == 29);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 30 * mss, io));
+        p.run(Instant::from_secs(30));
+        assert_eq!(p.dropped, 2, "{profile}");
+        assert_eq!(p.delivered(), 30 * mss, "{profile}");
+        let s = *p.c[0].as_ref().unwrap().stats();
+        assert_eq!(s.fast_retransmits, 1, "{profile}: {s:?}");
+        assert_eq!(s.timeouts, timeouts, "{profile}: {s:?}");
+        assert_eq!(s.retransmits, 2, "{profile}: {s:?}");
+    }
+}
+
+/// Data segments the client sent at `t`.
+fn sent_at(p: &Pair, t: Instant) -> Vec<u32> {
+    p.log
+        .iter()
+        .filter(|(at, from, h)| *at == t && *from == 0 && h.payload_len > 0)
+        .map(|(_, _, h)| h.payload_len)
+        .collect()
+}
+
+/// Nagle per profile. A write of one MSS and a bit: `rfc` (RFC 896) holds the short tail
+/// until the full segment is acknowledged; `linux` (Minshall's variant) sends it at once,
+/// no short segment being unacknowledged. Two short writes: both hold the second while the
+/// first is unacknowledged. A short write that ends with the FIN: `linux` never holds the
+/// FIN (`tcp_nagle_test`), `rfc` does.
+#[test]
+fn nagle_rfc896_and_minshall() {
+    for (profile, minshall) in [("rfc", false), ("linux", true)] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        let mss = cfg.mss;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.run(Instant::from_millis(500));
+        let t = p.now;
+        p.with(0, |c, now, io| c.write(now, mss as u64 + 100, io));
+        let expect = if minshall { vec![mss, 100] } else { vec![mss] };
+        assert_eq!(sent_at(&p, t), expect, "{profile}: one MSS and a bit");
+        p.run(Instant::from_secs(2));
+        assert_eq!(p.delivered(), mss as u64 + 100, "{profile}");
+        // Two short writes back to back: the second waits for the first's ACK.
+        let t = p.now;
+        p.with(0, |c, now, io| {
+            c.write(now, 100, io);
+            c.write(now, 100, io);
+        });
+        assert_eq!(sent_at(&p, t), vec![100], "{profile}: two short writes");
+        p.run(Instant::from_secs(4));
+        assert_eq!(p.delivered(), mss as u64 + 300, "{profile}");
+        // A short segment outstanding, then a short write and the close.
+        let t = p.now;
+        p.with(0, |c, now, io| {
+            c.write(now, 100, io);
+            c.write(now, 100, io);
+            c.close(now, io);
+        });
+        let expect = if minshall { vec![100, 100] } else { vec![100] };
+        assert_eq!(sent_at(&p, t), expect, "{profile}: the FIN");
+        p.run(Instant::from_secs(6));
+        assert_eq!(p.delivered(), mss as u64 + 500, "{profile}");
+    }
+}
+
+/// Zero window and the persist timer, each profile. The server's application stops
+/// reading: its 20 kB buffer fills and it advertises a zero window. The client, with data
+/// waiting and nothing in flight, probes through the persist timer — segments without data
+/// at SND.UNA - 1, each answered with the window — backing off exponentially. No probe is
+/// a retransmission: no timeout, no retransmission, cwnd kept. When the application reads
+/// again, the window update restarts the transfer.
+#[test]
+fn zero_window_is_probed_by_the_persist_timer_with_backoff() {
+    for profile in ["paper", "rfc", "linux"] {
+        let mut cfg = TcpConfig::profile(profile).unwrap();
+        cfg.rcvbuf = 20_000;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.run(Instant::from_millis(100));
+        p.with(1, |c, _, _| c.pause_reading());
+        p.with(0, |c, now, io| c.write(now, 100_000, io));
+        p.run(Instant::from_secs(20));
+        let server = p.c[1].as_ref().unwrap();
+        assert_eq!(p.delivered(), 0, "{profile}: nothing read");
+        assert_eq!(
+            server.unread_bytes(),
+            20_000,
+            "{profile}: the buffer is full"
+        );
+        let last_window = p
+            .log
+            .iter()
+            .rev()
+            .find(|(_, from, _)| *from == 1)
+            .map(|(_, _, h)| h.tcp_repr().unwrap().window)
+            .unwrap();
+        assert_eq!(last_window, 0, "{profile}: a zero window");
+        let client = p.c[0].as_ref().unwrap();
+        let s = *client.stats();
+        assert_eq!((s.timeouts, s.retransmits), (0, 0), "{profile}: {s:?}");
+        let cwnd = client.cwnd();
+        // The probes: no data, one below SND.UNA; each gap twice the previous.
+        let probes: Vec<Instant> = p
+            .log
+            .iter()
+            .filter(|(_, from, h)| *from == 0 && h.payload_len == 0)
+            .filter(|(_, _, h)| h.tcp_repr().unwrap().seq.0 == 1_000 + 20_000)
+            .map(|(t, _, _)| *t)
+            .collect();
+        assert_eq!(s.window_probes, probes.len() as u64, "{profile}");
+        assert!(probes.len() >= 3, "{profile}: {probes:?}");
+        let rto = client.rto();
+        for (i, w) in probes.windows(2).enumerate() {
+            assert_eq!(
+                w[1] - w[0],
+                rto * (2 << i),
+                "{profile}: probe {i}: {probes:?}"
+            );
+        }
+        // Reading again: everything arrives, driven by the window updates.
+        p.with(1, |c, now, io| c.resume_reading(now, io));
+        p.run(Instant::from_secs(40));
+        assert_eq!(p.delivered(), 100_000, "{profile}");
+        let c = p.c[0].as_ref().unwrap();
+        assert_eq!(c.stats().timeouts, 0, "{profile}");
+        assert!(c.cwnd() >= cwnd, "{profile}: cwnd kept");
     }
 }

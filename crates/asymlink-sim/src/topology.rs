@@ -1,0 +1,265 @@
+//! Building the simulator's world from a validated scenario, in steps: the topology
+//! (nodes, hosts and their addresses), the link directions, the middleboxes on them, and
+//! static routes. `World::build` runs them, then adds flows and captures.
+
+use crate::engine::{Host, LinkDir, MbState, Node, NodeRole, Source};
+use crate::packet::NodeId;
+use crate::queue::Timer;
+use crate::scenario::{NodeKind, Spec};
+use crate::tcp::{Conditioner, RwndPolicy};
+use asymlink_core::config::ConfigError;
+use asymlink_core::link::{loss_seed, Link};
+use asymlink_core::pipeline::{Dir, Egress, Middlebox};
+use asymlink_core::rand::{derive_seed, Rng};
+use core::net::{IpAddr, Ipv4Addr};
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// No route toward a host (`World::routes`).
+pub(crate) const NO_ROUTE: u32 = u32::MAX;
+
+fn host_addr(k: usize) -> IpAddr {
+    let k = k as u32 + 1;
+    IpAddr::V4(Ipv4Addr::new(10, (k >> 16) as u8, (k >> 8) as u8, k as u8))
+}
+
+/// Nodes in scenario order, and the hosts among them (addresses assigned, conditioners
+/// and window policies built).
+pub(crate) fn build_topology(spec: &Spec) -> Result<(Vec<Node>, Vec<Host>), ConfigError> {
+    let mut nodes = Vec::new();
+    let mut hosts = Vec::new();
+    let mut routers = 0u32;
+    let mut used: HashSet<IpAddr> = spec.nodes.iter().filter_map(|n| n.addr).collect();
+    let mut auto = 0usize;
+    for n in &spec.nodes {
+        let role = match n.kind {
+            NodeKind::Host => {
+                let addr = match n.addr {
+                    Some(a) => a,
+                    None => loop {
+                        let a = host_addr(auto);
+                        auto += 1;
+                        if used.insert(a) {
+                            break a;
+                        }
+                    },
+                };
+                let conditioner = match &n.conditioner {
+                    Some(cfg) => Some(Box::new(
+                        crate::conditioner::AggregateConditioner::new(cfg)
+                            .map_err(|e| e.within(format!("nodes[{}].conditioner", nodes.len())))?,
+                    ) as Box<dyn Conditioner>),
+                    None => None,
+                };
+                hosts.push(Host {
+                    node: nodes.len() as NodeId,
+                    conns: Vec::new(),
+                    conditioner,
+                    rwnd: n.rwnd_policy.as_ref().map(|c| {
+                        Box::new(crate::rwnd::RwndHost::new(c).expect("validated"))
+                            as Box<dyn RwndPolicy>
+                    }),
+                    cond_timer: Timer::default(),
+                    addr,
+                    out_dir: u32::MAX,
+                    listeners: HashMap::new(),
+                    udp: HashMap::new(),
+                    demux: HashMap::new(),
+                    next_port: 40_000,
+                });
+                NodeRole::Host(hosts.len() as u32 - 1)
+            }
+            NodeKind::Router => {
+                routers += 1;
+                NodeRole::Router(routers - 1)
+            }
+        };
+        nodes.push(Node { role });
+    }
+    Ok((nodes, hosts))
+}
+
+/// The link graph: `adj[node]` lists (neighbour, link direction leaving toward it).
+pub(crate) type Adjacency = Vec<Vec<(usize, u32)>>;
+
+/// Link directions (link i has `2i` toward b and `2i + 1` toward a), each with its own
+/// discipline, and the link graph. Sets each host's outgoing direction.
+pub(crate) fn build_links(
+    spec: &Spec,
+    seed: u64,
+    nodes: &[Node],
+    hosts: &mut [Host],
+) -> Result<(Vec<LinkDir>, Adjacency), ConfigError> {
+    let mut dirs = Vec::new();
+    let mut adj: Adjacency = vec![Vec::new(); nodes.len()];
+    for (i, l) in spec.links.iter().enumerate() {
+        for (d, (from, to, ds, dname)) in [(l.a, l.b, &l.to_b, "to_b"), (l.b, l.a, &l.to_a, "to_a")]
+            .into_iter()
+            .enumerate()
+        {
+            let id = (2 * i + d) as u32;
+            if ds.queue.as_ref().is_some_and(|q| q.needs_peer()) {
+                return Err(ConfigError::new(
+                    format!("links[{i}].{dname}.queue"),
+                    "this discipline watches the opposite direction (an ack_shaper); \
+                     place it in a [[middleboxes]] direction on a router",
+                ));
+            }
+            let egress = Egress::new(
+                &ds.egress(),
+                ds.rate,
+                derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
+            )
+            .map_err(|e| e.within(format!("links[{i}].{dname}")))?;
+            dirs.push(LinkDir {
+                name: format!("{}:{dname}", l.name),
+                link: l.name.clone(),
+                dir_name: dname,
+                to: to as NodeId,
+                line: Link::new(ds, Rng::new(loss_seed(seed, &l.name, dname)), false),
+                source: Source::Own(egress),
+                txdone: Timer::default(),
+                wake: Timer::default(),
+                tx_acks: (0, 0, 0),
+                sojourn_sum_ns: 0,
+                sojourn_max_ns: 0,
+                sojourn_hist: Default::default(),
+                captures: Vec::new(),
+            });
+            adj[from].push((to, id));
+            if let NodeRole::Host(h) = nodes[from].role {
+                hosts[h as usize].out_dir = id;
+            }
+        }
+    }
+    Ok((dirs, adj))
+}
+
+/// The middleboxes: each replaces the router's egress on its two links. Then every
+/// direction learns whether its discipline wants to see the link go idle.
+pub(crate) fn build_middleboxes(
+    spec: &Spec,
+    seed: u64,
+    dirs: &mut [LinkDir],
+) -> Result<Vec<MbState>, ConfigError> {
+    let mut mbs = Vec::new();
+    for (i, m) in spec.middleboxes.iter().enumerate() {
+        let out_dir = |li: usize| -> u32 {
+            let l = &spec.links[li];
+            if l.a == m.node {
+                (2 * li) as u32
+            } else {
+                (2 * li + 1) as u32
+            }
+        };
+        // Side a's link carries traffic *to* a: the router's egress onto link a.
+        let to_a = out_dir(m.a);
+        let to_b = out_dir(m.b);
+        let rates = [
+            dirs[to_b as usize].line.rate(),
+            dirs[to_a as usize].line.rate(),
+        ];
+        let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
+            .map_err(|e| e.within(format!("middleboxes[{i}]")))?;
+        for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
+            dirs[id as usize].source = Source::Mb(i as u32, d);
+        }
+        mbs.push(MbState {
+            name: format!(
+                "{}[{}|{}]",
+                spec.nodes[m.node].name, spec.links[m.a].name, spec.links[m.b].name
+            ),
+            mb,
+            dirs: [to_b, to_a],
+            timer: Timer::default(),
+        });
+    }
+    for d in dirs.iter_mut() {
+        d.line.set_idle_dequeue(match &d.source {
+            Source::Own(e) => e.qdisc().wants_idle_dequeue(),
+            Source::Mb(m, md) => mbs[*m as usize].mb.egress(*md).qdisc().wants_idle_dequeue(),
+        });
+    }
+    Ok(mbs)
+}
+
+/// Static routes, `routes[router][host]`: BFS from every host over the link graph (hop
+/// count, ties broken by link order) gives each router its next hop toward each host.
+/// Fails if a flow's endpoints are not connected.
+pub(crate) fn build_routes(
+    spec: &Spec,
+    nodes: &[Node],
+    hosts: &[Host],
+    adj: &Adjacency,
+) -> Result<Vec<Vec<u32>>, ConfigError> {
+    let routers = nodes
+        .iter()
+        .filter(|n| matches!(n.role, NodeRole::Router(_)))
+        .count();
+    let mut routes = vec![vec![NO_ROUTE; hosts.len()]; routers];
+    for (hi, h) in hosts.iter().enumerate() {
+        let target = h.node as usize;
+        let mut dist = vec![u32::MAX; nodes.len()];
+        dist[target] = 0;
+        let mut q = VecDeque::from([target]);
+        while let Some(u) = q.pop_front() {
+            for &(v, _) in &adj[u] {
+                if dist[v] == u32::MAX {
+                    dist[v] = dist[u] + 1;
+                    // Hosts do not forward.
+                    if matches!(nodes[v].role, NodeRole::Router(_)) {
+                        q.push_back(v);
+                    }
+                }
+            }
+        }
+        for (u, n) in nodes.iter().enumerate() {
+            if let NodeRole::Router(r) = n.role {
+                if dist[u] == u32::MAX || u == target {
+                    continue;
+                }
+                let best = adj[u]
+                    .iter()
+                    .filter(|(v, _)| dist[*v] != u32::MAX && dist[*v] + 1 == dist[u])
+                    .map(|&(_, d)| d)
+                    .next();
+                if let Some(d) = best {
+                    routes[r as usize][hi] = d;
+                }
+            }
+        }
+    }
+    for (i, f) in spec.flows.iter().enumerate() {
+        let (a, b) = (f.from, f.to);
+        if !reachable(nodes, adj, a, b) {
+            return Err(ConfigError::new(
+                format!("flows[{i}]"),
+                format!(
+                    "no path from '{}' to '{}'",
+                    spec.nodes[a].name, spec.nodes[b].name
+                ),
+            ));
+        }
+    }
+    Ok(routes)
+}
+
+fn reachable(nodes: &[Node], adj: &[Vec<(usize, u32)>], a: usize, b: usize) -> bool {
+    let mut seen = vec![false; nodes.len()];
+    let mut q = VecDeque::from([a]);
+    seen[a] = true;
+    while let Some(u) = q.pop_front() {
+        if u == b {
+            return true;
+        }
+        if u != a && !matches!(nodes[u].role, NodeRole::Router(_)) {
+            continue;
+        }
+        for &(v, _) in &adj[u] {
+            if !seen[v] {
+                seen[v] = true;
+                q.push_back(v);
+            }
+        }
+    }
+    false
+}
