@@ -31,6 +31,7 @@ pub fn value(r: &Results, table: &str, key_col: &str, key: &str, col: &str) -> f
 
 /// Goodput of `flow` in bit/s between the monitor samples nearest `from` and `to` seconds
 /// (from the `flows` table's `bytes_delivered`).
+#[allow(dead_code)] // each test binary compiles this module; not all use this helper
 pub fn goodput_between(r: &Results, flow: &str, from: f64, to: f64) -> f64 {
     let t = r.table("flows").unwrap();
     let (ColumnData::F64(at), ColumnData::Str(names), ColumnData::I64(bytes)) = (
