@@ -99,7 +99,8 @@ def test_line_expands_into_both_directions(box_cmd: list[str], tmp_path: Path) -
     assert "line" not in eff
     up, down = eff["to_b"]["qdisc"], eff["to_a"]["qdisc"]
     assert up["classes"][0]["rate"] == "486400bit" and up["linklayer"] == "llc_snap_routed"
-    assert [c["name"] for c in up["classes"]] == ["line", "ack", "interactive", "bulk"]
+    assert [c["name"] for c in up["classes"]] == ["line", "interactive", "bulk"]
+    assert up["classes"][2]["queue"]["ack_filter"] is True
     assert down["ingress"] is True and down["classes"][0]["rate"] == "7600000bit"
     cfg.write_text('line = { down = "8Mbit", up = "512kbit", up_fraction = 2.0 }\n'
                    '[interfaces]\na = "al-none0"\nb = "al-none1"\n')

@@ -13,13 +13,15 @@
 //! keep it short.
 //!
 //! * Toward the line: HTB at `up_fraction` (or `down_fraction`) of the line rate, charged
-//!   in the line's wire bytes, with three classes under it: pure ACKs (a quarter of the
-//!   rate guaranteed; an ACK filter that only removes ACKs a newer one supersedes),
-//!   interactive traffic (a tenth; DSCP EF/CS6/CS7, or IP packets of at most 200 bytes;
-//!   `fq_codel`), and bulk (the rest; fair between hosts and then between each host's
-//!   flows, `host_fq_codel`). Every class may borrow the whole rate; what is left over
-//!   goes to interactive traffic first, then to ACKs, then to bulk (a keystroke does not
-//!   wait behind a train of ACKs; the ACKs keep their guaranteed quarter).
+//!   in the line's wire bytes, with two classes under it: interactive traffic (a tenth;
+//!   DSCP EF/CS6/CS7, or IP packets of at most 200 bytes that are not pure ACKs;
+//!   `fq_codel`), first for what it needs, and everything else (the rest; fair between
+//!   hosts and then between each host's flows, `host_fq_codel`, with the ACK filter of the
+//!   flow queues). A download's ACKs are a flow of their own there: they wait their
+//!   fair-queueing turn behind an upload, and while they wait each newer ACK supersedes
+//!   the one before it, so fewer, larger ACKs cross the line and the upload keeps its
+//!   share — CAKE's `ack-filter` design. A fixed-rate ACK class was measured against it
+//!   and lost on both transfers (docs/adsl.md).
 //! * Off the line: HTB in ingress mode (a packet it drops has already crossed the line
 //!   and is charged as sent) with one `host_fq_codel` leaf, fair between the home hosts.
 //!
@@ -75,7 +77,7 @@ pub struct LineConfig {
     /// Fraction of the downstream rate the box shapes to (default 0.95).
     #[serde(default = "fraction_default")]
     pub down_fraction: f64,
-    /// Filter superseded pure ACKs in the ACK class (default true).
+    /// Filter superseded pure ACKs in the flow queues toward the line (default true).
     #[serde(default = "yes")]
     pub ack_filter: bool,
 }
@@ -100,6 +102,24 @@ impl LineConfig {
         Rate((r.0 as f64 * f).round() as u64)
     }
 
+    /// CoDel's target and interval (µs) for the direction `way` coming off the line: the
+    /// target covers half of one MTU's serialisation the other way (within 5-20 ms), the
+    /// interval grows by as much (CAKE's rule for a raised target). Under an upload, the
+    /// download's ACKs wait behind upload packets and reach the sender in bunches up to
+    /// an MTU's time apart, so the download's queue in the box swings that far without
+    /// standing; a 5 ms target there cut the download during an upload by 5 % (in the
+    /// simulator and the lab; docs/adsl.md).
+    fn ingress_codel(&self, way: Way) -> (u64, u64) {
+        let other = match way {
+            Way::Up => Way::Down,
+            Way::Down => Way::Up,
+        };
+        let mtu_bits = 8 * u64::from(self.linklayer.build().wire_len(1500));
+        let mtu_us = mtu_bits * 1_000_000 / self.rate(other).0.max(1);
+        let target = (mtu_us / 2).clamp(5_000, 20_000);
+        (target, 100_000 + (target - 5_000))
+    }
+
     /// Whether `way` leaves the box toward the line (otherwise it comes off the line).
     fn toward_line(&self, way: Way) -> bool {
         matches!(
@@ -117,32 +137,27 @@ impl LineConfig {
             Way::Down => "dst",
         };
         if !self.toward_line(way) {
+            let (target, interval) = self.ingress_codel(way);
             return format!(
                 "[qdisc]\nkind = \"htb\"\ningress = true\ndefault = \"all\"\nclasses = [\n  \
                  {{ name = \"all\", rate = \"{s}bit\", queue = {{ kind = \"host_fq_codel\", \
-                 hosts = \"{hosts}\" }} }},\n]\n"
+                 hosts = \"{hosts}\", target = \"{target}us\", interval = \"{interval}us\" }} }},\n]\n"
             );
         }
-        let ack_queue = match self.ack_filter {
-            true => "{ kind = \"ack_filter\", policy = \"classic\" }",
-            false => "{ kind = \"fifo\", limit = \"1000p\" }",
-        };
         format!(
             "[classifier]\ndefault = \"bulk\"\nrules = [\n  \
-             {{ class = \"ack\", match = {{ pure_ack = true }} }},\n  \
              {{ class = \"interactive\", match = {{ dscp = [46, 48, 56] }} }},\n  \
-             {{ class = \"interactive\", match = {{ max_len = 200 }} }},\n]\n\
+             {{ class = \"interactive\", match = {{ max_len = 200, pure_ack = false }} }},\n]\n\
              [qdisc]\nkind = \"htb\"\ndefault = \"bulk\"\nclasses = [\n  \
              {{ name = \"line\", rate = \"{s}bit\" }},\n  \
-             {{ name = \"ack\", parent = \"line\", rate = \"{ack}bit\", ceil = \"{s}bit\", \
-             prio = 1, queue = {ack_queue} }},\n  \
              {{ name = \"interactive\", parent = \"line\", rate = \"{int}bit\", \
              ceil = \"{s}bit\", prio = 0, queue = {{ kind = \"fq_codel\" }} }},\n  \
              {{ name = \"bulk\", parent = \"line\", rate = \"{bulk}bit\", ceil = \"{s}bit\", \
-             prio = 2, queue = {{ kind = \"host_fq_codel\", hosts = \"{hosts}\" }} }},\n]\n",
-            ack = s / 4,
+             prio = 1, queue = {{ kind = \"host_fq_codel\", hosts = \"{hosts}\", \
+             ack_filter = {ack_filter} }} }},\n]\n",
             int = s / 10,
-            bulk = s - s / 4 - s / 10,
+            bulk = s - s / 10,
+            ack_filter = self.ack_filter,
         )
     }
 }
@@ -226,11 +241,15 @@ mod tests {
         );
         assert_eq!(
             t["to_b"]["classifier"]["rules"][0]["class"].as_str(),
-            Some("ack")
+            Some("interactive")
         );
         let down = &t["to_a"]["qdisc"];
         assert_eq!(down["ingress"].as_bool(), Some(true));
         assert_eq!(down["classes"][0]["rate"].as_str(), Some("7600000bit"));
+        // Half of a 1500-byte packet's 32 cells (13 568 bits) at 486.4 kbit/s: 13.9 ms.
+        let q = &down["classes"][0]["queue"];
+        assert_eq!(q["target"].as_str(), Some("13947us"));
+        assert_eq!(q["interval"].as_str(), Some("108947us"));
         assert_eq!(
             down["classes"][0]["queue"]["hosts"].as_str(),
             Some("dst"),
@@ -238,6 +257,23 @@ mod tests {
         );
         let mb = build(&t);
         assert_eq!(mb.egress(crate::pipeline::Dir::ToB).qdisc().kind(), "htb");
+    }
+
+    #[test]
+    fn acks_share_the_flow_queues_and_are_filtered_there() {
+        let t = expanded("line = { down = \"8Mbit\", up = \"512kbit\" }");
+        let bulk = &t["to_b"]["qdisc"]["classes"][2];
+        assert_eq!(bulk["name"].as_str(), Some("bulk"));
+        assert_eq!(bulk["queue"]["ack_filter"].as_bool(), Some(true));
+        // A pure ACK is never "interactive", however small.
+        let rule = &t["to_b"]["classifier"]["rules"][1]["match"];
+        assert_eq!(rule["pure_ack"].as_bool(), Some(false));
+        let t = expanded("line = { down = \"8Mbit\", up = \"512kbit\", ack_filter = false }");
+        assert_eq!(
+            t["to_b"]["qdisc"]["classes"][2]["queue"]["ack_filter"].as_bool(),
+            Some(false)
+        );
+        build(&t);
     }
 
     #[test]

@@ -274,6 +274,11 @@ const QDISCS: &[&str] = &[
     "kind = \"ack_filter\"\npolicy = \"threshold\"\ndelta = 2\nservice = \"round_robin\"\nmax_connections = 2",
     "kind = \"ack_fifo\"\nlimit = \"5p\"\ndrop = \"lowest_seq\"\nmax_connections = 2",
     "kind = \"ack_shaper\"\nthreshold = \"50KB\"\nleak = { kind = \"interval\", interval = \"1ms\" }\nper_connection = true\nbuckets = 3",
+    // Flow queues with the ACK filter; two queues, so that connections collide.
+    "kind = \"fq_codel\"\nflows = 2\nack_filter = true\nlimit = \"30p\"",
+    "kind = \"fq_codel\"\nflows = 2\nlimit = \"30p\"",
+    "kind = \"host_fq_codel\"\nflows = 8\nhost_buckets = 8\nack_filter = true",
+    "kind = \"host_fq_codel\"\nflows = 8\nhost_buckets = 8",
 ];
 
 proptest! {
@@ -285,7 +290,7 @@ proptest! {
     ) {
         let input = packets(&script);
         for src in QDISCS {
-            run_qdisc(src, &input)?;
+            run_qdisc(src, &input).map_err(|e| TestCaseError::fail(format!("{src}: {e}")))?;
         }
     }
 

@@ -13,6 +13,15 @@ use asymlink_sim::{RunOptions, Simulation};
 use common::run;
 
 fn scenario(middlebox: &str) -> String {
+    scenario_with("512kbit", true, middlebox)
+}
+
+/// The line with an uplink of `up`, a download, an upload (if `upload`) and pings.
+fn scenario_with(up: &str, upload: bool, middlebox: &str) -> String {
+    let upload = match upload {
+        true => "[[flows]]\nname = \"up\"\nfrom = \"client\"\nto = \"server\"\nport = 5001\napp = { kind = \"bulk\" }",
+        false => "",
+    };
     format!(
         r#"
         duration = "30s"
@@ -44,7 +53,7 @@ fn scenario(middlebox: &str) -> String {
         delay = "5ms"
         linklayer = {{ framing = "atm", overhead = 10 }}
         to_a = {{ queue = {{ kind = "fifo", limit = "1000p" }} }}
-        to_b = {{ rate = "512kbit", queue = {{ kind = "fifo", limit = "1000p" }} }}
+        to_b = {{ rate = "{up}", queue = {{ kind = "fifo", limit = "1000p" }} }}
         [[links]]
         name = "core"
         a = "isp"
@@ -58,12 +67,7 @@ fn scenario(middlebox: &str) -> String {
         to = "client"
         port = 80
         app = {{ kind = "bulk", open = "receiver" }}
-        [[flows]]
-        name = "up"
-        from = "client"
-        to = "server"
-        port = 5001
-        app = {{ kind = "bulk" }}
+        {upload}
         [[flows]]
         name = "ping"
         from = "client"
@@ -126,6 +130,29 @@ fn one_line_keeps_both_directions_moving_and_latency_low() {
     assert!(lp <= goal, "ping p90 {lp} ms > {goal} ms (plain {pp} ms)");
     assert!(lu > 0.2, "upload {lu} Mbit/s");
     assert!(ld > 4.0, "download {ld} Mbit/s");
+}
+
+#[test]
+fn on_a_20_to_1_line_the_download_keeps_its_rate_during_an_upload() {
+    // 8 Mbit/s / 400 kbit/s ATM: the download's ACKs alone would need 62 % of the shaped
+    // uplink; the ACK class is guaranteed half of it (a quarter left the download at 87 %).
+    let mb = r#"
+        [[middleboxes]]
+        node = "mbox"
+        a = "lan"
+        b = "adsl"
+        line = { down = "8Mbit", up = "400kbit", linklayer = { framing = "atm", overhead = 10 } }
+        "#;
+    // After the start-up (both transfers from 0 s), to the end of the run.
+    let rate = |r: &Results, flow: &str| common::goodput_between(r, flow, 8.0, 30.0) / 1e6;
+    let alone = rate(&run(&scenario_with("400kbit", false, mb)), "down");
+    let both = run(&scenario_with("400kbit", true, mb));
+    let (down, up) = (rate(&both, "down"), rate(&both, "up"));
+    eprintln!(
+        "20:1 line: download alone {alone:.2}, with an upload {down:.2} (upload {up:.3}) Mbit/s"
+    );
+    assert!(down >= 0.9 * alone, "download {down} vs alone {alone}");
+    assert!(up > 0.15, "upload {up} Mbit/s");
 }
 
 #[test]

@@ -26,13 +26,24 @@
 //!
 //! CoDel on every queue is [`codel`](super::codel)'s, with its low-rate target: a leaf of
 //! an HTB or HFSC class takes the class's rate. Deliberately not modelled: Linux's batch
-//! drops, `ce_threshold`, and CAKE's diffserv tins and ACK filter (the latter is its own
-//! discipline here).
+//! drops, `ce_threshold`, and CAKE's diffserv tins.
+//!
+//! **ACK filtering in the flow queues** (`ack_filter = true`, CAKE's `ack-filter`): when a
+//! pure ACK joins its flow queue, the ACKs of the same connection queued just before it
+//! that it supersedes are removed (`ack_superseded`), by the rules of [`crate::ack`]:
+//! never a duplicate ACK, SACK or ECN information the newer one lacks, a window update,
+//! a signed segment. A connection's ACKs then wait their fair-queueing turn behind the
+//! other flows (an upload) as one ACK that grows, instead of a train. Only a contiguous
+//! run of the connection's ACKs directly before the new one is removed, newest first, and
+//! the scan stops at the first packet that stays (or at the newest ACK whose duplicate
+//! status history decided), so the connection's packets keep their order.
 
 use super::codel::{CodelCounters, CodelCtx, CodelParams, CodelVars, StampedQueue};
 use super::{
-    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, Qdisc, QdiscStats, Stage, Verdict,
+    Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, FilterReason, Qdisc, QdiscStats,
+    Stage, Verdict,
 };
+use crate::ack::{may_remove, AckMeta, AckState};
 use crate::packet::Pkt;
 use crate::rand::splitmix64;
 use crate::time::{Duration, Instant};
@@ -76,6 +87,10 @@ pub struct FqCodelConfig {
     /// Rate for CoDel's low-rate target (default: the link's or class's).
     #[serde(default)]
     pub rate: Option<Rate>,
+    /// Remove queued pure ACKs a newer ACK of the same connection supersedes (default
+    /// false).
+    #[serde(default)]
+    pub ack_filter: bool,
 }
 
 /// Which address makes a packet's host.
@@ -131,6 +146,10 @@ pub struct HostFqCodelConfig {
     /// Rate for CoDel's low-rate target (default: the link's or class's).
     #[serde(default)]
     pub rate: Option<Rate>,
+    /// Remove queued pure ACKs a newer ACK of the same connection supersedes (default
+    /// false).
+    #[serde(default)]
+    pub ack_filter: bool,
 }
 
 fn default_limit() -> Limit {
@@ -170,6 +189,11 @@ struct Flow<P> {
     tag: u64,
     /// Host slot of the flow using it (host-then-flow).
     host: u32,
+    /// Whether packets of other flows of the same host share it (host-then-flow, when
+    /// their set was full); cleared when it is taken afresh.
+    guests: bool,
+    /// ACK filtering state (used only with `ack_filter`).
+    acks: FlowAcks,
 }
 
 impl<P> Flow<P> {
@@ -181,7 +205,91 @@ impl<P> Flow<P> {
             listed: false,
             tag: 0,
             host: 0,
+            guests: false,
+            acks: FlowAcks::default(),
         }
+    }
+}
+
+/// What a flow queue knows to filter its ACKs: the connection whose ACK history it keeps
+/// (a flow queue normally holds one connection; on a hash collision the history follows
+/// the newest packet's connection, which only makes filtering rarer), and how many of the
+/// newest queued packets came after the newest packet that must stay whatever follows it
+/// (an ACK that history marks as a possible duplicate, or any packet that is not a
+/// removable ACK). `usize::MAX`: no such packet is queued.
+#[derive(Debug)]
+struct FlowAcks {
+    conn: Option<FlowKey>,
+    state: AckState,
+    since_pin: usize,
+}
+
+impl Default for FlowAcks {
+    fn default() -> Self {
+        FlowAcks {
+            conn: None,
+            state: AckState::new(),
+            since_pin: usize::MAX,
+        }
+    }
+}
+
+/// Filter a flow queue's ACKs for the packet just pushed at its tail: remove the
+/// contiguous run of the same connection's ACKs directly before it that it supersedes,
+/// recorded in `stats` and `drops`.
+fn filter_acks<P: Pkt>(flow: &mut Flow<P>, stats: &mut QdiscStats, drops: &mut Drops<P>) {
+    let len = flow.q.q.len();
+    let Some(newest) = flow.q.q.back() else {
+        return;
+    };
+    let Some(h) = newest.pkt.headers() else {
+        flow.acks.since_pin = 0;
+        return;
+    };
+    let key = h.flow_key();
+    if flow.acks.conn != Some(key) {
+        flow.acks.conn = Some(key);
+        flow.acks.state = AckState::new();
+    }
+    let Some(newer) = flow.acks.state.observe(h) else {
+        flow.acks.since_pin = 0;
+        return;
+    };
+    // Packets older than the newest pinned one are out of reach: the scan would stop there.
+    let reach = flow.acks.since_pin.min(len - 1);
+    flow.acks.since_pin = match newer.removable {
+        Ok(()) => flow.acks.since_pin.saturating_add(1),
+        Err(_) => 0,
+    };
+    if !newer.has_ack {
+        return;
+    }
+    let wscale = flow.acks.state.wscale();
+    let mut n = 0;
+    for s in flow.q.q.iter().rev().skip(1).take(reach) {
+        let queued = s.pkt.headers().and_then(|qh| {
+            (qh.flow_key() == key)
+                .then(|| AckMeta::of(qh))
+                .flatten()
+                .map(|m| AckMeta { wscale, ..m })
+        });
+        match queued {
+            Some(q) if may_remove(&q, &newer).is_ok() => n += 1,
+            _ => break,
+        }
+    }
+    if n == 0 {
+        return;
+    }
+    let v = Verdict::Filtered(FilterReason::AckSuperseded);
+    for s in flow.q.q.drain(len - 1 - n..len - 1) {
+        let l = s.pkt.ip_len();
+        flow.q.bytes -= u64::from(l);
+        stats.on_remove(v, l);
+        drops.push(s.pkt, v, Stage::Removed);
+    }
+    if flow.acks.since_pin != usize::MAX {
+        flow.acks.since_pin -= n;
     }
 }
 
@@ -345,6 +453,7 @@ pub struct FqCodel<P> {
     stats: QdiscStats,
     counters: CodelCounters,
     new_flow_count: u64,
+    ack_filter: bool,
 }
 
 impl<P: Pkt> FqCodel<P> {
@@ -378,6 +487,7 @@ impl<P: Pkt> FqCodel<P> {
             stats: QdiscStats::default(),
             counters: CodelCounters::default(),
             new_flow_count: 0,
+            ack_filter: cfg.ack_filter,
         })
     }
 
@@ -406,6 +516,9 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
             self.new_flow_count += 1;
         }
         self.stats.on_enqueue(len);
+        if self.ack_filter {
+            filter_acks(&mut self.flows[i], &mut self.stats, drops);
+        }
         drop_from_fattest(
             &mut self.flows,
             self.limit,
@@ -482,6 +595,7 @@ pub struct HostFqCodel<P> {
     counters: CodelCounters,
     new_flow_count: u64,
     new_host_count: u64,
+    ack_filter: bool,
 }
 
 /// Find a way in the set of `tag` (tables of a multiple of [`WAYS`] entries): one already
@@ -545,6 +659,7 @@ impl<P: Pkt> HostFqCodel<P> {
             counters: CodelCounters::default(),
             new_flow_count: 0,
             new_host_count: 0,
+            ack_filter: cfg.ack_filter,
         })
     }
 
@@ -576,13 +691,29 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
                 return;
             }
         };
-        // The flow slot: its own, else a free way, else a busy way of the same host.
+        // The flow slot: its own, else the busy way of the same host where earlier packets
+        // of the flow wait as guests (the set was full when they came; the flow's packets
+        // must not overtake them), else a free way, else a busy way of the same host.
         let ftag = flow_hash(&pkt, self.perturb);
+        let perturb = self.perturb;
+        let flows = &self.flows;
+        let guest_in = |set: usize| {
+            (set..set + WAYS).find(|&i| {
+                let w = &flows[i];
+                w.listed
+                    && w.guests
+                    && w.host == h as u32
+                    && w.q.q.iter().any(|s| flow_hash(&s.pkt, perturb) == ftag)
+            })
+        };
         let f = match set_lookup(self.flows.len(), ftag, |i| {
             self.flows[i].listed.then_some(self.flows[i].tag)
         }) {
-            Ok(f) => f,
-            Err(set) => match (set..set + WAYS).find(|&i| self.flows[i].host == h as u32) {
+            Ok(f) if self.flows[f].listed => f,
+            Ok(free) => guest_in(free - free % WAYS).unwrap_or(free),
+            Err(set) => match guest_in(set)
+                .or_else(|| (set..set + WAYS).find(|&i| self.flows[i].host == h as u32))
+            {
                 Some(f) => f,
                 None => {
                     self.stats
@@ -592,6 +723,9 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
                 }
             },
         };
+        if self.flows[f].listed && self.flows[f].tag != ftag {
+            self.flows[f].guests = true;
+        }
         let host = &mut self.hosts[h];
         if !host.listed {
             host.listed = true;
@@ -604,6 +738,7 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
         flow.q.push(now, pkt);
         if !flow.listed {
             flow.listed = true;
+            flow.guests = false;
             flow.tag = ftag;
             flow.host = h as u32;
             flow.deficit = self.quantum;
@@ -611,6 +746,9 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
             self.new_flow_count += 1;
         }
         self.stats.on_enqueue(len);
+        if self.ack_filter {
+            filter_acks(&mut self.flows[f], &mut self.stats, drops);
+        }
         drop_from_fattest(
             &mut self.flows,
             self.limit,
@@ -731,6 +869,91 @@ mod tests {
 
     /// RFC 8290 §1.3 / §4: a flow that sends less than its quantum per round is served
     /// from the new list ahead of a backlogged bulk flow.
+    /// A pure ACK of connection `flow` acknowledging `ack`, tagged `tag`.
+    fn pure_ack(tag: u32, ack: u32, flow: u16) -> HeaderPacket {
+        let mut p = data_flow(tag, 40, flow);
+        p.hdr.tcp_repr_mut().unwrap().ack = crate::wire::SeqNumber(ack);
+        p
+    }
+
+    fn filtered(q: &dyn Qdisc<HeaderPacket>) -> u64 {
+        q.stats().filtered_for(FilterReason::AckSuperseded)
+    }
+
+    #[test]
+    fn the_ack_filter_keeps_one_growing_ack_per_connection() {
+        let mut q = hfq("ack_filter = true");
+        let mut d = Drops::new();
+        for (i, a) in [1000, 2000, 3000, 4000, 5000].into_iter().enumerate() {
+            q.enqueue(ms(0), pure_ack(i as u32, a, 0), &mut d);
+        }
+        // The first ACK has no history (it may be a duplicate) and stays; each later one
+        // supersedes the one before it.
+        assert_eq!(
+            drain(&mut q, ms(0)).iter().map(tag).collect::<Vec<_>>(),
+            [0, 4]
+        );
+        assert_eq!(filtered(&q), 3);
+        check(&q);
+        // Off by default.
+        let mut q = hfq("");
+        for (i, a) in [1000, 2000, 3000].into_iter().enumerate() {
+            q.enqueue(ms(0), pure_ack(i as u32, a, 0), &mut d);
+        }
+        assert_eq!(drain(&mut q, ms(0)).len(), 3);
+    }
+
+    #[test]
+    fn the_ack_filter_never_removes_duplicates_or_crosses_data() {
+        let mut q = fq("ack_filter = true");
+        let mut d = Drops::new();
+        // 1000, 2000, then three duplicates of 2000, a data segment of the same
+        // connection, and newer ACKs: the duplicates and the data stay, in order.
+        let mut seq = 0;
+        let mut push = |q: &mut FqCodel<HeaderPacket>, p: HeaderPacket| {
+            q.enqueue(ms(0), p, &mut d);
+        };
+        for a in [1000, 2000, 2000, 2000, 2000] {
+            push(&mut q, pure_ack(seq, a, 0));
+            seq += 1;
+        }
+        let mut data = data_flow(seq, 1000, 0);
+        data.hdr.tcp_repr_mut().unwrap().ack = crate::wire::SeqNumber(2000);
+        push(&mut q, data);
+        seq += 1;
+        for a in [3000, 4000] {
+            push(&mut q, pure_ack(seq, a, 0));
+            seq += 1;
+        }
+        let out: Vec<u32> = drain(&mut q, ms(0)).iter().map(tag).collect();
+        // Only 3000 went (4000 supersedes it); 2000 after 1000 could go only if a newer
+        // ACK had reached it, but the duplicates behind it stop every scan.
+        assert_eq!(out, [0, 1, 2, 3, 4, 5, 7]);
+        assert_eq!(filtered(&q), 1);
+        check(&q);
+    }
+
+    #[test]
+    fn the_ack_filter_leaves_other_connections_in_a_shared_queue_alone() {
+        // One queue for everything: connection 0's ACKs around one of connection 1.
+        let mut q = fq("flows = 1\nack_filter = true");
+        let mut d = Drops::new();
+        for (tag, ack, flow) in [
+            (0, 1000, 0),
+            (1, 2000, 0),
+            (2, 500, 1),
+            (3, 3000, 0),
+            (4, 4000, 0),
+        ] {
+            q.enqueue(ms(0), pure_ack(tag, ack, flow), &mut d);
+        }
+        // Connection 1's ACK resets the history: 3000 is a possible duplicate, stays, and
+        // 4000 cannot reach past it; nothing is removed and the order holds.
+        let out: Vec<u32> = drain(&mut q, ms(0)).iter().map(tag).collect();
+        assert_eq!(out, [0, 1, 2, 3, 4]);
+        assert_eq!(filtered(&q), 0);
+    }
+
     #[test]
     fn sparse_flow_boost() {
         let mut q = fq("");

@@ -28,3 +28,29 @@ pub fn value(r: &Results, table: &str, key_col: &str, key: &str, col: &str) -> f
         ColumnData::Str(_) => panic!("{table}.{col} is not numeric"),
     }
 }
+
+/// Goodput of `flow` in bit/s between the monitor samples nearest `from` and `to` seconds
+/// (from the `flows` table's `bytes_delivered`).
+#[allow(dead_code)] // each test binary compiles this module; not all use this helper
+pub fn goodput_between(r: &Results, flow: &str, from: f64, to: f64) -> f64 {
+    let t = r.table("flows").unwrap();
+    let (ColumnData::F64(at), ColumnData::Str(names), ColumnData::I64(bytes)) = (
+        t.column("t").unwrap(),
+        t.column("flow").unwrap(),
+        t.column("bytes_delivered").unwrap(),
+    ) else {
+        panic!("flows table columns")
+    };
+    let rows: Vec<(f64, i64)> = (0..at.len())
+        .filter(|&i| names[i] == flow)
+        .map(|i| (at[i], bytes[i]))
+        .collect();
+    let near = |x: f64| {
+        *rows
+            .iter()
+            .min_by(|a, b| (a.0 - x).abs().total_cmp(&(b.0 - x).abs()))
+            .unwrap_or_else(|| panic!("no samples of {flow}"))
+    };
+    let ((t0, b0), (t1, b1)) = (near(from), near(to));
+    (b1 - b0) as f64 * 8.0 / (t1 - t0)
+}
