@@ -192,8 +192,6 @@ struct Flow<P> {
     /// Whether packets of other flows of the same host share it (host-then-flow, when
     /// their set was full); cleared when it is taken afresh.
     guests: bool,
-    /// ACK filtering state (used only with `ack_filter`).
-    acks: FlowAcks,
 }
 
 impl<P> Flow<P> {
@@ -206,7 +204,6 @@ impl<P> Flow<P> {
             tag: 0,
             host: 0,
             guests: false,
-            acks: FlowAcks::default(),
         }
     }
 }
@@ -234,37 +231,50 @@ impl Default for FlowAcks {
     }
 }
 
+/// ACK state for each of `flows` queues when filtering is on; none (no memory) otherwise.
+fn flow_acks(on: bool, flows: u32) -> Vec<FlowAcks> {
+    match on {
+        true => (0..flows).map(|_| FlowAcks::default()).collect(),
+        false => Vec::new(),
+    }
+}
+
 /// Filter a flow queue's ACKs for the packet just pushed at its tail: remove the
 /// contiguous run of the same connection's ACKs directly before it that it supersedes,
 /// recorded in `stats` and `drops`.
-fn filter_acks<P: Pkt>(flow: &mut Flow<P>, stats: &mut QdiscStats, drops: &mut Drops<P>) {
+fn filter_acks<P: Pkt>(
+    flow: &mut Flow<P>,
+    acks: &mut FlowAcks,
+    stats: &mut QdiscStats,
+    drops: &mut Drops<P>,
+) {
     let len = flow.q.q.len();
     let Some(newest) = flow.q.q.back() else {
         return;
     };
     let Some(h) = newest.pkt.headers() else {
-        flow.acks.since_pin = 0;
+        acks.since_pin = 0;
         return;
     };
     let key = h.flow_key();
-    if flow.acks.conn != Some(key) {
-        flow.acks.conn = Some(key);
-        flow.acks.state = AckState::new();
+    if acks.conn != Some(key) {
+        acks.conn = Some(key);
+        acks.state = AckState::new();
     }
-    let Some(newer) = flow.acks.state.observe(h) else {
-        flow.acks.since_pin = 0;
+    let Some(newer) = acks.state.observe(h) else {
+        acks.since_pin = 0;
         return;
     };
     // Packets older than the newest pinned one are out of reach: the scan would stop there.
-    let reach = flow.acks.since_pin.min(len - 1);
-    flow.acks.since_pin = match newer.removable {
-        Ok(()) => flow.acks.since_pin.saturating_add(1),
+    let reach = acks.since_pin.min(len - 1);
+    acks.since_pin = match newer.removable {
+        Ok(()) => acks.since_pin.saturating_add(1),
         Err(_) => 0,
     };
     if !newer.has_ack {
         return;
     }
-    let wscale = flow.acks.state.wscale();
+    let wscale = acks.state.wscale();
     let mut n = 0;
     for s in flow.q.q.iter().rev().skip(1).take(reach) {
         let queued = s.pkt.headers().and_then(|qh| {
@@ -288,8 +298,8 @@ fn filter_acks<P: Pkt>(flow: &mut Flow<P>, stats: &mut QdiscStats, drops: &mut D
         stats.on_remove(v, l);
         drops.push(s.pkt, v, Stage::Removed);
     }
-    if flow.acks.since_pin != usize::MAX {
-        flow.acks.since_pin -= n;
+    if acks.since_pin != usize::MAX {
+        acks.since_pin -= n;
     }
 }
 
@@ -453,7 +463,8 @@ pub struct FqCodel<P> {
     stats: QdiscStats,
     counters: CodelCounters,
     new_flow_count: u64,
-    ack_filter: bool,
+    /// Per flow queue, with `ack_filter` only (else empty).
+    acks: Vec<FlowAcks>,
 }
 
 impl<P: Pkt> FqCodel<P> {
@@ -487,7 +498,7 @@ impl<P: Pkt> FqCodel<P> {
             stats: QdiscStats::default(),
             counters: CodelCounters::default(),
             new_flow_count: 0,
-            ack_filter: cfg.ack_filter,
+            acks: flow_acks(cfg.ack_filter, cfg.flows),
         })
     }
 
@@ -516,8 +527,8 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
             self.new_flow_count += 1;
         }
         self.stats.on_enqueue(len);
-        if self.ack_filter {
-            filter_acks(&mut self.flows[i], &mut self.stats, drops);
+        if let Some(acks) = self.acks.get_mut(i) {
+            filter_acks(&mut self.flows[i], acks, &mut self.stats, drops);
         }
         drop_from_fattest(
             &mut self.flows,
@@ -595,7 +606,8 @@ pub struct HostFqCodel<P> {
     counters: CodelCounters,
     new_flow_count: u64,
     new_host_count: u64,
-    ack_filter: bool,
+    /// Per flow queue, with `ack_filter` only (else empty).
+    acks: Vec<FlowAcks>,
 }
 
 /// Find a way in the set of `tag` (tables of a multiple of [`WAYS`] entries): one already
@@ -659,7 +671,7 @@ impl<P: Pkt> HostFqCodel<P> {
             counters: CodelCounters::default(),
             new_flow_count: 0,
             new_host_count: 0,
-            ack_filter: cfg.ack_filter,
+            acks: flow_acks(cfg.ack_filter, cfg.flows),
         })
     }
 
@@ -746,8 +758,8 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
             self.new_flow_count += 1;
         }
         self.stats.on_enqueue(len);
-        if self.ack_filter {
-            filter_acks(&mut self.flows[f], &mut self.stats, drops);
+        if let Some(acks) = self.acks.get_mut(f) {
+            filter_acks(&mut self.flows[f], acks, &mut self.stats, drops);
         }
         drop_from_fattest(
             &mut self.flows,
