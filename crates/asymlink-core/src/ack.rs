@@ -314,14 +314,15 @@ fn right_edge_not_lower(queued: &AckMeta, newer: &AckMeta) -> bool {
 ///
 /// `queued` yields the connection's queued segments from the *newest* to the oldest;
 /// `None` items are segments without TCP metadata (never removable).
-pub fn removable_suffix<'a, I>(queued: I, newer: &AckMeta) -> (usize, Option<Keep>)
+pub fn removable_suffix<I, M>(queued: I, newer: &AckMeta) -> (usize, Option<Keep>)
 where
-    I: IntoIterator<Item = Option<&'a AckMeta>>,
+    I: IntoIterator<Item = Option<M>>,
+    M: core::borrow::Borrow<AckMeta>,
 {
     let mut n = 0;
     for q in queued {
         let verdict = match q {
-            Some(q) => may_remove(q, newer),
+            Some(q) => may_remove(q.borrow(), newer),
             None => Err(Keep::NotAck),
         };
         match verdict {

@@ -43,7 +43,7 @@ use super::{
     Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, FilterReason, Qdisc, QdiscStats,
     Stage, Verdict,
 };
-use crate::ack::{may_remove, AckMeta, AckState};
+use crate::ack::{removable_suffix, AckMeta, AckState};
 use crate::packet::Pkt;
 use crate::rand::splitmix64;
 use crate::time::{Duration, Instant};
@@ -275,19 +275,16 @@ fn filter_acks<P: Pkt>(
         return;
     }
     let wscale = acks.state.wscale();
-    let mut n = 0;
-    for s in flow.q.q.iter().rev().skip(1).take(reach) {
-        let queued = s.pkt.headers().and_then(|qh| {
-            (qh.flow_key() == key)
-                .then(|| AckMeta::of(qh))
-                .flatten()
-                .map(|m| AckMeta { wscale, ..m })
-        });
-        match queued {
-            Some(q) if may_remove(&q, &newer).is_ok() => n += 1,
-            _ => break,
-        }
-    }
+    // The same connection's ACKs directly before the new one, newest first; a packet of
+    // another connection, or without TCP, ends the run.
+    let queued = flow.q.q.iter().rev().skip(1).take(reach).map(|s| {
+        s.pkt
+            .headers()
+            .filter(|qh| qh.flow_key() == key)
+            .and_then(AckMeta::of)
+            .map(|m| AckMeta { wscale, ..m })
+    });
+    let (n, _) = removable_suffix(queued, &newer);
     if n == 0 {
         return;
     }
