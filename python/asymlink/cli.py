@@ -17,10 +17,10 @@ import click
 from rich.console import Console
 
 from asymlink import __version__, examples
-from asymlink._native import ScenarioError
 from asymlink.bench import STANDARD as _BENCH_STANDARD
 from asymlink.report import TextTable, fmt_number, plural
 from asymlink.scenario import Scenario
+from asymlink.validate import ConfigError, ScenarioError
 
 if TYPE_CHECKING:
     from asymlink.repro import Report
@@ -44,7 +44,7 @@ class _Cli(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except ScenarioError as e:
+        except ConfigError as e:
             raise UserError(str(e)) from None
         except OSError as e:
             raise UserError(_os_message(e)) from None
