@@ -173,6 +173,8 @@ pub struct Connection {
     ts_recent: u32,
     last_ack_sent: u64,
     peer_fin: bool,
+    /// The peer's FIN received beyond a hole: its offset, taken once RCV.NXT reaches it.
+    peer_fin_at: Option<u64>,
     // timers
     rto_at: Option<Instant>,
     delack_at: Option<Instant>,
@@ -259,6 +261,7 @@ impl Connection {
             ts_recent: 0,
             last_ack_sent: 0,
             peer_fin: false,
+            peer_fin_at: None,
             rto_at: None,
             delack_at: None,
             persist_at: None,
@@ -1035,7 +1038,15 @@ impl Connection {
             self.stats.bytes_delivered += a.delivered;
             io.events.push(ConnEvent::Delivered(a.delivered));
         }
-        if fin && !self.peer_fin && self.rcv.rcv_nxt() == end {
+        // A FIN beyond a hole is kept with its segment (as Linux keeps it in the
+        // out-of-order queue) and taken once the data before it has arrived.
+        if fin && !self.peer_fin && self.rcv.rcv_nxt() < end {
+            self.peer_fin_at = Some(end);
+        }
+        let fin_now = (fin && self.rcv.rcv_nxt() == end)
+            || self.peer_fin_at == Some(self.rcv.rcv_nxt());
+        if fin_now && !self.peer_fin {
+            self.peer_fin_at = None;
             self.rcv.advance_control();
             self.peer_fin = true;
             self.ack_now = true;
