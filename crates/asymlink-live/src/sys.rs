@@ -298,6 +298,9 @@ const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 const TP_STATUS_AVAILABLE: u32 = 0;
 const TP_STATUS_SEND_REQUEST: u32 = 1;
+/// The transmit states of a slot the kernel has not finished with (SEND_REQUEST, SENDING,
+/// WRONG_FORMAT); the kernel may add timestamp flags to a free one.
+const TP_STATUS_TX_BUSY: u32 = 0b111;
 /// `struct tpacket2_hdr` (linux/if_packet.h).
 #[repr(C)]
 struct Tp2Hdr {
@@ -532,7 +535,7 @@ impl Rings {
         let mut k = 0;
         while k < max.min(self.tx.n) {
             let p = self.slot(&self.tx, (self.tx.head + k) % self.tx.n);
-            if Self::load(p) != TP_STATUS_AVAILABLE {
+            if Self::load(p) & TP_STATUS_TX_BUSY != TP_STATUS_AVAILABLE {
                 break;
             }
             k += 1;
