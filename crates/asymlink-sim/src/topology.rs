@@ -8,9 +8,10 @@ use crate::queue::Timer;
 use crate::scenario::{NodeKind, Spec};
 use crate::tcp::{Conditioner, RwndPolicy};
 use asymlink_core::config::ConfigError;
-use asymlink_core::link::{loss_seed, Link};
+use asymlink_core::link::{loss_seed, Link, LinkConfig};
 use asymlink_core::pipeline::{Dir, Egress, Middlebox};
 use asymlink_core::rand::{derive_seed, Rng};
+use asymlink_core::script::DropRule;
 use core::net::{IpAddr, Ipv4Addr};
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -110,6 +111,7 @@ pub(crate) fn build_links(
                 derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
             )
             .map_err(|e| e.within(format!("links[{i}].{dname}")))?;
+            let ds = &with_flows(ds, spec, nodes, hosts);
             dirs.push(LinkDir {
                 name: format!("{}:{dname}", l.name),
                 link: l.name.clone(),
@@ -132,6 +134,28 @@ pub(crate) fn build_links(
         }
     }
     Ok((dirs, adj))
+}
+
+/// `ds` with the flows its scripted drops name resolved to their two hosts and port.
+fn with_flows(ds: &LinkConfig, spec: &Spec, nodes: &[Node], hosts: &[Host]) -> LinkConfig {
+    let mut ds = ds.clone();
+    let addr = |n: usize| match nodes[n].role {
+        NodeRole::Host(h) => Some(hosts[h as usize].addr),
+        NodeRole::Router(_) => None,
+    };
+    for r in ds.drop.iter_mut().flatten() {
+        let DropRule::Segment(s) = r else { continue };
+        let Some(f) = s
+            .flow
+            .as_ref()
+            .and_then(|n| spec.flows.iter().find(|f| &f.name == n))
+        else {
+            continue;
+        };
+        s.port = s.port.or(Some(f.port));
+        s.hosts = addr(f.from).zip(addr(f.to));
+    }
+    ds
 }
 
 /// The middleboxes: each replaces the router's egress on its two links. Then every
