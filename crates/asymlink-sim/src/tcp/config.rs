@@ -25,6 +25,7 @@
 //! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
 //! | rescue retransmission (RFC 6675 NextSeg rules 3–4) | off | on | off |
 //! | cwnd growth when not cwnd-limited | grows | RFC 7661 rule | Linux rule |
+//! | HyStart (CUBIC leaves slow start on ACK trains or delay increase) | off | off | on |
 
 use asymlink_core::config::ConfigError;
 use asymlink_core::time::Duration;
@@ -256,6 +257,11 @@ pub struct TcpConfig {
     /// Restart after idle: what happens to cwnd when data follows an idle period longer
     /// than the RTO.
     pub idle_restart: IdleRestart,
+    /// HyStart (with `cc = "cubic"`): leave slow start (ssthresh = cwnd) when a round's
+    /// ACK train lasts more than half the minimum RTT or its RTT rises by
+    /// clamp(min RTT / 8, 4 ms, 16 ms), from a window of 16 segments on (Linux
+    /// `tcp_cubic.c` `hystart_update`).
+    pub hystart: bool,
 }
 
 impl TcpConfig {
@@ -293,6 +299,7 @@ impl TcpConfig {
             cwnd_validation: CwndValidation::Rfc7661,
             cubic_alpha_switch: true,
             idle_restart: IdleRestart::Rfc5681,
+            hystart: false,
         };
         Some(match name {
             "rfc" => base,
@@ -331,6 +338,7 @@ impl TcpConfig {
                 cwnd_validation: CwndValidation::Linux,
                 cubic_alpha_switch: false,
                 idle_restart: IdleRestart::Linux,
+                hystart: true,
                 ..base
             },
             _ => return None,
@@ -435,6 +443,7 @@ pub struct TcpOverrides {
     pub cwnd_validation: Option<CwndValidation>,
     pub cubic_alpha_switch: Option<bool>,
     pub idle_restart: Option<IdleRestart>,
+    pub hystart: Option<bool>,
 }
 
 impl<'de> Deserialize<'de> for TcpSpec {
@@ -497,6 +506,7 @@ impl TcpSpec {
             c.initial_ssthresh = Some(b.0);
         }
         set!(rcvbuf, |b: Bytes| b.0);
+        set!(hystart);
         if let Some(b) = o.sndbuf {
             c.sndbuf = Some(b.0);
         }
