@@ -299,10 +299,12 @@ def fmt_metric(x: float | None, path: MetricPath, digits: int = 4) -> str:
     return fmt_number(x, digits=digits)
 
 
-def draw_paper_values(ax: Any, paper: PaperData, metric: str, scale: float = 1.0) -> int:
+def draw_paper_values(ax: Any, paper: PaperData, metric: str, scale: float = 1.0,
+                      unit: str | None = None) -> int:
     """A dashed horizontal reference line, labelled "paper: <arm> <value>", for each value
     the paper reports under `metric` (a dotted prefix of its path: `rtt_ms` or
-    `forward_drops.single`), × `scale` to match the axis. Returns how many were drawn."""
+    `forward_drops.single`), × `scale` to match the axis; with `unit` (the axis's) the label
+    gives the scaled value in it. Returns how many were drawn."""
     prefix = tuple(metric.split("."))
     drawn = 0
     for p in paper.paper_values:
@@ -311,7 +313,8 @@ def draw_paper_values(ax: Any, paper: PaperData, metric: str, scale: float = 1.0
         y = p.value * scale
         ax.axhline(y, color="black", linestyle="--", linewidth=0.8, alpha=0.7)
         arm = ".".join(p.metric[len(prefix):])
-        ax.annotate(f"paper: {arm + ' ' if arm else ''}{fmt_number(p.value, p.unit, digits=4)}",
+        shown = f"{y:.4g} {unit}" if unit else fmt_number(p.value, p.unit, digits=4)
+        ax.annotate(f"paper: {arm + ' ' if arm else ''}{shown}",
                     (0.0, y), xycoords=("axes fraction", "data"), xytext=(4, 2),
                     textcoords="offset points", fontsize="small")
         drawn += 1

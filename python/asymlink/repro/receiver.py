@@ -238,9 +238,18 @@ def _web_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
             ax.axvline(WEB_START_S + end, color=line[0].get_color(), linestyle=":")
     for ax in axes:
         ax.axvline(WEB_START_S, color="grey", linestyle=":")
+    # The paper's page times, as the instants its pages would end.
+    for p in WEB.paper_data.paper_values:
+        if p.metric[0] == "page_time_s" and len(p.metric) == 2:
+            for ax in axes:
+                ax.axvline(WEB_START_S + p.value, color="black", linestyle="--", linewidth=0.8,
+                           alpha=0.7)
+            axes[0].annotate(f"paper: {p.metric[1]} {p.value:g} s", (WEB_START_S + p.value, 1.0),
+                             xycoords=("data", "axes fraction"), xytext=(2, -12),
+                             textcoords="offset points", fontsize="small")
     axes[0].set_ylabel("queue toward the client (packets)")
     axes[1].set_ylabel("ftp received (kB)")
-    axes[1].set_xlabel("time (s); dotted: the page's start and ends")
+    axes[1].set_xlabel("time (s); dotted: the page's start and ends; dashed: the paper's ends")
     axes[0].set_title("A web page during a 970 KB download over a 28.8 kbit/s modem (Fig. 4)")
     axes[0].legend(fontsize="small")
     for ax in axes:
