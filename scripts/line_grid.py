@@ -1,6 +1,7 @@
 """Line mode over a grid of access lines, in the simulator.
 
-    python scripts/line_grid.py            # the 32 points, about 20 s
+    python scripts/line_grid.py              # the 32 points, about 20 s
+    python scripts/line_grid.py --fairness   # two home hosts, 1 flow vs 8, each direction
 
 For each line (downstream {1, 8, 24, 100} Mbit/s, asymmetry {8:1, 20:1}, ATM or PTM
 framing, 50- or 1000-packet modem and DSLAM buffers) a middlebox with only
@@ -14,9 +15,15 @@ every 200 ms; everything measured from 8 s. Printed per point, with a mark per g
   that crossed the uplink);
 * the ping p90, alone and under both loads, is at most the base RTT (14.4 ms) + one
   1500-byte packet's time on the uplink + 20 ms.
+
+With `--fairness`, each point instead runs two home hosts on separate addresses, one with
+one bulk flow and one with eight, once uploading and once downloading (30 s, measured from
+8 s), and marks whether each host's goodput is within 10 % of half the total.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -134,12 +141,50 @@ def point(down_m: int, asym: int, framing: str, buf: int, dur: int = 30, warm: f
             f" (goal {up_goal:.3f}) ping p90 {p_alone:.0f}/{p_both:.0f} ms (goal {p_goal:.0f})")
 
 
+def two_hosts(src: str, way: str) -> str:
+    """`src` with the client replaced by two hosts behind a LAN switch: `h1` with one bulk
+    flow and `h2` with eight, all uploading (`way = "up"`) or all downloading."""
+    src = src.replace('[[nodes]]\nname = "client"\n',
+                      '[[nodes]]\nname = "h1"\n[[nodes]]\nname = "h2"\n'
+                      '[[nodes]]\nname = "switch"\nkind = "router"\n')
+    src = src.replace('a = "client"\nb = "mbox"',
+                      'a = "switch"\nb = "mbox"')
+    src = src.replace('from = "client"', 'from = "h1"')
+    for h in ("h1", "h2"):
+        src += (f'[[links]]\nname = "{h}-lan"\na = "{h}"\nb = "switch"\n'
+                'rate = "1Gbit"\ndelay = "100us"\n')
+    for h, n in (("h1", 1), ("h2", 8)):
+        for k in range(n):
+            ends = ('from = "server"\nto = "{h}"', 'open = "receiver"') if way == "down" \
+                else ('from = "{h}"\nto = "server"', '')
+            app = "{ kind = \"bulk\"" + (", " + ends[1] if ends[1] else "") + " }"
+            src += (f'[[flows]]\nname = "{h}-{k}"\n' + ends[0].format(h=h)
+                    + f'\nport = {6000 + 10 * k + (1 if h == "h2" else 0)}\napp = {app}\n')
+    return src
+
+
+def fairness(down_m: int, asym: int, framing: str, buf: int, dur: int = 30,
+             warm: float = 8.0) -> str:
+    up_bps = down_m * 1e6 / asym
+    down, up = f"{down_m}Mbit", f"{int(up_bps)}bit"
+    out = f"{down_m:>3}M {asym}:1 {framing} {buf:>4}p"
+    for way in ("up", "down"):
+        r = run(two_hosts(scenario(down, up, framing, buf, [], dur), way))
+        h1 = goodput_mbps(r, "h1-0", warm, dur)
+        h2 = sum(goodput_mbps(r, f"h2-{k}", warm, dur) for k in range(8))
+        share = h1 / (h1 + h2)
+        ok = "." if abs(share - 0.5) <= 0.05 else "X"
+        out += f" {ok} {way}: 1 flow {h1:.3f} vs 8 flows {h2:.3f} Mbit/s (h1 {share:.1%})"
+    return out
+
+
 def main() -> None:
+    each = fairness if "--fairness" in sys.argv[1:] else point
     for down in (1, 8, 24, 100):
         for asym in (8, 20):
             for framing in ("atm", "ptm"):
                 for buf in (50, 1000):
-                    print(point(down, asym, framing, buf), flush=True)
+                    print(each(down, asym, framing, buf), flush=True)
 
 
 if __name__ == "__main__":

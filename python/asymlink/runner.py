@@ -11,6 +11,7 @@ from pathlib import Path
 from asymlink import _native
 from asymlink.results import Results
 from asymlink.scenario import Scenario
+from asymlink.validate import ScenarioError
 
 #: The run advances in this many steps, so a progress bar can follow it.
 STEPS = 100
@@ -67,7 +68,7 @@ def check_memory(scenario: Scenario, sim: _native.Simulation,
     if est["bytes"] <= limit:
         return
     fit = est["interval"] * est["bytes"] / limit
-    raise _native.scenario_error(
+    raise ScenarioError(
         scenario.origin, "duration",
         f"this run would hold about {_size(est['bytes'])} of time series in memory "
         f"({est['samples']:,.0f} samples of {est['rows']:.0f} rows, one every "

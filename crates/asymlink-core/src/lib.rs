@@ -54,6 +54,7 @@ pub mod pipeline;
 pub mod qdisc;
 pub mod rand;
 pub mod rwnd;
+pub mod script;
 pub mod time;
 pub mod units;
 pub mod wire;

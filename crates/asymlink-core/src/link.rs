@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!  discipline (`queue`) ──► modem buffer (`modem_buffer`, drop-tail) ──► serialiser
-//!     (`rate`, `packet_rate`, `linklayer`) ──► random loss (`loss`) ──► delay line (`delay`)
+//!     (`rate`, `packet_rate`, `linklayer`) ──► random and scripted loss (`loss`, `drop`)
+//!     ──► delay line (`delay`)
 //! ```
 //!
 //! * **Without a modem buffer** the discipline *is* the link's queue: it is asked for a
@@ -23,7 +24,8 @@
 //!   link banks no credit.
 //! * Loss is drawn per packet from the link's own seeded [`Rng`] as its transmission
 //!   starts; a lost packet still occupies the serialiser (it was sent, then corrupted) and
-//!   goes to the caller's [`Drops`] as `link_loss`.
+//!   goes to the caller's [`Drops`] as `link_loss`. Scripted loss (`drop`, see
+//!   [`crate::script`]) drops chosen packets at the same point, also as `link_loss`.
 //! * Propagation is a FIFO delay line: only its head is a deadline.
 //!
 //! # Driving a link (sans-IO)
@@ -43,6 +45,7 @@ use crate::packet::Pkt;
 use crate::pipeline::EgressConfig;
 use crate::qdisc::{Dequeued, DropReason, Drops, QdiscConfig, Stage, Verdict};
 use crate::rand::{derive_seed, Rng};
+use crate::script::{DropRule, Script};
 use crate::time::{dur_ns, earliest, Instant};
 use crate::units::{Limit, Rate, Span};
 use serde::Deserialize;
@@ -67,6 +70,9 @@ pub struct LinkConfig {
     /// Random loss probability per packet, in [0, 1].
     #[serde(default)]
     pub loss: Option<f64>,
+    /// Scripted loss: chosen packets to drop (see [`crate::script`]).
+    #[serde(default)]
+    pub drop: Option<Vec<DropRule>>,
     /// How IP packets are charged on the wire (default: raw IP bytes).
     #[serde(default)]
     pub linklayer: Option<LinkLayerConfig>,
@@ -92,6 +98,7 @@ impl LinkConfig {
             packet_rate: self.packet_rate.or(base.packet_rate),
             delay: self.delay.or(base.delay),
             loss: self.loss.or(base.loss),
+            drop: self.drop.clone().or_else(|| base.drop.clone()),
             linklayer: self.linklayer.or(base.linklayer),
             modem_buffer: self.modem_buffer.or(base.modem_buffer),
             queue: self.queue.clone().or_else(|| base.queue.clone()),
@@ -107,6 +114,9 @@ impl LinkConfig {
             if !(0.0..=1.0).contains(&p) {
                 return e("loss", "must be a probability in [0, 1]");
             }
+        }
+        if let Some(d) = &self.drop {
+            crate::script::validate(d)?;
         }
         if self.rate.is_some_and(|r| r.0 == 0) {
             return e("rate", "must be positive");
@@ -138,6 +148,7 @@ impl LinkConfig {
             && self.delay.is_none_or(|d| d.0.is_zero())
             && self.loss.is_none_or(|p| p == 0.0)
             && self.modem_buffer.is_none()
+            && self.drop.as_ref().is_none_or(|d| d.is_empty())
     }
 }
 
@@ -189,8 +200,10 @@ pub struct LinkStats {
     pub wire_bytes: u64,
     /// Time the serialiser was busy, ns.
     pub busy_ns: u64,
-    /// Packets lost at random.
+    /// Packets lost on the line (random and scripted loss).
     pub lost: u64,
+    /// Of those, packets the `drop` script chose.
+    pub scripted: u64,
     /// Packets dropped because the modem buffer was full.
     pub modem_dropped: u64,
     /// Highest modem-buffer occupancy in packets.
@@ -208,6 +221,7 @@ pub struct Link<P> {
     packet_ns: u64,
     delay_ns: u64,
     loss: f64,
+    script: Option<Script>,
     ll: LinkLayer,
     modem: Option<Limit>,
     rng: Rng,
@@ -236,6 +250,7 @@ impl<P: Pkt> Link<P> {
             packet_ns: 0,
             delay_ns: 0,
             loss: 0.0,
+            script: None,
             ll: LinkLayer::RAW,
             modem: None,
             rng,
@@ -260,7 +275,7 @@ impl<P: Pkt> Link<P> {
     }
 
     /// Take new parameters, keeping buffered and in-flight packets; the random stream
-    /// continues.
+    /// continues, and so do the script's counts unless its rules changed.
     pub fn reconfigure(&mut self, cfg: &LinkConfig, idle_dequeue: bool) {
         self.rate = cfg.rate.filter(|r| r.0 > 0);
         self.packet_ns = cfg
@@ -268,6 +283,10 @@ impl<P: Pkt> Link<P> {
             .map_or(0, |r| 1_000_000_000u64.div_ceil(r.max(1) as u64));
         self.delay_ns = cfg.delay.map_or(0, |s| dur_ns(s.0));
         self.loss = cfg.loss.unwrap_or(0.0);
+        let rules = cfg.drop.as_deref().unwrap_or(&[]);
+        if self.script.as_ref().map_or(&[][..], |s| s.rules()) != rules {
+            self.script = Script::new(rules);
+        }
         self.ll = cfg.linklayer.map_or(LinkLayer::RAW, |l| l.build());
         self.modem = cfg.modem_buffer;
         self.ready = None;
@@ -403,7 +422,10 @@ impl<P: Pkt> Link<P> {
         s.sent_bytes += len as u64;
         s.wire_bytes += wire_len as u64;
         s.busy_ns += tx_ns;
-        let lost = self.loss > 0.0 && self.rng.bernoulli(self.loss);
+        let random = self.loss > 0.0 && self.rng.bernoulli(self.loss);
+        let scripted = self.script.as_mut().is_some_and(|s| s.on_transmit(&pkt));
+        let lost = random || scripted;
+        self.stats.scripted += scripted as u64;
         on_tx(&Tx {
             start,
             tx_ns,
@@ -733,6 +755,73 @@ mod tests {
     }
 
     #[test]
+    fn scripted_drops_take_the_line_and_leave_random_loss_alone() {
+        let mut l = Link::new(
+            &cfg("rate = \"1Mbit\"\ndrop = [\"packet:2\", \"packet:4\"]"),
+            Rng::new(1),
+            false,
+        );
+        let mut drops = Drops::new();
+        let mut q = Queue::of(&[125, 250, 375, 500, 625]);
+        let mut got = Vec::new();
+        let mut now = Instant::ZERO;
+        while let Some(t) = {
+            l.pull(now, &mut q, &mut drops, &mut |_| {});
+            while let Some(p) = l.pop_arrival(now) {
+                got.push((now.as_nanos() / 1000, p.ip_len()));
+            }
+            l.poll_at(q.q.len() as u32)
+        } {
+            now = t.max(now);
+        }
+        // The 2nd and 4th are lost, after holding the line 2 ms and 4 ms.
+        assert_eq!(got, vec![(1000, 125), (6000, 375), (15000, 625)]);
+        assert_eq!((l.stats().lost, l.stats().scripted), (2, 2));
+        assert!(drops
+            .drain()
+            .all(|d| d.verdict == Verdict::Dropped(DropReason::LinkLoss)));
+        // With random loss too, the random draws are the same with or without a script.
+        let lost_at = |src: &str| {
+            let mut l = Link::new(&cfg(src), Rng::new(3), false);
+            let mut lost = Vec::new();
+            let mut q = Queue::of(
+                &(1..=200)
+                    .collect::<Vec<u32>>()
+                    .iter()
+                    .map(|i| 28 + i)
+                    .collect::<Vec<_>>(),
+            );
+            let mut drops = Drops::new();
+            l.pull(Instant::ZERO, &mut q, &mut drops, &mut |tx| {
+                if tx.lost {
+                    lost.push(tx.pkt.ip_len() - 28);
+                }
+            });
+            lost
+        };
+        let plain = lost_at("loss = 0.1\nmodem_buffer = \"1000p\"");
+        let mut scripted = lost_at("loss = 0.1\nmodem_buffer = \"1000p\"\ndrop = [\"packet:7\"]");
+        assert!(!plain.contains(&7));
+        assert!(scripted.contains(&7));
+        scripted.retain(|&i| i != 7);
+        assert_eq!(plain, scripted);
+        // Reconfiguring with the same rules keeps the counts; new rules start afresh.
+        let mut l = Link::<HeaderPacket>::new(&cfg("drop = [\"packet:1\"]"), Rng::new(1), false);
+        let mut q = Queue::of(&[100, 100]);
+        l.pull(Instant::ZERO, &mut q, &mut drops, &mut |_| {});
+        assert_eq!(l.stats().scripted, 1);
+        l.reconfigure(&cfg("drop = [\"packet:1\"]"), false);
+        let mut q = Queue::of(&[100]);
+        l.pull(Instant::ZERO, &mut q, &mut drops, &mut |_| {});
+        assert_eq!(l.stats().scripted, 1);
+        l.reconfigure(&cfg("drop = [\"packet:1\"]\nrate = \"1Gbit\""), false);
+        l.reconfigure(&cfg("drop = [\"packet:2\"]"), false);
+        let mut q = Queue::of(&[100, 100]);
+        l.pull(Instant::ZERO, &mut q, &mut drops, &mut |_| {});
+        assert_eq!(l.stats().scripted, 2);
+    }
+
+    #[test]
     fn config_merges_and_validates() {
         let base =
             cfg("rate = \"10Mbit\"\ndelay = \"5ms\"\nqueue = { kind = \"fifo\", limit = \"10p\" }");
@@ -748,6 +837,7 @@ mod tests {
             ("rate = \"0bit\"", "rate"),
             ("packet_rate = 0", "packet_rate"),
             ("modem_buffer = \"0p\"", "modem_buffer"),
+            ("drop = [{ seq = 1, tx = 0 }]", "drop[0].tx"),
         ] {
             assert_eq!(cfg(src).validate().unwrap_err().path, key, "{src}");
         }
@@ -755,6 +845,13 @@ mod tests {
         assert!(toml::from_str::<LinkConfig>("queue_limit = 3").is_err());
         assert!(LinkConfig::default().is_plain_wire());
         assert!(!cfg("loss = 0.1").is_plain_wire());
+        assert!(!cfg("drop = [\"ack:3\"]").is_plain_wire());
+        assert_eq!(
+            cfg("drop = [\"ack:3\"]")
+                .or(&cfg("drop = [\"data:1\"]"))
+                .drop,
+            cfg("drop = [\"ack:3\"]").drop
+        );
     }
 
     #[test]

@@ -82,7 +82,8 @@ pub struct InterfacesConfig {
 }
 
 /// `[emulation]`: per-direction link emulation, in the simulator's link vocabulary
-/// ([`LinkConfig`]: `rate`, `packet_rate`, `delay`, `loss`, `linklayer`, `modem_buffer`).
+/// ([`LinkConfig`]: `rate`, `packet_rate`, `delay`, `loss`, `drop`, `linklayer`,
+/// `modem_buffer`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmulationConfig {
@@ -354,6 +355,16 @@ impl BoxConfig {
                         ));
                     }
                 }
+                for (j, r) in e.drop.iter().flatten().enumerate() {
+                    if let asymlink_core::script::DropRule::Segment(s) = r {
+                        if s.flow.is_some() {
+                            return Err(ConfigError::new(
+                                key(&format!("drop[{j}].flow")),
+                                "the box knows no flow names; match the connection by                                  'port' (or neither: every connection)",
+                            ));
+                        }
+                    }
+                }
             }
         }
         if let Some(s) = self.capture.snaplen {
@@ -505,6 +516,14 @@ mod tests {
         assert_eq!(
             err("[emulation.to_a]\nrate = \"0bit\"").path,
             "emulation.to_a.rate"
+        );
+        assert_eq!(
+            err("[emulation.to_b]\ndrop = [\"ack:2\", { flow = \"dl\", seq = 1 }]").path,
+            "emulation.to_b.drop[1].flow"
+        );
+        assert_eq!(
+            err("[emulation.to_b]\ndrop = [{ seq = 1, tx = 0 }]").path,
+            "emulation.to_b.drop[0].tx"
         );
         let e = err("[emulation.to_a]\nrate = \"8mbps\"");
         assert!(e.path.contains("emulation.to_a.rate"), "{e}");

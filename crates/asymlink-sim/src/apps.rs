@@ -137,12 +137,14 @@ pub trait App: Send {
 pub fn build(flow: &FlowSpec) -> Box<dyn App> {
     let (from, to, port) = (flow.from, flow.to, flow.port);
     match &flow.app {
-        AppSpec::Bulk { bytes, open } => Box::new(Bulk {
+        AppSpec::Bulk { bytes, open, then } => Box::new(Bulk {
             from,
             to,
             port,
             bytes: *bytes,
             open: *open,
+            then: *then,
+            acked: 0,
             sender: NO_CONN,
             receiver: NO_CONN,
             got: 0,
@@ -230,10 +232,21 @@ struct Bulk {
     port: u16,
     bytes: Option<u64>,
     open: Opener,
+    /// The second write and the idle time before it.
+    then: Option<(u64, Duration)>,
+    /// Bytes of the first write acknowledged.
+    acked: u64,
     sender: ConnId,
     receiver: ConnId,
     got: u64,
     started: Instant,
+}
+
+impl Bulk {
+    /// All the bytes the flow sends.
+    fn total(&self) -> Option<u64> {
+        self.bytes.map(|b| b + self.then.map_or(0, |t| t.0))
+    }
 }
 
 impl App for Bulk {
@@ -265,13 +278,22 @@ impl App for Bulk {
         match ev {
             ConnEvent::Established if conn == self.sender => {
                 api.write(conn, self.bytes.unwrap_or(ENDLESS));
-                if self.bytes.is_some() {
+                if self.bytes.is_some() && self.then.is_none() {
                     api.close(conn);
+                }
+            }
+            ConnEvent::Acked(n) if conn == self.sender => {
+                if let (Some(b), Some((_, idle))) = (self.bytes, self.then) {
+                    let before = self.acked;
+                    self.acked += n;
+                    if before < b && self.acked >= b {
+                        api.timer_in(idle, 0);
+                    }
                 }
             }
             ConnEvent::Delivered(n) if conn == self.receiver => {
                 self.got += n;
-                if self.bytes == Some(self.got) {
+                if self.total() == Some(self.got) {
                     let t = (api.now - self.started).as_secs_f64();
                     api.measure("transfer_time_s", t);
                     api.measure("throughput_bps", self.got as f64 * 8.0 / t.max(1e-9));
@@ -279,6 +301,12 @@ impl App for Bulk {
             }
             ConnEvent::PeerClosed => api.close(conn),
             _ => {}
+        }
+    }
+    fn on_timer(&mut self, _token: u32, api: &mut Api<'_>) {
+        if let Some((n, _)) = self.then {
+            api.write(self.sender, n);
+            api.close(self.sender);
         }
     }
     fn kind(&self) -> &'static str {

@@ -45,6 +45,7 @@ use asymlink_core::link::LinkConfig;
 use asymlink_core::overhead::LinkLayerConfig;
 use asymlink_core::pipeline::{EgressConfig, MiddleboxConfig, RewriterConfig};
 use asymlink_core::qdisc::QdiscConfig;
+use asymlink_core::script::DropRule;
 use asymlink_core::units::{Limit, Rate, Span};
 use core::net::IpAddr;
 use serde::Deserialize;
@@ -106,6 +107,8 @@ pub struct LinkSpec {
     pub delay: Option<Span>,
     /// Loss probability of both directions.
     pub loss: Option<f64>,
+    /// Scripted loss of both directions (each counts its own packets).
+    pub drop: Option<Vec<DropRule>>,
     /// Queue of both directions.
     pub queue: Option<QdiscConfig>,
     /// Classifier of both directions.
@@ -130,6 +133,7 @@ impl LinkSpec {
             packet_rate: self.packet_rate,
             delay: self.delay,
             loss: self.loss,
+            drop: self.drop.clone(),
             linklayer: self.linklayer,
             modem_buffer: self.modem_buffer,
             queue: self.queue.clone(),
@@ -398,6 +402,7 @@ impl Spec {
         let links = topo.links(&raw.links)?;
         let middleboxes = topo.middleboxes(&raw.middleboxes, &links)?;
         let flows = topo.flows(raw.tcp.as_ref(), &raw.flows)?;
+        check_drop_flows(&raw.links, &flows)?;
         check_monitor(&raw.monitor, &links)?;
         Ok(Spec {
             name: raw.name.unwrap_or_else(|| "scenario".into()),
@@ -668,6 +673,7 @@ fn link_dir(
     let c = d.or(&l.both());
     c.validate().map_err(|e| {
         let own = match e.path.as_str() {
+            p if p.starts_with("drop") => d.drop.is_some(),
             "rate" => d.rate.is_some(),
             "loss" => d.loss.is_some(),
             "packet_rate" => d.packet_rate.is_some(),
@@ -691,6 +697,29 @@ fn link_dir(
         );
     }
     Ok(c)
+}
+
+/// Scripted drops name existing flows.
+fn check_drop_flows(links: &[LinkSpec], flows: &[FlowSpec]) -> Result<(), ConfigError> {
+    for (i, l) in links.iter().enumerate() {
+        for (dname, rules) in [
+            ("", &l.drop),
+            ("to_b.", &l.to_b.drop),
+            ("to_a.", &l.to_a.drop),
+        ] {
+            for (j, r) in rules.iter().flatten().enumerate() {
+                let DropRule::Segment(s) = r else { continue };
+                let Some(name) = &s.flow else { continue };
+                if !flows.iter().any(|f| &f.name == name) {
+                    return err(
+                        format!("links[{i}].{dname}drop[{j}].flow"),
+                        format!("unknown flow '{name}'"),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Captures name existing links; the sampling interval is positive.
@@ -749,7 +778,8 @@ mod tests {
             s.flows[0].app,
             AppSpec::Bulk {
                 bytes: Some(1_000_000),
-                open: Opener::Sender
+                open: Opener::Sender,
+                then: None,
             }
         );
     }

@@ -15,7 +15,7 @@ overrides = { "monitor.interval" = "1s" }
 long = { duration = "20s" }
 
 [[fixed]]                    # a parameter the paper leaves open, fixed before any run
-key = "links.0.reverse_buffer"
+key = "links.access.to_a.queue.limit"   # a scenario key; array elements by name
 reason = "the paper does not give the modem's uplink buffer"
 scenarios = ["off", "on"]    # optional: default all scenarios
 
@@ -57,7 +57,7 @@ from asymlink.report import TextTable, fmt_number
 from asymlink.results import Results
 from asymlink.runner import run as run_scenario_file
 from asymlink.scenario import Scenario
-from asymlink.validate import ConfigError, number, only
+from asymlink.validate import ConfigError, ScenarioError, number, only
 
 MetricValue: TypeAlias = "int | float | dict[str, MetricValue]"
 Metrics: TypeAlias = dict[str, MetricValue]
@@ -406,8 +406,8 @@ class Entry:
     def check(self) -> None:
         """Check the entry's data without running it: `paper.toml` parses, it names only
         existing scenarios, every scenario (full and quick) passes the engine's
-        validation, and every fixed parameter exists where it is listed. Raises
-        `PaperDataError` or `ScenarioError`."""
+        validation, and every fixed parameter exists where it is listed (named by key,
+        see `fixed_value`). Raises `PaperDataError` or `ScenarioError`."""
         paper, names = self.paper_data, self.scenario_names()
         if not names:
             raise PaperDataError(self.id, f"no scenario files in {self.scenario_dir}")
@@ -420,9 +420,38 @@ class Entry:
         for quick in (False, True):
             for name in names:
                 self.scenario(name, quick).validate()
-        for p in paper.fixed:
+        for i, p in enumerate(paper.fixed):
             for name in p.scenarios or names:
-                self.scenario(name, quick=False).get(p.key)
+                self.fixed_value(i, name, self.scenario(name, quick=False))
+
+    def fixed_value(self, index: int, name: str, scenario: Scenario) -> Any:
+        """The value `scenario` (the entry's scenario `name`) gives the fixed parameter
+        `paper.fixed[index]`. Its key must exist there and name the elements of arrays of
+        named tables by their name (`links.access.rate`, not `links.1.rate`); otherwise
+        `PaperDataError` naming the item of `paper.toml`, the key and the scenario."""
+        key = self.paper_data.fixed[index].key
+        where = f"{self.id}/{PAPER_FILE}: fixed[{index}].key"
+        try:
+            value = scenario.get(key)
+        except ScenarioError as e:
+            raise PaperDataError(
+                where, f"{key!r} is not in scenario {name!r}: {e.key}: {e.msg}") from None
+        parts = key.split(".")
+        node: Any = scenario.data
+        for depth, part in enumerate(parts):
+            if isinstance(node, list):
+                names = [t.get("name") if isinstance(t, dict) else None for t in node]
+                i = names.index(part) if part in names else int(part)
+                label = names[i]
+                if part.isdigit() and isinstance(label, str):
+                    named = ".".join([*parts[:depth], label, *parts[depth + 1:]])
+                    raise PaperDataError(
+                        where, f"{key!r} addresses {'.'.join(parts[:depth])}[{part}] by "
+                        f"position; write it by name: {named!r}")
+                node = node[i]
+            else:
+                node = node[part]
+        return value
 
     def run_scenario(
         self,
@@ -512,10 +541,10 @@ def fixed_parameters_table(entry: Entry, paper: PaperData, quick: bool) -> TextT
     names = entry.scenario_names()
     scenarios = {name: entry.scenario(name, quick) for name in names}
     rows = []
-    for p in paper.fixed:
+    for i, p in enumerate(paper.fixed):
         by_value: dict[str, list[str]] = {}
         for name in p.scenarios or names:
-            by_value.setdefault(str(scenarios[name].get(p.key)), []).append(name)
+            by_value.setdefault(str(entry.fixed_value(i, name, scenarios[name])), []).append(name)
         for value, where in by_value.items():
             listed = "all" if p.scenarios is None and len(by_value) == 1 else ", ".join(where)
             rows.append([p.key, value, listed, p.reason])

@@ -11,6 +11,7 @@
 
 use asymlink_core::config::ConfigError;
 use asymlink_core::units::{Bytes, Rate, Span};
+use core::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
@@ -149,12 +150,18 @@ pub enum Opener {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AppConfig {
-    /// `{ kind = "bulk", bytes = "1MB", open = "sender" }` (endless without `bytes`).
+    /// `{ kind = "bulk", bytes = "1MB", open = "sender" }` (endless without `bytes`);
+    /// with `then = "2MB"` and `idle = "2s"`, a second write of `then` bytes `idle` after
+    /// the first is acknowledged, on the same connection.
     Bulk {
         #[serde(default)]
         bytes: Option<Bytes>,
         #[serde(default)]
         open: Opener,
+        #[serde(default)]
+        then: Option<Bytes>,
+        #[serde(default)]
+        idle: Option<Span>,
     },
     /// `{ kind = "file_transfers", size = ..., gap = ..., count = 10 }`.
     FileTransfers {
@@ -222,6 +229,8 @@ pub enum AppSpec {
         bytes: Option<u64>,
         /// Who connects.
         open: Opener,
+        /// A second write: its bytes, and the idle time after the first is acknowledged.
+        then: Option<(u64, Duration)>,
     },
     /// Files one after another on new connections, separated by random gaps.
     FileTransfers {
@@ -300,9 +309,30 @@ impl AppConfig {
     /// Check the ranges; errors name the key relative to the `app` table.
     pub fn resolve(&self) -> Result<AppSpec, ConfigError> {
         Ok(match self {
-            AppConfig::Bulk { bytes, open } => AppSpec::Bulk {
+            AppConfig::Bulk {
+                bytes,
+                open,
+                then,
+                idle,
+            } => AppSpec::Bulk {
                 bytes: bytes.map(|b| b.0),
                 open: *open,
+                then: match (then, bytes) {
+                    (None, _) if idle.is_some() => {
+                        return Err(ConfigError::new(
+                            "idle",
+                            "comes with 'then' (a second write)",
+                        ))
+                    }
+                    (None, _) => None,
+                    (Some(_), None) => {
+                        return Err(ConfigError::new(
+                            "then",
+                            "needs 'bytes': an endless first write never ends",
+                        ))
+                    }
+                    (Some(t), Some(_)) => Some((t.0, idle.map_or(Duration::ZERO, |s| s.0))),
+                },
             },
             AppConfig::FileTransfers { size, gap, count } => AppSpec::FileTransfers {
                 size: size.checked("size")?,
