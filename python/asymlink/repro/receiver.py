@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from asymlink.analysis import jain_index
-from asymlink.repro.base import Entry, Metrics, register
+from asymlink.repro.base import Entry, Metrics, draw_paper_values, register
 from asymlink.results import Results
 
 LINE = "line:to_b"  # the access link toward the client (the queue the policy manages)
@@ -157,6 +157,8 @@ def _telnet_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         axes[1].set_ylabel("ftp received (kB)")
         axes[1].set_xlabel("time (s)")
         axes[0].set_title(f"Telnet during an ftp download over a 28.8 kbit/s modem: {title}")
+        if stem == "classic":
+            draw_paper_values(axes[0], TELNET.paper_data, "telnet_latency_s")
         axes[0].legend(fontsize="small")
         for ax in axes:
             ax.grid(alpha=0.3)
@@ -322,6 +324,7 @@ def _loss_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         axes[0][col].set_ylabel("received (kB)")
         axes[1][col].set_ylabel("queue (packets)")
         axes[1][col].set_xlabel("time (s)")
+        draw_paper_values(axes[1][col], LOSS.paper_data, f"queue_packets_mean.{arm}")
         axes[0][col].legend(fontsize="small")
         for ax in (axes[0][col], axes[1][col]):
             ax.grid(alpha=0.3)

@@ -28,6 +28,7 @@
 //! | loss detection with SACK | — | RFC 6675 (DupThresh) | RACK (RFC 8985, time-based) |
 //! | tail-loss probe (RFC 8985 TLP) | off | off | on |
 //! | cwnd during fast recovery | — (NewReno inflation) | cwnd = ssthresh at entry | PRR (RFC 6937) |
+//! | HyStart (CUBIC leaves slow start on ACK trains or delay increase) | off | off | on |
 
 use asymlink_core::config::ConfigError;
 use asymlink_core::time::Duration;
@@ -270,6 +271,11 @@ pub struct TcpConfig {
     /// Proportional rate reduction during SACK fast recovery (RFC 6937 with Linux's
     /// `tcp_cwnd_reduction`), instead of cwnd = ssthresh at entry.
     pub prr: bool,
+    /// HyStart (with `cc = "cubic"`): leave slow start (ssthresh = cwnd) when a round's
+    /// ACK train lasts more than half the minimum RTT or its RTT rises by
+    /// clamp(min RTT / 8, 4 ms, 16 ms), from a window of 16 segments on (Linux
+    /// `tcp_cubic.c` `hystart_update`).
+    pub hystart: bool,
 }
 
 impl TcpConfig {
@@ -310,6 +316,7 @@ impl TcpConfig {
             rack: false,
             tlp: false,
             prr: false,
+            hystart: false,
         };
         Some(match name {
             "rfc" => base,
@@ -351,6 +358,7 @@ impl TcpConfig {
                 rack: true,
                 tlp: true,
                 prr: true,
+                hystart: true,
                 ..base
             },
             _ => return None,
@@ -458,6 +466,7 @@ pub struct TcpOverrides {
     pub rack: Option<bool>,
     pub tlp: Option<bool>,
     pub prr: Option<bool>,
+    pub hystart: Option<bool>,
 }
 
 impl<'de> Deserialize<'de> for TcpSpec {
@@ -520,6 +529,7 @@ impl TcpSpec {
             c.initial_ssthresh = Some(b.0);
         }
         set!(rcvbuf, |b: Bytes| b.0);
+        set!(hystart);
         if let Some(b) = o.sndbuf {
             c.sndbuf = Some(b.0);
         }

@@ -4,7 +4,7 @@
 //! (the SYN is offset 0, the first data byte offset 1); they are converted to and from
 //! 32-bit wire values only at the edges, so nothing inside wraps.
 
-use super::cc::Cc;
+use super::cc::{AckSample, Cc, HyStartExit};
 use super::config::{CcAlgo, CwndValidation, IdleRestart, NagleRule, TcpConfig};
 use super::recv::Receiver;
 use super::rtt::RttEstimator;
@@ -114,6 +114,10 @@ pub struct ConnStats {
     /// Losses a tail-loss probe repaired, each answered by a cwnd reduction (Linux's
     /// TCPLossProbeRecovery).
     pub loss_probe_recoveries: u64,
+    /// Slow starts ended by HyStart's ACK-train detector.
+    pub hystart_train_exits: u64,
+    /// Slow starts ended by HyStart's delay detector.
+    pub hystart_delay_exits: u64,
 }
 
 /// Proportional rate reduction state (RFC 6937 §3, Linux `prior_cwnd`, `prr_delivered`,
@@ -752,8 +756,14 @@ impl Connection {
             self.ecn_ok && t.flags.contains(TcpFlags::ECE) && !t.flags.contains(TcpFlags::SYN);
 
         if ack > self.snd_una {
+            let newest_sent = if self.cfg.hystart {
+                self.newest_clean_sent(ack)
+            } else {
+                None
+            };
             let acked = self.sb.ack_to(ack);
             self.update_rtt(now, &acked, t);
+            self.hystart_sample(now, &acked, newest_sent, t, ack);
             if self.ca_state == CaState::Loss {
                 self.maybe_undo_timeout(t, ack);
             }
@@ -923,6 +933,61 @@ impl Connection {
         // `tcp_ack_update_rtt` clears `icsk_backoff` the same way).
         self.rtt.reset_backoff();
         true
+    }
+
+    /// Send time of the most recently sent segment below `ack` that was neither
+    /// retransmitted nor SACKed before (Linux's `last_ackt`, the start of `ca_rtt_us`).
+    fn newest_clean_sent(&self, ack: u64) -> Option<Instant> {
+        let mut t = None;
+        for i in 0..self.sb.len() {
+            let s = self.sb.get(i);
+            if s.end > ack {
+                break;
+            }
+            if s.flags & (scoreboard::SACKED | scoreboard::RETRANS) == 0 {
+                t = Some(s.sent_at);
+            }
+        }
+        t
+    }
+
+    /// Feed HyStart the ACK's RTT sample, as Linux's `cubictcp_acked` gets `ca_rtt_us`:
+    /// from the most recently sent segment acknowledged, none if a retransmission is
+    /// among them, else from the echoed timestamp.
+    fn hystart_sample(
+        &mut self,
+        now: Instant,
+        acked: &scoreboard::Acked,
+        newest_sent: Option<Instant>,
+        t: &TcpRepr,
+        ack: u64,
+    ) {
+        if !self.cfg.hystart {
+            return;
+        }
+        let rtt = newest_sent
+            .filter(|_| !acked.any_retransmitted)
+            .map(|s| now - s)
+            .or_else(|| {
+                let ts = t.opts.timestamp.filter(|ts| self.ts_ok && ts.ecr != 0)?;
+                let ms = ts_clock(now).wrapping_sub(ts.ecr);
+                (ms < 60_000).then(|| Duration::from_millis(ms.max(1) as u64))
+            });
+        let Some(rtt) = rtt else {
+            return;
+        };
+        let sample = AckSample {
+            rtt,
+            snd_una: ack,
+            snd_nxt: self.snd_max,
+            srtt: self.rtt.srtt(),
+            paced: self.cfg.pacing,
+        };
+        match self.cc.on_rtt_sample(now, sample) {
+            Some(HyStartExit::AckTrain) => self.stats.hystart_train_exits += 1,
+            Some(HyStartExit::Delay) => self.stats.hystart_delay_exits += 1,
+            None => {}
+        }
     }
 
     /// Whether an ACK of new data may grow the congestion window (`cwnd_validation`).

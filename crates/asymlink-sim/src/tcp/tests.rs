@@ -1127,3 +1127,53 @@ fn a_probe_that_repairs_the_tail_reduces_cwnd_once_later_data_is_acknowledged() 
         "CUBIC's β from the cwnd then"
     );
 }
+
+/// A 4 Mbit/s path, 40 ms RTT (BDP 20 kB, 14 segments), a queue that never drops: the
+/// `linux` profile leaves slow start by HyStart's delay detector once the queue adds
+/// more than 5 ms (clamp(40/8, 4, 16) ms) — before any loss. ACKs are 3 ms apart on
+/// this link, never an ACK train. Without HyStart slow start goes on until the receive
+/// window stops it.
+#[test]
+fn hystart_leaves_slow_start_on_a_delay_increase_before_loss() {
+    let run = |hystart: bool| {
+        let mut cfg = TcpConfig::profile("linux").unwrap();
+        cfg.hystart = hystart;
+        let mut p = Pair::new(&cfg, Rate::mbps(4), Duration::from_millis(20));
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 2_000_000, io));
+        let mut exit = None;
+        while p.now < Instant::from_secs(10) && exit.is_none() {
+            let t = p.now + Duration::from_millis(1);
+            p.run(t);
+            p.now = t;
+            let c = p.c[0].as_ref().unwrap();
+            if c.cwnd() >= c.ssthresh() {
+                exit = Some((p.now, c.cwnd(), c.stats().hystart_delay_exits));
+            }
+        }
+        p.run(Instant::from_secs(10));
+        let s = *p.c[0].as_ref().unwrap().stats();
+        (exit, s, p.c[0].as_ref().unwrap().ssthresh())
+    };
+    let (exit, s, ssthresh) = run(true);
+    let (at, cwnd, delay_exits) = exit.expect("HyStart ended slow start");
+    assert_eq!(delay_exits, 1, "{s:?}");
+    assert_eq!(s.hystart_train_exits, 0, "{s:?}");
+    assert_eq!(s.retransmits, 0, "no loss: {s:?}");
+    // ssthresh = cwnd at the exit (the ACK that ended slow start grew cwnd a little).
+    assert!(
+        ssthresh <= cwnd && cwnd - ssthresh < 1448,
+        "{ssthresh} {cwnd}"
+    );
+    // The earliest 8 RTTs of a round pass 5 ms of queueing once a standing queue
+    // remains between rounds: cwnd above 2 BDP (28 segments), exit within that round.
+    assert!(
+        (28 * 1448..=64 * 1448).contains(&cwnd),
+        "cwnd {cwnd} at {at:?}"
+    );
+    assert!(at < Instant::from_millis(500), "{at:?}");
+    let (exit, s, ssthresh) = run(false);
+    assert_eq!(exit, None, "no HyStart: still in slow start");
+    assert_eq!(s.hystart_delay_exits + s.hystart_train_exits, 0);
+    assert!(ssthresh > 1_000_000_000, "{ssthresh}");
+}
