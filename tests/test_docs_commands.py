@@ -306,6 +306,8 @@ def _root_runnable(path: tuple[str, ...], args: list[str], directory: Path) -> l
         rest = [a for a in args[1:] if a not in ("--config", "box.toml")]
         return ["box", "--config", config, *(rest or ["--check"])]
     if path == ("bench", "live"):
+        if "--seconds" not in args:
+            return [*args, "--seconds", "1"]
         i = args.index("--seconds")
         return [*args[:i + 1], "1", *args[i + 2:]]
     return None
