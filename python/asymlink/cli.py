@@ -339,14 +339,19 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
               help="Length of each measured transfer.")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON result to this file.")
-def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None) -> None:
+@click.option("--io", "io_modes", type=click.Choice(["socket", "mmap", "both"]),
+              default="socket", show_default=True,
+              help="The box's [process] io mode; 'both' measures socket then mmap against "
+                   "the same kernel run.")
+def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_modes: str) -> None:
     """Forwarding speed of the live box in a namespace lab (needs root): box_gbps,
     kernel_gbps, box_shaped_gbps, added latency at half load."""
     from asymlink.lab import LabError
-    from asymlink.lab.bench import run_bench
+    from asymlink.lab.bench import IO_MODES, run_bench
 
+    io = IO_MODES if io_modes == "both" else (io_modes,)
     try:
-        result = run_bench(seconds=seconds)
+        result = run_bench(seconds=seconds, io=io)
     except LabError as e:
         raise UserError(str(e)) from None
     if out_file is not None:

@@ -299,22 +299,39 @@ def fmt_metric(x: float | None, path: MetricPath, digits: int = 4) -> str:
     return fmt_number(x, digits=digits)
 
 
-def draw_paper_values(ax: Any, paper: PaperData, metric: str, scale: float = 1.0) -> int:
+def draw_paper_values(ax: Any, paper: PaperData, metric: str, scale: float = 1.0,
+                      unit: str | None = None) -> int:
     """A dashed horizontal reference line, labelled "paper: <arm> <value>", for each value
-    the paper reports for `metric` (the first key of its path), × `scale` to match the
-    axis. Returns how many were drawn."""
+    the paper reports under `metric` (a dotted prefix of its path: `rtt_ms` or
+    `forward_drops.single`), × `scale` to match the axis; with `unit` (the axis's) the label
+    gives the scaled value in it. Returns how many were drawn."""
+    prefix = tuple(metric.split("."))
     drawn = 0
     for p in paper.paper_values:
-        if p.metric[0] != metric:
+        if p.metric[: len(prefix)] != prefix:
             continue
         y = p.value * scale
         ax.axhline(y, color="black", linestyle="--", linewidth=0.8, alpha=0.7)
-        arm = ".".join(p.metric[1:])
-        ax.annotate(f"paper: {arm + ' ' if arm else ''}{fmt_number(p.value, p.unit, digits=4)}",
+        arm = ".".join(p.metric[len(prefix):])
+        shown = f"{y:.4g} {unit}" if unit else fmt_number(p.value, p.unit, digits=4)
+        ax.annotate(f"paper: {arm + ' ' if arm else ''}{shown}",
                     (0.0, y), xycoords=("axes fraction", "data"), xytext=(4, 2),
                     textcoords="offset points", fontsize="small")
         drawn += 1
     return drawn
+
+
+def draw_paper_marks(ax: Any, paper: PaperData, metric: str, positions: Mapping[str, float],
+                     scale: float = 1.0) -> int:
+    """On a bar chart: a black bar-wide mark at the paper's value on each bar whose arm
+    the paper reports (`metric.<arm>`; `positions` maps an arm to its bar's x), × `scale`.
+    Returns how many were drawn; the first is labelled "paper" for the legend."""
+    marks = [(positions[p.metric[1]], p.value * scale) for p in paper.paper_values
+             if len(p.metric) == 2 and p.metric[0] == metric and p.metric[1] in positions]
+    if marks:
+        ax.plot(*zip(*marks, strict=True), linestyle="none", marker="_", markersize=14,
+                markeredgewidth=2, color="black", label="paper")
+    return len(marks)
 
 
 def check_expectation(e: Expectation, metrics: Metrics) -> Check:

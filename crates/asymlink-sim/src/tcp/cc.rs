@@ -10,6 +10,78 @@ use asymlink_core::units::Span;
 const CUBIC_C: f64 = 0.4;
 const CUBIC_BETA: f64 = 0.7;
 
+/// HyStart (Linux `tcp_cubic.c`, as in 6.x): no detection below this window (segments).
+const HYSTART_LOW_WINDOW: u64 = 16;
+/// RTT samples per round before the delay detector may fire.
+const HYSTART_MIN_SAMPLES: u32 = 8;
+/// ACKs closer than this continue an ACK train.
+const HYSTART_ACK_DELTA: Duration = Duration::from_millis(2);
+/// The delay detector's threshold: clamp(min RTT / 8, 4 ms, 16 ms).
+const HYSTART_DELAY_MIN: Duration = Duration::from_millis(4);
+const HYSTART_DELAY_MAX: Duration = Duration::from_millis(16);
+
+/// Which HyStart detector ended slow start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HyStartExit {
+    /// The round's ACK train lasted more than half the minimum RTT.
+    AckTrain,
+    /// The round's RTT rose above the minimum by the delay threshold.
+    Delay,
+}
+
+/// HyStart's state: the minimum RTT and the current round (Linux's `bictcp` fields
+/// `delay_min`, `round_start`, `end_seq`, `last_ack`, `curr_rtt`, `sample_cnt`, `found`).
+#[derive(Clone, Debug)]
+struct HyStart {
+    found: bool,
+    delay_min: Option<Duration>,
+    round_start: Instant,
+    /// The round ends when `snd_una` passes this (what was sent when it began).
+    end_seq: u64,
+    last_ack: Instant,
+    curr_rtt: Option<Duration>,
+    sample_cnt: u32,
+}
+
+impl HyStart {
+    fn new() -> HyStart {
+        HyStart {
+            found: false,
+            delay_min: None,
+            round_start: Instant::ZERO,
+            end_seq: 0,
+            last_ack: Instant::ZERO,
+            curr_rtt: None,
+            sample_cnt: 0,
+        }
+    }
+
+    /// Linux `bictcp_hystart_reset`: a new round starts now.
+    fn new_round(&mut self, now: Instant, snd_nxt: u64) {
+        self.round_start = now;
+        self.last_ack = now;
+        self.end_seq = snd_nxt;
+        self.curr_rtt = None;
+        self.sample_cnt = 0;
+    }
+}
+
+/// What the sender knows when an ACK brings an RTT sample (for HyStart).
+#[derive(Clone, Copy, Debug)]
+pub struct AckSample {
+    /// RTT of the most recently sent segment this ACK acknowledges (none if it covers a
+    /// retransmission), Linux's `ca_rtt_us`.
+    pub rtt: Duration,
+    /// Cumulative acknowledgment after this ACK.
+    pub snd_una: u64,
+    /// Next new sequence offset to send.
+    pub snd_nxt: u64,
+    /// Smoothed RTT (for the pacing-rate term of the ACK-train threshold).
+    pub srtt: Option<Duration>,
+    /// Whether the sender paces (Linux does not halve the ACK-train threshold then).
+    pub paced: bool,
+}
+
 /// Window state in bytes.
 #[derive(Clone, Debug)]
 pub struct Cc {
@@ -31,6 +103,7 @@ pub struct Cc {
     epoch_start: Option<Instant>,
     k: f64,
     w_est: f64,
+    hystart: Option<HyStart>,
 }
 
 impl Cc {
@@ -51,7 +124,65 @@ impl Cc {
             epoch_start: None,
             k: 0.0,
             w_est: 0.0,
+            hystart: (cfg.hystart && cfg.cc == CcAlgo::Cubic).then(HyStart::new),
         }
+    }
+
+    /// An ACK of new data brought an RTT sample (Linux `cubictcp_acked`): track the
+    /// minimum RTT and, in slow start, run HyStart's detectors (`hystart_update`). When
+    /// one fires, ssthresh = cwnd ends slow start before any loss.
+    pub fn on_rtt_sample(&mut self, now: Instant, s: AckSample) -> Option<HyStartExit> {
+        let in_ss = self.in_slow_start();
+        let cwnd_segs = self.cwnd / self.mss;
+        let epoch_start = self.epoch_start;
+        let h = self.hystart.as_mut()?;
+        // Discard delay samples right after a reduction (for a second, as Linux).
+        if epoch_start.is_some_and(|e| now - e < Duration::from_secs(1)) {
+            return None;
+        }
+        let delay = s.rtt.max(Duration::from_micros(1));
+        if h.delay_min.is_none_or(|m| delay < m) {
+            h.delay_min = Some(delay);
+        }
+        if h.found || !in_ss {
+            return None;
+        }
+        if s.snd_una > h.end_seq {
+            h.new_round(now, s.snd_nxt);
+        }
+        if cwnd_segs < HYSTART_LOW_WINDOW {
+            return None;
+        }
+        let delay_min = h.delay_min.unwrap_or(delay);
+        let mut exit = None;
+        // ACK train: ACKs no more than 2 ms apart since the round began, for longer than
+        // half the minimum RTT (plus the pacing allowance `hystart_ack_delay`).
+        if now - h.last_ack <= HYSTART_ACK_DELTA {
+            h.last_ack = now;
+            let mut threshold = delay_min + hystart_ack_delay(self.cwnd, s.srtt);
+            if !s.paced {
+                threshold /= 2;
+            }
+            if now - h.round_start > threshold {
+                exit = Some(HyStartExit::AckTrain);
+            }
+        }
+        // Delay increase: the round's smallest RTT over its first 8 samples (and after).
+        let curr = h.curr_rtt.map_or(delay, |c| c.min(delay));
+        h.curr_rtt = Some(curr);
+        if h.sample_cnt < HYSTART_MIN_SAMPLES {
+            h.sample_cnt += 1;
+        } else if exit.is_none() {
+            let thresh = (delay_min / 8).clamp(HYSTART_DELAY_MIN, HYSTART_DELAY_MAX);
+            if curr > delay_min + thresh {
+                exit = Some(HyStartExit::Delay);
+            }
+        }
+        if exit.is_some() {
+            h.found = true;
+            self.ssthresh = self.cwnd;
+        }
+        exit
     }
 
     /// Whether in slow start.
@@ -202,6 +333,10 @@ impl Cc {
         self.on_congestion(flight);
         self.cwnd = self.mss;
         self.epoch_start = None;
+        // Linux resets CUBIC, HyStart included, on entering the Loss state.
+        if let Some(h) = self.hystart.as_mut() {
+            *h = HyStart::new();
+        }
     }
 
     /// Data follows an idle period of `idle` (longer than `rto`): restart from at most the
@@ -233,6 +368,22 @@ impl Cc {
     pub fn mss(&self) -> u64 {
         self.mss
     }
+
+    /// HyStart's minimum RTT (`None` without HyStart or before a sample).
+    pub fn hystart_min_rtt(&self) -> Option<Duration> {
+        self.hystart.as_ref()?.delay_min
+    }
+}
+
+/// Linux `hystart_ack_delay`: how long pacing may stretch an ACK train, 4 GSO-sized
+/// bursts (64 KiB each) at the pacing rate (twice cwnd/SRTT in slow start), at most 1 ms.
+fn hystart_ack_delay(cwnd: u64, srtt: Option<Duration>) -> Duration {
+    let Some(srtt) = srtt.filter(|d| !d.is_zero()) else {
+        return Duration::ZERO;
+    };
+    let rate = 2.0 * cwnd as f64 / srtt.as_secs_f64(); // bytes/s
+    let d = Duration::from_secs_f64(4.0 * 65_536.0 / rate);
+    d.min(Duration::from_millis(1))
 }
 
 #[cfg(test)]
@@ -371,5 +522,98 @@ mod tests {
             c.on_ack(now, 1000, Some(Duration::from_millis(50)));
         }
         assert!(c.cwnd > 90_000, "{}", c.cwnd);
+    }
+
+    fn sample(rtt_ms: u64, snd_una: u64, snd_nxt: u64) -> AckSample {
+        AckSample {
+            rtt: Duration::from_millis(rtt_ms),
+            snd_una,
+            snd_nxt,
+            srtt: Some(Duration::from_millis(rtt_ms)),
+            paced: false,
+        }
+    }
+
+    #[test]
+    fn hystart_needs_a_window_of_16_segments() {
+        let mut c = cc("linux");
+        assert_eq!(c.cwnd, 10_000);
+        // A huge delay increase, but the window is below hystart_low_window.
+        assert_eq!(c.on_rtt_sample(Instant::ZERO, sample(20, 1, 10_001)), None);
+        for i in 1..20 {
+            let t = Instant::from_millis(10 * i);
+            assert_eq!(c.on_rtt_sample(t, sample(200, 1 + i, 10_001)), None);
+        }
+        assert!(c.in_slow_start());
+        assert_eq!(c.hystart_min_rtt(), Some(Duration::from_millis(20)));
+        // Off in the other profiles.
+        let mut r = cc("rfc");
+        r.cwnd = 100_000;
+        assert_eq!(r.on_rtt_sample(Instant::ZERO, sample(20, 1, 2)), None);
+        assert_eq!(r.hystart_min_rtt(), None);
+    }
+
+    #[test]
+    fn hystart_delay_detector_fires_on_the_ninth_sample_of_a_round() {
+        let mut c = cc("linux");
+        c.cwnd = 20_000;
+        // Round 1 sets the minimum: 40 ms (threshold clamp(40/8, 4, 16) = 5 ms).
+        let mut now = Instant::from_millis(100);
+        assert_eq!(c.on_rtt_sample(now, sample(40, 1, 20_001)), None);
+        // Round 2 (snd_una passes 20 001): samples 3 ms apart (no ACK train), RTT 45 ms
+        // is not above 40 + 5.
+        for k in 0..12u64 {
+            now += Duration::from_millis(3);
+            let s = sample(45, 20_002 + k * 1000, 40_001);
+            assert_eq!(c.on_rtt_sample(now, s), None, "sample {k}");
+        }
+        // Round 3: 46 ms is; the first 8 samples only take the round's minimum.
+        for k in 0..8u64 {
+            now += Duration::from_millis(3);
+            let s = sample(46, 40_002 + k * 1000, 60_001);
+            assert_eq!(c.on_rtt_sample(now, s), None, "sample {k}");
+        }
+        now += Duration::from_millis(3);
+        let exit = c.on_rtt_sample(now, sample(46, 48_002, 60_001));
+        assert_eq!(exit, Some(HyStartExit::Delay));
+        assert_eq!(c.ssthresh, c.cwnd, "slow start ends at the current window");
+        assert!(!c.in_slow_start());
+        // Once found, HyStart stays quiet until a timeout resets it.
+        c.ssthresh = u64::MAX / 4;
+        now += Duration::from_millis(3);
+        assert_eq!(c.on_rtt_sample(now, sample(100, 49_002, 60_001)), None);
+        c.on_timeout(20_000);
+        assert_eq!(c.hystart_min_rtt(), None);
+    }
+
+    #[test]
+    fn hystart_ack_train_fires_after_half_the_minimum_rtt() {
+        let mut c = cc("linux");
+        c.cwnd = 30_000;
+        let mut now = Instant::from_millis(100);
+        c.on_rtt_sample(now, sample(20, 1, 30_001));
+        // The next round: ACKs 1 ms apart at a constant 20 ms RTT (no delay increase).
+        // Threshold (20 ms + 1 ms pacing allowance) / 2 = 10.5 ms after the round began.
+        now += Duration::from_millis(20);
+        assert_eq!(c.on_rtt_sample(now, sample(20, 30_002, 60_001)), None);
+        let start = now;
+        let mut exit = None;
+        while exit.is_none() && now - start < Duration::from_millis(30) {
+            now += Duration::from_millis(1);
+            exit = c.on_rtt_sample(now, sample(20, 30_003, 60_001));
+        }
+        assert_eq!(exit, Some(HyStartExit::AckTrain));
+        assert_eq!(now - start, Duration::from_millis(11));
+        assert_eq!(c.ssthresh, 30_000);
+        // ACKs 3 ms apart are no train: a fresh window stays in slow start.
+        let mut c = cc("linux");
+        c.cwnd = 30_000;
+        let mut now = Instant::from_millis(100);
+        c.on_rtt_sample(now, sample(20, 1, 30_001));
+        for _ in 0..20 {
+            now += Duration::from_millis(3);
+            assert_eq!(c.on_rtt_sample(now, sample(20, 30_002, 60_001)), None);
+        }
+        assert!(c.in_slow_start());
     }
 }

@@ -397,7 +397,8 @@ def run_lab(case: Case, sack: bool, timestamps: bool, lab: Lab, work: Path) -> T
             rd = work / f"{role}.capture.ready"
             ready.append(rd)
             procs.append(_peer(lab, role, ["capture", "--port", str(PORT), "--out",
-                                           str(caps[role]), "--ready", str(rd)]))
+                                           str(caps[role]), "--pcap", str(work / f"{role}.pcap"),
+                                           "--ready", str(rd)]))
         srv_ready = work / "server.ready"
         report = work / "server.json"
         args = ["server", "--port", str(PORT), "--mss", str(mss), "--ready", str(srv_ready),

@@ -1,18 +1,19 @@
 """The lab side of a conformance case: a download server, its client and a capture of
 what a host sends. Standard library only; run inside a lab namespace.
 
-    peer.py capture --dev eth0 --port 5001 --out FILE --ready FILE
+    peer.py capture --dev eth0 --port 5001 --out FILE [--pcap FILE] --ready FILE
     peer.py server --port 5001 --mss 1448 --writes 100 [--writes 60 --idle 2]
                    --ready FILE --report FILE
     peer.py client --to 198.18.0.2 --port 5001 [--window BYTES]
 
 `capture` records every TCP packet of the port that the host sends (AF_PACKET, outgoing
 frames of `--dev`) as JSON lines `[t, sport, dport, seq, ack, flags, payload_len]`, kernel
-timestamps in seconds, until SIGTERM. `server` accepts one connection, writes `writes`
-full segments of `mss` bytes (waiting until everything is acknowledged and then `idle`
-seconds between writes), waits for the last byte to be acknowledged, and reports the
-sender's TCP_INFO (cwnd, ssthresh, ...) before closing. `client` connects and reads to the
-end, its receive window clamped to `window` bytes if given.
+timestamps in seconds, until SIGTERM (and with `--pcap` the frames, cut at 128 bytes).
+`server` accepts one connection, writes `writes` full segments of `mss` bytes (waiting
+until everything is acknowledged and then `idle` seconds between writes), waits for the
+last byte to be acknowledged, and reports the sender's TCP_INFO (cwnd, ssthresh, ...)
+before closing. `client` connects and reads to the end, its receive window clamped to
+`window` bytes if given.
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ def capture(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     out = open(args.out, "w")  # noqa: SIM115 - closed below, after the loop
+    pcap = open(args.pcap, "wb") if args.pcap else None  # noqa: SIM115 - as `out`
+    if pcap:
+        # Classic pcap, nanosecond timestamps, Ethernet, the first 128 bytes of a frame.
+        pcap.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 128, 1))
     Path(args.ready).write_text("1")
     while not stop:
         try:
@@ -93,7 +98,14 @@ def capture(args: argparse.Namespace) -> int:
                 t = sec + nsec * 1e-9
         out.write(json.dumps([t, sport, dport, seq, ack, off_flags & 0x1FF,
                               total - ihl - doff]) + "\n")
+        if pcap:
+            cap = data[:128]
+            ns = round(t * 1e9)
+            pcap.write(struct.pack("<IIII", ns // 10**9, ns % 10**9, len(cap), len(data)))
+            pcap.write(cap)
     out.close()
+    if pcap:
+        pcap.close()
     return 0
 
 
@@ -160,6 +172,7 @@ def main(argv: list[str]) -> int:
     c.add_argument("--dev", default="eth0")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--out", required=True)
+    c.add_argument("--pcap", default="")
     c.add_argument("--ready", required=True)
     s = sub.add_parser("server")
     s.add_argument("--port", type=int, required=True)
