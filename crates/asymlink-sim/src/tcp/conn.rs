@@ -1515,8 +1515,8 @@ impl Connection {
         if fin && !self.peer_fin && self.rcv.rcv_nxt() < end {
             self.peer_fin_at = Some(end);
         }
-        let fin_now = (fin && self.rcv.rcv_nxt() == end)
-            || self.peer_fin_at == Some(self.rcv.rcv_nxt());
+        let fin_now =
+            (fin && self.rcv.rcv_nxt() == end) || self.peer_fin_at == Some(self.rcv.rcv_nxt());
         if fin_now && !self.peer_fin {
             self.peer_fin_at = None;
             self.rcv.advance_control();
@@ -2104,7 +2104,12 @@ impl Connection {
         }
         if self.sack_ok && self.rcv.has_gap() {
             let max = if self.ts_ok { 3 } else { 4 };
-            for (l, r) in self.rcv.sack_blocks(max) {
+            for (l, mut r) in self.rcv.sack_blocks(max) {
+                // A FIN held beyond the hole counts in its block, as in Linux's
+                // out-of-order queue (the sender's segment ends after the FIN).
+                if self.peer_fin_at == Some(r) {
+                    r += 1;
+                }
                 opts.sack.push(SackBlock {
                     left: seq_of(self.irs, l),
                     right: seq_of(self.irs, r),
