@@ -56,6 +56,7 @@ pub mod rand;
 pub mod rwnd;
 pub mod script;
 pub mod time;
+pub mod trace;
 pub mod units;
 pub mod wire;
 
