@@ -154,3 +154,39 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.longrepr = f"skipped although ASYMLINK_NO_SKIPS=1: {reason}"
+
+
+def figure_problems(fig: Any) -> list[str]:
+    """What a reproduction figure lacks: a title (the figure's or an axes'), and on every
+    axes that shows data a y label, and an x label on at least one of them."""
+    root = fig if hasattr(fig, "savefig") else fig.figure
+    data_axes = [ax for ax in root.get_axes()
+                 if ax.axison and (ax.lines or ax.patches or ax.collections)]
+    problems = []
+    titled = (root._suptitle is not None and root._suptitle.get_text()) or any(
+        ax.get_title() for ax in root.get_axes())
+    if not titled:
+        problems.append("no title")
+    problems += [f"axes {i} has no y label" for i, ax in enumerate(data_axes)
+                 if not ax.get_ylabel()]
+    if data_axes and not any(ax.get_xlabel() for ax in data_axes):
+        problems.append("no x label")
+    return problems
+
+
+@pytest.fixture(autouse=True)
+def _reproduction_figures_are_labelled(request: pytest.FixtureRequest,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the reproduction tests, every figure saved must have a title and axis labels."""
+    if not request.module.__name__.rsplit(".", 1)[-1].startswith("test_repro"):
+        return
+    from asymlink import plot
+
+    save = plot.save
+
+    def checked(fig: Any, path: Any) -> Any:
+        problems = figure_problems(fig)
+        assert not problems, f"{path}: {', '.join(problems)}"
+        return save(fig, path)
+
+    monkeypatch.setattr(plot, "save", checked)

@@ -263,6 +263,33 @@ def test_a_run_too_long_for_memory_is_refused_up_front(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("app", [
+    'app = { kind = "web", main = "1KB", object_count = 20, object_size = "1KB", parallel = 4, '
+    'pages = 2, think = "100ms" }',
+    'app = { kind = "web", main = "1KB", object_count = 20, object_size = "1KB", parallel = 4, '
+    'pages = 2, think = "100ms", persistent = true }',
+    'app = { kind = "file_transfers", size = "1KB", gap = "1ms", count = 100 }',
+    'app = { kind = "file_transfers", size = "2KB", '
+    'gap = { dist = "exponential", mean = "20ms" } }',
+])
+def test_memory_estimate_counts_the_connections_an_app_opens(scenario_toml: str, app: str) -> None:
+    # The peak number of flow rows per sample, measured, against the estimate's.
+    from asymlink import Scenario, run
+    from asymlink.runner import connections_at_once, estimate_memory
+
+    src = scenario_toml.replace('app = { kind = "bulk" }', app, 1).replace(
+        'duration = "2s"', 'duration = "6s"') + '\n[monitor]\ninterval = "10ms"\n'
+    sc = Scenario.from_toml(src)
+    flows = run(sc).flows
+    peak = int(flows[flows["flow"] != "up"].groupby("t").size().max())
+    estimated = connections_at_once(sc.data["flows"][0])
+    assert peak > 1 or "persistent" in app   # the connections do multiply
+    assert estimated >= peak
+    rows_t0 = estimate_memory(Scenario.from_toml(scenario_toml),
+                              Scenario.from_toml(scenario_toml).simulation())["rows"]
+    assert estimate_memory(sc, sc.simulation())["rows"] >= rows_t0 - 1 + peak
+
+
 def test_memory_estimate_scales_with_samples() -> None:
     from asymlink import examples
     from asymlink.runner import estimate_memory

@@ -7,8 +7,12 @@ quickly do run, shortened: `run` with `--set duration=1s`, `sweep` with `--check
 `bench sim` with two flows for half a second, `validate`, `plot`, `examples` and
 `reproduce --list` as written. A Markdown block's commands run in order in one
 directory, so `plot out/x` finds what `run --out out/x` wrote just before. Reproductions
-are checked by ID (CI runs the quick catalog elsewhere); commands that need root (`box`,
-`lab`, `bench live`) are parsed only.
+are checked by ID (CI runs the quick catalog elsewhere). Commands that need root (`box`,
+`lab`, `bench live`) are parsed here and run, shortened, in the root-gated suite:
+`lab list` as written, `lab run` on the shipped scenario with its times scaled to 3 s,
+`box` with `--check` / `--print-effective` on the line-mode configuration of
+docs/live.md, `bench live` for 1 s per measurement. `lab parity` (minutes: every
+scenario in the simulator and the lab) and `lab conformance` are parsed only.
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import pytest
+import tomli_w
 from click.testing import CliRunner
 
 from asymlink import repro
 from asymlink.cli import cli
+from asymlink.validate import seconds
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "python" / "asymlink"
@@ -235,3 +242,87 @@ def test_bench_sim_defaults_in_help_match_the_docs() -> None:
     reported = set(json.loads(out))
     assert named - {"asymlink"} <= reported, named - reported
     assert {"flows", "sim_s", "packet_hops_per_sec", "peak_rss_mb"} <= named
+
+
+# --- commands that need root, run shortened in the root-gated suite ------------------------
+
+LAB_SCENARIOS = PACKAGE / "lab" / "scenarios"
+#: `lab run` scenarios are scaled to this length (their flows and windows with them).
+LAB_SECONDS = 3.0
+
+
+def _root_commands() -> list[Command]:
+    """Each root command once (`lab run NAME` printed twice, with other `--out`
+    directories, runs once)."""
+    seen, kept = set(), []
+    for c in ALL:
+        key = re.sub(r"--out \S+", "", shlex.join(c.args))
+        if (tuple(c.args[:1]) in ROOT_ONLY or tuple(c.args[:2]) in ROOT_ONLY) \
+                and key not in seen:
+            seen.add(key)
+            kept.append(c)
+    return kept
+
+
+def _shortened_lab_scenario(name: str, directory: Path) -> Path:
+    """The shipped lab scenario `name` with every time in it scaled to `LAB_SECONDS`."""
+    doc = tomllib.loads((LAB_SCENARIOS / f"{name}.toml").read_text())
+    scale = min(1.0, LAB_SECONDS / seconds(doc.get("duration", "10s"), "duration"))
+
+    def scaled(v: str) -> str:
+        return f"{seconds(v, 'time') * scale:.3f}s"
+
+    doc["duration"] = scaled(doc.get("duration", "10s"))
+    doc["windows"] = {k: [scaled(a), scaled(b)] for k, (a, b) in doc.get("windows", {}).items()}
+    for item in [*doc.get("flows", []), *doc.get("probes", [])]:
+        for key in ("start", "stop"):
+            if key in item:
+                item[key] = scaled(item[key])
+    path = directory / f"{name}.toml"
+    path.write_text(tomli_w.dumps(doc))
+    return path
+
+
+def _box_config(directory: Path) -> Path:
+    """The line-mode box configuration docs/live.md shows."""
+    doc = (REPO / "docs" / "live.md").read_text()
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", doc, re.S)
+                 if b.startswith("line = "))
+    path = directory / "box.toml"
+    path.write_text(block)
+    return path
+
+
+def _root_runnable(path: tuple[str, ...], args: list[str], directory: Path) -> list[str] | None:
+    if path == ("lab", "list"):
+        return args
+    if path == ("lab", "run"):
+        name = args[2]
+        if not (LAB_SCENARIOS / f"{name}.toml").is_file():
+            return None
+        return ["lab", "run", str(_shortened_lab_scenario(name, directory)), *args[3:]]
+    if path == ("box",):
+        config = str(_box_config(directory))
+        rest = [a for a in args[1:] if a not in ("--config", "box.toml")]
+        return ["box", "--config", config, *(rest or ["--check"])]
+    if path == ("bench", "live"):
+        if "--seconds" not in args:
+            return [*args, "--seconds", "1"]
+        i = args.index("--seconds")
+        return [*args[:i + 1], "1", *args[i + 2:]]
+    return None
+
+
+@pytest.mark.xdist_group("lab")   # one lab at a time, beside the other lab modules
+@pytest.mark.parametrize("command", _root_commands(), ids=str)
+def test_printed_root_commands_run(command: Command, live_ok: None, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = list(command.args)
+    path, _ = _parse(_resolve_files(args, command.base)) if args[0] != "box" else (("box",), {})
+    shortened = _root_runnable(path, args, tmp_path)
+    if shortened is None:
+        assert path in {("lab", "parity"), ("lab", "conformance")}, f"{command}: not run"
+        return
+    result = CliRunner().invoke(cli, shortened)
+    assert result.exit_code == 0, f"{command}\n{result.output}{result.stderr}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import pytest
 
 from asymlink import _native
 from asymlink._native import ScenarioError, Simulation
+from asymlink.validate import ConfigError
 
 
 def test_version_is_the_crate_version() -> None:
@@ -26,12 +28,31 @@ def test_scenario_error_is_a_value_error_with_fields() -> None:
     assert str(err) == f"bad.toml: {err.msg}"
 
 
-def test_scenario_error_helper_formats_like_the_engine() -> None:
-    err = _native.scenario_error("a.toml", "links[2].rate", "bare number")
-    assert isinstance(err, ScenarioError)
-    assert (err.origin, err.key, err.msg) == ("a.toml", "links[2].rate", "bare number")
-    assert str(err) == "a.toml: links[2].rate: bare number"
-    assert str(_native.scenario_error("a.toml", "", "empty")) == "a.toml: empty"
+def test_the_engine_raises_the_python_config_error_with_key_and_line(scenario_toml: str) -> None:
+    src = scenario_toml.replace('to_a = { rate = "512kbit" }', 'to_a = { rate = "0kbit" }')
+    line = src.splitlines().index('to_a = { rate = "0kbit" }') + 1
+    with pytest.raises(ConfigError) as info:
+        Simulation(src, "a.toml")
+    err = info.value
+    assert type(err) is ScenarioError is _native.ScenarioError
+    assert (err.origin, err.key, err.path) == ("a.toml", "links[1].to_a.rate",
+                                               "links[1].to_a.rate")
+    assert err.line == line
+    assert str(err) == f"a.toml: links[1].to_a.rate: {err.msg}"
+    assert err.msg.startswith("must be positive") and err.msg.endswith(f"(line {line})")
+
+
+def test_scenario_errors_survive_pickling_and_prefixing() -> None:
+    err = ScenarioError("a.toml", "rate", "bare number (line 3)")
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), str(back), back.origin, back.key, back.line) == (
+        ScenarioError, "a.toml: rate: bare number (line 3)", "a.toml", "rate", 3)
+    moved = err.within("links[2]")
+    assert (type(moved), moved.origin, moved.key) == (ScenarioError, "a.toml", "links[2].rate")
+    assert str(ScenarioError("a.toml", "", "empty")) == "a.toml: empty"
+    assert ScenarioError("a.toml", "", "empty").line is None
+    plain = pickle.loads(pickle.dumps(ConfigError("x", "bad")))
+    assert (type(plain), plain.path, plain.msg) == (ConfigError, "x", "bad")
 
 
 def test_simulation_steps_to_the_end(scenario_toml: str) -> None:

@@ -20,6 +20,7 @@ from asymlink.cli import cli
 from asymlink.lab import Lab, LabScenario, can_run_labs
 from asymlink.lab.bench import scenario_path
 from asymlink.lab.parity import PAIRS, TOLERANCE, get, run_pair, run_sim, sim_scenario
+from asymlink.lab.scenario import LabScenarioError
 from asymlink.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +87,22 @@ def test_access_line_and_kernel_forwarding_translate() -> None:
     line = {"down": "8Mbit", "up": "512kbit"}
     (mb,) = sim_scenario(sc, box={"line": line})["middleboxes"]
     assert mb["line"] == line
+
+
+def test_access_line_scripted_loss_is_checked_and_translated() -> None:
+    drop = ["syn:1", {"port": 5001, "seq": 14481, "tx": 2}]
+    sc = LabScenario.from_dict({"access": {"to_a": {"rate": "8Mbit", "drop": drop}},
+                                "flows": [{"from": "server", "to": "client"}]})
+    doc = sim_scenario(sc)
+    Scenario.from_dict(doc, origin="access")  # the simulator takes the same rules
+    links = {lk["name"]: lk for lk in doc["links"]}
+    assert links["line_b"]["to_a"]["drop"] == drop
+    for bad, key, msg in [(["sin:1"], "access.to_a.drop[0]", "unknown packet kind 'sin'"),
+                          ([{"flow": "dl", "seq": 1}], "access.to_a.drop[0].flow",
+                           "knows no flow names")]:
+        with pytest.raises(LabScenarioError) as e:
+            LabScenario.from_dict({"access": {"to_a": {"rate": "8Mbit", "drop": bad}}})
+        assert e.value.path == key and msg in e.value.msg, e.value
 
 
 def test_cli_refuses_unknown_experiment(tmp_path: Path) -> None:

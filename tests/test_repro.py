@@ -22,6 +22,7 @@ from asymlink.repro import (
     plain_metrics,
 )
 from asymlink.repro.base import check_expectation, check_paper_value, lookup
+from asymlink.validate import ConfigError
 
 METRICS: dict[str, Any] = {
     "acked_bytes_at_10s": {"1": 1.0e6, "30": 3.2e6, "500": 2.0e6},
@@ -191,6 +192,23 @@ def test_registered_entries_are_well_formed(entry: Entry) -> None:
     entry.check()
 
 
+@pytest.mark.parametrize(("key", "fragment"), [
+    ("links.1.to_a.rate", "fixed[0].key: 'links.1.to_a.rate' addresses links[1] by position; "
+                          "write it by name: 'links.access.to_a.rate'"),
+    ("links.access.to_a.rat", "fixed[0].key: 'links.access.to_a.rat' is not in scenario "
+                              "'long': links.access.to_a.rat: no such key"),
+    ("flows.upp.start", "fixed[0].key: 'flows.upp.start' is not in scenario 'long': "
+                        "flows.upp: expected an array index or a name"),
+])
+def test_fixed_keys_go_by_name_and_must_exist(key: str, fragment: str) -> None:
+    entry = Entry(id="_selftest", paper="p", title="t", run=lambda d, q: {})
+    entry.__dict__["paper_data"] = PaperData.parse(
+        {"fixed": [{"key": key, "reason": "r"}]}, "_selftest/paper.toml")
+    with pytest.raises(ConfigError) as info:
+        entry.check()
+    assert str(info.value).startswith(f"_selftest/paper.toml: {fragment}")
+
+
 def test_selftest_reproduces_and_reports(tmp_path: Path) -> None:
     report = repro.reproduce("_selftest", tmp_path, quick=True)
     assert report.ok
@@ -200,7 +218,7 @@ def test_selftest_reproduces_and_reports(tmp_path: Path) -> None:
     summary = (tmp_path / "summary.md").read_text()
     assert "| metric | paper | measured | match? |" in summary
     assert "| runs | 2 ± 0 | 2 | yes |" in summary
-    assert "| links.1.to_a.rate | 512kbit | all | slow enough" in summary
+    assert "| links.access.to_a.rate | 512kbit | all | slow enough" in summary
     assert "| duration | 2s | long |" in summary  # the quick value, as run
     assert "![events](figures/events.png)" in summary
     assert (tmp_path / "figures" / "events.png").is_file()

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import asymlink
 from asymlink import Scenario, ScenarioError, examples
 
 
@@ -38,6 +39,28 @@ def test_invalid_toml_raises_scenario_error_naming_the_origin() -> None:
         Scenario.from_toml("rate = ", origin="x.toml")
     assert info.value.origin == "x.toml"
     assert str(info.value).startswith("x.toml: ")
+
+
+def test_one_except_config_error_catches_bad_scenarios_with_key_and_line(
+        scenario_file: Path, tmp_path: Path) -> None:
+    text = scenario_file.read_text()
+    bad_toml = tmp_path / "syntax.toml"
+    bad_toml.write_text(text.replace('rate = "8Mbit"', 'rate = '))
+    with pytest.raises(asymlink.ConfigError) as info:
+        Scenario.from_file(bad_toml)
+    assert isinstance(info.value, ScenarioError) and info.value.origin == str(bad_toml)
+    assert info.value.line == text.splitlines().index('rate = "8Mbit"') + 1
+    bad_value = tmp_path / "value.toml"
+    bad_value.write_text(text.replace('mss = "1460B" }\napp = { kind = "bulk" }\n\n',
+                                      'mss = "10B" }\napp = { kind = "bulk" }\n\n'))
+    with pytest.raises(asymlink.ConfigError) as info:
+        asymlink.run(bad_value)
+    err = info.value
+    assert isinstance(err, ScenarioError) and err.origin == str(bad_value)
+    assert err.key == err.path == "flows[0].tcp.mss"
+    assert err.line == bad_value.read_text().splitlines().index(
+        'tcp = { profile = "rfc", mss = "10B" }') + 1
+    assert str(err).startswith(f"{bad_value}: flows[0].tcp.mss: ")
 
 
 def test_from_dict_round_trips_through_toml() -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from asymlink._native import ScenarioError, __version__
+from asymlink._native import __version__
+from asymlink.validate import ConfigError, ScenarioError
 
 if TYPE_CHECKING:
     from asymlink import examples
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from asymlink.runner import run
     from asymlink.scenario import Scenario
 
-__all__ = ["Results", "Scenario", "ScenarioError", "__version__", "examples", "run"]
+__all__ = ["ConfigError", "Results", "Scenario", "ScenarioError", "__version__", "examples", "run"]
 
 # The public names load on first use (PEP 562), so that `python -m asymlink.live` (the
 # live box) starts without importing pandas and matplotlib.

@@ -6,23 +6,14 @@ from typing import Any, TypedDict, final, type_check_only
 import numpy as np
 import numpy.typing as npt
 
+from asymlink.validate import ScenarioError as ScenarioError
+
 __all__ = [
-    "__version__", "Simulation", "ScenarioError", "scenario_error", "bench_sim", "value_span",
+    "__version__", "Simulation", "ScenarioError", "bench_sim", "value_span",
     "box_main", "box_check", "parse_rate", "parse_size", "parse_duration",
 ]
 
 __version__: str
-
-class ScenarioError(ValueError):
-    """A scenario is invalid: `origin` (file or "<string>"), `key` (key path, may be
-    empty) and `msg` (what is wrong). `str(e)` is "origin: key: msg"."""
-
-    origin: str
-    key: str
-    msg: str
-
-def scenario_error(origin: str, key: str, msg: str) -> ScenarioError:
-    """Build (not raise) a ScenarioError exactly as the engine would."""
 
 def value_span(src: str, key: str) -> tuple[int, int] | None:
     """Byte range of the value at dotted path `key` in TOML `src`; None if not written."""

@@ -17,10 +17,10 @@ import click
 from rich.console import Console
 
 from asymlink import __version__, examples
-from asymlink._native import ScenarioError
 from asymlink.bench import STANDARD as _BENCH_STANDARD
 from asymlink.report import TextTable, fmt_number, plural
 from asymlink.scenario import Scenario
+from asymlink.validate import ConfigError, ScenarioError
 
 if TYPE_CHECKING:
     from asymlink.repro import Report
@@ -44,7 +44,7 @@ class _Cli(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except ScenarioError as e:
+        except ConfigError as e:
             raise UserError(str(e)) from None
         except OSError as e:
             raise UserError(_os_message(e)) from None
@@ -339,14 +339,19 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
               help="Length of each measured transfer.")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON result to this file.")
-def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None) -> None:
+@click.option("--io", "io_modes", type=click.Choice(["socket", "mmap", "both"]),
+              default="socket", show_default=True,
+              help="The box's [process] io mode; 'both' measures socket then mmap against "
+                   "the same kernel run.")
+def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_modes: str) -> None:
     """Forwarding speed of the live box in a namespace lab (needs root): box_gbps,
     kernel_gbps, box_shaped_gbps, added latency at half load."""
     from asymlink.lab import LabError
-    from asymlink.lab.bench import run_bench
+    from asymlink.lab.bench import IO_MODES, run_bench
 
+    io = IO_MODES if io_modes == "both" else (io_modes,)
     try:
-        result = run_bench(seconds=seconds)
+        result = run_bench(seconds=seconds, io=io)
     except LabError as e:
         raise UserError(str(e)) from None
     if out_file is not None:
@@ -513,6 +518,47 @@ def lab_parity_cmd(pairs: tuple[str, ...], out_dir: Path, lab_name: str | None,
     if bad:
         click.echo(f"parity NOT met: {', '.join(bad)}", err=True)
         raise SystemExit(1)
+
+
+@lab_group.command("conformance")
+@click.argument("cases", nargs=-1)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("out/conformance"), show_default=True,
+              help="Output directory (conformance.md, conformance.json, each run's files).")
+@click.option("--lab", "lab_name", help="Use this lab (default: a fresh one, removed after).")
+@click.option("--sim-only", is_flag=True,
+              help="Run only the simulator half (no root needed).")
+def lab_conformance_cmd(cases: tuple[str, ...], out_dir: Path, lab_name: str | None,
+                        sim_only: bool) -> None:
+    """Run the scripted-loss conformance catalog (default: every case) through the
+    simulator's `linux` profile and through real Linux in the lab, SACK and timestamps on
+    then off, and compare the senders' retransmissions, recoveries, timeouts, probes and
+    ssthresh case by case."""
+    from asymlink.lab import Lab
+    from asymlink.lab.conformance import load_catalog, run_conformance
+
+    known = {c.name for c in load_catalog()}
+    unknown = [c for c in cases if c not in known]
+    if unknown:
+        raise UserError(f"unknown conformance case {', '.join(unknown)} "
+                        f"(known: {', '.join(sorted(known))})")
+    lab = None
+    if not sim_only:
+        try:
+            lab = Lab.load(lab_name) if lab_name else Lab.up()
+        except _lab_errors() as e:
+            raise UserError(str(e)) from None
+    try:
+        verdicts = run_conformance(out_dir, lab, list(cases) or None)
+    except _lab_errors() as e:
+        raise UserError(str(e)) from None
+    finally:
+        if lab is not None and not lab_name:
+            lab.down()
+    click.echo((out_dir / "conformance.md").read_text(), nl=False)
+    if not sim_only:
+        agree = sum(v.agree for v in verdicts)
+        click.echo(f"{agree} of {len(verdicts)} runs agree; results in {out_dir}")
 
 
 @lab_group.command("list")

@@ -7,10 +7,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from asymlink import _native
 from asymlink.results import Results
 from asymlink.scenario import Scenario
+from asymlink.validate import ConfigError, ScenarioError, seconds
 
 #: The run advances in this many steps, so a progress bar can follow it.
 STEPS = 100
@@ -23,11 +25,18 @@ ROW_BYTES_PER_COLUMN = 24
 ROW_BYTES_PER_NAME = 240
 
 
+#: A finished connection stays in the flows table while it lingers in TIME-WAIT, at least
+#: 2 s in the simulator; a file transfer's cycle (transfer and gap) is counted as at least
+#: `MIN_CYCLE_S`, so connections opened faster than that are taken to overlap.
+LINGER_S = 2.0
+MIN_CYCLE_S = 0.1
+
+
 def estimate_memory(scenario: Scenario, sim: _native.Simulation) -> dict[str, float]:
     """What the run's time series will hold at the end: `samples` (per series), `rows` per
-    sample, `bytes` in all. Rows per sample are counted at t = 0 (flows: at least one per
-    `[[flows]]` entry); a scenario whose connections multiply (file transfers, web) may
-    take more."""
+    sample, `bytes` in all. Rows per sample are counted at t = 0, and for flows at least
+    the connections each `[[flows]]` entry may have open at once (`connections_at_once`:
+    web pages and file transfers open many)."""
     interval = sim.monitor_interval
     samples = math.floor(sim.end / interval) + 1
     sim.run_until(0.0)
@@ -41,11 +50,59 @@ def estimate_memory(scenario: Scenario, sim: _native.Simulation) -> dict[str, fl
             continue
         n = len(next(iter(columns.values())))
         if name == "flows":
-            n = max(n, len(scenario.data.get("flows", [])))
+            flows = scenario.data.get("flows", [])
+            n = max(n, sum(connections_at_once(f) for f in flows if isinstance(f, dict)))
         rows += n
         per_sample += n * (ROW_BYTES_PER_COLUMN * (len(columns) - 1) + ROW_BYTES_PER_NAME)
     return {"samples": samples, "rows": rows, "bytes": samples * per_sample,
             "interval": interval}
+
+
+def connections_at_once(flow: dict[str, Any]) -> int:
+    """An upper estimate of the connections a `[[flows]]` entry has in the flows table at
+    one time (each is a row per sample until it has lingered closed): a web page's main
+    object and every object on its own connection (two pages overlapping), or the
+    persistent connections (`parallel`); a file transfer's connections that close within
+    `LINGER_S` of each other; one for the other applications."""
+    app = flow.get("app")
+    if not isinstance(app, dict):
+        return 1
+    kind = app.get("kind")
+    if kind == "web":
+        pages = min(_int(app.get("pages"), 1), 2)
+        if app.get("persistent") is True:
+            return max(1, _int(app.get("parallel"), 4)) * pages
+        objects = app.get("objects")
+        count = len(objects) if isinstance(objects, list) else _int(app.get("object_count"), 0)
+        return (1 + count) * pages
+    if kind == "file_transfers":
+        overlap = 1 + math.ceil(LINGER_S / max(_mean_seconds(app.get("gap")), MIN_CYCLE_S))
+        files = _int(app.get("count"), 0)
+        return min(overlap, files) if files > 0 else overlap
+    return 1
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _mean_seconds(dist: Any) -> float:
+    """The mean of a duration or a duration distribution as scenarios write them; 0 when
+    it cannot be read (the engine reports the error)."""
+    try:
+        if isinstance(dist, str):
+            return seconds(dist, "gap")
+        if isinstance(dist, dict):
+            if "mean" in dist:
+                return seconds(dist["mean"], "gap.mean")
+            if "min" in dist and "max" in dist:
+                return (seconds(dist["min"], "gap.min") + seconds(dist["max"], "gap.max")) / 2
+            for key in ("min", "value"):
+                if key in dist:
+                    return seconds(dist[key], f"gap.{key}")
+    except ConfigError:
+        pass
+    return 0.0
 
 
 def available_memory() -> float:
@@ -67,7 +124,7 @@ def check_memory(scenario: Scenario, sim: _native.Simulation,
     if est["bytes"] <= limit:
         return
     fit = est["interval"] * est["bytes"] / limit
-    raise _native.scenario_error(
+    raise ScenarioError(
         scenario.origin, "duration",
         f"this run would hold about {_size(est['bytes'])} of time series in memory "
         f"({est['samples']:,.0f} samples of {est['rows']:.0f} rows, one every "

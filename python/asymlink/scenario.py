@@ -16,7 +16,7 @@ from typing import Any
 import tomli_w
 
 from asymlink import _native
-from asymlink._native import ScenarioError
+from asymlink.validate import ScenarioError
 
 STRING_ORIGIN = "<string>"
 
@@ -38,7 +38,7 @@ class Scenario:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise _native.scenario_error(origin, "", str(e)) from None
+            raise ScenarioError(origin, "", str(e)) from None
         return cls(text, data, origin)
 
     @classmethod
@@ -119,7 +119,7 @@ def read_text_file(path: Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
-        raise _native.scenario_error(
+        raise ScenarioError(
             str(path), "",
             f"not a UTF-8 text file (byte 0x{raw[e.start]:02x} at line {line}); "
             "scenarios and sweep specs are TOML text",
@@ -165,7 +165,7 @@ def _patch_text(text: str, overrides: Mapping[str, Any], data: dict[str, Any]) -
 def _split(path: str, origin: str) -> list[str]:
     parts = path.split(".")
     if any(not p for p in parts):
-        raise _native.scenario_error(origin, path, "empty component in key path")
+        raise ScenarioError(origin, path, "empty component in key path")
     return parts
 
 
@@ -195,7 +195,7 @@ def _child(node: Any, part: str, prefix: str, origin: str) -> Any:
     if isinstance(node, dict):
         if part not in node:
             keys = ", ".join(sorted(node)) or "none"
-            raise _native.scenario_error(
+            raise ScenarioError(
                 origin, prefix, f"no such key (existing keys: {keys})"
             )
         return node[part]
@@ -211,7 +211,7 @@ def _index(node: list[Any], part: str, prefix: str, origin: str) -> int:
         if part in names:
             return names.index(part)
         known = ", ".join(repr(n) for n in names if isinstance(n, str))
-        raise _native.scenario_error(
+        raise ScenarioError(
             origin,
             prefix,
             f"expected an array index or a name, got {part!r} (the array has {len(node)} "
@@ -219,13 +219,13 @@ def _index(node: list[Any], part: str, prefix: str, origin: str) -> int:
         )
     i = int(part)
     if i >= len(node):
-        raise _native.scenario_error(
+        raise ScenarioError(
             origin, prefix, f"index out of range (the array has {len(node)} elements)"
         )
     return i
 
 
 def _not_container(origin: str, path: str, parent: str, value: Any) -> ScenarioError:
-    return _native.scenario_error(
+    return ScenarioError(
         origin, path, f"{parent} is a {type(value).__name__} ({value!r}), not a table or array"
     )

@@ -2,7 +2,9 @@
 Python layer reads itself (sweep specs, a reproduction's `paper.toml`, lab scenarios).
 
 Errors name the key: `ConfigError(path, msg)` reads "path: msg" on one line, where `path`
-is where the value sits (`flows[0].rate`, or a file name followed by the key). Quantities
+is where the value sits (`flows[0].rate`, or a file name followed by the key). A scenario
+the engine refuses raises `ScenarioError`, a `ConfigError` that also names the file, so
+`except ConfigError` catches every configuration mistake. Quantities
 are parsed by the core (`asymlink._native`), so a rate, size or duration is accepted here
 exactly when a scenario file accepts it:
 
@@ -15,11 +17,13 @@ exactly when a scenario file accepts it:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from difflib import get_close_matches
 from typing import Any
 
-from asymlink import _native
+# `asymlink._native` is imported where it is used: the native module imports this one
+# (for `ScenarioError`) while it initialises.
 
 
 class ConfigError(ValueError):
@@ -38,6 +42,40 @@ class ConfigError(ValueError):
         path = prefix if not self.path else (
             f"{prefix}{self.path}" if self.path.startswith("[") else f"{prefix}.{self.path}")
         return type(self)(path, self.msg)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuild from the fields (the default would pass the formatted message alone),
+        # so the error survives a process pool or a Dask worker.
+        return (type(self), (self.path, self.msg))
+
+
+_LINE = re.compile(r"\((?:at )?line (\d+)")
+
+
+class ScenarioError(ConfigError):
+    """A scenario is invalid. `origin` is the file (or "<string>"), `key` the key path
+    (`links[1].to_a.rate`; empty for the whole file; also `path`), `msg` what is wrong and
+    `line` the line the message names (None if it names none). `str(e)` is
+    "origin: key: msg". The engine raises it (through `asymlink._native`), and so do
+    `Scenario` and `run`."""
+
+    def __init__(self, origin: str, key: str, msg: str) -> None:
+        super().__init__(key, msg)
+        self.args = (f"{origin}: {self.args[0]}",)
+        self.origin = origin
+        lines = _LINE.findall(msg)
+        self.line: int | None = int(lines[-1]) if lines else None
+
+    @property
+    def key(self) -> str:
+        return self.path
+
+    def within(self, prefix: str) -> ScenarioError:
+        return ScenarioError(self.origin, ConfigError(self.path, self.msg).within(prefix).path,
+                             self.msg)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.origin, self.path, self.msg))
 
 
 def only(item: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
@@ -91,7 +129,7 @@ def number(value: Any, where: str) -> float:
     return float(value)
 
 
-def _quantity(parse: Any, value: Any, where: str) -> int:
+def _quantity(parse: Callable[[str], int], value: Any, where: str) -> int:
     if not isinstance(value, str):
         raise ConfigError(where, f"expected a string with a unit, got {value!r}")
     try:
@@ -102,16 +140,22 @@ def _quantity(parse: Any, value: Any, where: str) -> int:
 
 def rate(value: Any, where: str) -> int:
     """A rate (`512kbit`, `1.5Mbit/s`, `10Kibit`) in bit/s."""
+    from asymlink import _native
+
     return _quantity(_native.parse_rate, value, where)
 
 
 def size(value: Any, where: str) -> int:
     """A size (`1500B`, `64KB`, `64KiB`, `1.5MB`) in bytes."""
+    from asymlink import _native
+
     return _quantity(_native.parse_size, value, where)
 
 
 def nanoseconds(value: Any, where: str) -> int:
     """A duration (`250ns`, `200ms`, `1.5s`, `2min`) in integer nanoseconds."""
+    from asymlink import _native
+
     return _quantity(_native.parse_duration, value, where)
 
 

@@ -40,6 +40,7 @@
 //! realtime_priority = 20                # SCHED_FIFO for the forwarding thread
 //! cpu = 1                               # pin it
 //! horizon = "50us"                      # release packets up to 50 µs early (batching)
+//! io = "socket"                         # or "mmap": memory-mapped rings
 //! ```
 //!
 //! [`BoxConfig::load`] parses and validates **everything** (it builds the pipelines to
@@ -165,6 +166,18 @@ impl Default for PrivilegesConfig {
     }
 }
 
+/// How the box moves frames between its AF_PACKET sockets and its buffers.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum IoMode {
+    /// `recvmmsg` / `sendmmsg`: one system call per batch, the kernel copies each frame.
+    #[default]
+    Socket,
+    /// Memory-mapped receive and transmit rings (`PACKET_RX_RING` / `PACKET_TX_RING`):
+    /// frames are read where the kernel wrote them and written where it sends them from.
+    Mmap,
+}
+
 /// `[process]`: scheduling of the forwarding thread.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -184,6 +197,9 @@ pub struct ProcessConfig {
     /// 50 µs is a good value from about 100 Mbit/s up.
     #[serde(default)]
     pub horizon: Option<asymlink_core::units::Span>,
+    /// How frames are read and written on AF_PACKET interfaces (default `socket`).
+    #[serde(default)]
+    pub io: IoMode,
 }
 
 /// What to do with frames that are not well-formed IP.
@@ -415,6 +431,12 @@ impl BoxConfig {
                 ));
             }
         }
+        if self.process.io == IoMode::Mmap && self.interfaces.kind != IfaceKind::Packet {
+            return Err(ConfigError::new(
+                "process.io",
+                "\"mmap\" needs interfaces.kind = \"packet\" (TUN devices have no rings)",
+            ));
+        }
         if self.privileges.user.is_empty() {
             return Err(ConfigError::new("privileges.user", "must not be empty"));
         }
@@ -638,6 +660,26 @@ mod tests {
             e.to_string().starts_with("line:") && e.msg.contains("up"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn io_mode() {
+        assert_eq!(BoxConfig::parse(MIN).unwrap().process.io, IoMode::Socket);
+        let c = BoxConfig::parse(&format!("{MIN}[process]\nio = \"mmap\"\n")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.process.io, IoMode::Mmap);
+        let e = BoxConfig::parse(&format!("{MIN}[process]\nio = \"xdp\"\n")).unwrap_err();
+        assert!(e.to_string().contains("process.io"), "{e}");
+        let tun = MIN.replace("[interfaces]", "[interfaces]\nkind = \"tun\"");
+        let e = BoxConfig::parse(&format!("{tun}[process]\nio = \"mmap\"\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().starts_with("process.io"), "{e}");
+        // A restart is needed to change it.
+        let mut d = c.clone();
+        d.process.io = IoMode::Socket;
+        assert_eq!(c.restart_needed_for(&d), Some("process"));
     }
 
     #[test]

@@ -44,6 +44,11 @@ pub trait Io {
     /// indices (among those) it refused for good.
     fn send(&mut self, side: usize, frames: &[&[u8]], failed: &mut Vec<usize>)
         -> io::Result<usize>;
+    /// Retry frames `side` took but could not hand to its driver yet (memory-mapped
+    /// rings; nothing to do elsewhere).
+    fn flush(&mut self, _side: usize) -> io::Result<()> {
+        Ok(())
+    }
     /// Sleep until readable/writable/signal or `timeout`. Returns readable sides.
     fn wait(&mut self, timeout: Option<Duration>, want_write: [bool; 2]) -> io::Result<[bool; 2]>;
     /// Signals received since the last call.
@@ -240,7 +245,7 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         due.extend(out);
         if due.is_empty() {
             self.pending[side] = due;
-            return Ok(());
+            return self.io.flush(side);
         }
         let frames: Vec<&[u8]> = due.iter().map(|p| p.frame()).collect();
         // Added latency is measured to the hand-off: the start of the send call. On veth
@@ -396,6 +401,9 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
     }
 }
 
+/// How soon a transmit ring retries frames its driver could not take.
+const RETRY: Duration = Duration::from_micros(50);
+
 /// Real devices.
 pub struct SysIo {
     devs: [Device; 2],
@@ -407,9 +415,12 @@ impl SysIo {
     /// Open both sides as configured and the signalfd (signals are blocked from here on).
     pub fn open(cfg: &BoxConfig) -> io::Result<SysIo> {
         let sig = sys::signal_fd()?;
-        let open = |name: &str| match cfg.interfaces.kind {
-            crate::config::IfaceKind::Packet => Device::packet(name),
-            crate::config::IfaceKind::Tun => Device::tun(name),
+        let open = |name: &str| match (cfg.interfaces.kind, cfg.process.io) {
+            (crate::config::IfaceKind::Packet, crate::config::IoMode::Socket) => {
+                Device::packet(name)
+            }
+            (crate::config::IfaceKind::Packet, crate::config::IoMode::Mmap) => Device::mmap(name),
+            (crate::config::IfaceKind::Tun, _) => Device::tun(name),
         };
         let a = open(&cfg.interfaces.a).map_err(|e| {
             io::Error::new(
@@ -442,7 +453,7 @@ impl Io for SysIo {
         max: usize,
         f: &mut dyn FnMut(&[u8], u64, bool),
     ) -> io::Result<usize> {
-        self.batch.recv(&self.devs[side], max, &mut |rx| {
+        self.batch.recv(&mut self.devs[side], max, &mut |rx| {
             f(rx.frame, rx.ts, rx.truncated)
         })
     }
@@ -452,9 +463,19 @@ impl Io for SysIo {
         frames: &[&[u8]],
         failed: &mut Vec<usize>,
     ) -> io::Result<usize> {
-        self.batch.send(&self.devs[side], frames, failed)
+        self.batch.send(&mut self.devs[side], frames, failed)
+    }
+    fn flush(&mut self, side: usize) -> io::Result<()> {
+        self.devs[side].flush()
     }
     fn wait(&mut self, timeout: Option<Duration>, want_write: [bool; 2]) -> io::Result<[bool; 2]> {
+        // A transmit ring whose driver queue was full: retry soon (the ring socket does not
+        // report writable until then).
+        let timeout = if self.devs.iter().any(|d| d.needs_flush()) {
+            Some(timeout.map_or(RETRY, |t| t.min(RETRY)))
+        } else {
+            timeout
+        };
         let r = sys::poll(&self.devs, &self.sig, want_write, timeout)?;
         Ok(r.readable)
     }

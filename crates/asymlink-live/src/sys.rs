@@ -12,8 +12,16 @@
 //! * `PACKET_QDISC_BYPASS`: frames go straight to the driver (the box is the qdisc);
 //! * promiscuous membership: the frames are addressed to the hosts behind the box;
 //! * `SO_TIMESTAMPNS`: kernel receive timestamps for the added-latency measurement;
+//! * `PACKET_AUXDATA`: the kernel strips the VLAN tag of every tagged frame before a
+//!   packet socket sees it and reports it beside the frame; the box puts it back, so a
+//!   tagged frame leaves tagged;
 //! * `MSG_TRUNC`: a frame larger than the receive slot is detected and dropped, counted,
 //!   never forwarded cut short.
+//!
+//! With `[process] io = "mmap"` the same socket carries two memory-mapped rings instead
+//! ([`Rings`]): a `TPACKET_V2` receive ring (frames are read where the kernel wrote them,
+//! no system call while frames are waiting) and a `TPACKET_V2` transmit ring (frames are
+//! written into it and one `sendto` sends them all). See [`Rings`] for the details.
 #![allow(unsafe_code)]
 
 use crate::packet::LinkType;
@@ -28,6 +36,7 @@ use nix::unistd::{
 };
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
@@ -81,59 +90,19 @@ pub enum Device {
     Packet(OwnedFd),
     /// TUN character device.
     Tun(OwnedFd),
+    /// AF_PACKET socket with memory-mapped receive and transmit rings.
+    Mmap(Box<Rings>),
 }
 
 impl Device {
     /// Open an AF_PACKET socket on `ifname` (must exist and be up).
     pub fn packet(ifname: &str) -> io::Result<Device> {
-        let ifindex = if_index(ifname)?;
-        // SAFETY: plain syscall; the fd is owned right after.
-        let fd = cvt(unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        })?;
-        // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let raw = fd.as_raw_fd();
-        // SAFETY: zeroed sockaddr_ll is a valid value; fields set below.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: `sll` is a valid sockaddr_ll and its size is passed.
-        cvt(unsafe {
-            libc::bind(
-                raw,
-                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        })?;
-        // SAFETY: zeroed packet_mreq is valid; fields set below.
-        let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
-        mr.mr_ifindex = ifindex as i32;
-        mr.mr_type = PACKET_MR_PROMISC as u16;
-        // SAFETY: `mr` is a valid packet_mreq and its size is passed.
-        cvt(unsafe {
-            libc::setsockopt(
-                raw,
-                libc::SOL_PACKET,
-                PACKET_ADD_MEMBERSHIP,
-                &mr as *const libc::packet_mreq as *const libc::c_void,
-                std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t,
-            )
-        })?;
-        setsockopt_int(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
-        setsockopt_int(raw, libc::SOL_PACKET, PACKET_QDISC_BYPASS, 1)?;
-        setsockopt_int(raw, libc::SOL_SOCKET, SO_TIMESTAMPNS, 1)?;
-        // Best effort: bigger buffers absorb bursts while the loop sleeps.
-        // Best effort: buffers that absorb a burst while the loop sleeps, but not so large
-        // that an overloaded box hides a long queue in the socket (2 MiB ≈ 1400 frames).
-        let _ = setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 2 << 20);
-        let _ = setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 2 << 20);
-        Ok(Device::Packet(fd))
+        Ok(Device::Packet(packet_socket(ifname, None)?))
+    }
+
+    /// Open an AF_PACKET socket on `ifname` with memory-mapped rings ([`Rings`]).
+    pub fn mmap(ifname: &str) -> io::Result<Device> {
+        Ok(Device::Mmap(Box::new(Rings::open(ifname)?)))
     }
 
     /// Open (creating it if absent) the TUN device `name`, without packet information
@@ -160,7 +129,7 @@ impl Device {
     /// The link type of frames on this device.
     pub fn link_type(&self) -> LinkType {
         match self {
-            Device::Packet(_) => LinkType::Ethernet,
+            Device::Packet(_) | Device::Mmap(_) => LinkType::Ethernet,
             Device::Tun(_) => LinkType::RawIp,
         }
     }
@@ -168,8 +137,13 @@ impl Device {
     /// Frames the kernel dropped because the box did not read them in time (AF_PACKET
     /// `PACKET_STATISTICS`; the counter resets on each read, so callers accumulate).
     pub fn take_rx_drops(&self) -> u64 {
-        match self {
-            Device::Packet(f) => {
+        let f = match self {
+            Device::Packet(f) => f,
+            Device::Mmap(r) => &r.fd,
+            Device::Tun(_) => return 0,
+        };
+        {
+            {
                 let mut st = [0u32; 2];
                 let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
                 // SAFETY: PACKET_STATISTICS fills a tpacket_stats (two u32) of `len` bytes.
@@ -188,15 +162,88 @@ impl Device {
                     0
                 }
             }
-            Device::Tun(_) => 0,
         }
+    }
+
+    /// Retry frames a transmit ring could not hand to the driver yet (nothing to do for
+    /// the other kinds).
+    pub fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Device::Mmap(r) => r.flush(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether [`Device::flush`] has frames to retry.
+    pub fn needs_flush(&self) -> bool {
+        matches!(self, Device::Mmap(r) if r.needs_kick())
     }
 
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             Device::Packet(f) | Device::Tun(f) => f.as_fd(),
+            Device::Mmap(r) => r.as_fd(),
         }
     }
+}
+
+/// An AF_PACKET socket bound to `ifname`, promiscuous, ignoring its own output, bypassing
+/// the qdisc, with receive timestamps. `setup` runs before `bind` (ring set-up must come
+/// before the socket receives anything).
+type Setup<'a> = &'a dyn Fn(RawFd) -> io::Result<()>;
+
+fn packet_socket(ifname: &str, setup: Option<Setup<'_>>) -> io::Result<OwnedFd> {
+    let ifindex = if_index(ifname)?;
+    // SAFETY: plain syscall; the fd is owned right after.
+    let fd = cvt(unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let raw = fd.as_raw_fd();
+    if let Some(setup) = setup {
+        setup(raw)?;
+    }
+    // SAFETY: zeroed sockaddr_ll is a valid value; fields set below.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: `sll` is a valid sockaddr_ll and its size is passed.
+    cvt(unsafe {
+        libc::bind(
+            raw,
+            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })?;
+    // SAFETY: zeroed packet_mreq is valid; fields set below.
+    let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
+    mr.mr_ifindex = ifindex as i32;
+    mr.mr_type = PACKET_MR_PROMISC as u16;
+    // SAFETY: `mr` is a valid packet_mreq and its size is passed.
+    cvt(unsafe {
+        libc::setsockopt(
+            raw,
+            libc::SOL_PACKET,
+            PACKET_ADD_MEMBERSHIP,
+            &mr as *const libc::packet_mreq as *const libc::c_void,
+            std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t,
+        )
+    })?;
+    setsockopt_int(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
+    setsockopt_int(raw, libc::SOL_PACKET, PACKET_QDISC_BYPASS, 1)?;
+    setsockopt_int(raw, libc::SOL_SOCKET, SO_TIMESTAMPNS, 1)?;
+    setsockopt_int(raw, libc::SOL_PACKET, PACKET_AUXDATA, 1)?;
+    // Best effort: buffers that absorb a burst while the loop sleeps, but not so large
+    // that an overloaded box hides a long queue in the socket (2 MiB ≈ 1400 frames).
+    let _ = setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 2 << 20);
+    let _ = setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 2 << 20);
+    Ok(fd)
 }
 
 fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
@@ -238,8 +285,447 @@ pub fn set_up(name: &str) -> io::Result<()> {
     Ok(())
 }
 
+const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_VERSION: libc::c_int = 10;
+const PACKET_TX_RING: libc::c_int = 13;
+const PACKET_LOSS: libc::c_int = 14;
+const PACKET_VNET_HDR: libc::c_int = 15;
+const TPACKET_V2: libc::c_int = 1;
+const TP_STATUS_KERNEL: u32 = 0;
+const TP_STATUS_USER: u32 = 1;
+const TP_STATUS_COPY: u32 = 1 << 1;
+const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+const TP_STATUS_AVAILABLE: u32 = 0;
+const TP_STATUS_SEND_REQUEST: u32 = 1;
+/// The transmit states of a slot the kernel has not finished with (SEND_REQUEST, SENDING,
+/// WRONG_FORMAT); the kernel may add timestamp flags to a free one.
+const TP_STATUS_TX_BUSY: u32 = 0b111;
+/// `struct tpacket2_hdr` (linux/if_packet.h).
+#[repr(C)]
+struct Tp2Hdr {
+    status: u32,
+    len: u32,
+    snaplen: u32,
+    mac: u16,
+    net: u16,
+    sec: u32,
+    nsec: u32,
+    vlan_tci: u16,
+    vlan_tpid: u16,
+    _pad: [u8; 4],
+}
+/// Where a transmit frame's data starts in its slot: `TPACKET2_HDRLEN - sizeof(sockaddr_ll)`,
+/// the header rounded up to 16 bytes.
+const TX_DATA: usize = 32;
+/// `struct virtio_net_hdr` (10 bytes), written before each transmitted frame.
+const VNET_HDR: usize = 10;
+/// Frames per ring block (blocks are the unit the kernel allocates).
+const FRAMES_PER_BLOCK: usize = 32;
+
+/// One ring inside the mapping: `n` slots of `frame` bytes from byte `off`, and the next
+/// slot this side of the ring will look at.
+struct Ring {
+    off: usize,
+    frame: usize,
+    n: usize,
+    head: usize,
+}
+
+/// An AF_PACKET socket with a memory-mapped receive ring and transmit ring
+/// (`PACKET_RX_RING` / `PACKET_TX_RING`, `TPACKET_V2`), both in one mapping.
+///
+/// * **Receive**: the kernel writes each frame into the next free slot with a header
+///   (length, kernel timestamp, VLAN tag) and flags the slot as the box's; the box reads
+///   the frame there, copies it into a pooled buffer for the pipeline, and hands the slot
+///   back. No system call while frames are waiting, no socket-queue bookkeeping per frame.
+///   `TPACKET_V2` (one slot per frame, ready as soon as written) rather than `TPACKET_V3`
+///   (blocks handed over when full or when a timer of at least 1 ms expires): V3 would hold
+///   a lone frame back up to that timer, far above the box's latency budget.
+/// * **Transmit**: the box writes frames into free slots, flags them, and one `sendto`
+///   makes the kernel send every flagged frame in order (`PACKET_QDISC_BYPASS`: straight
+///   to the driver). Each frame carries a `virtio_net_hdr` whose header length covers the
+///   whole frame, which makes the kernel copy the frame into its own buffer instead of
+///   pointing at the ring page: without it, a frame delivered to a local socket (a veth
+///   peer's TCP receive queue) would still point into a slot the box reuses once the
+///   kernel has handed it back.
+/// * A frame the kernel stripped a VLAN tag from (`TP_STATUS_VLAN_VALID`, as it does for
+///   every tagged frame it receives) gets its tag back before the pipeline sees it, so it
+///   leaves tagged as it came.
+/// * Frames longer than a slot (`tp_snaplen < tp_len`) are reported truncated (dropped,
+///   counted, logged), never forwarded cut short. Slots hold the interface's MTU plus an
+///   Ethernet header with two tags.
+/// * `PACKET_LOSS` (skip a malformed transmit frame instead of stalling the ring) is a
+///   safety net only: frames the device cannot take (longer than its MTU, shorter than an
+///   Ethernet header, longer than a slot) are refused before they enter the ring and
+///   counted as send failures, as the socket path counts them.
+pub struct Rings {
+    fd: OwnedFd,
+    map: *mut u8,
+    map_len: usize,
+    rx: Ring,
+    tx: Ring,
+    mtu: usize,
+    /// Frames flagged for sending that the kernel has not taken yet (it said "try again").
+    kick: bool,
+    /// A tagged copy of a frame whose VLAN tag the kernel stripped.
+    scratch: Vec<u8>,
+    /// Scratch for `send`.
+    order: Vec<usize>,
+}
+
+// SAFETY: the mapping is owned by this value alone (nothing else holds `map`); moving it to
+// another thread moves the only access.
+unsafe impl Send for Rings {}
+
+impl Drop for Rings {
+    fn drop(&mut self) {
+        // SAFETY: `map`/`map_len` are the mapping made in `open`, unmapped once, here.
+        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+    }
+}
+
+/// The MTU of interface `name`.
+pub fn if_mtu(name: &str) -> io::Result<usize> {
+    // SAFETY: plain syscall; the fd is owned right after.
+    let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fresh fd.
+    let s = unsafe { OwnedFd::from_raw_fd(s) };
+    let mut ifr = ifreq_named(name)?;
+    // SAFETY: SIOCGIFMTU writes the mtu member of `ifr`, which lives for the call.
+    unsafe {
+        cvt(libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU as _, &mut ifr))?;
+        Ok(ifr.ifr_ifru.ifru_mtu.max(0) as usize)
+    }
+}
+
+impl Rings {
+    /// Receive-ring slots (4 MiB of 2 KiB slots at MTU 1500, like the socket path's
+    /// receive buffer).
+    pub const RX_FRAMES: usize = 2048;
+    /// Transmit-ring slots.
+    pub const TX_FRAMES: usize = 512;
+
+    /// Open the socket on `ifname` and map its rings.
+    pub fn open(ifname: &str) -> io::Result<Rings> {
+        let mtu = if_mtu(ifname)?;
+        // Room for the ring header (80 bytes before the MAC header on receive, 42 before
+        // the frame on transmit), two VLAN tags and the Ethernet header.
+        let frame = (mtu + 14 + 8 + 128).next_power_of_two().max(2048);
+        let block = frame * FRAMES_PER_BLOCK;
+        let req = |n: usize| -> [libc::c_uint; 4] {
+            [
+                block as libc::c_uint,
+                (n / FRAMES_PER_BLOCK) as libc::c_uint,
+                frame as libc::c_uint,
+                n as libc::c_uint,
+            ]
+        };
+        let setup = |fd: RawFd| -> io::Result<()> {
+            setsockopt_int(fd, libc::SOL_PACKET, PACKET_VERSION, TPACKET_V2)?;
+            setsockopt_int(fd, libc::SOL_PACKET, PACKET_VNET_HDR, 1)?;
+            setsockopt_int(fd, libc::SOL_PACKET, PACKET_LOSS, 1)?;
+            for (opt, n) in [
+                (PACKET_RX_RING, Self::RX_FRAMES),
+                (PACKET_TX_RING, Self::TX_FRAMES),
+            ] {
+                let r = req(n);
+                // SAFETY: a tpacket_req is four unsigned ints; `r` lives for the call.
+                cvt(unsafe {
+                    libc::setsockopt(
+                        fd,
+                        libc::SOL_PACKET,
+                        opt,
+                        r.as_ptr() as *const libc::c_void,
+                        std::mem::size_of_val(&r) as libc::socklen_t,
+                    )
+                })?;
+            }
+            Ok(())
+        };
+        let fd = packet_socket(ifname, Some(&setup))?;
+        // The transmit ring's frames are charged to the send buffer until the kernel is
+        // done with them: room for all of them, so a full ring is the only limit.
+        let _ = setsockopt_int(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            (4 * frame * Self::TX_FRAMES) as libc::c_int,
+        );
+        let map_len = frame * (Self::RX_FRAMES + Self::TX_FRAMES);
+        // SAFETY: maps the rings just configured on `fd` (receive ring first, then transmit,
+        // as the kernel lays them out); checked against MAP_FAILED below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_LOCKED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        let map = if map == libc::MAP_FAILED {
+            // Without the right to lock memory, an ordinary mapping.
+            // SAFETY: as above.
+            let m = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    map_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
+            if m == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            m
+        } else {
+            map
+        };
+        Ok(Rings {
+            fd,
+            map: map as *mut u8,
+            map_len,
+            rx: Ring {
+                off: 0,
+                frame,
+                n: Self::RX_FRAMES,
+                head: 0,
+            },
+            tx: Ring {
+                off: frame * Self::RX_FRAMES,
+                frame,
+                n: Self::TX_FRAMES,
+                head: 0,
+            },
+            mtu,
+            kick: false,
+            scratch: Vec::with_capacity(frame),
+            order: Vec::new(),
+        })
+    }
+
+    fn slot(&self, r: &Ring, i: usize) -> *mut u8 {
+        debug_assert!(i < r.n && r.off + (i + 1) * r.frame <= self.map_len);
+        // SAFETY: slot `i` of ring `r` lies inside the mapping (checked above in debug;
+        // `i < n` by construction of every caller).
+        unsafe { self.map.add(r.off + i * r.frame) }
+    }
+
+    /// Read the status word of slot `p` (shared with the kernel).
+    fn load(p: *mut u8) -> u32 {
+        // SAFETY: `p` is a slot of the mapping (from `slot`, used while `self` lives);
+        // every slot starts with a 4-byte aligned u32 status (slots are 2 KiB multiples
+        // from a page-aligned base) that the kernel and the box exchange, and an AtomicU32
+        // has the layout of a u32.
+        unsafe { (*(p as *const AtomicU32)).load(Ordering::Acquire) }
+    }
+
+    /// Write the status word of slot `p` (hands the slot over; see [`Rings::load`]).
+    fn store(p: *mut u8, v: u32) {
+        // SAFETY: as in `load`.
+        unsafe { (*(p as *const AtomicU32)).store(v, Ordering::Release) }
+    }
+
+    /// Frames the ring can take now (free transmit slots from the head on, up to `max`).
+    fn tx_free(&self, max: usize) -> usize {
+        let mut k = 0;
+        while k < max.min(self.tx.n) {
+            let p = self.slot(&self.tx, (self.tx.head + k) % self.tx.n);
+            if Self::load(p) & TP_STATUS_TX_BUSY != TP_STATUS_AVAILABLE {
+                break;
+            }
+            k += 1;
+        }
+        k
+    }
+
+    /// Read up to `max` waiting frames, each handed to `f` (valid during the call).
+    pub fn recv(&mut self, max: usize, f: &mut dyn FnMut(Rx<'_>)) -> usize {
+        let mut got = 0;
+        while got < max {
+            let p = self.slot(&self.rx, self.rx.head);
+            let status = Self::load(p);
+            if status & TP_STATUS_USER == 0 {
+                break;
+            }
+            // SAFETY: the slot is the box's (TP_STATUS_USER) until handed back below; its
+            // header was written by the kernel before the status (Acquire above).
+            let h = unsafe { std::ptr::read(p as *const Tp2Hdr) };
+            let snap = (h.snaplen as usize).min(self.rx.frame.saturating_sub(h.mac as usize));
+            let truncated = status & TP_STATUS_COPY != 0 || (h.snaplen as usize) < h.len as usize;
+            // SAFETY: `mac + snap` lies inside the slot (clamped above).
+            let data = unsafe { std::slice::from_raw_parts(p.add(h.mac as usize), snap) };
+            let ts = h.sec as u64 * 1_000_000_000 + h.nsec as u64;
+            if status & TP_STATUS_VLAN_VALID != 0 && data.len() >= 12 && !truncated {
+                // Put the stripped tag back: destination, source, tag, the rest.
+                let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 && h.vlan_tpid != 0 {
+                    h.vlan_tpid
+                } else {
+                    0x8100
+                };
+                self.scratch.clear();
+                self.scratch.extend_from_slice(&data[..12]);
+                self.scratch.extend_from_slice(&tpid.to_be_bytes());
+                self.scratch.extend_from_slice(&h.vlan_tci.to_be_bytes());
+                self.scratch.extend_from_slice(&data[12..]);
+                f(Rx {
+                    frame: &self.scratch,
+                    ts,
+                    truncated,
+                });
+            } else {
+                f(Rx {
+                    frame: data,
+                    ts,
+                    truncated,
+                });
+            }
+            Self::store(p, TP_STATUS_KERNEL);
+            self.rx.head = (self.rx.head + 1) % self.rx.n;
+            got += 1;
+        }
+        got
+    }
+
+    /// Whether the device could not take a frame that the kernel refuses: shorter than an
+    /// Ethernet header, longer than the MTU (plus a tag for tagged frames), or than a slot.
+    fn refused(&self, fr: &[u8]) -> bool {
+        let tagged =
+            fr.len() >= 14 && matches!(u16::from_be_bytes([fr[12], fr[13]]), 0x8100 | 0x88a8);
+        fr.len() < 14
+            || fr.len() > self.mtu + 14 + if tagged { 4 } else { 0 }
+            || TX_DATA + VNET_HDR + fr.len() > self.tx.frame
+    }
+
+    /// Ask the kernel to send every flagged frame. Returns false if it could not take
+    /// them all yet (they stay flagged and go with the next call).
+    fn kick(&mut self) -> io::Result<bool> {
+        loop {
+            // SAFETY: a zero-length send on the ring socket: the kernel reads the flagged
+            // slots of the transmit ring, which the box does not touch until they are free.
+            let r = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if r >= 0 {
+                self.kick = false;
+                return Ok(true);
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // Out of buffers, or the driver's queue is full: the frame stays flagged.
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
+                    self.kick = true;
+                    return Ok(false);
+                }
+                _ => return Err(e),
+            }
+        }
+    }
+
+    /// Whether flagged frames wait for another [`Rings::flush`].
+    pub fn needs_kick(&self) -> bool {
+        self.kick
+    }
+
+    /// Retry sending frames the kernel could not take yet.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.kick {
+            self.kick()?;
+        }
+        Ok(())
+    }
+
+    /// Send `frames` in order, as [`Batch::send`] does: returns how many were taken (the
+    /// rest wait for a free slot), `failed` gets the indices the device cannot send.
+    pub fn send(&mut self, frames: &[&[u8]], failed: &mut Vec<usize>) -> io::Result<usize> {
+        failed.clear();
+        let free = self.tx_free(frames.len());
+        let mut queued = 0;
+        // Index in `frames` of each frame put in the ring, in ring order.
+        let mut order = std::mem::take(&mut self.order);
+        order.clear();
+        for (i, fr) in frames.iter().take(free).enumerate() {
+            if self.refused(fr) {
+                failed.push(i);
+                continue;
+            }
+            let p = self.slot(&self.tx, self.tx.head);
+            // SAFETY: the slot is free (TP_STATUS_AVAILABLE, checked by tx_free) so the
+            // kernel does not read it; the writes stay inside it (`refused` checked the
+            // length against the slot).
+            unsafe {
+                let d = p.add(TX_DATA);
+                // virtio_net_hdr: no offloads, header length = the whole frame (little
+                // endian, as the kernel reads it on this host).
+                std::ptr::write_bytes(d, 0, VNET_HDR);
+                let hl = (fr.len() as u16).to_le_bytes();
+                *d.add(2) = hl[0];
+                *d.add(3) = hl[1];
+                std::ptr::copy_nonoverlapping(fr.as_ptr(), d.add(VNET_HDR), fr.len());
+                (*(p as *mut Tp2Hdr)).len = (VNET_HDR + fr.len()) as u32;
+            }
+            Self::store(p, TP_STATUS_SEND_REQUEST);
+            self.tx.head = (self.tx.head + 1) % self.tx.n;
+            order.push(i);
+            queued += 1;
+        }
+        if (queued > 0 || self.kick) && self.kick().is_err() {
+            {
+                // The device refused for good (down, gone): take back every frame it did
+                // not send — they are the last ones flagged, the kernel sends in order —
+                // and report those of this call failed, as the socket path does (frames
+                // flagged by an earlier call that is still waiting are lost).
+                let mut k = queued;
+                let mut idx = self.tx.head;
+                loop {
+                    let prev = (idx + self.tx.n - 1) % self.tx.n;
+                    let p = self.slot(&self.tx, prev);
+                    if prev == self.tx.head || Self::load(p) != TP_STATUS_SEND_REQUEST {
+                        break;
+                    }
+                    Self::store(p, TP_STATUS_AVAILABLE);
+                    idx = prev;
+                    if k > 0 {
+                        k -= 1;
+                        failed.push(order[k]);
+                    }
+                }
+                self.tx.head = idx;
+                self.kick = false;
+                failed.sort_unstable();
+            }
+        }
+        self.order = order;
+        Ok(free)
+    }
+
+    /// The socket, for `poll` (readable: a received frame waits; writable: a transmit
+    /// slot is free).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 /// Size of a receive slot: the largest IP packet plus an Ethernet header with two tags.
 pub const SLOT: usize = 65535 + 22;
+/// Room before each receive slot for a VLAN tag the kernel stripped (put back in place).
+const HEADROOM: usize = 4;
+const STRIDE: usize = SLOT + HEADROOM;
+const PACKET_AUXDATA: libc::c_int = 8;
+const TP_STATUS_VLAN_VALID_AUX: u32 = 1 << 4;
+const TP_STATUS_VLAN_TPID_VALID_AUX: u32 = 1 << 6;
 
 /// Batched receive/send over a device.
 pub struct Batch {
@@ -247,7 +733,7 @@ pub struct Batch {
     n: usize,
     msgs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
-    ctrl: Vec<[u64; 8]>,
+    ctrl: Vec<[u64; 16]>,
 }
 
 /// One received frame.
@@ -264,12 +750,12 @@ impl Batch {
     /// Buffers for `n` frames per call.
     pub fn new(n: usize) -> Batch {
         Batch {
-            slots: vec![0; n * SLOT],
+            slots: vec![0; n * STRIDE],
             n,
             // SAFETY: all-zero mmsghdr/iovec are valid values (null pointers, zero lengths).
             msgs: (0..n).map(|_| unsafe { std::mem::zeroed() }).collect(),
             iovs: (0..n).map(|_| unsafe { std::mem::zeroed() }).collect(),
-            ctrl: vec![[0u64; 8]; n],
+            ctrl: vec![[0u64; 16]; n],
         }
     }
 
@@ -277,12 +763,13 @@ impl Batch {
     /// were read (0 when nothing is waiting).
     pub fn recv(
         &mut self,
-        dev: &Device,
+        dev: &mut Device,
         max: usize,
         f: &mut dyn FnMut(Rx<'_>),
     ) -> io::Result<usize> {
         let max = max.min(self.n);
         match dev {
+            Device::Mmap(r) => Ok(r.recv(max, f)),
             Device::Tun(fd) => {
                 let mut got = 0;
                 while got < max {
@@ -312,8 +799,10 @@ impl Batch {
             Device::Packet(fd) => {
                 let base = self.slots.as_mut_ptr();
                 for i in 0..max {
-                    // SAFETY: slot i lies inside `slots` (n * SLOT bytes).
-                    self.iovs[i].iov_base = unsafe { base.add(i * SLOT) } as *mut libc::c_void;
+                    // SAFETY: slot i (after its headroom) lies inside `slots` (n * STRIDE
+                    // bytes).
+                    self.iovs[i].iov_base =
+                        unsafe { base.add(i * STRIDE + HEADROOM) } as *mut libc::c_void;
                     self.iovs[i].iov_len = SLOT;
                     let h = &mut self.msgs[i].msg_hdr;
                     h.msg_name = std::ptr::null_mut();
@@ -321,7 +810,7 @@ impl Batch {
                     h.msg_iov = &mut self.iovs[i];
                     h.msg_iovlen = 1;
                     h.msg_control = self.ctrl[i].as_mut_ptr() as *mut libc::c_void;
-                    h.msg_controllen = std::mem::size_of::<[u64; 8]>();
+                    h.msg_controllen = std::mem::size_of::<[u64; 16]>();
                     h.msg_flags = 0;
                     self.msgs[i].msg_len = 0;
                 }
@@ -350,9 +839,17 @@ impl Batch {
                     let len = self.msgs[i].msg_len as usize;
                     let truncated =
                         len > SLOT || self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-                    let ts = cmsg_timestamp(&self.msgs[i].msg_hdr);
-                    let start = i * SLOT;
-                    let frame = &self.slots[start..start + len.min(SLOT)];
+                    let (ts, tag) = cmsg_timestamp_and_tag(&self.msgs[i].msg_hdr);
+                    let end = i * STRIDE + HEADROOM + len.min(SLOT);
+                    let mut start = i * STRIDE + HEADROOM;
+                    if let (Some(tag), false, true) = (tag, truncated, end - start >= 12) {
+                        // Put the tag the kernel stripped back: move the addresses into
+                        // the headroom and write the tag after them.
+                        self.slots.copy_within(start..start + 12, start - HEADROOM);
+                        start -= HEADROOM;
+                        self.slots[start + 12..start + 16].copy_from_slice(&tag);
+                    }
+                    let frame = &self.slots[start..end];
                     f(Rx {
                         frame,
                         ts,
@@ -369,12 +866,13 @@ impl Batch {
     /// no buffers, device down). Stops early, without error, when the device would block.
     pub fn send(
         &mut self,
-        dev: &Device,
+        dev: &mut Device,
         frames: &[&[u8]],
         failed: &mut Vec<usize>,
     ) -> io::Result<usize> {
         failed.clear();
         match dev {
+            Device::Mmap(r) => r.send(frames, failed),
             Device::Tun(fd) => {
                 for (i, fr) in frames.iter().enumerate() {
                     // SAFETY: `fr` is valid for its length.
@@ -438,20 +936,39 @@ impl Batch {
     }
 }
 
-fn cmsg_timestamp(h: &libc::msghdr) -> u64 {
+/// The kernel receive timestamp (0 if none) and the VLAN tag the kernel stripped from the
+/// frame (`PACKET_AUXDATA`; TPID and TCI in network order), if any.
+fn cmsg_timestamp_and_tag(h: &libc::msghdr) -> (u64, Option<[u8; 4]>) {
+    let (mut ts, mut tag) = (0, None);
     // SAFETY: CMSG_* walk the control buffer that the kernel filled for `h`, bounded by
-    // msg_controllen.
+    // msg_controllen; each payload is read unaligned with the size of its type.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(h);
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SCM_TIMESTAMPNS {
-                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
-                return ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+                let t = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                ts = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+            } else if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == PACKET_AUXDATA {
+                // struct tpacket_auxdata: status, len, snaplen (u32), mac, net, vlan_tci,
+                // vlan_tpid (u16).
+                let a = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const [u8; 20]);
+                let status = u32::from_ne_bytes([a[0], a[1], a[2], a[3]]);
+                if status & TP_STATUS_VLAN_VALID_AUX != 0 {
+                    let tci = u16::from_ne_bytes([a[16], a[17]]);
+                    let tpid = u16::from_ne_bytes([a[18], a[19]]);
+                    let tpid = if status & TP_STATUS_VLAN_TPID_VALID_AUX != 0 && tpid != 0 {
+                        tpid
+                    } else {
+                        0x8100
+                    };
+                    let (p, t) = (tpid.to_be_bytes(), tci.to_be_bytes());
+                    tag = Some([p[0], p[1], t[0], t[1]]);
+                }
             }
             c = libc::CMSG_NXTHDR(h, c);
         }
     }
-    0
+    (ts, tag)
 }
 
 /// Signals the box handles.

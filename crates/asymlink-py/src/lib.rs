@@ -253,8 +253,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_sim, m)?)?;
     m.add_function(wrap_pyfunction!(box_main, m)?)?;
     m.add_function(wrap_pyfunction!(box_check, m)?)?;
-    m.add("ScenarioError", m.py().get_type::<error::ScenarioError>())?;
-    m.add_function(wrap_pyfunction!(error::py_scenario_error, m)?)?;
+    m.add("ScenarioError", error::scenario_error_type(m.py())?)?;
     m.add_function(wrap_pyfunction!(value_span, m)?)?;
     m.add_function(wrap_pyfunction!(parse_rate, m)?)?;
     m.add_function(wrap_pyfunction!(parse_size, m)?)?;

@@ -39,6 +39,7 @@ fn flow_summary(w: &World) -> Table {
     let mut retx = Vec::with_capacity(n);
     let mut timeouts = Vec::with_capacity(n);
     let mut fast = Vec::with_capacity(n);
+    let mut probes = Vec::with_capacity(n);
     let mut goodput = Vec::with_capacity(n);
     let end = w.now.as_secs_f64();
     for (fi, f) in w.flows.iter().enumerate() {
@@ -50,6 +51,7 @@ fn flow_summary(w: &World) -> Table {
         profile.push(f.tcp.profile.clone());
         let mut c = 0i64;
         let (mut s, mut rb, mut d, mut r, mut t, mut fr) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut lp = 0u64;
         for slot in w.conns.iter().filter(|s| s.app == f.app && s.primary) {
             let Some(conn) = &slot.conn else { continue };
             c += 1;
@@ -59,6 +61,7 @@ fn flow_summary(w: &World) -> Table {
             r += st.retransmits;
             t += st.timeouts;
             fr += st.fast_retransmits;
+            lp += st.loss_probes;
             if let Some(p) = w
                 .conns
                 .get(slot.peer as usize)
@@ -74,6 +77,7 @@ fn flow_summary(w: &World) -> Table {
         retx.push(r as i64);
         timeouts.push(t as i64);
         fast.push(fr as i64);
+        probes.push(lp as i64);
         let active = (end - f.start).max(1e-9);
         goodput.push(d as f64 * 8.0 / active);
     }
@@ -90,6 +94,7 @@ fn flow_summary(w: &World) -> Table {
         .with("retransmits", ColumnData::I64(retx))
         .with("timeouts", ColumnData::I64(timeouts))
         .with("fast_retransmits", ColumnData::I64(fast))
+        .with("loss_probes", ColumnData::I64(probes))
         .with("goodput_bps", ColumnData::F64(goodput))
 }
 

@@ -208,7 +208,8 @@ pub(crate) fn build_middleboxes(
 
 /// Static routes, `routes[router][host]`: BFS from every host over the link graph (hop
 /// count, ties broken by link order) gives each router its next hop toward each host.
-/// Fails if a flow's endpoints are not connected.
+/// The same search says whether a flow's sender reaches its receiver: fails if a flow's
+/// endpoints are not connected.
 pub(crate) fn build_routes(
     spec: &Spec,
     nodes: &[Node],
@@ -220,22 +221,15 @@ pub(crate) fn build_routes(
         .filter(|n| matches!(n.role, NodeRole::Router(_)))
         .count();
     let mut routes = vec![vec![NO_ROUTE; hosts.len()]; routers];
+    // The flows toward each node, and the first flow without a path.
+    let mut flows_to = vec![Vec::new(); nodes.len()];
+    for (i, f) in spec.flows.iter().enumerate() {
+        flows_to[f.to].push(i);
+    }
+    let mut unconnected: Option<usize> = None;
     for (hi, h) in hosts.iter().enumerate() {
         let target = h.node as usize;
-        let mut dist = vec![u32::MAX; nodes.len()];
-        dist[target] = 0;
-        let mut q = VecDeque::from([target]);
-        while let Some(u) = q.pop_front() {
-            for &(v, _) in &adj[u] {
-                if dist[v] == u32::MAX {
-                    dist[v] = dist[u] + 1;
-                    // Hosts do not forward.
-                    if matches!(nodes[v].role, NodeRole::Router(_)) {
-                        q.push_back(v);
-                    }
-                }
-            }
-        }
+        let dist = hops_to(nodes, adj, target);
         for (u, n) in nodes.iter().enumerate() {
             if let NodeRole::Router(r) = n.role {
                 if dist[u] == u32::MAX || u == target {
@@ -251,39 +245,101 @@ pub(crate) fn build_routes(
                 }
             }
         }
-    }
-    for (i, f) in spec.flows.iter().enumerate() {
-        let (a, b) = (f.from, f.to);
-        if !reachable(nodes, adj, a, b) {
-            return Err(ConfigError::new(
-                format!("flows[{i}]"),
-                format!(
-                    "no path from '{}' to '{}'",
-                    spec.nodes[a].name, spec.nodes[b].name
-                ),
-            ));
+        // Links are two-way: a sender the search from the receiver reaches has a path.
+        for &i in &flows_to[target] {
+            if dist[spec.flows[i].from] == u32::MAX {
+                unconnected = Some(unconnected.map_or(i, |j| j.min(i)));
+            }
         }
+    }
+    if let Some(i) = unconnected {
+        let f = &spec.flows[i];
+        return Err(ConfigError::new(
+            format!("flows[{i}]"),
+            format!(
+                "no path from '{}' to '{}'",
+                spec.nodes[f.from].name, spec.nodes[f.to].name
+            ),
+        ));
     }
     Ok(routes)
 }
 
-fn reachable(nodes: &[Node], adj: &[Vec<(usize, u32)>], a: usize, b: usize) -> bool {
-    let mut seen = vec![false; nodes.len()];
-    let mut q = VecDeque::from([a]);
-    seen[a] = true;
+/// Hop counts toward `target` over the link graph (`u32::MAX`: no path). Only routers
+/// forward: a path passes through no host but its two ends.
+fn hops_to(nodes: &[Node], adj: &Adjacency, target: usize) -> Vec<u32> {
+    let mut dist = vec![u32::MAX; nodes.len()];
+    dist[target] = 0;
+    let mut q = VecDeque::from([target]);
     while let Some(u) = q.pop_front() {
-        if u == b {
-            return true;
-        }
-        if u != a && !matches!(nodes[u].role, NodeRole::Router(_)) {
-            continue;
-        }
         for &(v, _) in &adj[u] {
-            if !seen[v] {
-                seen[v] = true;
-                q.push_back(v);
+            if dist[v] == u32::MAX {
+                dist[v] = dist[u] + 1;
+                if matches!(nodes[v].role, NodeRole::Router(_)) {
+                    q.push_back(v);
+                }
             }
         }
     }
-    false
+    dist
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{RunOptions, Simulation};
+
+    /// s — r1 — r3 — c, and a second island h — r2 — x; `flows` appended.
+    fn scenario(flows: &str) -> String {
+        let mut src = String::from("duration = \"1s\"\n");
+        for (name, kind) in [
+            ("s", "host"),
+            ("r1", "router"),
+            ("c", "host"),
+            ("r3", "router"),
+            ("h", "host"),
+            ("r2", "router"),
+            ("x", "host"),
+        ] {
+            src += &format!("[[nodes]]\nname = \"{name}\"\nkind = \"{kind}\"\n");
+        }
+        for (a, b) in [
+            ("s", "r1"),
+            ("r1", "r3"),
+            ("r3", "c"),
+            ("h", "r2"),
+            ("r2", "x"),
+        ] {
+            src += &format!(
+                "[[links]]\nname = \"{a}{b}\"\na = \"{a}\"\nb = \"{b}\"\nrate = \"1Mbit\"\ndelay = \"1ms\"\n"
+            );
+        }
+        src + flows
+    }
+
+    fn flow(from: &str, to: &str) -> String {
+        format!("[[flows]]\nfrom = \"{from}\"\nto = \"{to}\"\napp = {{ kind = \"bulk\", bytes = \"10KB\" }}\n")
+    }
+
+    /// The error's key and message without the line it names.
+    fn error(src: &str) -> Option<String> {
+        Simulation::from_toml(src, RunOptions::default())
+            .err()
+            .map(|e| format!("{}: {}", e.path, e.msg.split(" (line").next().unwrap()))
+    }
+
+    #[test]
+    fn flows_need_a_path_through_routers() {
+        assert_eq!(error(&scenario(&(flow("s", "c") + &flow("x", "h")))), None);
+        // The first flow between the islands is named, in either direction.
+        let src = scenario(&(flow("s", "c") + &flow("x", "s") + &flow("s", "x")));
+        assert_eq!(
+            error(&src).as_deref(),
+            Some("flows[1]: no path from 'x' to 's'")
+        );
+        let src = scenario(&(flow("s", "x") + &flow("x", "s")));
+        assert_eq!(
+            error(&src).as_deref(),
+            Some("flows[0]: no path from 's' to 'x'")
+        );
+    }
 }

@@ -12,6 +12,9 @@ MTU 1500):
   timestamp on the box's ingress socket to the return of the send call, for every packet
   of a transfer paced (`SO_MAX_PACING_RATE`) at half of `box_gbps`.
 
+The box keys are measured for each `[process] io` mode asked for (`by_io`), against the
+same kernel run; the top-level ones are those of the first mode.
+
 The sender and receiver are Python processes (`traffic.py`), so on a slow machine they
 can be the bottleneck of the kernel path; `sender_cpu_limited` says whether the kernel
 number is close to what the same sender reaches over loopback in one namespace.
@@ -142,36 +145,33 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
     return float((s[-1][1] - s[0][1]) * 8 / (s[-1][0] - s[0][0]) / 1e9)
 
 
-def run_bench(seconds: float = 5.0) -> dict[str, Any]:
-    """Run the benchmark in a fresh lab (removed afterwards)."""
-    lab = Lab.up()
+IO_MODES = ("socket", "mmap")
+
+
+def _with_io(body: dict[str, Any], io: str) -> dict[str, Any]:
+    return {**body, "process": {**body["process"], "io": io}}
+
+
+def _measure_box(lab: Lab, seconds: float, io: str, kernel: float) -> dict[str, Any]:
+    """Unshaped, shaped and half-load latency through the box in one `io` mode."""
+    box = start_box(lab, _with_io(UNSHAPED, io))
     try:
-        lab.set_forwarding("kernel")
-        kernel = transfer(lab, seconds)
-        lab.set_forwarding("box")
-        box = start_box(lab, UNSHAPED)
-        try:
-            unshaped = transfer(lab, seconds)
-        finally:
-            box.stop()
-        box = start_box(lab, SHAPED)
-        try:
-            shaped = transfer(lab, seconds)
-        finally:
-            shaped_final = box.stop()
-        half = unshaped / 2
-        box = start_box(lab, UNSHAPED)
-        try:
-            load = transfer(lab, seconds, rate_bps=half * 1e9)
-        finally:
-            final = box.stop()
-        lat = final.get("latency_us", {})
-        lo = loopback_gbps(lab, min(seconds, 3.0))
+        unshaped = transfer(lab, seconds)
     finally:
-        lab.down()
+        box.stop()
+    box = start_box(lab, _with_io(SHAPED, io))
+    try:
+        shaped = transfer(lab, seconds)
+    finally:
+        shaped_final = box.stop()
+    box = start_box(lab, _with_io(UNSHAPED, io))
+    try:
+        load = transfer(lab, seconds, rate_bps=unshaped / 2 * 1e9)
+    finally:
+        final = box.stop()
+    lat = final.get("latency_us", {})
     return {
         "box_gbps": unshaped,
-        "kernel_gbps": kernel,
         "box_shaped_gbps": shaped,
         # The shaper counts IP bytes: a 1448-byte payload (MSS with timestamps) rides in a
         # 1500-byte IP packet, so the shaped IP rate is the goodput times 1500/1448.
@@ -186,6 +186,30 @@ def run_bench(seconds: float = 5.0) -> dict[str, Any]:
         "added_latency_max_us": lat.get("max"),
         "latency_samples": lat.get("count"),
         "latency_load_gbps": load,
+    }
+
+
+def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",)) -> dict[str, Any]:
+    """Run the benchmark in a fresh lab (removed afterwards). `io` lists the box's
+    `[process] io` modes to measure, one after the other against the same kernel run;
+    the top-level box keys are those of the first, `by_io` has each."""
+    for m in io:
+        if m not in IO_MODES:
+            raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)})")
+    lab = Lab.up()
+    try:
+        lab.set_forwarding("kernel")
+        kernel = transfer(lab, seconds)
+        lab.set_forwarding("box")
+        by_io = {m: _measure_box(lab, seconds, m, kernel) for m in io}
+        lo = loopback_gbps(lab, min(seconds, 3.0))
+    finally:
+        lab.down()
+    return {
+        **by_io[io[0]],
+        "kernel_gbps": kernel,
+        "io": io[0],
+        "by_io": by_io,
         "traffic_tool_loopback_gbps": lo,
         "seconds": seconds,
         "mtu": 1500,

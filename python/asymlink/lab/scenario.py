@@ -23,7 +23,7 @@ modem_buffer = "30p"
 rate = "512kbit"              # the server (its own namespace and box, emulation only):
 delay = "5ms"                 # to_b the uplink, to_a the downlink; keys as in the box's
 linklayer = { encap = "llc_snap_routed" }   # [emulation.*]: rate, delay, linklayer,
-modem_buffer = "50p"          # loss, modem_buffer
+modem_buffer = "50p"          # loss, drop, modem_buffer
 [access.to_a]
 rate = "8Mbit"
 modem_buffer = "50p"
@@ -253,7 +253,7 @@ class LabScenario:
 
 #: The keys of an `[access.to_b]` / `[access.to_a]` table: the link vocabulary of the
 #: box's `[emulation.*]` (and of a simulator link direction).
-ACCESS_KEYS = ("rate", "delay", "linklayer", "loss", "modem_buffer")
+ACCESS_KEYS = ("rate", "delay", "linklayer", "loss", "drop", "modem_buffer")
 
 
 def access_line(doc: Any) -> dict[str, dict[str, Any]]:

@@ -28,7 +28,7 @@ def _figures(out_dir: Path, metrics: Metrics) -> list[Path]:
     assert isinstance(events, dict)
     ax = new_axes()
     ax.bar(list(events), [float(v) for v in events.values()])  # type: ignore[arg-type]
-    ax.set_ylabel("events processed")
+    ax.set(xlabel="scenario", ylabel="events processed", title="Self-test: events per run")
     return [save(ax.figure, out_dir / "figures" / "events.png")]
 
 

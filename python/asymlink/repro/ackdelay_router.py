@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from asymlink.analysis import jain_index
-from asymlink.repro.base import Entry, Metrics, register
+from asymlink.repro.base import Entry, Metrics, draw_paper_values, register
 from asymlink.results import Results
 
 FORWARD = "wan:to_b"  # router -> dest: the data
@@ -152,6 +152,7 @@ def _figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         axes[2].set_xlabel("time (s)")
         axes[0].legend(fontsize="small")
         axes[0].set_title(f"Packet-clocked router, {title}")
+        draw_paper_values(axes[0], ENTRY.paper_data, f"forward_drops.{case}")
         for ax in axes:
             ax.grid(alpha=0.3)
         written.append(save(fig, out_dir / "figures" / f"router_{case}.png"))
@@ -170,6 +171,7 @@ def _figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         heights = [v for n in names if isinstance(v := values[n], int | float)]
         ax.bar(xs, heights, width=width, label=LABELS[arm])
     ax.set_xticks([k + width * (len(conns) - 1) / 2 for k in range(len(names))], names)
+    ax.set_xlabel("connection")
     ax.set_ylabel("throughput (kbit/s)")
     ax.set_title("Throughput of each connection (paper Fig. 15)")
     ax.legend(fontsize="small")

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from asymlink.repro.base import Entry, Metrics, register
+from asymlink.repro.base import Entry, Metrics, draw_paper_values, register
 from asymlink.results import Results
 
 BUFFERS = {"1MB": "1mb", "250KB": "250kb"}
@@ -114,6 +114,8 @@ def _figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         axes[0].set_ylabel("cwnd (KB)")
         axes[1].set_ylabel("forward queue (KB)")
         axes[1].axhline(50, color="grey", linewidth=0.8, linestyle="--")
+        draw_paper_values(axes[1], ENTRY.paper_data, f"max_forward_queue_bytes.{buf}", 1e-3,
+                          "KB")
         axes[2].set_ylabel("backward (ACK) queue (KB)")
         axes[2].set_xlabel("time (s)")
         axes[0].legend(fontsize="small")

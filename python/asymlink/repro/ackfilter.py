@@ -19,7 +19,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from asymlink.repro.base import Entry, Metrics, get, register
+from asymlink.repro.base import Entry, Metrics, draw_paper_values, get, register
 from asymlink.results import Results
 
 #: The reverse buffer (the client's queue onto the 100 kbit/s channel) and the sender's
@@ -297,6 +297,7 @@ def _delayed_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         q = _queue(runs[DELAYED_ARMS[k]], REVERSE)
         ax = new_axes()
         ax.plot(q.index, q["packets"], drawstyle="steps-post")
+        draw_paper_values(ax, DELAYED.paper_data, "delta_o")
         ax.set(xlabel="time (s)", ylabel="ACKs in the reverse buffer", title=title,
                xlim=(0, 10))
         ax.grid(alpha=0.3)

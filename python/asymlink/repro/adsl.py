@@ -20,7 +20,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from asymlink.repro.base import Entry, Metrics, register
+from asymlink.repro.base import Entry, Metrics, PaperData, register
 from asymlink.results import Results
 
 PAPER = "adsl-middlebox-link-sharing"
@@ -101,6 +101,7 @@ def _bar(ax: Any, labels: list[str], values: list[float], ylabel: str) -> None:
     ax.bar(labels, values, color="#4878a8")
     for i, v in enumerate(values):
         ax.annotate(f"{v:.3g}", (i, v), ha="center", va="bottom", fontsize="small")
+    ax.set_xlabel("configuration")
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
 
@@ -191,6 +192,7 @@ def _problem_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         ax.plot(p["t"], p["value"] * 1e3, ".", ms=3, label=name)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("ping RTT (ms)")
+    ax.set_title("adsl-problem: ping RTT alone and during an upload")
     ax.set_yscale("log")
     draw_paper_values(ax, PROBLEM.paper_data, "rtt_ms")
     ax.legend(fontsize="small")
@@ -233,16 +235,20 @@ def _mix_measure(res: Results) -> dict[str, float]:
 
 
 def _bars_figure(out_dir: Path, metrics: Metrics, panels: list[tuple[str, str]], path: str,
-                 title: str) -> Path:
+                 title: str, paper: PaperData) -> Path:
+    """One bar panel per metric, the paper's values marked on their bars."""
     from matplotlib.figure import Figure
 
     from asymlink.plot import save
+    from asymlink.repro.base import draw_paper_marks
 
     fig = Figure(figsize=(4.0 * len(panels), 4.0), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (key, label) in zip(axes, panels, strict=True):
         d = _metric_dict(metrics, key)
         _bar(ax, list(d), list(d.values()), label)
+        if draw_paper_marks(ax, paper, key, {arm: i for i, arm in enumerate(d)}):
+            ax.legend(fontsize="small")
     fig.suptitle(title)
     return save(fig, out_dir / "figures" / path)
 
@@ -287,7 +293,8 @@ def _linksharing_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
                      [("down_mbps", "downstream goodput (Mbit/s)"),
                       ("interactive_rtt_ms", "interactive RTT (ms)"),
                       ("good_rtt_ms", "good-class RTT (ms)")],
-                     "bars.png", "adsl-linksharing: FIFO, ACK priority, five classes (HTB, HFSC)"),
+                     "bars.png", "adsl-linksharing: FIFO, ACK priority, five classes (HTB, HFSC)",
+                     LINKSHARING.paper_data),
         _timeseries_figure(out_dir, LINKSHARING_ARMS, "down", "downstream.png",
                            "adsl-linksharing: downstream goodput"),
     ]
@@ -365,7 +372,8 @@ def _ackfifo_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         _bars_figure(out_dir, metrics,
                      [("down_mbps", "downstream goodput (Mbit/s)"),
                       ("ack_removed_share", "ACKs removed (fraction)")],
-                     "bars.png", "adsl-ackfifo: a slower ack class and ACK drop policies"),
+                     "bars.png", "adsl-ackfifo: a slower ack class and ACK drop policies",
+                     ACKFIFO.paper_data),
         _timeseries_figure(out_dir, ACKFIFO_ARMS, "down", "downstream.png",
                            "adsl-ackfifo: downstream goodput"),
     ]
@@ -447,7 +455,8 @@ def _atm_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
                      [("modem_queue_delay_ms", "modem queue delay (ms)"),
                       ("ack_uplink_share", "ACK share of the line"),
                       ("ack_overhead_share", "ACK overhead share of the line")],
-                     "bars.png", "adsl-atm: IP size vs fixed overhead vs exact cells"),
+                     "bars.png", "adsl-atm: IP size vs fixed overhead vs exact cells",
+                     ATM.paper_data),
     ]
 
 

@@ -38,7 +38,7 @@ import tomli_w
 from asymlink.lab.bench import scenario_path
 from asymlink.lab.parity import sim_metrics, sim_scenario
 from asymlink.lab.scenario import LabScenario
-from asymlink.repro.base import Entry, Metrics, register
+from asymlink.repro.base import Entry, Metrics, draw_paper_marks, register
 
 ARMS = ["fifo", "tree", "linux", "line"]
 BUFFERS = [50, 1000]
@@ -221,7 +221,10 @@ def _figures(out_dir: Path, metrics: Metrics) -> list[Path]:
                 ax.axhline(CAKE[key], color="#c44e52", linestyle="--", label="CAKE")
             if key.startswith("echo"):
                 ax.set_yscale("log")
+            draw_paper_marks(ax, TODAY.paper_data, key,
+                             {f"{a}_{buf}p": j for j, a in enumerate(ARMS)})
             ax.set_xticks(range(len(ARMS)), ARMS)
+            ax.set_xlabel("uplink configuration")
             ax.set_ylabel(label)
             ax.grid(axis="y", alpha=0.3)
         axes[0].legend(fontsize="small")

@@ -15,7 +15,7 @@ overrides = { "monitor.interval" = "1s" }
 long = { duration = "20s" }
 
 [[fixed]]                    # a parameter the paper leaves open, fixed before any run
-key = "links.0.reverse_buffer"
+key = "links.access.to_a.queue.limit"   # a scenario key; array elements by name
 reason = "the paper does not give the modem's uplink buffer"
 scenarios = ["off", "on"]    # optional: default all scenarios
 
@@ -57,7 +57,7 @@ from asymlink.report import TextTable, fmt_number
 from asymlink.results import Results
 from asymlink.runner import run as run_scenario_file
 from asymlink.scenario import Scenario
-from asymlink.validate import ConfigError, number, only
+from asymlink.validate import ConfigError, ScenarioError, number, only
 
 MetricValue: TypeAlias = "int | float | dict[str, MetricValue]"
 Metrics: TypeAlias = dict[str, MetricValue]
@@ -299,22 +299,39 @@ def fmt_metric(x: float | None, path: MetricPath, digits: int = 4) -> str:
     return fmt_number(x, digits=digits)
 
 
-def draw_paper_values(ax: Any, paper: PaperData, metric: str, scale: float = 1.0) -> int:
+def draw_paper_values(ax: Any, paper: PaperData, metric: str, scale: float = 1.0,
+                      unit: str | None = None) -> int:
     """A dashed horizontal reference line, labelled "paper: <arm> <value>", for each value
-    the paper reports for `metric` (the first key of its path), × `scale` to match the
-    axis. Returns how many were drawn."""
+    the paper reports under `metric` (a dotted prefix of its path: `rtt_ms` or
+    `forward_drops.single`), × `scale` to match the axis; with `unit` (the axis's) the label
+    gives the scaled value in it. Returns how many were drawn."""
+    prefix = tuple(metric.split("."))
     drawn = 0
     for p in paper.paper_values:
-        if p.metric[0] != metric:
+        if p.metric[: len(prefix)] != prefix:
             continue
         y = p.value * scale
         ax.axhline(y, color="black", linestyle="--", linewidth=0.8, alpha=0.7)
-        arm = ".".join(p.metric[1:])
-        ax.annotate(f"paper: {arm + ' ' if arm else ''}{fmt_number(p.value, p.unit, digits=4)}",
+        arm = ".".join(p.metric[len(prefix):])
+        shown = f"{y:.4g} {unit}" if unit else fmt_number(p.value, p.unit, digits=4)
+        ax.annotate(f"paper: {arm + ' ' if arm else ''}{shown}",
                     (0.0, y), xycoords=("axes fraction", "data"), xytext=(4, 2),
                     textcoords="offset points", fontsize="small")
         drawn += 1
     return drawn
+
+
+def draw_paper_marks(ax: Any, paper: PaperData, metric: str, positions: Mapping[str, float],
+                     scale: float = 1.0) -> int:
+    """On a bar chart: a black bar-wide mark at the paper's value on each bar whose arm
+    the paper reports (`metric.<arm>`; `positions` maps an arm to its bar's x), × `scale`.
+    Returns how many were drawn; the first is labelled "paper" for the legend."""
+    marks = [(positions[p.metric[1]], p.value * scale) for p in paper.paper_values
+             if len(p.metric) == 2 and p.metric[0] == metric and p.metric[1] in positions]
+    if marks:
+        ax.plot(*zip(*marks, strict=True), linestyle="none", marker="_", markersize=14,
+                markeredgewidth=2, color="black", label="paper")
+    return len(marks)
 
 
 def check_expectation(e: Expectation, metrics: Metrics) -> Check:
@@ -406,8 +423,8 @@ class Entry:
     def check(self) -> None:
         """Check the entry's data without running it: `paper.toml` parses, it names only
         existing scenarios, every scenario (full and quick) passes the engine's
-        validation, and every fixed parameter exists where it is listed. Raises
-        `PaperDataError` or `ScenarioError`."""
+        validation, and every fixed parameter exists where it is listed (named by key,
+        see `fixed_value`). Raises `PaperDataError` or `ScenarioError`."""
         paper, names = self.paper_data, self.scenario_names()
         if not names:
             raise PaperDataError(self.id, f"no scenario files in {self.scenario_dir}")
@@ -420,9 +437,38 @@ class Entry:
         for quick in (False, True):
             for name in names:
                 self.scenario(name, quick).validate()
-        for p in paper.fixed:
+        for i, p in enumerate(paper.fixed):
             for name in p.scenarios or names:
-                self.scenario(name, quick=False).get(p.key)
+                self.fixed_value(i, name, self.scenario(name, quick=False))
+
+    def fixed_value(self, index: int, name: str, scenario: Scenario) -> Any:
+        """The value `scenario` (the entry's scenario `name`) gives the fixed parameter
+        `paper.fixed[index]`. Its key must exist there and name the elements of arrays of
+        named tables by their name (`links.access.rate`, not `links.1.rate`); otherwise
+        `PaperDataError` naming the item of `paper.toml`, the key and the scenario."""
+        key = self.paper_data.fixed[index].key
+        where = f"{self.id}/{PAPER_FILE}: fixed[{index}].key"
+        try:
+            value = scenario.get(key)
+        except ScenarioError as e:
+            raise PaperDataError(
+                where, f"{key!r} is not in scenario {name!r}: {e.key}: {e.msg}") from None
+        parts = key.split(".")
+        node: Any = scenario.data
+        for depth, part in enumerate(parts):
+            if isinstance(node, list):
+                names = [t.get("name") if isinstance(t, dict) else None for t in node]
+                i = names.index(part) if part in names else int(part)
+                label = names[i]
+                if part.isdigit() and isinstance(label, str):
+                    named = ".".join([*parts[:depth], label, *parts[depth + 1:]])
+                    raise PaperDataError(
+                        where, f"{key!r} addresses {'.'.join(parts[:depth])}[{part}] by "
+                        f"position; write it by name: {named!r}")
+                node = node[i]
+            else:
+                node = node[part]
+        return value
 
     def run_scenario(
         self,
@@ -512,10 +558,10 @@ def fixed_parameters_table(entry: Entry, paper: PaperData, quick: bool) -> TextT
     names = entry.scenario_names()
     scenarios = {name: entry.scenario(name, quick) for name in names}
     rows = []
-    for p in paper.fixed:
+    for i, p in enumerate(paper.fixed):
         by_value: dict[str, list[str]] = {}
         for name in p.scenarios or names:
-            by_value.setdefault(str(scenarios[name].get(p.key)), []).append(name)
+            by_value.setdefault(str(entry.fixed_value(i, name, scenarios[name])), []).append(name)
         for value, where in by_value.items():
             listed = "all" if p.scenarios is None and len(by_value) == 1 else ", ".join(where)
             rows.append([p.key, value, listed, p.reason])

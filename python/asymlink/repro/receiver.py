@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from asymlink.analysis import jain_index
-from asymlink.repro.base import Entry, Metrics, register
+from asymlink.repro.base import Entry, Metrics, draw_paper_values, register
 from asymlink.results import Results
 
 LINE = "line:to_b"  # the access link toward the client (the queue the policy manages)
@@ -157,6 +157,8 @@ def _telnet_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         axes[1].set_ylabel("ftp received (kB)")
         axes[1].set_xlabel("time (s)")
         axes[0].set_title(f"Telnet during an ftp download over a 28.8 kbit/s modem: {title}")
+        if stem == "classic":
+            draw_paper_values(axes[0], TELNET.paper_data, "telnet_latency_s")
         axes[0].legend(fontsize="small")
         for ax in axes:
             ax.grid(alpha=0.3)
@@ -236,9 +238,18 @@ def _web_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
             ax.axvline(WEB_START_S + end, color=line[0].get_color(), linestyle=":")
     for ax in axes:
         ax.axvline(WEB_START_S, color="grey", linestyle=":")
+    # The paper's page times, as the instants its pages would end.
+    for p in WEB.paper_data.paper_values:
+        if p.metric[0] == "page_time_s" and len(p.metric) == 2:
+            for ax in axes:
+                ax.axvline(WEB_START_S + p.value, color="black", linestyle="--", linewidth=0.8,
+                           alpha=0.7)
+            axes[0].annotate(f"paper: {p.metric[1]} {p.value:g} s", (WEB_START_S + p.value, 1.0),
+                             xycoords=("data", "axes fraction"), xytext=(2, -12),
+                             textcoords="offset points", fontsize="small")
     axes[0].set_ylabel("queue toward the client (packets)")
     axes[1].set_ylabel("ftp received (kB)")
-    axes[1].set_xlabel("time (s); dotted: the page's start and ends")
+    axes[1].set_xlabel("time (s); dotted: the page's start and ends; dashed: the paper's ends")
     axes[0].set_title("A web page during a 970 KB download over a 28.8 kbit/s modem (Fig. 4)")
     axes[0].legend(fontsize="small")
     for ax in axes:
@@ -322,6 +333,7 @@ def _loss_figures(out_dir: Path, metrics: Metrics) -> list[Path]:
         axes[0][col].set_ylabel("received (kB)")
         axes[1][col].set_ylabel("queue (packets)")
         axes[1][col].set_xlabel("time (s)")
+        draw_paper_values(axes[1][col], LOSS.paper_data, f"queue_packets_mean.{arm}")
         axes[0][col].legend(fontsize="small")
         for ax in (axes[0][col], axes[1][col]):
             ax.grid(alpha=0.3)

@@ -27,9 +27,8 @@ from typing import Any, Literal
 
 import tomli_w
 
-from asymlink._native import ScenarioError
 from asymlink.scenario import Scenario, read_text_file
-from asymlink.validate import ConfigError
+from asymlink.validate import ConfigError, ScenarioError
 from asymlink.validate import boolean as _bool
 from asymlink.validate import integer as _int
 from asymlink.validate import is_number as _is_number

@@ -25,6 +25,9 @@
 //! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
 //! | rescue retransmission (RFC 6675 NextSeg rules 3–4) | off | on | off |
 //! | cwnd growth when not cwnd-limited | grows | RFC 7661 rule | Linux rule |
+//! | loss detection with SACK | — | RFC 6675 (DupThresh) | RACK (RFC 8985, time-based) |
+//! | tail-loss probe (RFC 8985 TLP) | off | off | on |
+//! | cwnd during fast recovery | — (NewReno inflation) | cwnd = ssthresh at entry | PRR (RFC 6937) |
 //! | HyStart (CUBIC leaves slow start on ACK trains or delay increase) | off | off | on |
 
 use asymlink_core::config::ConfigError;
@@ -276,6 +279,17 @@ pub struct TcpConfig {
     /// Restart after idle: what happens to cwnd when data follows an idle period longer
     /// than the RTO.
     pub idle_restart: IdleRestart,
+    /// RACK loss detection (RFC 8985 §6, Linux `tcp_rack_*`) with SACK: a segment is lost
+    /// once one sent after it was delivered and it is older than that one's RTT plus a
+    /// reordering window; replaces RFC 6675's DupThresh rule and duplicate-ACK counting.
+    pub rack: bool,
+    /// Tail-loss probe (RFC 8985 §7, Linux `tcp_schedule_loss_probe`): with SACK, in the
+    /// open state, a probe (new data, else the last segment again) after 2·SRTT without
+    /// an ACK, so that a lost tail is found without a timeout.
+    pub tlp: bool,
+    /// Proportional rate reduction during SACK fast recovery (RFC 6937 with Linux's
+    /// `tcp_cwnd_reduction`), instead of cwnd = ssthresh at entry.
+    pub prr: bool,
     /// HyStart (with `cc = "cubic"`): leave slow start (ssthresh = cwnd) when a round's
     /// ACK train lasts more than half the minimum RTT or its RTT rises by
     /// clamp(min RTT / 8, 4 ms, 16 ms), from a window of 16 segments on (Linux
@@ -328,6 +342,9 @@ impl TcpConfig {
             cwnd_validation: CwndValidation::Rfc7661,
             cubic_alpha_switch: true,
             idle_restart: IdleRestart::Rfc5681,
+            rack: false,
+            tlp: false,
+            prr: false,
             hystart: false,
             rcv_autotune: false,
             rmem: [4096, 131_072, 33_554_432],
@@ -370,6 +387,9 @@ impl TcpConfig {
                 cwnd_validation: CwndValidation::Linux,
                 cubic_alpha_switch: false,
                 idle_restart: IdleRestart::Linux,
+                rack: true,
+                tlp: true,
+                prr: true,
                 hystart: true,
                 rcv_autotune: true,
                 delack_mode: DelackMode::Linux,
@@ -477,6 +497,9 @@ pub struct TcpOverrides {
     pub cwnd_validation: Option<CwndValidation>,
     pub cubic_alpha_switch: Option<bool>,
     pub idle_restart: Option<IdleRestart>,
+    pub rack: Option<bool>,
+    pub tlp: Option<bool>,
+    pub prr: Option<bool>,
     pub hystart: Option<bool>,
     pub rcv_autotune: Option<bool>,
     pub rmem: Option<[Bytes; 3]>,
@@ -574,6 +597,9 @@ impl TcpSpec {
         set!(cwnd_validation);
         set!(cubic_alpha_switch);
         set!(idle_restart);
+        set!(rack);
+        set!(tlp);
+        set!(prr);
         c.validate()?;
         Ok(c)
     }

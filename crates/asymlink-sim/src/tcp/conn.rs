@@ -8,7 +8,7 @@ use super::cc::{AckSample, Cc, HyStartExit};
 use super::config::{CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig};
 use super::recv::{RcvAutotune, Receiver};
 use super::rtt::RttEstimator;
-use super::scoreboard::{self, Scoreboard, SentSeg};
+use super::scoreboard::{self, Delivery, Rack, RackLoss, Scoreboard, SentSeg};
 use super::{Admit, ConnIo};
 use crate::packet::ConnId;
 use asymlink_core::time::{earliest, Duration, Instant};
@@ -74,6 +74,8 @@ pub enum ConnEvent {
     FastRetransmit,
     /// A retransmission timeout fired.
     Timeout,
+    /// A tail-loss probe was sent (`TcpConfig::tlp`).
+    LossProbe,
 }
 
 /// Counters of one connection.
@@ -107,11 +109,36 @@ pub struct ConnStats {
     pub policed: u64,
     /// Zero-window probes sent (persist timer).
     pub window_probes: u64,
+    /// Tail-loss probes sent (`TcpConfig::tlp`; Linux's TCPLossProbes).
+    pub loss_probes: u64,
+    /// Losses a tail-loss probe repaired, each answered by a cwnd reduction (Linux's
+    /// TCPLossProbeRecovery).
+    pub loss_probe_recoveries: u64,
     /// Slow starts ended by HyStart's ACK-train detector.
     pub hystart_train_exits: u64,
     /// Slow starts ended by HyStart's delay detector.
     pub hystart_delay_exits: u64,
 }
+
+/// Proportional rate reduction state (RFC 6937 §3, Linux `prior_cwnd`, `prr_delivered`,
+/// `prr_out`), in segments.
+#[derive(Clone, Copy, Debug)]
+struct Prr {
+    /// cwnd when the recovery began.
+    prior_cwnd: u64,
+    /// Segments delivered (SACKed or acknowledged) during the recovery.
+    delivered: u64,
+    /// Segments sent during the recovery.
+    out: u64,
+}
+
+/// Slack added to the RACK reordering timer (Linux `TCP_TIMEOUT_MIN_US`).
+const REO_SLACK: Duration = Duration::from_millis(2);
+/// Tail-loss probe timeout when more than one segment is outstanding: 2·SRTT plus Linux's
+/// `TCP_TIMEOUT_MIN_US`.
+const TLP_SLACK: Duration = Duration::from_millis(2);
+/// Tail-loss probe timeout without an RTT sample (Linux `TCP_TIMEOUT_INIT`).
+const TLP_INITIAL: Duration = Duration::from_secs(1);
 
 /// One end of a TCP connection.
 pub struct Connection {
@@ -167,6 +194,15 @@ pub struct Connection {
     cwnd_usage_seq: u64,
     /// When data (new or retransmitted) was last sent (Linux's `lsndtime`).
     last_data_sent: Option<Instant>,
+    /// RACK (`TcpConfig::rack`): the latest delivery, and the deliveries of the current ACK.
+    rack: Rack,
+    deliveries: Vec<Delivery>,
+    /// PRR during a fast recovery (`TcpConfig::prr`).
+    prr: Option<Prr>,
+    /// The open tail-loss-probe episode: SND.NXT when the probe was sent, and whether the
+    /// probe was a retransmission (RFC 8985 TLP.end_seq, TLP.is_retrans).
+    tlp_high_seq: Option<u64>,
+    tlp_retrans: bool,
     // receive side (offsets from irs)
     rcv: Receiver,
     rcv_edge: u64,
@@ -188,6 +224,10 @@ pub struct Connection {
     peer_fin: bool,
     // timers
     rto_at: Option<Instant>,
+    /// RACK reordering timer and tail-loss probe timer (at most one armed; Linux keeps
+    /// them in the retransmission timer's slot, the RTO stays armed here behind them).
+    reo_at: Option<Instant>,
+    tlp_at: Option<Instant>,
     delack_at: Option<Instant>,
     persist_at: Option<Instant>,
     /// Probes sent since the peer's window closed: the persist timer's backoff.
@@ -263,6 +303,11 @@ impl Connection {
             max_flight: 0,
             cwnd_usage_seq: 0,
             last_data_sent: None,
+            rack: Rack::default(),
+            deliveries: Vec::new(),
+            prr: None,
+            tlp_high_seq: None,
+            tlp_retrans: false,
             rcv: Receiver::new(0),
             rcv_edge: 0,
             ack_pending: 0,
@@ -280,6 +325,8 @@ impl Connection {
             last_ack_sent: 0,
             peer_fin: false,
             rto_at: None,
+            reo_at: None,
+            tlp_at: None,
             delack_at: None,
             persist_at: None,
             persist_backoff: 0,
@@ -370,6 +417,13 @@ impl Connection {
             DelackMode::Linux => 0,
         };
         self.rcv_mss = (self.mss as u64).min(536);
+        self.sb.track_deliveries(self.rack_on());
+    }
+
+    /// RACK loss detection in use: configured, and SACK negotiated (Linux runs RACK only
+    /// with SACK).
+    fn rack_on(&self) -> bool {
+        self.cfg.rack && self.sack_ok
     }
 
     fn send_syn(&mut self, now: Instant, io: &mut ConnIo<'_>) {
@@ -423,6 +477,7 @@ impl Connection {
                 end: 1,
                 sent_at: now,
                 flags: scoreboard::SYN,
+                order: 0,
             });
         }
         if syn_ack {
@@ -522,6 +577,8 @@ impl Connection {
     /// The earliest deadline of any timer.
     pub fn poll_at(&self) -> Option<Instant> {
         let mut t = earliest(self.rto_at, self.delack_at);
+        t = earliest(t, self.reo_at);
+        t = earliest(t, self.tlp_at);
         t = earliest(t, self.persist_at);
         t = earliest(t, self.wake_at);
         earliest(t, self.linger_at)
@@ -722,14 +779,29 @@ impl Connection {
             self.snd_wl2 = ack;
             self.max_snd_wnd = self.max_snd_wnd.max(wnd);
         }
+        let rack = self.rack_on();
+        let delivered_before = self.sb.delivered_segs();
         let mut new_sack = false;
         if self.sack_ok {
-            for b in t.opts.sack.iter() {
+            let mut blocks = [(0u64, 0u64); 4];
+            let mut n = 0;
+            for b in t.opts.sack.iter().take(blocks.len()) {
                 let l = unwrap(self.iss, self.snd_una, b.left).max(self.snd_una);
                 let r = unwrap(self.iss, self.snd_una, b.right).min(self.snd_max);
+                blocks[n] = (l, r);
+                n += 1;
+            }
+            if rack {
+                // Linux sorts the blocks (`tcp_sacktag_write_queue`): the order decides
+                // which delivery RACK takes its RTT from, and what counts as reordering.
+                blocks[..n].sort_unstable();
+            }
+            for &(l, r) in &blocks[..n] {
                 new_sack |= self.sb.sack(l, r) > 0;
             }
         }
+        let mut acked_new = 0;
+        let una_advanced = ack > self.snd_una;
         // ECE on a SYN-ACK is ECN negotiation, not an echo (RFC 3168 §6.1.1).
         let ece =
             self.ecn_ok && t.flags.contains(TcpFlags::ECE) && !t.flags.contains(TcpFlags::SYN);
@@ -779,17 +851,20 @@ impl Connection {
                         self.ca_state = CaState::Open;
                         self.undo = None;
                     }
-                    if self.may_raise_cwnd() {
+                    if !rack && self.may_raise_cwnd() {
                         self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
                     }
                 }
                 CaState::Open | CaState::Disorder => {
                     self.ca_state = CaState::Open;
-                    if self.may_raise_cwnd() {
+                    if !rack && self.may_raise_cwnd() {
                         self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
                     }
                 }
             }
+            // With RACK the window grows after loss detection, as Linux's
+            // `tcp_cong_control` follows `tcp_fastretrans_alert`.
+            acked_new = acked.bytes;
             self.dupacks = 0;
             if acked.fin {
                 self.on_fin_acked(now, io);
@@ -818,7 +893,9 @@ impl Connection {
             match self.ca_state {
                 CaState::Open | CaState::Disorder => {
                     self.ca_state = CaState::Disorder;
-                    if self.dupacks >= self.cfg.dupthresh {
+                    // With RACK, duplicate ACKs are not counted: only a loss RACK marks
+                    // starts a recovery (Linux `tcp_time_to_recover`: `lost_out != 0`).
+                    if !rack && self.dupacks >= self.cfg.dupthresh {
                         self.maybe_enter_recovery(now, io);
                     }
                 }
@@ -829,15 +906,31 @@ impl Connection {
                 _ => {}
             }
         }
-        if self.sack_ok {
+        if rack {
+            let pure_dup = !una_advanced && h.payload_len == 0 && !new_sack && !window_changed;
+            self.rack_on_ack(
+                now,
+                ack,
+                acked_new,
+                una_advanced,
+                pure_dup,
+                delivered_before,
+                io,
+            );
+        } else if self.sack_ok {
             if matches!(self.ca_state, CaState::Open | CaState::Disorder)
                 && new_sack
                 && self.sb.head_is_lost(self.cfg.dupthresh, self.mss as u64)
             {
                 self.maybe_enter_recovery(now, io);
             }
+            let mut newly_lost = false;
             if matches!(self.ca_state, CaState::Recovery | CaState::Loss) {
-                self.sb.mark_lost(self.cfg.dupthresh, self.mss as u64);
+                newly_lost = self.sb.mark_lost(self.cfg.dupthresh, self.mss as u64) > 0;
+            }
+            if self.ca_state == CaState::Recovery && self.prr.is_some() {
+                let delivered = self.sb.delivered_segs() - delivered_before;
+                self.prr_update(delivered, newly_lost, una_advanced);
             }
         }
         //= https://www.rfc-editor.org/rfc/rfc3168#section-6.1.2
@@ -1061,12 +1154,16 @@ impl Connection {
         }
         self.recover_after_rto = false;
         let flight = self.flight();
+        let prior_cwnd = self.cc.cwnd;
         self.cc.on_congestion(flight);
         self.recover = self.snd_max;
         self.ca_state = CaState::Recovery;
         self.stats.fast_retransmits += 1;
         self.cwnd_reduced_by_loss();
         io.events.push(ConnEvent::FastRetransmit);
+        if self.cfg.prr && self.sack_ok {
+            self.start_prr(prior_cwnd);
+        }
         self.sb.mark_head_lost();
         if self.sack_ok {
             self.sb.mark_lost(self.cfg.dupthresh, self.mss as u64);
@@ -1077,6 +1174,315 @@ impl Connection {
             self.cc.cwnd = self.cc.ssthresh + self.cfg.dupthresh as u64 * self.mss as u64;
         }
         self.retransmit_head(now, io);
+    }
+
+    // ---------------------------------------------------------------- RACK-TLP and PRR
+
+    /// The rest of an ACK with RACK (Linux `tcp_ack` from `tcp_process_tlp_ack` on): the
+    /// tail-loss-probe episode, RACK's loss scan, entering a recovery once a loss is
+    /// marked, the window (PRR in a recovery, growth otherwise) and the probe timer.
+    #[allow(clippy::too_many_arguments)]
+    fn rack_on_ack(
+        &mut self,
+        now: Instant,
+        ack: u64,
+        acked_new: u64,
+        una_advanced: bool,
+        pure_dup: bool,
+        delivered_before: u64,
+        io: &mut ConnIo<'_>,
+    ) {
+        self.process_tlp_ack(ack, pure_dup);
+        let mut d = std::mem::take(&mut self.deliveries);
+        self.sb.take_deliveries(&mut d);
+        let min_rtt = self.rtt.min_rtt();
+        for x in &d {
+            self.rack.advance(x, now, min_rtt);
+        }
+        self.deliveries = d;
+        let mut loss = RackLoss::default();
+        let mut reo_armed = false;
+        if self.rack.advanced && self.snd_una < self.snd_max {
+            self.rack.advanced = false;
+            loss = self.rack_detect(now);
+            if let Some(w) = loss.wait {
+                // Linux arms the reordering timer in the retransmission timer's slot, in
+                // place of a pending probe, at most one RTO away.
+                self.reo_at = Some(now + (w + REO_SLACK).min(self.rtt.rto()));
+                self.tlp_at = None;
+                reo_armed = true;
+            }
+        }
+        match self.ca_state {
+            // After a timeout, a retransmission found lost again starts a fast recovery
+            // (Linux `tcp_fastretrans_alert`: FLAG_LOST_RETRANS in the Loss state).
+            CaState::Loss if loss.lost_retrans => self.rack_enter_recovery(now, io),
+            //= https://www.rfc-editor.org/rfc/rfc8985#section-6.2
+            //# If a segment is marked lost, the sender MUST enter loss recovery
+            CaState::Open | CaState::Disorder if self.sb.lost_bytes() > 0 => {
+                self.rack_enter_recovery(now, io)
+            }
+            _ => {}
+        }
+        if self.ca_state == CaState::Recovery {
+            if self.prr.is_some() {
+                let delivered = self.sb.delivered_segs() - delivered_before;
+                self.prr_update(delivered, loss.newly_lost > 0, una_advanced);
+            }
+        } else if acked_new > 0 && self.may_raise_cwnd() {
+            self.cc.on_ack(now, acked_new, self.rtt.srtt());
+        }
+        if una_advanced && !reo_armed {
+            // Linux `tcp_set_xmit_timer`: an ACK of new data arms the probe timer, or the
+            // RTO (already restarted above), in place of the reordering timer.
+            self.reo_at = None;
+            self.schedule_tlp(now, true);
+        }
+    }
+
+    /// RACK's reordering window (Linux `tcp_rack_reo_wnd`): none while no reordering was
+    /// seen and the sender is in a recovery or DupThresh (`dupthresh`) segments are SACKed,
+    /// else min RTT / 4, at most SRTT. (Linux widens it in steps on DSACKs; the simulated
+    /// receivers send none.)
+    //= https://www.rfc-editor.org/rfc/rfc8985#section-6.2
+    //# the RACK reordering window SHOULD be set to zero if no reordering has been
+    //# observed on the connection so far, and either (a) three or more segments have
+    //# been delivered [...] or (b) the sender is already in fast recovery
+    fn rack_reo_wnd(&self) -> Duration {
+        if !self.sb.reord_seen()
+            && (matches!(self.ca_state, CaState::Recovery | CaState::Loss)
+                || self.sb.sacked_segs() >= self.cfg.dupthresh as u64)
+        {
+            return Duration::ZERO;
+        }
+        let Some(srtt) = self.rtt.srtt() else {
+            return Duration::ZERO;
+        };
+        self.rtt.min_rtt().map_or(srtt, |m| (m / 4).min(srtt))
+    }
+
+    fn rack_detect(&mut self, now: Instant) -> RackLoss {
+        let reo_wnd = self.rack_reo_wnd();
+        self.sb.rack_detect_loss(&self.rack, now, reo_wnd)
+    }
+
+    /// Enter a fast recovery on a loss RACK marked (Linux `tcp_enter_recovery`): ssthresh
+    /// from the congestion controller, then PRR (or cwnd = ssthresh and the first lost
+    /// segment resent at once, without PRR). No `recover` check: Linux has none once SACK
+    /// is in use, and leaves the Loss state this way when a retransmission is lost again.
+    fn rack_enter_recovery(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        self.recover_after_rto = false;
+        self.undo = None;
+        let prior_cwnd = self.cc.cwnd;
+        self.cc.on_congestion(self.flight());
+        self.recover = self.snd_max;
+        self.ca_state = CaState::Recovery;
+        self.stats.fast_retransmits += 1;
+        self.cwnd_reduced_by_loss();
+        io.events.push(ConnEvent::FastRetransmit);
+        self.tlp_at = None;
+        self.tlp_high_seq = None;
+        if self.cfg.prr {
+            self.start_prr(prior_cwnd);
+        } else {
+            self.retransmit_head(now, io);
+        }
+    }
+
+    /// The reordering timer fired (Linux `tcp_rack_reo_timeout`): mark what has waited out
+    /// its reordering window, and recover it.
+    fn on_reo(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        if !self.rack_on() || self.snd_una >= self.snd_max || !self.can_send_data() {
+            return;
+        }
+        let loss = self.rack_detect(now);
+        if loss.newly_lost == 0 {
+            return;
+        }
+        if self.ca_state != CaState::Recovery {
+            self.rack_enter_recovery(now, io);
+            if self.prr.is_some() {
+                self.prr_update(1, true, false);
+            }
+        }
+        self.try_send(now, io);
+    }
+
+    fn start_prr(&mut self, prior_cwnd: u64) {
+        self.prr = Some(Prr {
+            prior_cwnd: (prior_cwnd / self.mss as u64).max(1),
+            delivered: 0,
+            out: 0,
+        });
+        // PRR starts from the window the recovery found, not from ssthresh.
+        self.cc.cwnd = prior_cwnd;
+    }
+
+    /// PRR on an ACK that delivered `delivered` segments (Linux `tcp_cwnd_reduction`):
+    /// while the pipe exceeds ssthresh, send ssthresh/prior_cwnd of what is delivered
+    /// (rounded up); below it, PRR-SSRB: what was delivered and not yet sent again, at
+    /// least what this ACK delivered, one more if the ACK advanced SND.UNA and found no
+    /// new loss, never beyond ssthresh. At least one segment (the fast retransmit) once
+    /// the recovery begins. cwnd = pipe + that, in whole segments.
+    //= https://www.rfc-editor.org/rfc/rfc6937#section-3.1
+    //# if (pipe > ssthresh) {
+    //#    // Proportional Rate Reduction
+    //#    sndcnt = CEIL(prr_delivered * ssthresh / RecoverFS) - prr_out
+    //# } else {
+    //#    // Two versions of the Reduction Bound
+    //#    if (conservative) {    // PRR-CRB
+    //#      limit = prr_delivered - prr_out
+    //#    } else {               // PRR-SSRB
+    //#      limit = MAX(prr_delivered - prr_out, DeliveredData) + MSS
+    //#    }
+    //#    // Attempt to catch up, as permitted by limit
+    //#    sndcnt = MIN(ssthresh - pipe, limit)
+    //# }
+    fn prr_update(&mut self, delivered: u64, newly_lost: bool, una_advanced: bool) {
+        let Some(mut p) = self.prr else {
+            return;
+        };
+        if delivered == 0 {
+            return;
+        }
+        let mss = self.mss as u64;
+        let pipe = self.inflight().div_ceil(mss) as i64;
+        let ssthresh = (self.cc.ssthresh / mss) as i64;
+        p.delivered += delivered;
+        let (prr_delivered, prr_out) = (p.delivered as i64, p.out as i64);
+        let prior = p.prior_cwnd as i64;
+        let mut sndcnt = if pipe > ssthresh {
+            (ssthresh * prr_delivered + prior - 1) / prior - prr_out
+        } else {
+            let mut n = (prr_delivered - prr_out).max(delivered as i64);
+            if una_advanced && !newly_lost {
+                n += 1;
+            }
+            n.min(ssthresh - pipe)
+        };
+        sndcnt = sndcnt.max(if p.out > 0 { 0 } else { 1 });
+        self.prr = Some(p);
+        self.cc.cwnd = (pipe + sndcnt).max(0) as u64 * mss;
+    }
+
+    /// The sender is "open" for a tail-loss probe (Linux's Open state): nothing SACKed,
+    /// lost or being retransmitted, and the first outstanding segment never resent.
+    fn tlp_open(&self) -> bool {
+        matches!(self.ca_state, CaState::Open | CaState::Disorder)
+            && self.sb.sacked_bytes() == 0
+            && self.sb.lost_bytes() == 0
+            && self.sb.retx_out_bytes() == 0
+            && !self.sb.head_retransmitted()
+    }
+
+    /// Arm the tail-loss probe timer if a probe may be sent (Linux
+    /// `tcp_schedule_loss_probe`); otherwise leave the RTO alone in charge. The probe
+    /// timeout is 2·SRTT, plus the minimum RTO when one segment is outstanding (the
+    /// receiver may be holding its ACK back) or 2 ms otherwise, 1 s before any RTT sample;
+    /// never later than the RTO (a full one if the ACK just restarted it, else what is left
+    /// of the running one).
+    //= https://www.rfc-editor.org/rfc/rfc8985#section-7.2
+    //# If FlightSize is equal to one segment, add WCDelAckT to PTO
+    fn schedule_tlp(&mut self, now: Instant, rto_restarted: bool) {
+        let may_probe = self.cfg.tlp
+            && self.sack_ok
+            && self.snd_una < self.snd_max
+            && self.tlp_open()
+            && self.can_send_data();
+        if !may_probe {
+            self.tlp_at = None;
+            return;
+        }
+        let pto = match self.rtt.srtt() {
+            Some(srtt) => {
+                let extra = if self.sb.len() == 1 {
+                    self.cfg.rto_min
+                } else {
+                    TLP_SLACK
+                };
+                2 * srtt + extra
+            }
+            None => TLP_INITIAL,
+        };
+        let cap = if rto_restarted {
+            Some(self.rtt.rto())
+        } else {
+            self.rto_at.filter(|&t| t > now).map(|t| t - now)
+        };
+        self.tlp_at = Some(now + cap.map_or(pto, |c| pto.min(c)));
+        self.reo_at = None;
+    }
+
+    /// The probe timer fired (Linux `tcp_send_loss_probe`): send one new segment if the
+    /// peer's window takes it (whatever cwnd says), else the last segment again; at most
+    /// one probe per episode. The RTO restarts from the probe.
+    //= https://www.rfc-editor.org/rfc/rfc8985#section-7.3
+    //# If such a segment is not available, then the sender SHOULD retransmit
+    //# the highest-sequence segment sent so far
+    fn on_tlp(&mut self, now: Instant, io: &mut ConnIo<'_>) {
+        if !self.can_send_data() || self.snd_una >= self.snd_max || self.tlp_high_seq.is_some() {
+            return;
+        }
+        let (sent, retrans) = if let Some((start, len, fin)) = self.tlp_new_segment() {
+            (self.transmit_new(now, start, len, fin, io), false)
+        } else {
+            match self.sb.last() {
+                Some(i) if self.sb.get(i).flags & (scoreboard::SACKED | scoreboard::SYN) == 0 => {
+                    (self.retransmit(now, i, io), true)
+                }
+                _ => (false, false),
+            }
+        };
+        if !sent {
+            return;
+        }
+        self.tlp_high_seq = Some(self.snd_max);
+        self.tlp_retrans = retrans;
+        self.stats.loss_probes += 1;
+        io.events.push(ConnEvent::LossProbe);
+        self.rto_at = Some(now + self.rtt.rto());
+    }
+
+    /// One new segment for a probe: up to one MSS of data waiting, if all of it fits in
+    /// the peer's window (Linux `tcp_snd_wnd_test`); cwnd and Nagle do not hold it.
+    fn tlp_new_segment(&self) -> Option<(u64, u64, bool)> {
+        let data_end = self.data_end();
+        if self.snd_max >= data_end {
+            return None;
+        }
+        let len = (self.mss as u64).min(data_end - self.snd_max);
+        if self.snd_max + len > self.snd_una + self.snd_wnd {
+            return None;
+        }
+        let fin = self.fin_queued && self.snd_max + len == self.app_end && data_end == self.app_end;
+        Some((self.snd_max, len, fin))
+    }
+
+    /// The end of a probe episode (RFC 8985 §7.4, Linux `tcp_process_tlp_ack`), once the
+    /// ACK reaches what was sent when the probe went out: a probe of new data ends it; an
+    /// ACK beyond it after a retransmitted probe means the probe repaired a loss, answered
+    /// by one cwnd reduction (ssthresh from the congestion controller, cwnd = ssthresh); a
+    /// plain duplicate ACK means original and probe both arrived. (Linux also ends it on a
+    /// DSACK of the probe; the simulated receivers send none.)
+    //= https://www.rfc-editor.org/rfc/rfc8985#section-7.4.2
+    //# the sender MUST invoke a congestion control response
+    fn process_tlp_ack(&mut self, ack: u64, pure_dup: bool) {
+        let Some(high) = self.tlp_high_seq else {
+            return;
+        };
+        if ack < high {
+            return;
+        }
+        if !self.tlp_retrans {
+            self.tlp_high_seq = None;
+        } else if ack > high {
+            self.tlp_high_seq = None;
+            self.cc.on_congestion(self.flight());
+            self.cwnd_reduced_by_loss();
+            self.stats.loss_probe_recoveries += 1;
+        } else if pure_dup {
+            self.tlp_high_seq = None;
+        }
     }
 
     /// A loss reduced the window (fast retransmit or timeout). With ECN, tell the receiver
@@ -1095,6 +1501,7 @@ impl Connection {
 
     fn exit_recovery(&mut self) {
         self.ca_state = CaState::Open;
+        self.prr = None;
         if !self.sack_ok && self.cfg.cc != CcAlgo::Cubic {
             //= https://www.rfc-editor.org/rfc/rfc6582#section-3.2
             //# Set cwnd to either (1) min (ssthresh, max(FlightSize, SMSS) + SMSS)
@@ -1407,6 +1814,14 @@ impl Connection {
                 self.send_pure_ack(now, io);
             }
         }
+        if self.reo_at.is_some_and(|t| t <= now) {
+            self.reo_at = None;
+            self.on_reo(now, io);
+        }
+        if self.tlp_at.is_some_and(|t| t <= now) {
+            self.tlp_at = None;
+            self.on_tlp(now, io);
+        }
         if self.rto_at.is_some_and(|t| t <= now) {
             self.rto_at = None;
             self.on_rto(now, io);
@@ -1450,6 +1865,10 @@ impl Connection {
         }
         self.stats.timeouts += 1;
         io.events.push(ConnEvent::Timeout);
+        self.reo_at = None;
+        self.tlp_at = None;
+        self.tlp_high_seq = None;
+        self.prr = None;
         //= https://www.rfc-editor.org/rfc/rfc5681#section-3.1
         //# When a TCP sender detects segment loss using the retransmission timer
         //# and the given segment has not yet been resent by way of the
@@ -1555,6 +1974,7 @@ impl Connection {
         }
         self.maybe_restart_after_idle(now);
         let sent_before = self.stats.segments_sent + self.stats.policed;
+        let mut sent_new = false;
         loop {
             if self.cfg.pacing && now < self.next_send {
                 self.wake_at = earliest(self.wake_at, Some(self.next_send));
@@ -1586,6 +2006,11 @@ impl Connection {
             if !self.transmit_new(now, start, len, fin, io) {
                 break;
             }
+            sent_new = true;
+        }
+        if sent_new && self.cfg.tlp {
+            // Linux `tcp_write_xmit`: new data (re)arms the probe timer.
+            self.schedule_tlp(now, false);
         }
         self.note_cwnd_use(self.stats.segments_sent + self.stats.policed > sent_before);
         self.arm_persist(now);
@@ -1769,6 +2194,7 @@ impl Connection {
             end,
             sent_at: now,
             flags: if fin { scoreboard::FIN } else { 0 },
+            order: 0,
         });
         self.snd_max = end;
         if fin {
@@ -1794,6 +2220,7 @@ impl Connection {
         } else {
             Ecn::NotEct
         };
+        self.count_prr_out();
         match verdict {
             Ok(dscp) => {
                 self.push_out_marked(now, tcp, len as u32, ecn, dscp, io);
@@ -1832,6 +2259,7 @@ impl Connection {
             Some(v) => v,
         };
         self.sb.retransmitted(i, now);
+        self.count_prr_out();
         self.stats.retransmits += 1;
         self.stats.bytes_retransmitted += len;
         self.stats.bytes_sent += len;
@@ -1849,6 +2277,15 @@ impl Connection {
         }
         self.note_sent(now, len);
         true
+    }
+
+    /// A segment left during a recovery: PRR's `prr_out`.
+    fn count_prr_out(&mut self) {
+        if self.ca_state == CaState::Recovery {
+            if let Some(p) = self.prr.as_mut() {
+                p.out += 1;
+            }
+        }
     }
 
     fn note_sent(&mut self, now: Instant, len: u64) {
@@ -1990,6 +2427,8 @@ impl Connection {
         let linger = self.rtt.rto().max(Duration::from_secs(1)).saturating_mul(2);
         self.linger_at = Some(now + linger);
         self.rto_at = None;
+        self.reo_at = None;
+        self.tlp_at = None;
         self.persist_at = None;
         self.wake_at = None;
     }
@@ -1997,6 +2436,8 @@ impl Connection {
     fn enter_closed(&mut self, _now: Instant, io: &mut ConnIo<'_>, reset: bool) {
         self.state = State::Closed;
         self.rto_at = None;
+        self.reo_at = None;
+        self.tlp_at = None;
         self.delack_at = None;
         self.persist_at = None;
         self.wake_at = None;

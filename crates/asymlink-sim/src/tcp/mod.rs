@@ -9,7 +9,8 @@
 //! What is modelled (see `docs/tcp.md` for the RFC mapping and the differences from ns-2
 //! and Linux): three-way handshake with MSS / window scale / SACK-permitted / timestamps /
 //! ECN negotiation; slow start and congestion avoidance (Reno, NewReno, CUBIC); fast
-//! retransmit and fast recovery (Reno, NewReno RFC 6582, SACK RFC 6675); limited transmit
+//! retransmit and fast recovery (Reno, NewReno RFC 6582, SACK RFC 6675); RACK-TLP loss
+//! detection (RFC 8985) and proportional rate reduction (RFC 6937); limited transmit
 //! (RFC 3042); RTO per RFC 6298 with backoff and Karn's rule; delayed ACKs (every d
 //! segments, timer, immediate ACK on out-of-order data and gap fills, quick-ACK start);
 //! Nagle (RFC 896 or Minshall) and sender SWS avoidance; zero windows and the persist

@@ -4,7 +4,7 @@
 //! Offsets are 64-bit positions in the connection's sequence space counted from the ISS
 //! (the SYN is offset 0), so nothing here wraps.
 
-use asymlink_core::time::Instant;
+use asymlink_core::time::{Duration, Instant};
 use std::collections::VecDeque;
 
 /// The receiver has SACKed the segment.
@@ -31,6 +31,9 @@ pub struct SentSeg {
     pub sent_at: Instant,
     /// Flag bits above.
     pub flags: u8,
+    /// Position of its last (re)transmission among all transmissions (set by the
+    /// scoreboard): orders segments sent at the same instant.
+    pub order: u64,
 }
 
 impl SentSeg {
@@ -66,11 +69,84 @@ pub struct Acked {
     pub fin: bool,
 }
 
+/// A segment the receiver newly got (SACKed, or cumulatively acknowledged without having
+/// been SACKed), for RACK (`Scoreboard::track_deliveries`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// Its last (re)transmission time.
+    pub sent_at: Instant,
+    /// Position of that transmission ([`SentSeg::order`]).
+    pub order: u64,
+    /// Offset after its last byte.
+    pub end: u64,
+    /// Whether it was ever retransmitted.
+    pub retrans: bool,
+}
+
+/// RACK state (RFC 8985 §6.1, Linux `tp->rack`): the most recently sent segment among
+/// those delivered, and the RTT of the last delivery.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rack {
+    /// Transmission order of the most recently sent delivered segment (RACK.xmit_ts and
+    /// RACK.end_seq: Linux orders by send time, then sequence; simulated segments sent at
+    /// the same instant are ordered by when they were sent).
+    pub xmit: Option<u64>,
+    /// RTT of the last delivered segment taken (RACK.rtt).
+    pub rtt: Duration,
+    /// Something was delivered since the last loss scan.
+    pub advanced: bool,
+}
+
+impl Rack {
+    /// A segment was delivered at `now` (Linux `tcp_rack_advance`). A retransmitted one
+    /// whose RTT is below the minimum RTT may have been the original arriving late: it is
+    /// not taken.
+    //= https://www.rfc-editor.org/rfc/rfc8985#section-6.2
+    //# If Segment.retransmitted is TRUE and RACK.ack_ts < Segment.xmit_ts +
+    //# RACK.min_RTT, then the sender MUST NOT update RACK.RTT
+    pub fn advance(&mut self, d: &Delivery, now: Instant, min_rtt: Option<Duration>) {
+        let rtt = now - d.sent_at;
+        if d.retrans && min_rtt.is_none_or(|m| rtt < m) {
+            return;
+        }
+        self.advanced = true;
+        self.rtt = rtt;
+        if self.xmit.is_none_or(|x| d.order > x) {
+            self.xmit = Some(d.order);
+        }
+    }
+}
+
+/// What a RACK loss scan found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RackLoss {
+    /// Segments newly marked lost.
+    pub newly_lost: u64,
+    /// Whether a segment whose retransmission was in flight was among them.
+    pub lost_retrans: bool,
+    /// The longest a segment sent before the latest delivered one has left before its
+    /// reordering window expires (the RACK reordering timer's delay).
+    pub wait: Option<Duration>,
+}
+
 /// The scoreboard.
 #[derive(Clone, Debug, Default)]
 pub struct Scoreboard {
     segs: VecDeque<SentSeg>,
     sacked: u64,
+    /// Segments SACKed (Linux `sacked_out`).
+    sacked_segs: u64,
+    /// Segments delivered so far: SACKed, or cumulatively acknowledged without having been
+    /// SACKed (Linux `tp->delivered`).
+    delivered: u64,
+    /// Record each delivery in `deliveries` (RACK).
+    track: bool,
+    deliveries: Vec<Delivery>,
+    /// A segment never retransmitted was delivered below one delivered before it: the
+    /// path reorders (Linux `reord_seen`).
+    reord_seen: bool,
+    /// Transmissions so far (orders them: [`SentSeg::order`]).
+    tx_count: u64,
     lost: u64,
     retx_out: u64,
     high_sacked: u64,
@@ -85,8 +161,10 @@ pub struct Scoreboard {
 
 impl Scoreboard {
     /// Record a new transmission.
-    pub fn push(&mut self, seg: SentSeg) {
+    pub fn push(&mut self, mut seg: SentSeg) {
         debug_assert!(self.segs.back().is_none_or(|b| b.end <= seg.start));
+        self.tx_count += 1;
+        seg.order = self.tx_count;
         self.segs.push_back(seg);
     }
 
@@ -109,6 +187,7 @@ impl Scoreboard {
         let l = s.len();
         if s.has(SACKED) {
             self.sacked -= l;
+            self.sacked_segs -= 1;
         } else {
             if s.has(LOST) {
                 self.lost -= l;
@@ -128,6 +207,20 @@ impl Scoreboard {
             if front.end <= ack {
                 self.segs.pop_front();
                 self.forget(&front);
+                if !front.has(SACKED) {
+                    self.delivered += 1;
+                    if self.track {
+                        if !front.has(RETRANS) && front.start < self.high_sacked {
+                            self.reord_seen = true;
+                        }
+                        self.deliveries.push(Delivery {
+                            sent_at: front.sent_at,
+                            order: front.order,
+                            end: front.end,
+                            retrans: front.has(RETRANS),
+                        });
+                    }
+                }
                 r.bytes += front.len();
                 r.any_retransmitted |= front.has(RETRANS);
                 r.fin |= front.has(FIN);
@@ -215,7 +308,20 @@ impl Scoreboard {
                 }
                 self.segs[i].flags = (s.flags | SACKED) & !(LOST | RETX_OUT);
                 self.sacked += l;
+                self.sacked_segs += 1;
+                self.delivered += 1;
                 newly += l;
+                if self.track {
+                    if !s.has(RETRANS) && s.start < self.high_sacked {
+                        self.reord_seen = true;
+                    }
+                    self.deliveries.push(Delivery {
+                        sent_at: s.sent_at,
+                        order: s.order,
+                        end: s.end,
+                        retrans: s.has(RETRANS),
+                    });
+                }
             }
         }
         newly
@@ -402,6 +508,8 @@ impl Scoreboard {
         }
         s.flags |= RETRANS | RETX_OUT;
         s.sent_at = now;
+        self.tx_count += 1;
+        s.order = self.tx_count;
     }
 
     /// RFC 6675 pipe: outstanding bytes not SACKed and not lost, plus retransmissions in
@@ -411,6 +519,93 @@ impl Scoreboard {
             .saturating_sub(self.sacked)
             .saturating_sub(self.lost)
             + self.retx_out
+    }
+
+    /// Record every delivery for [`Scoreboard::take_deliveries`] (RACK).
+    pub fn track_deliveries(&mut self, on: bool) {
+        self.track = on;
+    }
+
+    /// The deliveries recorded since the last call, oldest processed first.
+    pub fn take_deliveries(&mut self, out: &mut Vec<Delivery>) {
+        out.clear();
+        out.append(&mut self.deliveries);
+    }
+
+    /// Segments delivered so far (SACKed, or acknowledged without having been SACKed).
+    pub fn delivered_segs(&self) -> u64 {
+        self.delivered
+    }
+
+    /// Segments SACKed.
+    pub fn sacked_segs(&self) -> u64 {
+        self.sacked_segs
+    }
+
+    /// Whether a delivery showed the path reordering (tracked deliveries only).
+    pub fn reord_seen(&self) -> bool {
+        self.reord_seen
+    }
+
+    /// Bytes of retransmissions in flight.
+    pub fn retx_out_bytes(&self) -> u64 {
+        self.retx_out
+    }
+
+    /// Whether the first outstanding segment was ever retransmitted.
+    pub fn head_retransmitted(&self) -> bool {
+        self.segs.front().is_some_and(|s| s.has(RETRANS))
+    }
+
+    /// RACK loss detection (RFC 8985 §6.2 step 5, Linux `tcp_rack_detect_loss`): every
+    /// segment not SACKed (and not already lost and waiting for its retransmission) that
+    /// was sent before the most recently sent delivered one is lost once
+    /// `rack.rtt + reo_wnd` has passed since it was sent; the others report how long they
+    /// still have. Segments are kept in sequence order; those never retransmitted are also
+    /// in send order, so the scan stops at the first of them sent after RACK's segment.
+    //= https://www.rfc-editor.org/rfc/rfc8985#section-6.2
+    //# If Segment.xmit_ts + RACK.rtt + RACK.reo_wnd - Now() <= 0, then the
+    //# segment is marked as lost
+    pub fn rack_detect_loss(&mut self, rack: &Rack, now: Instant, reo_wnd: Duration) -> RackLoss {
+        let mut r = RackLoss::default();
+        let Some(rx) = rack.xmit else {
+            return r;
+        };
+        for i in 0..self.segs.len() {
+            let s = self.segs[i];
+            if s.has(SACKED) || (s.has(LOST) && !s.has(RETX_OUT)) {
+                continue;
+            }
+            if s.order >= rx {
+                if s.has(RETRANS) {
+                    continue;
+                }
+                break;
+            }
+            let deadline = s.sent_at + rack.rtt + reo_wnd;
+            if deadline <= now {
+                let l = s.len();
+                if s.has(RETX_OUT) {
+                    self.retx_out -= l;
+                    r.lost_retrans = true;
+                }
+                if !s.has(LOST) {
+                    self.lost += l;
+                }
+                self.segs[i].flags = (s.flags | LOST) & !RETX_OUT;
+                self.retx_hint = self.retx_hint.min(s.start);
+                r.newly_lost += 1;
+            } else {
+                let left = deadline - now;
+                r.wait = Some(r.wait.map_or(left, |w: Duration| w.max(left)));
+            }
+        }
+        r
+    }
+
+    /// Index of the last outstanding segment (the tail-loss probe's retransmission).
+    pub fn last(&self) -> Option<usize> {
+        self.segs.len().checked_sub(1)
     }
 
     /// Bytes SACKed.
@@ -434,6 +629,7 @@ impl Scoreboard {
             s.flags &= !SACKED;
         }
         self.sacked = 0;
+        self.sacked_segs = 0;
         self.high_sacked = 0;
         self.lost_scanned = 0;
         self.sacked_ranges.clear();
@@ -445,6 +641,8 @@ impl Scoreboard {
         let mut sacked = 0;
         let mut lost = 0;
         let mut retx = 0;
+        let sacked_segs = self.segs.iter().filter(|s| s.has(SACKED)).count() as u64;
+        assert_eq!(sacked_segs, self.sacked_segs);
         for s in &self.segs {
             if s.has(SACKED) {
                 sacked += s.len();
@@ -476,6 +674,7 @@ mod tests {
                 end: 1 + (i + 1) * 100,
                 sent_at: Instant::from_millis(i),
                 flags: 0,
+                order: 0,
             });
         }
         b
@@ -548,6 +747,46 @@ mod tests {
         let a = b.ack_to(51);
         assert_eq!(a.bytes, 50);
         assert_eq!(b.lost_bytes(), 150);
+        b.check();
+    }
+
+    #[test]
+    fn rack_marks_lost_once_the_reordering_window_has_passed() {
+        // Segments sent at 0, 1, 2, 3 ms; segment 2 SACKed at 100 ms (RTT 98 ms).
+        let mut b = board(4);
+        b.track_deliveries(true);
+        let mut rack = Rack::default();
+        b.sack(201, 301);
+        let mut d = Vec::new();
+        b.take_deliveries(&mut d);
+        let min_rtt = Some(Duration::from_millis(90));
+        for x in &d {
+            rack.advance(x, Instant::from_millis(100), min_rtt);
+        }
+        assert_eq!(rack.rtt, Duration::from_millis(98));
+        let reo = Duration::from_millis(10);
+        // Segments 0 and 1 were sent before it: lost at sent + 98 + 10 ms; segment 3 was
+        // sent after it and is not considered.
+        let r = b.rack_detect_loss(&rack, Instant::from_millis(100), reo);
+        assert_eq!(r.newly_lost, 0);
+        assert_eq!(r.wait, Some(Duration::from_millis(9)));
+        let r = b.rack_detect_loss(&rack, Instant::from_millis(108), reo);
+        assert_eq!((r.newly_lost, r.wait), (1, Some(Duration::from_millis(1))));
+        assert_eq!(b.next_retransmit(), Some(0));
+        let r = b.rack_detect_loss(&rack, Instant::from_millis(109), reo);
+        assert_eq!((r.newly_lost, r.wait), (1, None));
+        assert_eq!(b.lost_bytes(), 200);
+        // A retransmission of segment 0, lost again: found once a later send is delivered.
+        b.retransmitted(0, Instant::from_millis(110));
+        b.sack(301, 401);
+        b.take_deliveries(&mut d);
+        // Segment 3's delivery at 200 ms: sent before the retransmission, it does not
+        // make the retransmission lost.
+        for x in &d {
+            rack.advance(x, Instant::from_millis(200), min_rtt);
+        }
+        let r = b.rack_detect_loss(&rack, Instant::from_millis(400), reo);
+        assert!(!r.lost_retrans);
         b.check();
     }
 }

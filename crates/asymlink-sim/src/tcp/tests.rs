@@ -19,7 +19,12 @@ impl Pipe {
         let start = now.max(self.busy_until);
         let done = start + self.rate.tx_time(h.ip_len() as u64);
         self.busy_until = done;
-        self.q.push_back((done + self.delay, h));
+        // A FIFO pipe: when the delay shrinks, a packet still arrives after the one before.
+        let at = self
+            .q
+            .back()
+            .map_or(done + self.delay, |b| b.0.max(done + self.delay));
+        self.q.push_back((at, h));
     }
 }
 
@@ -703,10 +708,15 @@ fn a_loss_just_after_recover_gets_a_fast_retransmit_in_every_profile() {
 /// receiver SACKed. After it the scoreboard still holds the SACKs: the sender resends the
 /// two holes only, never a SACKed segment (no go-back-N), and the receiver sees no
 /// duplicate data.
+///
+/// With RACK (`linux`) the lost retransmissions are found without the timeout: a segment
+/// sent after each was delivered.
 #[test]
 fn after_a_timeout_with_sack_only_the_holes_are_resent() {
-    for profile in ["rfc", "linux"] {
-        let cfg = TcpConfig::profile(profile).unwrap();
+    for (profile, rack, timeouts) in [("rfc", false, 1), ("linux", false, 1), ("linux", true, 0)] {
+        let mut cfg = TcpConfig::profile(profile).unwrap();
+        cfg.rack = rack;
+        cfg.tlp = rack;
         let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
         let mut lost = std::collections::BTreeMap::new();
         p.drop = Box::new(move |n, h| {
@@ -729,7 +739,7 @@ fn after_a_timeout_with_sack_only_the_holes_are_resent() {
         assert_eq!(p.dropped, 4, "{profile}");
         assert_eq!(p.delivered(), 400_000, "{profile}");
         let s = *p.c[0].as_ref().unwrap().stats();
-        assert_eq!(s.timeouts, 1, "{profile}: {s:?}");
+        assert_eq!(s.timeouts, timeouts, "{profile}: {s:?}");
         assert_eq!(s.retransmits, 4, "{profile}: the holes only: {s:?}");
         let mut seen = std::collections::BTreeMap::new();
         for (_, to, h) in &p.rx_log {
@@ -773,12 +783,13 @@ fn a_loss_found_after_an_eifel_undo_gets_a_fast_retransmit() {
 
 /// Rescue retransmission (RFC 6675 NextSeg rule 4): a 30-segment write loses segment 20
 /// and its last segment. SACKs above segment 20 start a recovery; nothing SACKs the tail,
-/// so no rule marks it lost. `rfc` resends it once the pipe has room and no new data is
-/// left (the rescue), so both losses are repaired in the one recovery; `linux` has no
-/// rescue (Linux's tail-loss probe is not modelled) and waits for the timeout.
+/// so no DupThresh rule marks it lost. `rfc` resends it once the pipe has room and no new
+/// data is left (the rescue), so both losses are repaired in the one recovery; `linux` has
+/// no rescue, but RACK marks the tail lost once the retransmission of segment 20, sent
+/// after it, is delivered: also one recovery, no timeout.
 #[test]
 fn a_lost_tail_in_sack_recovery_gets_the_rescue_retransmission() {
-    for (profile, timeouts) in [("rfc", 0), ("linux", 1)] {
+    for (profile, timeouts) in [("rfc", 0), ("linux", 0)] {
         let cfg = TcpConfig::profile(profile).unwrap();
         let mss = cfg.mss as u64;
         let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
@@ -907,6 +918,215 @@ fn zero_window_is_probed_by_the_persist_timer_with_backoff() {
         assert_eq!(c.stats().timeouts, 0, "{profile}");
         assert!(c.cwnd() >= cwnd, "{profile}: cwnd kept");
     }
+}
+
+/// Data segments the client sent: (time, offset from the ISS).
+fn data_sends(p: &Pair) -> Vec<(Instant, u64)> {
+    p.log
+        .iter()
+        .filter(|(_, from, h)| *from == 0 && h.payload_len > 0)
+        .map(|(t, _, h)| (*t, h.tcp_repr().unwrap().seq.0.wrapping_sub(1_000) as u64))
+        .collect()
+}
+
+/// ACKs the client received: (time, cumulative ACK offset, number of SACK blocks).
+fn acks_in(p: &Pair) -> Vec<(Instant, u64, usize)> {
+    p.rx_log
+        .iter()
+        .filter(|(_, to, h)| *to == 0 && h.payload_len == 0)
+        .map(|(t, _, h)| {
+            let tr = h.tcp_repr().unwrap();
+            (*t, tr.ack.0.wrapping_sub(1_000) as u64, tr.opts.sack.len())
+        })
+        .collect()
+}
+
+/// RACK with fewer than DupThresh segments SACKed: a 3-segment write loses its first
+/// segment. The two SACKs do not make it lost at once; RACK waits a reordering window
+/// (min RTT / 4) from the last one, then the reordering timer (+2 ms) marks it lost and
+/// starts the recovery — long before any timeout.
+#[test]
+fn rack_marks_a_segment_lost_after_the_reordering_window() {
+    let cfg = TcpConfig::profile("linux").unwrap();
+    let mss = cfg.mss as u64;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = Box::new(|n, _| n == 0);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 3 * mss, io));
+    p.run(Instant::from_secs(5));
+    assert_eq!(p.delivered(), 3 * mss);
+    let c = p.c[0].as_ref().unwrap();
+    let s = *c.stats();
+    assert_eq!(
+        (s.fast_retransmits, s.timeouts, s.retransmits),
+        (1, 0, 1),
+        "{s:?}"
+    );
+    let last_sack = acks_in(&p)
+        .iter()
+        .filter(|a| a.1 == 1 && a.2 > 0)
+        .map(|a| a.0)
+        .max()
+        .expect("SACKs");
+    let retx = data_sends(&p).iter().filter(|d| d.1 == 1).nth(1).unwrap().0;
+    // min RTT: the handshake's sample (nothing later is shorter).
+    let reo_wnd = c.min_rtt().unwrap() / 4;
+    assert_eq!(retx, last_sack + reo_wnd + Duration::from_millis(2));
+}
+
+/// With DupThresh (3) segments SACKed and no reordering seen, RACK's reordering window is
+/// zero: the segment is lost at the third SACK, as the RFC 6675 rule would have it.
+#[test]
+fn rack_without_reordering_marks_the_loss_at_the_third_sack() {
+    let cfg = TcpConfig::profile("linux").unwrap();
+    let mss = cfg.mss as u64;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = Box::new(|n, _| n == 0);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 8 * mss, io));
+    p.run(Instant::from_secs(5));
+    let sacks: Vec<Instant> = acks_in(&p)
+        .iter()
+        .filter(|a| a.1 == 1 && a.2 > 0)
+        .map(|a| a.0)
+        .collect();
+    let retx = data_sends(&p).iter().filter(|d| d.1 == 1).nth(1).unwrap().0;
+    assert_eq!(retx, sacks[2]);
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert_eq!(
+        (s.fast_retransmits, s.timeouts, s.loss_probes),
+        (1, 0, 0),
+        "{s:?}"
+    );
+}
+
+/// PRR's sending pattern for one loss (RFC 6937 §4's example, with Linux's accounting):
+/// a window of 20 segments, the first lost, NewReno. The first two SACKs each let one new
+/// segment out (the pipe has room: limited transmit); the third marks the loss (RACK,
+/// DupThresh segments SACKed), the recovery starts with ssthresh = FlightSize / 2 = 11
+/// and brings the retransmission; from then on each SACK of one segment lets
+/// ⌈11·prr_delivered / 20⌉ − prr_out segments out: 11 for every 20 delivered, spread over
+/// the RTT instead of nothing for its first half (RFC 6675's cwnd = ssthresh at entry).
+#[test]
+fn prr_sends_one_segment_per_two_delivered_after_a_single_loss() {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.cc = CcAlgo::NewReno;
+    cfg.initial_window = 20;
+    let mss = cfg.mss as u64;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = Box::new(|n, _| n == 0);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 200 * mss, io));
+    p.run(Instant::from_secs(5));
+    assert_eq!(p.delivered(), 200 * mss);
+    let sends = data_sends(&p);
+    // The SACKs of the 19 segments after the loss (the first 19 ACKs at offset 1).
+    let sacks: Vec<Instant> = acks_in(&p)
+        .iter()
+        .filter(|a| a.1 == 1 && a.2 > 0)
+        .take(19)
+        .map(|a| a.0)
+        .collect();
+    let pattern: Vec<&str> = sacks
+        .iter()
+        .map(|t| {
+            let at: Vec<u64> = sends.iter().filter(|d| d.0 == *t).map(|d| d.1).collect();
+            match at.as_slice() {
+                [] => ".",
+                [1] => "R",
+                [_] => "N",
+                _ => "?",
+            }
+        })
+        .collect();
+    assert_eq!(
+        pattern.join(""),
+        "NNRN.N.N.N.NN.N.N..",
+        "prior cwnd 20, ssthresh 11"
+    );
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert_eq!(
+        (s.fast_retransmits, s.timeouts, s.retransmits),
+        (1, 0, 1),
+        "{s:?}"
+    );
+}
+
+/// Tail-loss probe: a 10-segment write loses its last two segments. The ACK of the eighth
+/// leaves two outstanding and arms the probe for 2·SRTT + 2 ms; the probe resends the last
+/// segment, its SACK lets RACK mark the ninth lost, and a fast recovery repairs it — no
+/// timeout.
+#[test]
+fn a_tail_loss_is_found_by_the_loss_probe_without_a_timeout() {
+    let cfg = TcpConfig::profile("linux").unwrap();
+    let mss = cfg.mss as u64;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    let mut seen = std::collections::BTreeSet::new();
+    p.drop = Box::new(move |n, h| seen.insert(h.tcp_repr().unwrap().seq.0) && (n == 8 || n == 9));
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 10 * mss, io));
+    p.run(Instant::from_millis(200));
+    let srtt = p.c[0].as_ref().unwrap().srtt().unwrap();
+    let last_ack = acks_in(&p).last().unwrap().0;
+    p.run(Instant::from_secs(5));
+    assert_eq!(p.delivered(), 10 * mss);
+    let s = *p.c[0].as_ref().unwrap().stats();
+    assert_eq!(
+        (s.loss_probes, s.fast_retransmits, s.timeouts, s.retransmits),
+        (1, 1, 0, 2),
+        "{s:?}"
+    );
+    let probe = data_sends(&p)[10];
+    assert_eq!(
+        probe,
+        (last_ack + 2 * srtt + Duration::from_millis(2), 1 + 9 * mss)
+    );
+    assert!(p.events[0].contains(&ConnEvent::LossProbe));
+}
+
+/// A single lost tail segment: the probe (with one segment outstanding, 2·SRTT plus the
+/// minimum RTO for a delayed ACK, capped by the RTO) repairs it, and the probe's ACK ends
+/// exactly at what was sent, so the episode stays open (RFC 8985 §7.4.2) and cwnd is kept.
+/// The next write's ACK goes beyond it: the probe repaired a loss, and cwnd is reduced
+/// once then.
+#[test]
+fn a_probe_that_repairs_the_tail_reduces_cwnd_once_later_data_is_acknowledged() {
+    let cfg = TcpConfig::profile("linux").unwrap();
+    let mss = cfg.mss as u64;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = Box::new(|n, _| n == 9);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 10 * mss, io));
+    p.run(Instant::from_millis(200));
+    let (srtt, rto) = {
+        let c = p.c[0].as_ref().unwrap();
+        (c.srtt().unwrap(), c.rto())
+    };
+    let last_ack = acks_in(&p).last().unwrap().0;
+    p.run(Instant::from_secs(2));
+    assert_eq!(p.delivered(), 10 * mss);
+    let probe = data_sends(&p)[10];
+    let pto = (2 * srtt + cfg.rto_min).min(rto);
+    assert_eq!(probe, (last_ack + pto, 1 + 9 * mss));
+    let (cwnd, s) = {
+        let c = p.c[0].as_ref().unwrap();
+        (c.cwnd(), *c.stats())
+    };
+    assert_eq!(
+        (s.loss_probes, s.timeouts, s.retransmits),
+        (1, 0, 1),
+        "{s:?}"
+    );
+    assert_eq!(s.loss_probe_recoveries, 0, "episode still open: {s:?}");
+    p.with(0, |c, now, io| c.write(now, 2 * mss, io));
+    p.run(Instant::from_secs(4));
+    let c = p.c[0].as_ref().unwrap();
+    assert_eq!(c.stats().loss_probe_recoveries, 1);
+    assert_eq!(
+        c.ssthresh(),
+        (cwnd as f64 * 0.7) as u64,
+        "CUBIC's β from the cwnd then"
+    );
 }
 
 /// A 4 Mbit/s path, 40 ms RTT (BDP 20 kB, 14 segments), a queue that never drops: the
