@@ -77,6 +77,11 @@ def test_simulator_half(variant: str, tmp_path: Path) -> None:
             assert ev["synack_tx"] >= 2, ev
         else:
             assert (ev["syn_tx"], ev["synack_tx"]) == (1, 1), (c.name, ev)
+        if c.name == "tail-loss":
+            # The tail is repaired by a probe with SACK (the flow summary's loss_probes),
+            # by the RTO without.
+            assert (tr.counters["loss_probes"], tr.counters["timeouts"]) == (
+                (1, 0) if sack else (0, 1)), tr.counters
         if c.name == "ack-loss-slow-reverse":
             assert retx == [], "lost ACKs are covered by the next cumulative ACK"
         if c.name == "lost-retransmission":

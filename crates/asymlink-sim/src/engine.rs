@@ -926,13 +926,13 @@ impl World {
                         p.on_close(now, cid);
                     }
                 }
-                ConnEvent::FastRetransmit | ConnEvent::Timeout => {
+                ConnEvent::FastRetransmit | ConnEvent::Timeout | ConnEvent::LossProbe => {
                     if self.monitor.events_on() {
                         let label = self.conns[cid as usize].label;
-                        let kind = if e == ConnEvent::Timeout {
-                            "timeout"
-                        } else {
-                            "fast_retransmit"
+                        let kind = match e {
+                            ConnEvent::Timeout => "timeout",
+                            ConnEvent::LossProbe => "loss_probe",
+                            _ => "fast_retransmit",
                         };
                         let now = self.now;
                         self.monitor.event(now, kind, "tcp", Some(label), "");

@@ -11,7 +11,8 @@
 //!   transmission of the packets that left since the previous sample; 0 if none).
 //! * `links` — per link direction: `t`, `link`, `utilization` (fraction of the interval the
 //!   transmitter was busy), `tx_bytes` (cumulative).
-//! * `events` — discrete events: `t`, `kind`, `where`, `flow`, `detail`.
+//! * `events` — discrete events: `t`, `kind` (`drop`, `filter`, `fast_retransmit`,
+//!   `timeout`, `loss_probe`), `where`, `flow`, `detail`.
 //! * `measurements` — application measurements: `t`, `flow`, `metric`, `value`
 //!   (e.g. `echo_latency_s`, `page_time_s`, `transfer_time_s`).
 //! * `flow_summary` — one row per flow; `queue_summary` — one row per queue with counters

@@ -222,6 +222,8 @@ pub struct Connection {
     ts_recent: u32,
     last_ack_sent: u64,
     peer_fin: bool,
+    /// The peer's FIN received beyond a hole: its offset, taken once RCV.NXT reaches it.
+    peer_fin_at: Option<u64>,
     // timers
     rto_at: Option<Instant>,
     /// RACK reordering timer and tail-loss probe timer (at most one armed; Linux keeps
@@ -324,6 +326,7 @@ impl Connection {
             ts_recent: 0,
             last_ack_sent: 0,
             peer_fin: false,
+            peer_fin_at: None,
             rto_at: None,
             reo_at: None,
             tlp_at: None,
@@ -1573,7 +1576,15 @@ impl Connection {
             io.events.push(ConnEvent::Delivered(a.delivered));
             self.on_app_read(now);
         }
-        if fin && !self.peer_fin && self.rcv.rcv_nxt() == end {
+        // A FIN beyond a hole is kept with its segment (as Linux keeps it in the
+        // out-of-order queue) and taken once the data before it has arrived.
+        if fin && !self.peer_fin && self.rcv.rcv_nxt() < end {
+            self.peer_fin_at = Some(end);
+        }
+        let fin_now =
+            (fin && self.rcv.rcv_nxt() == end) || self.peer_fin_at == Some(self.rcv.rcv_nxt());
+        if fin_now && !self.peer_fin {
+            self.peer_fin_at = None;
             self.rcv.advance_control();
             self.peer_fin = true;
             self.ack_now = true;
@@ -2337,7 +2348,12 @@ impl Connection {
         }
         if self.sack_ok && self.rcv.has_gap() {
             let max = if self.ts_ok { 3 } else { 4 };
-            for (l, r) in self.rcv.sack_blocks(max) {
+            for (l, mut r) in self.rcv.sack_blocks(max) {
+                // A FIN held beyond the hole counts in its block, as in Linux's
+                // out-of-order queue (the sender's segment ends after the FIN).
+                if self.peer_fin_at == Some(r) {
+                    r += 1;
+                }
                 opts.sack.push(SackBlock {
                     left: seq_of(self.irs, l),
                     right: seq_of(self.irs, r),

@@ -920,6 +920,56 @@ fn zero_window_is_probed_by_the_persist_timer_with_backoff() {
     }
 }
 
+/// A FIN that arrives while a hole is open (it rides on the write's last segment, sent
+/// during a recovery) is taken once the hole fills, as Linux keeps it with the
+/// out-of-order segment: the sender gets the FIN acknowledged with the data, no timeout.
+#[test]
+fn an_out_of_order_fin_is_taken_when_the_hole_fills() {
+    for profile in ["paper", "rfc", "linux"] {
+        // `paper` models senders without SACK.
+        for sack in [false, true]
+            .into_iter()
+            .filter(|&s| !s || profile != "paper")
+        {
+            let mut cfg = TcpConfig::profile(profile).unwrap();
+            cfg.sack = sack;
+            let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+            p.drop = Box::new(|n, _| (18..=20).contains(&n));
+            p.run(Instant::from_millis(100));
+            p.with(0, |c, now, io| {
+                c.write(now, 40_000, io);
+                c.close(now, io);
+            });
+            p.run(Instant::from_secs(10));
+            assert_eq!(p.delivered(), 40_000, "{profile} sack={sack}");
+            let s = *p.c[0].as_ref().unwrap().stats();
+            assert_eq!(s.timeouts, 0, "{profile} sack={sack}: {s:?}");
+            let fins = p
+                .log
+                .iter()
+                .filter(|(_, from, h)| {
+                    *from == 0
+                        && h.tcp_repr()
+                            .unwrap()
+                            .flags
+                            .contains(asymlink_core::wire::TcpFlags::FIN)
+                })
+                .count();
+            assert_eq!(fins, 1, "{profile} sack={sack}: the FIN sent once: {s:?}");
+            if profile == "linux" {
+                // The FIN's segment SACKed with its FIN: RACK does not resend it.
+                assert_eq!(s.retransmits, 3, "{profile} sack={sack}: {s:?}");
+            }
+            assert!(
+                p.events[1]
+                    .iter()
+                    .any(|e| matches!(e, ConnEvent::PeerClosed)),
+                "{profile} sack={sack}: the FIN was taken"
+            );
+        }
+    }
+}
+
 /// Data segments the client sent: (time, offset from the ISS).
 fn data_sends(p: &Pair) -> Vec<(Instant, u64)> {
     p.log
