@@ -16,7 +16,7 @@
 use crate::capture::Capture;
 use crate::clock::{Clock, FakeClock};
 use crate::config::BoxConfig;
-use crate::engine::Engine;
+use crate::engine::{Engine, Sojourn};
 use crate::packet::{LinkType, LivePacket};
 use crate::stats::{prometheus, Histogram, Published};
 use crate::sys::{self, Device, Signal};
@@ -377,9 +377,13 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         let text = serde_json::to_string(&snap).unwrap_or_default();
         self.published.set(text, prometheus(&snap));
         if let Some(c) = &self.share {
-            let h = self.engine.latency().clone();
+            let w = WorkerStats {
+                latency: self.engine.latency().clone(),
+                sojourn: [Dir::ToB, Dir::ToA].map(|d| self.engine.sojourn(d).clone()),
+                snapshot: snap,
+            };
             if let Ok(mut g) = c.snapshot.lock() {
-                *g = Some((snap, h));
+                *g = Some(w);
             }
         }
     }
@@ -441,8 +445,20 @@ pub struct WorkerControl {
     notify: sys::Notify,
     signals: Mutex<Vec<Signal>>,
     config: Mutex<Option<BoxConfig>>,
-    /// The worker's latest snapshot and latency histogram.
-    pub snapshot: Mutex<Option<(Value, Histogram)>>,
+    /// The worker's latest snapshot and the distributions behind its percentiles.
+    pub snapshot: Mutex<Option<WorkerStats>>,
+}
+
+/// One worker's published numbers: the JSON snapshot, and the histograms its percentiles
+/// come from (percentiles of the whole box are those of the merged histograms).
+#[derive(Clone, Debug)]
+pub struct WorkerStats {
+    /// The snapshot.
+    pub snapshot: Value,
+    /// Added latency.
+    pub latency: Histogram,
+    /// Sojourn times, `[to_b, to_a]`.
+    pub sojourn: [Sojourn; 2],
 }
 
 impl WorkerControl {

@@ -22,7 +22,8 @@
 
 use crate::clock::MonotonicClock;
 use crate::config::BoxConfig;
-use crate::runtime::{EventLoop, SysIo, WorkerControl};
+use crate::engine::Sojourn;
+use crate::runtime::{EventLoop, SysIo, WorkerControl, WorkerStats};
 use crate::stats::{prometheus, Histogram, Published};
 use crate::sys::{self, Signal};
 use asymlink_core::rand::derive_seed;
@@ -85,15 +86,21 @@ fn merge_into(acc: &mut Value, v: &Value, key: &str) {
 
 /// One snapshot of the whole box from the workers' snapshots (in worker order): counters
 /// summed, high-water marks and process gauges the largest, the seed and other labels the
-/// first worker's (`seed`: worker 0 runs on the box's seed), the added latency from the merged histograms; `workers` lists each
-/// worker's frames per direction.
-pub fn merge_snapshots(parts: &[(Value, Histogram)]) -> Value {
+/// first worker's (`seed`: worker 0 runs on the box's seed), the added latency and the
+/// sojourn times from the merged histograms; `workers` lists each worker's frames per
+/// direction.
+pub fn merge_snapshots(parts: &[WorkerStats]) -> Value {
     let mut acc = Value::Null;
     let mut lat = Histogram::default();
+    let mut sojourn: [Sojourn; 2] = Default::default();
     let mut each = Vec::new();
-    for (k, (snap, h)) in parts.iter().enumerate() {
+    for (k, w) in parts.iter().enumerate() {
+        let snap = &w.snapshot;
         merge_into(&mut acc, snap, "");
-        lat.merge(h);
+        lat.merge(&w.latency);
+        for (s, o) in sojourn.iter_mut().zip(&w.sojourn) {
+            s.merge(o);
+        }
         let dir = |d: &str, key: &str| snap["directions"][d][key].as_u64().unwrap_or(0);
         each.push(json!({
             "worker": k,
@@ -105,6 +112,11 @@ pub fn merge_snapshots(parts: &[(Value, Histogram)]) -> Value {
     if let Value::Object(m) = &mut acc {
         m.insert("latency_us".into(), lat.to_json());
         m.insert("workers".into(), Value::Array(each));
+        for (d, s) in ["to_b", "to_a"].iter().zip(&sojourn) {
+            if let Some(Value::Object(dm)) = m.get_mut("directions").and_then(|v| v.get_mut(*d)) {
+                dm.insert("sojourn_ms".into(), s.to_json());
+            }
+        }
     }
     acc
 }
@@ -275,7 +287,7 @@ impl Workers {
     }
 
     fn publish(&self, refused: u64, last_error: &Option<String>) {
-        let parts: Vec<(Value, Histogram)> = self
+        let parts: Vec<WorkerStats> = self
             .controls
             .iter()
             .filter_map(|c| c.snapshot.lock().ok().and_then(|g| g.clone()))
@@ -333,6 +345,11 @@ mod tests {
             h0.record(us * 1000);
         }
         h1.record(500_000);
+        let mut s0: [Sojourn; 2] = Default::default();
+        let mut s1: [Sojourn; 2] = Default::default();
+        s0[0].record(1_000_000);
+        s1[0].record(3_000_000);
+        s1[0].record(5_000_000);
         let w = |rx: u64, max: u64, up: f64| {
             json!({
                 "seed": rx,
@@ -341,12 +358,25 @@ mod tests {
                 "reload_failures": 0,
                 "last_reload_error": null,
                 "directions": {"to_b": {"received": rx, "sent": rx,
+                                        "sojourn_ms": {"count": 1, "p50": 99.0},
                                         "qdisc": {"kind": "fifo", "max_backlog_packets": max}},
                                "to_a": {"received": 1, "sent": 1}},
                 "wakeups": 5,
             })
         };
-        let m = merge_snapshots(&[(w(10, 4, 1.5), h0), (w(7, 9, 1.25), h1)]);
+        let parts = [
+            WorkerStats {
+                snapshot: w(10, 4, 1.5),
+                latency: h0,
+                sojourn: s0,
+            },
+            WorkerStats {
+                snapshot: w(7, 9, 1.25),
+                latency: h1,
+                sojourn: s1,
+            },
+        ];
+        let m = merge_snapshots(&parts);
         assert_eq!(m["seed"], json!(10), "the first worker's seed");
         assert_eq!(m["directions"]["to_b"]["received"], json!(17));
         assert_eq!(
@@ -359,6 +389,15 @@ mod tests {
         assert_eq!(m["latency_us"]["count"], json!(4));
         assert_eq!(m["latency_us"]["max"], json!(500.0));
         assert_eq!(m["latency_us"]["p50"], json!(20.0));
+        let so = &m["directions"]["to_b"]["sojourn_ms"];
+        assert_eq!(so["count"], json!(3));
+        assert_eq!(so["max"], json!(5.0));
+        assert_eq!(so["mean"], json!(3.0));
+        let p50 = so["p50"].as_f64().unwrap();
+        assert!(
+            (p50 - 3.0).abs() < 0.05,
+            "the middle of the merged values: {p50}"
+        );
         assert_eq!(m["workers"][1]["received"]["to_b"], json!(7));
         assert_eq!(m["workers"][0]["sent"]["to_a"], json!(1));
     }
