@@ -32,7 +32,7 @@
 
 use asymlink_core::config::ConfigError;
 use asymlink_core::time::Duration;
-use asymlink_core::units::{Bytes, Span};
+use asymlink_core::units::{Bytes, Rate, Span};
 use serde::Deserialize;
 
 /// Congestion control algorithm.
@@ -253,8 +253,13 @@ pub struct TcpConfig {
     pub nagle: bool,
     /// What Nagle's algorithm waits for (`rfc896` or Linux's `minshall`).
     pub nagle_rule: NagleRule,
-    /// Pace transmissions at `pacing_gain × cwnd / srtt`.
+    /// Pace every sender at Linux's rate (`tcp_update_pacing_rate`: 2 × cwnd·MSS/SRTT
+    /// while cwnd is below half of ssthresh, 1.2 × after), as Linux does with the `fq`
+    /// qdisc. BBR and `max_pacing_rate` pace whatever this says (Linux's internal pacing).
     pub pacing: bool,
+    /// `SO_MAX_PACING_RATE`: the pacing rate never exceeds this (payload bit/s), and the
+    /// sender paces (Linux's internal pacing) even when `pacing` is off.
+    pub max_pacing_rate: Option<Rate>,
     /// Slow-start growth rule.
     pub ss_growth: SsGrowth,
     /// Limited transmit (RFC 3042).
@@ -333,6 +338,7 @@ impl TcpConfig {
             nagle: true,
             nagle_rule: NagleRule::Rfc896,
             pacing: false,
+            max_pacing_rate: None,
             ss_growth: SsGrowth::Rfc5681,
             limited_transmit: true,
             dupthresh: 3,
@@ -488,6 +494,7 @@ pub struct TcpOverrides {
     pub nagle: Option<bool>,
     pub nagle_rule: Option<NagleRule>,
     pub pacing: Option<bool>,
+    pub max_pacing_rate: Option<Rate>,
     pub ss_growth: Option<SsGrowth>,
     pub limited_transmit: Option<bool>,
     pub dupthresh: Option<u32>,
@@ -587,6 +594,9 @@ impl TcpSpec {
         set!(syn_retries);
         set!(nagle);
         set!(pacing);
+        if let Some(r) = o.max_pacing_rate {
+            c.max_pacing_rate = Some(r);
+        }
         set!(ss_growth);
         set!(limited_transmit);
         set!(dupthresh);
@@ -641,6 +651,12 @@ impl TcpConfig {
         }
         if self.dupthresh == 0 {
             return err("dupthresh", "must be positive");
+        }
+        if self.max_pacing_rate.is_some_and(|r| r.bits_per_sec() < 8) {
+            return err(
+                "max_pacing_rate",
+                "must be at least 8bit (one byte per second)",
+            );
         }
         self.ca_increase.validate()?;
         Ok(())

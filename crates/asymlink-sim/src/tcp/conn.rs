@@ -6,6 +6,7 @@
 
 use super::cc::{AckSample, Cc, HyStartExit};
 use super::config::{CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig};
+use super::pacing::{Pacer, MIN_TSO_SEGS};
 use super::recv::{RcvAutotune, Receiver};
 use super::rtt::RttEstimator;
 use super::scoreboard::{self, Delivery, Rack, RackLoss, Scoreboard, SentSeg};
@@ -240,7 +241,8 @@ pub struct Connection {
     unread: u64,
     wake_at: Option<Instant>,
     linger_at: Option<Instant>,
-    next_send: Instant,
+    /// Pacing (`Connection::paced`): the next departure time and the rate.
+    pacer: Pacer,
     syn_tries: u32,
     stats: ConnStats,
 }
@@ -337,7 +339,7 @@ impl Connection {
             unread: 0,
             wake_at: None,
             linger_at: None,
-            next_send: Instant::ZERO,
+            pacer: Pacer::new(cfg.max_pacing_rate.map(|r| r.bits_per_sec() / 8)),
             syn_tries: 0,
             stats: ConnStats::default(),
         }
@@ -952,6 +954,7 @@ impl Connection {
             self.cwr_pending = true;
             self.stats.ecn_reductions += 1;
         }
+        self.update_pacing_rate();
     }
 
     /// Take the RTT sample an ACK of new data gives, as Linux's `tcp_ack_update_rtt`: from
@@ -1035,7 +1038,7 @@ impl Connection {
             snd_una: ack,
             snd_nxt: self.snd_max,
             srtt: self.rtt.srtt(),
-            paced: self.cfg.pacing,
+            paced: self.paced(),
         };
         match self.cc.on_rtt_sample(now, sample) {
             Some(HyStartExit::AckTrain) => self.stats.hystart_train_exits += 1,
@@ -1986,10 +1989,14 @@ impl Connection {
         self.maybe_restart_after_idle(now);
         let sent_before = self.stats.segments_sent + self.stats.policed;
         let mut sent_new = false;
+        let paced = self.paced();
+        let burst = if paced { self.burst_segs() } else { 0 };
         loop {
-            if self.cfg.pacing && now < self.next_send {
-                self.wake_at = earliest(self.wake_at, Some(self.next_send));
-                break;
+            if paced {
+                if let Some(t) = self.pacer.check(now, burst) {
+                    self.wake_at = earliest(self.wake_at, Some(t));
+                    break;
+                }
             }
             if let Some(i) = self.sb.next_retransmit_mut() {
                 let s = *self.sb.get(i);
@@ -2019,6 +2026,7 @@ impl Connection {
             }
             sent_new = true;
         }
+        self.pacer.end_burst();
         if sent_new && self.cfg.tlp {
             // Linux `tcp_write_xmit`: new data (re)arms the probe timer.
             self.schedule_tlp(now, false);
@@ -2300,14 +2308,39 @@ impl Connection {
     }
 
     fn note_sent(&mut self, now: Instant, len: u64) {
-        if self.cfg.pacing && len > 0 {
-            if let Some(srtt) = self.rtt.srtt() {
-                let gain = if self.cc.in_slow_start() { 2.0 } else { 1.2 };
-                let rate = gain * self.cc.cwnd as f64 / srtt.as_secs_f64().max(1e-6);
-                let gap = (len as f64 + 40.0) / rate;
-                self.next_send = now + Duration::from_secs_f64(gap.min(1.0));
-            }
+        if len > 0 && self.paced() {
+            self.pacer.on_sent(now, len);
         }
+    }
+
+    /// Whether this sender paces: `pacing` (Linux with the `fq` qdisc), or Linux's
+    /// internal pacing, which `max_pacing_rate` (`SO_MAX_PACING_RATE`) turns on.
+    pub fn paced(&self) -> bool {
+        self.cfg.pacing || self.cfg.max_pacing_rate.is_some()
+    }
+
+    /// The pacing rate, bytes per second (`None`: not paced, or no rate yet).
+    pub fn pacing_rate(&self) -> Option<u64> {
+        self.paced().then(|| self.pacer.rate()).flatten()
+    }
+
+    /// Segments one paced burst may carry (Linux `tcp_tso_autosize`).
+    fn burst_segs(&self) -> u64 {
+        self.pacer
+            .burst_segs(self.mss as u64, self.rtt.min_rtt(), MIN_TSO_SEGS)
+    }
+
+    /// Linux `tcp_update_pacing_rate`, after each ACK (`tcp_cong_control`).
+    fn update_pacing_rate(&mut self) {
+        if !self.paced() {
+            return;
+        }
+        let mss = self.mss as u64;
+        let cwnd = self.cc.cwnd / mss;
+        let out = self.flight().div_ceil(mss);
+        let ssthresh = self.cc.ssthresh / mss;
+        self.pacer
+            .update_from_cwnd(mss, cwnd, out, ssthresh, self.rtt.srtt());
     }
 
     fn send_pure_ack(&mut self, now: Instant, io: &mut ConnIo<'_>) {

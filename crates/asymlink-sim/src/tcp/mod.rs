@@ -25,6 +25,7 @@
 pub mod cc;
 pub mod config;
 mod conn;
+pub mod pacing;
 pub mod recv;
 pub mod rtt;
 pub mod scoreboard;

@@ -47,6 +47,8 @@ struct Pair {
     /// Segments as they arrive: (time, receiving end, segment).
     rx_log: Vec<(Instant, usize, Headers)>,
     server_cfg: Option<TcpConfig>,
+    /// Timer calls (`on_timer`) per end.
+    timer_calls: [usize; 2],
 }
 
 fn addr(i: u8) -> IpAddr {
@@ -73,6 +75,7 @@ impl Pair {
             log: Vec::new(),
             rx_log: Vec::new(),
             server_cfg: None,
+            timer_calls: [0, 0],
         };
         let mut out = Vec::new();
         let mut ev = Vec::new();
@@ -183,6 +186,7 @@ impl Pair {
                     self.with(to, |c, now, io| c.on_segment(now, &h, io));
                 }
             } else {
+                self.timer_calls[d] += 1;
                 self.with(d, |c, now, io| c.on_timer(now, io));
             }
         }
@@ -404,13 +408,15 @@ fn pacing_spreads_a_window_over_the_rtt() {
     p.with(0, |c, now, io| c.write(now, 2_000_000, io));
     p.run(Instant::from_secs(2));
     // Without pacing, a 1 Gbit/s sender puts each window on the wire back to back
-    // (12 us apart); paced, consecutive data segments are spread over the RTT.
-    let sends: Vec<Instant> = p
+    // (12 us apart); paced, consecutive bursts (segments sent at one instant) are spread
+    // over the RTT.
+    let mut sends: Vec<Instant> = p
         .log
         .iter()
         .filter(|(_, f, h)| *f == 0 && h.payload_len > 0)
         .map(|(t, _, _)| *t)
         .collect();
+    sends.dedup();
     let gaps: Vec<Duration> = sends.windows(2).map(|w| w[1] - w[0]).collect();
     let spread = gaps
         .iter()
@@ -1386,3 +1392,5 @@ fn linux_acks_out_of_order_data_and_the_gap_fill_at_once() {
     );
     assert!(acked_at(fill), "the gap fill is acknowledged at once");
 }
+
+mod paced;
