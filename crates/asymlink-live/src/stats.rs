@@ -80,6 +80,15 @@ impl Histogram {
         }
         Some(self.max_ns as f64 / 1000.0)
     }
+    /// Add `other`'s values (another worker's) to these.
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.count += other.count;
+        self.sum_ns += other.sum_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
     /// Forget everything.
     pub fn reset(&mut self) {
         *self = Histogram::default();
