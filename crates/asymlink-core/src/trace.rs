@@ -395,7 +395,8 @@ mod tests {
         }
         // The DSL line's retrain: no opportunity from 25 s to 40 s.
         let dsl = Trace::parse(builtin("dsl").unwrap()).unwrap();
-        let k = dsl.first_at_or_after(Instant::from_secs(25) + core::time::Duration::from_millis(1));
+        let k =
+            dsl.first_at_or_after(Instant::from_secs(25) + core::time::Duration::from_millis(1));
         assert_eq!(dsl.time(k), Instant::from_millis(40_003));
     }
 
