@@ -40,6 +40,8 @@ fn flow_summary(w: &World) -> Table {
     let mut timeouts = Vec::with_capacity(n);
     let mut fast = Vec::with_capacity(n);
     let mut probes = Vec::with_capacity(n);
+    let mut probe_rtts = Vec::with_capacity(n);
+    let mut startup_exit = Vec::with_capacity(n);
     let mut goodput = Vec::with_capacity(n);
     let end = w.now.as_secs_f64();
     for (fi, f) in w.flows.iter().enumerate() {
@@ -52,6 +54,7 @@ fn flow_summary(w: &World) -> Table {
         let mut c = 0i64;
         let (mut s, mut rb, mut d, mut r, mut t, mut fr) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
         let mut lp = 0u64;
+        let (mut prtt, mut sx) = (0u64, f64::NAN);
         for slot in w.conns.iter().filter(|s| s.app == f.app && s.primary) {
             let Some(conn) = &slot.conn else { continue };
             c += 1;
@@ -62,6 +65,16 @@ fn flow_summary(w: &World) -> Table {
             t += st.timeouts;
             fr += st.fast_retransmits;
             lp += st.loss_probes;
+            if let Some(b) = conn.bbr_info() {
+                prtt += b.probe_rtt_rounds;
+                if let Some(t) = b.startup_exit {
+                    sx = if sx.is_nan() {
+                        t.as_secs_f64()
+                    } else {
+                        sx.min(t.as_secs_f64())
+                    };
+                }
+            }
             if let Some(p) = w
                 .conns
                 .get(slot.peer as usize)
@@ -78,6 +91,8 @@ fn flow_summary(w: &World) -> Table {
         timeouts.push(t as i64);
         fast.push(fr as i64);
         probes.push(lp as i64);
+        probe_rtts.push(prtt as i64);
+        startup_exit.push(sx);
         let active = (end - f.start).max(1e-9);
         goodput.push(d as f64 * 8.0 / active);
     }
@@ -95,6 +110,8 @@ fn flow_summary(w: &World) -> Table {
         .with("timeouts", ColumnData::I64(timeouts))
         .with("fast_retransmits", ColumnData::I64(fast))
         .with("loss_probes", ColumnData::I64(probes))
+        .with("bbr_probe_rtts", ColumnData::I64(probe_rtts))
+        .with("bbr_startup_exit_s", ColumnData::F64(startup_exit))
         .with("goodput_bps", ColumnData::F64(goodput))
 }
 
