@@ -133,7 +133,8 @@ def live_ok() -> None:
 #: Modules that build namespace labs or run the box on real packets. Under pytest-xdist
 #: (`-n 2 --dist loadgroup`, as scripts/test.sh runs) they share one worker and so run one
 #: at a time, while the simulator tests run on the other.
-LAB_MODULES = {"test_lab", "test_lab_mechanisms", "test_live", "test_parity", "test_package"}
+LAB_MODULES = {"test_lab", "test_lab_mechanisms", "test_live", "test_parity", "test_package",
+               "test_lab_clients"}
 
 
 @pytest.hookimpl(tryfirst=True)   # before xdist reads the groups

@@ -11,8 +11,9 @@ are checked by ID (CI runs the quick catalog elsewhere). Commands that need root
 `lab`, `bench live`) are parsed here and run, shortened, in the root-gated suite:
 `lab list` as written, `lab run` on the shipped scenario with its times scaled to 3 s,
 `box` with `--check` / `--print-effective` on the line-mode configuration of
-docs/live.md, `bench live` for 1 s per measurement. `lab parity` (minutes: every
-scenario in the simulator and the lab) and `lab conformance` are parsed only.
+docs/live.md, `bench live` for 1 s per measurement. `lab parity` and `lab conformance`
+(minutes together) are parsed here and run as printed, one experiment or all cases at a
+time, by tests/test_parity.py and tests/test_conformance.py, not a second time here.
 """
 
 from __future__ import annotations
@@ -322,6 +323,7 @@ def test_printed_root_commands_run(command: Command, live_ok: None, tmp_path: Pa
     path, _ = _parse(_resolve_files(args, command.base)) if args[0] != "box" else (("box",), {})
     shortened = _root_runnable(path, args, tmp_path)
     if shortened is None:
+        # run by tests/test_parity.py and tests/test_conformance.py
         assert path in {("lab", "parity"), ("lab", "conformance")}, f"{command}: not run"
         return
     result = CliRunner().invoke(cli, shortened)

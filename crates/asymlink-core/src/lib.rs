@@ -15,7 +15,9 @@
 //!   parsing from bytes for the live box, byte-exact emission, in-place edits with
 //!   incremental checksums; [`packet::Pkt`], what the algorithms may ask of a packet.
 //! * **Sizes on the wire** — [`overhead`]: raw IP, Ethernet, ATM/AAL5 cells, PTM.
-//! * **Estimators** — [`estimator`]: TSW rate, EWMA, min-RTT.
+//! * **Estimators** — [`estimator`]: TSW rate, EWMA, min-RTT; [`hist`]: a fixed-size
+//!   histogram of durations for percentiles (queue sojourn times in the simulator's
+//!   results and the live box's stats).
 //! * **ACK safety** — [`ack`]: may a queued ACK be removed in favour of a newer one?
 //! * **Queue disciplines** — [`qdisc`]: the [`qdisc::Qdisc`] trait with its conservation
 //!   counters, and FIFO, strict priority, DRR, TBF, the ACK filter, the ACK shaper
@@ -46,6 +48,7 @@ pub mod checksum;
 pub mod classify;
 pub mod config;
 pub mod estimator;
+pub mod hist;
 pub mod line;
 pub mod link;
 pub mod overhead;

@@ -20,6 +20,7 @@ use crate::config::{BoxConfig, MalformedPolicy};
 use crate::packet::{LinkType, LivePacket, Pool, Unparsed};
 use crate::stats::Histogram;
 use asymlink_core::config::ConfigError;
+use asymlink_core::hist;
 use asymlink_core::link::{loss_seed, Feed, Link, LinkConfig};
 use asymlink_core::pipeline::{Dir, Middlebox};
 use asymlink_core::qdisc::{Dequeued, DropReason, Drops, FilterReason, QdiscStats, Verdict};
@@ -158,6 +159,45 @@ impl DirCounters {
     }
 }
 
+/// Sojourn times of one direction: from the box reading a frame (its offer to the
+/// discipline) to the start of its transmission on the direction's link (after the
+/// emulated modem buffer, if any) — what the simulator's `queue_summary` reports for a
+/// link direction, measured with the same histogram ([`hist::Histogram`]).
+#[derive(Clone, Debug, Default)]
+pub struct Sojourn {
+    /// Distribution (percentiles to 1.6 %).
+    pub hist: hist::Histogram,
+    /// Sum, ns.
+    pub sum_ns: u128,
+    /// Maximum, ns.
+    pub max_ns: u64,
+}
+
+impl Sojourn {
+    /// Count one sojourn time.
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        self.hist.record(ns);
+        self.sum_ns += u128::from(ns);
+        self.max_ns = self.max_ns.max(ns);
+    }
+
+    /// JSON summary in milliseconds: count, mean, p50, p90, p99, max (`null` when empty).
+    pub fn to_json(&self) -> Value {
+        let n = self.hist.len();
+        let ms = |ns: u64| if n > 0 { Some(ns as f64 / 1e6) } else { None };
+        json!({
+            "count": n,
+            "sum_ms": self.sum_ns as f64 / 1e6,
+            "mean": if n > 0 { Some(self.sum_ns as f64 / n as f64 / 1e6) } else { None },
+            "p50": ms(self.hist.quantile(0.5)),
+            "p90": ms(self.hist.quantile(0.9)),
+            "p99": ms(self.hist.quantile(0.99)),
+            "max": ms(self.max_ns),
+        })
+    }
+}
+
 /// The datapath.
 pub struct Engine {
     mb: Middlebox<LivePacket>,
@@ -172,6 +212,7 @@ pub struct Engine {
     /// Discipline counters accumulated over previous configurations (before reloads).
     retired: [Vec<QdiscStats>; 2],
     latency: Histogram,
+    sojourn: [Sojourn; 2],
     reloads: u64,
 }
 
@@ -201,6 +242,7 @@ impl Engine {
             counters: Default::default(),
             retired: Default::default(),
             latency: Histogram::default(),
+            sojourn: Default::default(),
             reloads: 0,
         })
     }
@@ -282,7 +324,14 @@ impl Engine {
             mb: &mut self.mb,
             dir,
         };
-        link.pull(now, &mut feed, &mut self.drops, &mut |_| {});
+        let sojourn = &mut self.sojourn[dir.index()];
+        link.pull(now, &mut feed, &mut self.drops, &mut |tx| {
+            sojourn.record(
+                tx.start
+                    .as_nanos()
+                    .saturating_sub(tx.pkt.arrived.as_nanos()),
+            );
+        });
         link.poll(now, out);
         self.absorb_drops();
     }
@@ -401,6 +450,11 @@ impl Engine {
         &self.mb
     }
 
+    /// Sojourn times of `dir` so far (over the box's life, reloads included).
+    pub fn sojourn(&self, dir: Dir) -> &Sojourn {
+        &self.sojourn[dir.index()]
+    }
+
     /// Number of successful reloads.
     pub fn reloads(&self) -> u64 {
         self.reloads
@@ -487,6 +541,7 @@ impl Engine {
                     "classifier_hosts": { "tracked": p2p_hosts, "evicted": p2p_evicted },
                     "qdisc": qd,
                     "qdisc_dequeued_before_reloads": retired,
+                    "sojourn_ms": self.sojourn[i].to_json(),
                     "rewriters": rewriters,
                     "link": {
                         "offered": l.offered,

@@ -7,7 +7,7 @@ pub mod apps;
 pub mod bench;
 pub mod conditioner;
 mod engine;
-pub mod hist;
+pub use asymlink_core::hist;
 pub mod monitor;
 pub mod packet;
 pub mod pcap;

@@ -22,6 +22,16 @@ disciplines see the packets that are really on the wire and checksums are comple
 Addresses come from 198.18.0.0/15, the range RFC 2544 reserves for benchmarking, and
 exist only inside these namespaces.
 
+With more than one client host (`Lab.set_clients(n)`, a scenario whose flows name
+`client2`, `client3`, ...), a LAN namespace holds a Linux bridge between the router's
+side a and the clients, so the box sees several source addresses on one side:
+
+```
+ al-XXXX-c   eth0 198.18.0.1  --+
+ al-XXXX-c2  eth0 198.18.0.12 --+- h1..hN [br0 in al-XXXX-l] rtr -- veth-a [box] veth-b -- ...
+ al-XXXX-cN  eth0 198.18.0.1N --+
+```
+
 Every name carries the lab's unique prefix `al-XXXX`; `down` removes everything a lab
 created (namespaces, hence interfaces, and the processes it started), also after a failed
 `up`.
@@ -43,6 +53,23 @@ PREFIX = "al-"
 STATE_DIR = Path(os.environ.get("ASYMLINK_LAB_STATE", "/run/asymlink-lab"))
 CLIENT_ADDR = "198.18.0.1"
 SERVER_ADDR = "198.18.0.2"
+#: Most client hosts a lab builds (client 1 is `client`, the others `client2`...).
+MAX_CLIENTS = 8
+
+
+def client_addr(k: int) -> str:
+    """Address of client host `k` (1: 198.18.0.1, k >= 2: 198.18.0.1k)."""
+    return CLIENT_ADDR if k == 1 else f"198.18.0.{10 + k}"
+
+
+def client_index(role: str) -> int:
+    """1 for `client`, k for `clientk` (2..MAX_CLIENTS); 0 for anything else."""
+    if role == "client":
+        return 1
+    if role.startswith("client") and role[6:].isdigit():
+        k = int(role[6:])
+        return k if 2 <= k <= MAX_CLIENTS else 0
+    return 0
 PREFIX_LEN = 24
 SIDE_A = "veth-a"
 SIDE_B = "veth-b"
@@ -98,6 +125,7 @@ class Lab:
     mtu: int = 1500
     forwarding: str = "none"
     access: bool = False
+    clients: int = 1
 
     @property
     def client(self) -> str:
@@ -116,10 +144,21 @@ class Lab:
         """The access-line namespace (exists while `access` is set)."""
         return f"{self.name}-x"
 
+    def client_ns(self, k: int) -> str:
+        """Namespace of client host `k` (1: `al-XXXX-c`, k >= 2: `al-XXXX-ck`)."""
+        return self.client if k == 1 else f"{self.name}-c{k}"
+
+    @property
+    def lan_ns(self) -> str:
+        """The clients' switch (exists while `clients` > 1)."""
+        return f"{self.name}-l"
+
     @property
     def namespaces(self) -> list[str]:
-        return [self.client, self.router, self.server] + ([self.access_ns] if self.access
-                                                          else [])
+        extra = [self.client_ns(k) for k in range(2, self.clients + 1)]
+        extra += [self.lan_ns] if self.clients > 1 else []
+        return ([self.client, self.router, self.server] + ([self.access_ns] if self.access
+                                                           else []) + extra)
 
     @property
     def dir(self) -> Path:
@@ -128,13 +167,17 @@ class Lab:
         return STATE_DIR / self.name
 
     def ns(self, role: str) -> str:
-        """Namespace of `client`, `router`, `server` or `access`."""
-        return {"client": self.client, "router": self.router, "server": self.server,
-                "access": self.access_ns}[role]
+        """Namespace of `client` (`client2`, ...), `router`, `server`, `access` or `lan`."""
+        k = client_index(role)
+        if k:
+            return self.client_ns(k)
+        return {"router": self.router, "server": self.server, "access": self.access_ns,
+                "lan": self.lan_ns}[role]
 
     def addr(self, role: str) -> str:
-        """Address of `client` or `server`."""
-        return {"client": CLIENT_ADDR, "server": SERVER_ADDR}[role]
+        """Address of `client` (`client2`, ...) or `server`."""
+        k = client_index(role)
+        return client_addr(k) if k else {"server": SERVER_ADDR}[role]
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -218,6 +261,56 @@ class Lab:
         self._host_up(self.server, SERVER_ADDR)
         self.set_forwarding(fwd)
 
+    def set_clients(self, n: int) -> None:
+        """Give the lab `n` client hosts (1 to `MAX_CLIENTS`): with more than one, a LAN
+        namespace bridges them onto the router's side a; with one, the client is wired
+        straight to the router again. The forwarding mode is restored afterwards and the
+        hosts' neighbour caches are flushed (the clients' interfaces are new)."""
+        if not 1 <= n <= MAX_CLIENTS:
+            raise LabError(f"a lab has 1 to {MAX_CLIENTS} client hosts, not {n}")
+        if n == self.clients:
+            return
+        fwd = self.forwarding
+        self.set_forwarding("none")
+        old = self.clients
+        if old > 1:
+            # The veths go first: a deleted namespace's devices disappear asynchronously.
+            for k in range(1, old + 1):
+                run(["ip", "-n", self.client_ns(k), "link", "del", "dev", "eth0"], check=False)
+            self.ip(self.router, "link", "del", "dev", SIDE_A)
+            run(["ip", "netns", "del", self.lan_ns])
+            for k in range(max(n, 1) + 1, old + 1):
+                run(["ip", "netns", "del", self.client_ns(k)], check=False)
+        else:
+            self.ip(self.client, "link", "del", "dev", "eth0")
+        self.clients = n
+        self.save()
+        if n == 1:
+            self._veth(self.client, "eth0", self.router, SIDE_A)
+        else:
+            run(["ip", "netns", "add", self.lan_ns])
+            self.ip(self.lan_ns, "link", "set", "lo", "up")
+            self.ip(self.lan_ns, "link", "add", "br0", "type", "bridge")
+            self.sysctl(self.lan_ns, "net.ipv6.conf.br0.disable_ipv6", "1")
+            self.offloads_off(self.lan_ns, "br0")
+            self._veth(self.router, SIDE_A, self.lan_ns, "rtr")
+            self.ip(self.lan_ns, "link", "set", "dev", "rtr", "master", "br0")
+            for k in range(1, n + 1):
+                ns = self.client_ns(k)
+                if k > old:
+                    run(["ip", "netns", "add", ns])
+                    self.ip(ns, "link", "set", "lo", "up")
+                    for key, value in HOST_SYSCTLS.items():
+                        self.sysctl(ns, key, value)
+                self._veth(ns, "eth0", self.lan_ns, f"h{k}")
+                self.ip(self.lan_ns, "link", "set", "dev", f"h{k}", "master", "br0")
+            self.ip(self.lan_ns, "link", "set", "dev", "br0", "up")
+        for k in range(1, n + 1):
+            self._host_up(self.client_ns(k), client_addr(k))
+        for ns in [self.server] + [self.client_ns(k) for k in range(1, n + 1)]:
+            self.ip(ns, "neigh", "flush", "all")
+        self.set_forwarding(fwd)
+
     def offloads_off(self, ns: str, dev: str) -> None:
         """Switch off every offload `ethtool` knows on `dev` (unsupported ones are
         skipped)."""
@@ -226,7 +319,8 @@ class Lab:
 
     @property
     def _all_namespaces(self) -> list[str]:
-        return [self.client, self.router, self.server, self.access_ns]
+        clients = [self.client_ns(k) for k in range(2, self.clients + 1)]
+        return [self.client, self.router, self.server, self.access_ns, self.lan_ns, *clients]
 
     def _ns_pids(self) -> list[int]:
         """Processes running inside the lab's namespaces (all of them ours)."""
@@ -283,8 +377,9 @@ class Lab:
         run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={value}"])
 
     def exec_argv(self, role_or_ns: str, argv: list[str]) -> list[str]:
-        roles = ("client", "router", "server", "access")
-        ns = self.ns(role_or_ns) if role_or_ns in roles else role_or_ns
+        roles = ("router", "server", "access", "lan")
+        is_role = role_or_ns in roles or client_index(role_or_ns) > 0
+        ns = self.ns(role_or_ns) if is_role else role_or_ns
         return ["ip", "netns", "exec", ns, *argv]
 
     def spawn(self, role: str, argv: list[str], **kw: object) -> subprocess.Popen[bytes]:

@@ -64,6 +64,8 @@ def sim_scenario(sc: LabScenario, seed: int = 1,
     without commands is a middlebox-free router."""
     if box is None and sc.forwarding != "box" and sc.router_commands:
         raise ValueError(f"{sc.name}: kernel commands have no simulator counterpart")
+    if sc.clients > 1:
+        raise ValueError(f"{sc.name}: the mirror has one client host ({sc.clients} in the lab)")
     body = box if box is not None else (sc.box if sc.forwarding == "box" else {})
     nodes: list[dict[str, Any]] = [
         {"name": "client", "addr": CLIENT_ADDR},

@@ -30,7 +30,8 @@ modem_buffer = "50p"
 
 [[flows]]                     # a bulk TCP transfer (real Linux TCP)
 name = "download"
-from = "server"               # sender: client | server
+from = "server"               # sender: client | server | client2 ... client8 (further
+                              # client hosts behind the box, see `clients`)
 to = "client"
 start = "0s"                  # default 0
 stop = "20s"                  # default: duration
@@ -52,6 +53,12 @@ every = "200ms"
 alone = ["1s", "10s"]         # throughput_mbps_in.alone.<flow>, echo_latency_ms_in...
 contended = ["11s", "20s"]
 ```
+
+A flow or probe may name further client hosts, `client2` ... `client8` (addresses
+198.18.0.12 ...), each its own namespace bridged with `client` onto the box's side a;
+`clients = N` (top level) builds N hosts whatever the flows name (default: the highest
+named). `metrics.json` then also holds each client host's goodput summed over its flows,
+`host_throughput_mbps` (and `host_throughput_mbps_in` per window).
 
 `run_scenario` writes the simulator's tables (`flows`, `queues`, `measurements`,
 `flow_summary`, `queue_summary`: the same columns; what a real stack does not expose is
@@ -80,11 +87,11 @@ import pandas as pd
 
 from asymlink import validate
 from asymlink.lab.box import start_box
-from asymlink.lab.netns import TCP_CC, Lab, LabError
+from asymlink.lab.netns import MAX_CLIENTS, TCP_CC, Lab, LabError, client_index
 from asymlink.validate import ConfigError
 
 TRAFFIC = str(Path(__file__).with_name("traffic.py"))
-ROLES = ("client", "server")
+ROLES = ("client", "server", *(f"client{k}" for k in range(2, MAX_CLIENTS + 1)))
 
 T = TypeVar("T")
 
@@ -156,6 +163,8 @@ class LabScenario:
     capture: bool = False
     description: str = ""
     windows: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: Client hosts behind the box (`client`, `client2`, ...).
+    clients: int = 1
 
     @classmethod
     def from_file(cls, path: Path) -> LabScenario:
@@ -168,7 +177,7 @@ class LabScenario:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], origin: str = "scenario") -> LabScenario:
         known = {"name", "description", "duration", "interval", "forwarding", "box", "access",
-                 "router_commands", "flows", "probes", "capture", "windows"}
+                 "router_commands", "flows", "probes", "capture", "windows", "clients"}
         extra = set(doc) - known
         if extra:
             raise LabScenarioError(
@@ -249,6 +258,16 @@ class LabScenario:
         names = [f.name for f in sc.flows] + [p.name for p in sc.probes]
         if len(set(names)) != len(names):
             raise LabScenarioError(origin, "flow and probe names must be unique")
+        ends = [(f.sender, f.receiver) for f in sc.flows]
+        ends += [(p.sender, p.receiver) for p in sc.probes]
+        used = max([client_index(s) or client_index(r) for s, r in ends], default=1)
+        clients = doc.get("clients", used)
+        if (not isinstance(clients, int) or isinstance(clients, bool)
+                or not 1 <= clients <= MAX_CLIENTS):
+            raise LabScenarioError("clients", f"must be an integer 1-{MAX_CLIENTS}")
+        if clients < used:
+            raise LabScenarioError("clients", f"the flows name client{used}")
+        sc.clients = clients
         ports = [(f.receiver, f.port) for f in sc.flows]
         ports += [(p.receiver, p.port) for p in sc.probes if p.kind == "echo"]
         if len(set(ports)) != len(ports):
@@ -333,8 +352,9 @@ def _only(d: dict[str, Any], keys: set[str], where: str) -> None:
 
 def _roles(d: dict[str, Any], key: str) -> tuple[str, str]:
     s, r = d.get("from"), d.get("to")
-    if s not in ROLES or r not in ROLES or s == r:
-        raise LabScenarioError(key, "from/to must be 'client' and 'server' (one each)")
+    if s not in ROLES or r not in ROLES or (s == "server") == (r == "server"):
+        raise LabScenarioError(key, "from/to must be the server and a client host "
+                               f"(client, client2 ... client{MAX_CLIENTS}), one each")
     return str(s), str(r)
 
 
@@ -374,6 +394,7 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
     work = lab.dir / f"run-{int(time.time() * 1000)}"
     work.mkdir()
     box = access = None
+    lab.set_clients(sc.clients)
     lab.set_access(bool(sc.access))
     if sc.access:
         access = start_box(lab, {"seed": sc.box.get("seed", 1), "emulation": sc.access},
@@ -423,6 +444,7 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
                 "--report", str(work / f"{p.name}.probe.json")]))
         procs += clients
         queue_rows: list[dict[str, Any]] = []
+        sojourn_last: dict[str, tuple[float, int]] = {}
         end = t0 + sc.duration
         next_poll = t0
         while time.monotonic() < end + slack and any(c.poll() is None for c in clients):
@@ -430,7 +452,8 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
             if now >= next_poll and now <= end:
                 if box is not None:
                     with contextlib.suppress(OSError):
-                        queue_rows += _queue_rows(box.stats(), now - t0)
+                        queue_rows += _queue_rows(box.stats(), now - t0,
+                                                  sojourn_last=sojourn_last)
                 if access is not None:
                     with contextlib.suppress(OSError):
                         queue_rows += _queue_rows(access.stats(), now - t0, "access")
@@ -489,9 +512,14 @@ def _stats_ms(vals: list[float]) -> dict[str, Any]:
     }
 
 
-def _queue_rows(stats: dict[str, Any], t: float, line: str = "") -> list[dict[str, Any]]:
+def _queue_rows(stats: dict[str, Any], t: float, line: str = "",
+                sojourn_last: dict[str, tuple[float, int]] | None = None
+                ) -> list[dict[str, Any]]:
     """Queue rows of a box snapshot: its disciplines (`box.to_b`) and emulated links
-    (`link.to_b`); with `line` (the access box), only its links, as `access.to_b`."""
+    (`link.to_b`); with `line` (the access box), only its links, as `access.to_b`.
+    A discipline's `sojourn_ms` is the mean sojourn time (box arrival to start of
+    transmission) of the packets sent since the previous row, from the box's cumulative
+    sum and count kept in `sojourn_last` (NaN when none was sent)."""
     rows = []
     for d, v in stats.get("directions", {}).items():
         if line:
@@ -501,9 +529,16 @@ def _queue_rows(stats: dict[str, Any], t: float, line: str = "") -> list[dict[st
                          "filtered": 0, "dequeued": link["delivered"]})
             continue
         q = v["qdisc"]
-        rows.append({"t": t, "queue": f"box.{d}", "packets": q["backlog_packets"],
-                     "bytes": q["backlog_bytes"], "drops": sum(q["dropped"].values()),
-                     "filtered": sum(q["filtered"].values()), "dequeued": q["dequeued"]})
+        row = {"t": t, "queue": f"box.{d}", "packets": q["backlog_packets"],
+               "bytes": q["backlog_bytes"], "drops": sum(q["dropped"].values()),
+               "filtered": sum(q["filtered"].values()), "dequeued": q["dequeued"]}
+        soj = v.get("sojourn_ms")
+        if soj is not None and sojourn_last is not None:
+            last_sum, last_n = sojourn_last.get(d, (0.0, 0))
+            n = soj["count"] - last_n
+            row["sojourn_ms"] = (soj["sum_ms"] - last_sum) / n if n > 0 else float("nan")
+            sojourn_last[d] = (soj["sum_ms"], soj["count"])
+        rows.append(row)
         link = v["link"]
         rows.append({"t": t, "queue": f"link.{d}", "packets": link["modem_packets"],
                      "bytes": float("nan"), "drops": link["modem_dropped"] + link["lost"],
@@ -536,6 +571,15 @@ def window_metrics(sc: LabScenario, delivered: dict[str, tuple[np.ndarray, np.nd
             lo, hi = max(wa, f.start), min(wb, f.stop)
             v = _delivered_between(t, b, lo, hi) * 8 / (hi - lo) / 1e6 if hi > lo else 0.0
             m.setdefault("throughput_mbps_in", {}).setdefault(wname, {})[f.name] = v
+    hosts = sorted({f.sender if f.receiver == "server" else f.receiver for f in sc.flows})
+    if len(hosts) > 1:
+        def host_sum(tp: dict[str, float], h: str) -> float:
+            return sum(v for f in sc.flows for k, v in tp.items()
+                       if k == f.name and h in (f.sender, f.receiver))
+        m["host_throughput_mbps"] = {h: host_sum(m["throughput_mbps"], h) for h in hosts}
+        for wname in sc.windows:
+            m.setdefault("host_throughput_mbps_in", {})[wname] = {
+                h: host_sum(m["throughput_mbps_in"][wname], h) for h in hosts}
     for p in sc.probes:
         samples = probes[p.name]
         key = "echo_latency_ms" if p.kind == "echo" else "ping_rtt_ms"
@@ -598,14 +642,28 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
     for d, v in final.get("directions", {}).items():
         qrow: dict[str, Any] = {"queue": f"box.{d}", "received": v["received"],
                                 "sent": v["sent"]}
+        soj = v.get("sojourn_ms", {})
+        for k in ("mean", "max", "p50", "p90", "p99"):
+            if soj.get(k) is not None:
+                qrow[f"{k}_sojourn_ms"] = soj[k]
         qrow.update({f"discarded_{k}": n for k, n in v["discarded"].items()})
         qrow.update({f"unparsed_{k}": n for k, n in v["unparsed"].items()})
         qs.append(qrow)
     if qs:
         tables["queue_summary"] = pd.DataFrame(qs).fillna(0)
         metrics["box"] = {d: {"received": v["received"], "sent": v["sent"],
-                              "discarded": v["discarded"], "classes": v["classes"]}
+                              "discarded": v["discarded"], "classes": v["classes"],
+                              "sojourn_ms": v.get("sojourn_ms")}
                           for d, v in final["directions"].items()}
+        # The standing queue delay of each window: the median of the discipline's
+        # per-interval mean sojourn times (as the simulator's AQM benchmark reports it).
+        for wname, (wa, wb) in sc.windows.items():
+            for d in final["directions"]:
+                vals = [r["sojourn_ms"] for r in queue_rows
+                        if r["queue"] == f"box.{d}" and wa <= r["t"] <= wb
+                        and not math.isnan(r.get("sojourn_ms", math.nan))]
+                metrics.setdefault("standing_sojourn_ms_in", {}).setdefault(wname, {})[d] = (
+                    float(np.median(vals)) if vals else None)
         metrics["box"]["added_latency_us"] = final.get("latency_us", {})
     meta = {"scenario": sc.name, "duration_s": sc.duration, "source": "lab",
             "forwarding": sc.forwarding, "seed": final.get("seed"),

@@ -15,13 +15,13 @@
 //! | MSS (payload) | 1000 B | 1460 B | 1448 B |
 //! | initial window | 1 segment | 3 segments (RFC 3390) | 10 segments (RFC 6928) |
 //! | slow-start growth | +1 MSS per ACK | +min(acked, MSS) per ACK (RFC 5681) | +acked bytes |
-//! | delayed ACK | every segment (d = 1) | d = 2, 200 ms | d = 2, 40 ms, 16 quick ACKs |
+//! | delayed ACK | every segment (d = 1) | d = 2, 200 ms | Linux: every 2 full segments, ato from 40 ms, quick ACKs |
 //! | minimum RTO | 1 s | 1 s | 200 ms |
 //! | RTO floor | RTO ≥ min RTO | RTO ≥ min RTO | RTO ≥ SRTT + min RTO |
 //! | initial RTO | 3 s | 1 s | 1 s |
 //! | Nagle | off | on (RFC 896) | on (Minshall's variant, FIN not held) |
 //! | limited transmit | off | on | on |
-//! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | 6 MB / 4 MB |
+//! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | autotuned (`rmem`) / 4 MB |
 //! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
 //! | rescue retransmission (RFC 6675 NextSeg rules 3–4) | off | on | off |
 //! | cwnd growth when not cwnd-limited | grows | RFC 7661 rule | Linux rule |
@@ -114,6 +114,25 @@ pub enum IdleRestart {
     /// Linux `tcp_cwnd_restart` (`tcp_slow_start_after_idle` = 1): ssthresh = max(ssthresh,
     /// ¾·cwnd), cwnd halved for every RTO of idle time after the first, never below
     /// min(initial window, cwnd).
+    Linux,
+}
+
+/// How the receiver times its delayed ACKs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DelackMode {
+    /// Acknowledge every `delayed_ack` full segments, else after `delack_timeout`; the
+    /// first `quickack` segments of the connection are acknowledged at once.
+    Fixed,
+    /// Linux's delayed-ACK engine (`tcp_event_data_recv`, `__tcp_ack_snd_check`,
+    /// `tcp_send_delayed_ack`): acknowledge as soon as more than one full segment (the
+    /// largest seen, `rcv_mss`) is unacknowledged; otherwise wait `ato`, which starts at
+    /// `delack_timeout` (Linux's TCP_ATO_MIN, 40 ms), follows the data's inter-arrival
+    /// time, doubles when the timer fires, and is bounded by the smoothed RTT and 200 ms.
+    /// Quick-ACK mode (every segment acknowledged, at most `quickack` ACKs, fewer if the
+    /// window holds fewer than twice as many segments) at the first data, after a gap
+    /// longer than the RTO, after a duplicate segment, and for 2 ACKs after an ECN CE mark;
+    /// one immediate ACK whenever the receive window grew (`tcp_grow_window`).
     Linux,
 }
 
@@ -283,6 +302,16 @@ pub struct TcpConfig {
     /// clamp(min RTT / 8, 4 ms, 16 ms), from a window of 16 segments on (Linux
     /// `tcp_cubic.c` `hystart_update`).
     pub hystart: bool,
+    /// Receive-buffer autotuning (Linux `tcp_rcv_space_adjust`): the window starts from
+    /// `rmem[1]` and grows each receiver RTT with what the application read, up to
+    /// `rmem[2]`; `rcvbuf` is then unused. Setting `rcvbuf` in a scenario turns it off
+    /// (as `SO_RCVBUF` locks a Linux socket's buffer).
+    pub rcv_autotune: bool,
+    /// Linux's `tcp_rmem` (min, default, max) in bytes of buffer memory; with
+    /// `rcv_autotune`, half of it is window (Linux's default scaling ratio).
+    pub rmem: [u64; 3],
+    /// How delayed ACKs are timed.
+    pub delack_mode: DelackMode,
 }
 
 impl TcpConfig {
@@ -325,6 +354,9 @@ impl TcpConfig {
             tlp: false,
             prr: false,
             hystart: false,
+            rcv_autotune: false,
+            rmem: [4096, 131_072, 33_554_432],
+            delack_mode: DelackMode::Fixed,
         };
         Some(match name {
             "rfc" => base,
@@ -367,6 +399,8 @@ impl TcpConfig {
                 tlp: true,
                 prr: true,
                 hystart: true,
+                rcv_autotune: true,
+                delack_mode: DelackMode::Linux,
                 ..base
             },
             _ => return None,
@@ -476,6 +510,9 @@ pub struct TcpOverrides {
     pub tlp: Option<bool>,
     pub prr: Option<bool>,
     pub hystart: Option<bool>,
+    pub rcv_autotune: Option<bool>,
+    pub rmem: Option<[Bytes; 3]>,
+    pub delack_mode: Option<DelackMode>,
 }
 
 impl<'de> Deserialize<'de> for TcpSpec {
@@ -538,7 +575,14 @@ impl TcpSpec {
             c.initial_ssthresh = Some(b.0);
         }
         set!(rcvbuf, |b: Bytes| b.0);
+        // A buffer set by hand is fixed, as `SO_RCVBUF` locks a Linux socket's buffer.
+        if o.rcvbuf.is_some() {
+            c.rcv_autotune = false;
+        }
+        set!(rcv_autotune);
+        set!(rmem, |r: [Bytes; 3]| r.map(|b| b.0));
         set!(hystart);
+        set!(delack_mode);
         if let Some(b) = o.sndbuf {
             c.sndbuf = Some(b.0);
         }
@@ -592,6 +636,15 @@ impl TcpConfig {
         if !self.window_scaling && self.rcvbuf > 65_535 {
             // Not an error: the advertised window is capped at 65535.
         }
+        if self.rcv_autotune {
+            let [lo, def, hi] = self.rmem;
+            if !(lo <= def && def <= hi) {
+                return err("rmem", "must be [min, default, max] in increasing order");
+            }
+            if def / 2 < self.mss as u64 {
+                return err("rmem", "the default buffer must hold at least two MSS");
+            }
+        }
         if self.sndbuf.is_some_and(|s| s < self.mss as u64) {
             return err("sndbuf", "must hold at least one MSS");
         }
@@ -612,10 +665,16 @@ impl TcpConfig {
     }
 
     /// The window scale this end offers: the smallest shift that lets `rcvbuf` be
-    /// advertised (RFC 7323 §2.3, at most 14).
+    /// advertised (RFC 7323 §2.3, at most 14); with autotuning, `rmem[2]` (as Linux's
+    /// `tcp_select_initial_window`: 7 for 6 MiB, 10 for 32 MiB).
     pub fn wscale_shift(&self) -> u8 {
+        let buf = if self.rcv_autotune {
+            self.rmem[2]
+        } else {
+            self.rcvbuf
+        };
         let mut s = 0u8;
-        while s < 14 && (self.rcvbuf >> s) > 65_535 {
+        while s < 14 && (buf >> s) > 65_535 {
             s += 1;
         }
         s
@@ -674,6 +733,31 @@ mod tests {
         assert_eq!(c.ca_increase.gain(Some(Duration::from_millis(300))), 4.0);
         let e = t("t = { ca_increase = { kind = \"constant_rate\", a = -1.0 } }").unwrap_err();
         assert_eq!(e.path, "ca_increase.a");
+    }
+
+    #[test]
+    fn a_fixed_rcvbuf_turns_autotuning_off() {
+        let t = |src: &str| -> Result<TcpConfig, ConfigError> {
+            let v: toml::Value = toml::from_str(src).unwrap();
+            let s: TcpSpec = v.get("t").unwrap().clone().try_into().unwrap();
+            s.resolve(TcpProfile::Linux)
+        };
+        let c = t("t = \"linux\"").unwrap();
+        assert!(c.rcv_autotune && c.hystart);
+        assert_eq!(c.delack_mode, DelackMode::Linux);
+        assert_eq!(c.rmem, [4096, 131_072, 33_554_432]);
+        assert_eq!(c.wscale_shift(), 10);
+        let c = t("t = { rcvbuf = \"64KiB\" }").unwrap();
+        assert!(!c.rcv_autotune);
+        assert_eq!(c.wscale_shift(), 1);
+        let c = t("t = { rmem = [\"4KiB\", \"128KiB\", \"6MiB\"] }").unwrap();
+        assert!(c.rcv_autotune);
+        assert_eq!(c.wscale_shift(), 7);
+        let e = t("t = { rmem = [\"4KiB\", \"128KiB\", \"64KiB\"] }").unwrap_err();
+        assert_eq!(e.path, "rmem");
+        let c = t("t = { profile = \"rfc\" }").unwrap();
+        assert!(!c.rcv_autotune && !c.hystart);
+        assert_eq!(c.delack_mode, DelackMode::Fixed);
     }
 
     #[test]

@@ -6,10 +6,10 @@
 
 use super::bbr::{AckCtx, Bbr, BbrInfo};
 use super::cc::{AckSample, Cc, HyStartExit};
-use super::config::{CcAlgo, CwndValidation, IdleRestart, NagleRule, TcpConfig};
+use super::config::{CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig};
 use super::pacing::{Pacer, MIN_TSO_SEGS};
 use super::rate::{RateSample, RateSampler};
-use super::recv::Receiver;
+use super::recv::{RcvAutotune, Receiver};
 use super::rtt::RttEstimator;
 use super::scoreboard::{self, Delivery, Rack, RackLoss, Scoreboard, SentSeg};
 use super::{Admit, ConnIo};
@@ -213,6 +213,15 @@ pub struct Connection {
     ack_now: bool,
     quickack_left: u32,
     ece_pending: bool,
+    /// Receive-buffer autotuning (`TcpConfig::rcv_autotune`).
+    autotune: Option<RcvAutotune>,
+    /// Linux's delayed-ACK engine (`DelackMode::Linux`): the ACK timeout `ato` (zero
+    /// before the first data), when data last arrived in order (`lrcvtime`), the
+    /// receiver's segment size estimate `rcv_mss` and the last short segment's size.
+    ato: Duration,
+    lrcvtime: Instant,
+    rcv_mss: u64,
+    last_seg_size: u64,
     ts_recent: u32,
     last_ack_sent: u64,
     peer_fin: bool,
@@ -313,6 +322,13 @@ impl Connection {
             ack_now: false,
             quickack_left: cfg.quickack,
             ece_pending: false,
+            autotune: cfg
+                .rcv_autotune
+                .then(|| RcvAutotune::new(cfg.rmem, cfg.mss)),
+            ato: Duration::ZERO,
+            lrcvtime: Instant::ZERO,
+            rcv_mss: (cfg.mss as u64).min(536),
+            last_seg_size: 0,
             ts_recent: 0,
             last_ack_sent: 0,
             peer_fin: false,
@@ -405,7 +421,12 @@ impl Connection {
             }
         }
         self.cc = Cc::new(&self.cfg, self.mss);
-        self.quickack_left = self.cfg.quickack;
+        self.quickack_left = match self.cfg.delack_mode {
+            DelackMode::Fixed => self.cfg.quickack,
+            // Linux enters quick-ACK mode at the first data (`tcp_event_data_recv`).
+            DelackMode::Linux => 0,
+        };
+        self.rcv_mss = (self.mss as u64).min(536);
         self.sb
             .track_deliveries(self.rack_on() || self.cfg.cc == CcAlgo::Bbr);
     }
@@ -456,7 +477,7 @@ impl Connection {
                 SeqNumber(0)
             },
             flags,
-            window: self.cfg.rcvbuf.min(65_535) as u16,
+            window: self.syn_window().min(65_535) as u16,
             urgent: 0,
             opts,
         };
@@ -511,6 +532,17 @@ impl Connection {
     /// Slow-start threshold (bytes).
     pub fn ssthresh(&self) -> u64 {
         self.cc.ssthresh
+    }
+    /// The delayed-ACK timeout of Linux's ACK engine (`ato`; zero before the first data)
+    /// and the quick ACKs left.
+    pub fn delack_state(&self) -> (Duration, u32) {
+        (self.ato, self.quickack_left)
+    }
+    /// Receive buffer memory and the window it holds, with autotuning.
+    pub fn rcvbuf_autotuned(&self) -> Option<(u64, u64)> {
+        self.autotune
+            .as_ref()
+            .map(|a| (a.rcvbuf(), a.window_clamp()))
     }
     /// Smoothed RTT.
     pub fn srtt(&self) -> Option<Duration> {
@@ -618,6 +650,7 @@ impl Connection {
         let n = std::mem::take(&mut self.unread);
         self.stats.bytes_delivered += n;
         io.events.push(ConnEvent::Delivered(n));
+        self.on_app_read(now);
         if !matches!(self.state, State::Closed | State::SynSent | State::SynRcvd) {
             self.ack_now = true;
             self.flush_ack(now, io);
@@ -674,6 +707,7 @@ impl Connection {
                 self.snd_wl1 = 1;
                 self.snd_wl2 = 1;
                 self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+                self.start_autotune(now);
                 io.events.push(ConnEvent::Established);
             }
             _ => {
@@ -726,8 +760,25 @@ impl Connection {
         self.rto_at = None;
         self.state = State::Established;
         self.ack_now = true;
+        self.start_autotune(now);
         io.events.push(ConnEvent::Established);
         true
+    }
+
+    /// The window a SYN or SYN-ACK offers.
+    fn syn_window(&self) -> u64 {
+        match &self.autotune {
+            Some(a) => a.initial_window(),
+            None => self.cfg.rcvbuf,
+        }
+    }
+
+    /// Established: autotuning's first measurement starts (`tcp_init_buffer_space`).
+    fn start_autotune(&mut self, now: Instant) {
+        let read = self.stats.bytes_delivered;
+        if let Some(a) = self.autotune.as_mut() {
+            a.start(now, self.mss, read);
+        }
     }
 
     fn flight(&self) -> u64 {
@@ -1636,10 +1687,15 @@ impl Connection {
             }
             return;
         }
+        let linux_acks = self.cfg.delack_mode == DelackMode::Linux;
         if self.ecn_ok {
             if h.ip.ecn == Ecn::Ce && !self.ece_pending {
                 self.ece_pending = true;
                 self.ack_now = true;
+                if linux_acks {
+                    // Linux `tcp_ecn_check_ce`: the sender may have a very low cwnd.
+                    self.enter_quickack_mode(2);
+                }
             }
             if t.flags.contains(TcpFlags::CWR) && len > 0 {
                 self.ece_pending = h.ip.ecn == Ecn::Ce;
@@ -1652,16 +1708,26 @@ impl Connection {
                 p.on_data(now, self.id, len as u32);
             }
         }
+        if len > 0 && linux_acks {
+            self.measure_rcv_mss(len, t.flags.contains(TcpFlags::PSH));
+        }
+        if len > 0 {
+            self.measure_rcv_rtt_ts(now, t, len);
+        }
         let a = if len > 0 {
             self.rcv.on_data(start, end)
         } else {
             Default::default()
         };
+        if len > 0 {
+            self.on_data_arrival(now, len, &a);
+        }
         if a.delivered > 0 && !self.reading {
             self.unread += a.delivered;
         } else if a.delivered > 0 {
             self.stats.bytes_delivered += a.delivered;
             io.events.push(ConnEvent::Delivered(a.delivered));
+            self.on_app_read(now);
         }
         // A FIN beyond a hole is kept with its segment (as Linux keeps it in the
         // out-of-order queue) and taken once the data before it has arrived.
@@ -1695,6 +1761,8 @@ impl Connection {
             //# immediate ACK when the incoming segment fills in all or part of a
             //# gap in the sequence space.
             self.ack_now = true;
+        } else if len > 0 && linux_acks {
+            self.linux_ack_check(now);
         } else if len > 0 {
             if self.quickack_left > 0 {
                 self.quickack_left -= 1;
@@ -1705,6 +1773,180 @@ impl Connection {
                     self.ack_now = true;
                 } else if self.delack_at.is_none() {
                     self.delack_at = Some(now + self.cfg.delack_timeout);
+                }
+            }
+        }
+    }
+
+    /// Linux `tcp_measure_rcv_mss`: the receiver's estimate of the sender's segment size,
+    /// the largest segment seen (at most our MSS), or a smaller size seen twice running
+    /// in segments that are not short pushed tails.
+    fn measure_rcv_mss(&mut self, len: u64, psh: bool) {
+        let lss = std::mem::take(&mut self.last_seg_size);
+        if len >= self.rcv_mss {
+            self.rcv_mss = len.min(self.mss as u64);
+        } else if len >= 536 || (len >= 88 && !psh) {
+            self.last_seg_size = len;
+            if len == lss {
+                self.rcv_mss = len;
+            }
+        }
+    }
+
+    /// The receiver's RTT from the echoed timestamp (`tcp_rcv_rtt_measure_ts`).
+    fn measure_rcv_rtt_ts(&mut self, now: Instant, t: &TcpRepr, len: u64) {
+        let Some(ts) = t.opts.timestamp.filter(|ts| self.ts_ok && ts.ecr != 0) else {
+            return;
+        };
+        let full = len >= self.rcv_mss;
+        let queue_empty = self.unread == 0;
+        if let Some(a) = self.autotune.as_mut() {
+            let ms = ts_clock(now).wrapping_sub(ts.ecr);
+            if ms < 60_000 {
+                a.measure_ts(ts.ecr, Duration::from_millis(ms as u64), full, queue_empty);
+            }
+        }
+    }
+
+    /// What a data segment does to the receiver's window and ACK timing: Linux
+    /// `tcp_event_data_recv` for data in order (the per-window RTT measurement, the ato
+    /// update, quick-ACK re-entry after a long silence, `tcp_grow_window`),
+    /// `tcp_data_queue_ofo` for data out of order (window and buffer growth), quick-ACK
+    /// mode for a duplicate (`tcp_data_queue`'s `out_of_window` path).
+    fn on_data_arrival(&mut self, now: Instant, len: u64, a: &super::recv::Arrival) {
+        let linux_acks = self.cfg.delack_mode == DelackMode::Linux;
+        let queued = self.rcv.ooo_bytes() + self.unread;
+        let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
+        let mut grew = false;
+        if let Some(at) = self.autotune.as_mut() {
+            if a.delivered > 0 {
+                at.measure_window(now, self.rcv.rcv_nxt(), rcv_wnd);
+                grew = at.grow_window(len, queued);
+            } else if a.out_of_order && !a.duplicate {
+                grew = self.sack_ok && at.grow_window(len, queued);
+                at.on_out_of_order(self.rcv.ooo_span());
+            }
+        }
+        if !linux_acks {
+            return;
+        }
+        if a.delivered > 0 {
+            let ato_min = self.cfg.delack_timeout;
+            let rto = self.rtt.rto();
+            if self.ato.is_zero() {
+                // The first data: start the delayed-ACK engine in quick-ACK mode.
+                self.incr_quickack(self.cfg.quickack);
+                self.ato = ato_min;
+            } else {
+                let m = now - self.lrcvtime;
+                if m <= ato_min / 2 {
+                    self.ato = self.ato / 2 + ato_min / 2;
+                } else if m < self.ato {
+                    self.ato = (self.ato / 2 + m).min(rto);
+                } else if m > rto {
+                    // The sender was silent for longer than an RTO: ACK quickly again.
+                    self.incr_quickack(self.cfg.quickack);
+                }
+            }
+            self.lrcvtime = now;
+        } else if a.duplicate && !a.out_of_order {
+            // Data the receiver already holds: a spurious retransmission.
+            self.enter_quickack_mode(self.cfg.quickack);
+        }
+        if grew {
+            // `tcp_grow_window`: `icsk_ack.quick |= 1`.
+            self.quickack_left = self.quickack_left.max(1);
+        }
+    }
+
+    /// Linux `tcp_incr_quickack`: quick-ACK mode for up to `max` ACKs, fewer if the
+    /// window holds fewer than twice as many segments.
+    fn incr_quickack(&mut self, max: u32) {
+        let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
+        let mut quick = (rcv_wnd / (2 * self.rcv_mss.max(1))).min(u32::MAX as u64) as u32;
+        if quick == 0 {
+            quick = 2;
+        }
+        self.quickack_left = self.quickack_left.max(quick.min(max));
+    }
+
+    /// Linux `tcp_enter_quickack_mode`.
+    fn enter_quickack_mode(&mut self, max: u32) {
+        self.incr_quickack(max);
+        self.ato = self.cfg.delack_timeout;
+    }
+
+    /// Linux `__tcp_ack_snd_check` for data in order: ACK now when more than one full
+    /// segment is unacknowledged and the window to offer is not smaller than the last,
+    /// or in quick-ACK mode; otherwise arm the delayed-ACK timer.
+    //= https://www.rfc-editor.org/rfc/rfc9293#section-3.8.6.3
+    //# an ACK SHOULD be generated for at least every second full-sized segment
+    fn linux_ack_check(&mut self, now: Instant) {
+        self.ack_pending += 1;
+        let unacked = self.rcv.rcv_nxt() - self.last_ack_sent;
+        let last_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
+        // Both as advertised: rounded up to the window scale.
+        let unit = 1u64 << self.rcv_wscale;
+        let wnd = self.free_window().div_ceil(unit) * unit;
+        if (unacked > self.rcv_mss && wnd >= last_wnd) || self.quickack_left > 0 {
+            self.ack_now = true;
+        } else {
+            self.send_delayed_ack(now);
+        }
+    }
+
+    /// Linux `tcp_send_delayed_ack`: wait `ato`, bounded by the smoothed RTT (at least
+    /// `delack_timeout`) and 200 ms; keep an earlier deadline; if that one is less than
+    /// ato/4 away, ACK now.
+    fn send_delayed_ack(&mut self, now: Instant) {
+        let ato_min = self.cfg.delack_timeout;
+        let mut ato = self.ato.max(ato_min);
+        if ato > ato_min {
+            let mut max_ato = Duration::from_millis(500);
+            if let Some(srtt) = self.rtt.srtt() {
+                max_ato = max_ato.min(srtt.max(ato_min));
+            }
+            ato = ato.min(max_ato);
+        }
+        ato = ato.min(Duration::from_millis(200));
+        let mut timeout = now + ato;
+        if let Some(t) = self.delack_at {
+            if t <= now + ato / 4 {
+                self.ack_now = true;
+                return;
+            }
+            timeout = timeout.min(t);
+        }
+        self.delack_at = Some(timeout);
+    }
+
+    /// The window the receive buffer allows now (before any receive-window policy).
+    fn free_window(&self) -> u64 {
+        let queued = self.rcv.ooo_bytes() + self.unread;
+        match &self.autotune {
+            Some(a) => a.window(queued),
+            None => self.cfg.rcvbuf.saturating_sub(queued),
+        }
+    }
+
+    /// The application read what arrived: autotuning measures it (`tcp_rcv_space_adjust`)
+    /// and, with Linux's ACK engine, a read that doubles a nearly used-up window sends a
+    /// window update at once (`tcp_cleanup_rbuf`).
+    fn on_app_read(&mut self, now: Instant) {
+        let (read, unread, span) = (self.stats.bytes_delivered, self.unread, self.rcv.ooo_span());
+        if let Some(a) = self.autotune.as_mut() {
+            a.on_read(now, read, unread, span);
+        }
+        if self.cfg.delack_mode == DelackMode::Linux && !self.ack_now && !self.peer_fin {
+            let left = self.rcv_edge.saturating_sub(self.rcv.rcv_nxt());
+            let clamp = match &self.autotune {
+                Some(a) => a.window_clamp(),
+                None => self.cfg.rcvbuf,
+            };
+            if 2 * left <= clamp {
+                let new = self.free_window();
+                if new > 0 && new >= 2 * left {
+                    self.ack_now = true;
                 }
             }
         }
@@ -1728,6 +1970,11 @@ impl Connection {
         if self.delack_at.is_some_and(|t| t <= now) {
             self.delack_at = None;
             if self.ack_pending > 0 {
+                if self.cfg.delack_mode == DelackMode::Linux {
+                    // Linux `tcp_delack_timer_handler`: the delayed ACK was missed, so
+                    // inflate ato (at most the RTO).
+                    self.ato = (self.ato * 2).min(self.rtt.rto());
+                }
                 self.send_pure_ack(now, io);
             }
         }
@@ -2277,10 +2524,7 @@ impl Connection {
     /// The advertised window field for the current state.
     fn window_field(&mut self, now: Instant, io: &mut ConnIo<'_>) -> u16 {
         let rcv_nxt = self.rcv.rcv_nxt();
-        let free = self
-            .cfg
-            .rcvbuf
-            .saturating_sub(self.rcv.ooo_bytes() + self.unread);
+        let free = self.free_window();
         let mut wnd = free;
         if let Some(p) = io.rwnd.as_deref_mut() {
             wnd = wnd.min(p.window(now, self.id, free, self.mss).max(self.mss as u64));
@@ -2356,6 +2600,16 @@ impl Connection {
         if !tcp.flags.contains(TcpFlags::SYN) {
             // The window is computed last, when the segment is final.
             tcp.window = self.window_field(now, io);
+            if self.cfg.delack_mode == DelackMode::Linux && self.quickack_left > 0 {
+                // Linux `tcp_dec_quickack_mode`: one quick ACK used if it acknowledges
+                // new data; leaving quick-ACK mode deflates ato.
+                if self.ack_pending > 0 {
+                    self.quickack_left -= 1;
+                    if self.quickack_left == 0 {
+                        self.ato = self.cfg.delack_timeout;
+                    }
+                }
+            }
             // Any segment carrying ACK acknowledges everything received so far.
             self.ack_pending = 0;
             self.ack_now = false;

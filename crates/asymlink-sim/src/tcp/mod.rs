@@ -32,7 +32,9 @@ pub mod recv;
 pub mod rtt;
 pub mod scoreboard;
 
-pub use config::{CcAlgo, CwndValidation, IdleRestart, NagleRule, TcpConfig, TcpProfile, TcpSpec};
+pub use config::{
+    CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig, TcpProfile, TcpSpec,
+};
 pub use conn::{CaState, ConnEvent, ConnStats, Connection, State};
 
 use crate::packet::ConnId;

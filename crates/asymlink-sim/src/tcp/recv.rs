@@ -2,6 +2,8 @@
 //! SACK blocks reported for them (RFC 2018 §4: the first block holds the most recent
 //! arrival; the others repeat the most recently reported blocks).
 
+use asymlink_core::time::{Duration, Instant};
+
 /// One out-of-order range [start, end) and when it last changed (arrival counter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Range {
@@ -56,6 +58,12 @@ impl Receiver {
     /// Bytes held out of order.
     pub fn ooo_bytes(&self) -> u64 {
         self.ooo_bytes
+    }
+
+    /// Bytes from the next expected byte to the end of the highest out-of-order range
+    /// (zero without a gap).
+    pub fn ooo_span(&self) -> u64 {
+        self.ooo.last().map_or(0, |r| r.end - self.rcv_nxt)
     }
 
     /// Whether a gap exists.
@@ -171,5 +179,267 @@ mod tests {
         assert_eq!(blocks, vec![(101, 151), (201, 401)]);
         assert_eq!(r.ooo_bytes(), 250);
         assert!(r.on_data(201, 301).duplicate);
+    }
+}
+
+/// Linux's receive-buffer autotuning ("dynamic right-sizing", `tcp_rcv_space_adjust` and
+/// `tcp_rcvbuf_grow` as in Linux 6.18) and the receiver's RTT estimate it runs on
+/// (`tcp_rcv_rtt_update`), with `tcp_grow_window`'s window threshold `rcv_ssthresh`.
+///
+/// Buffer sizes are bytes of memory (`tcp_rmem`); the window is half of them, Linux's
+/// default scaling ratio (`TCP_DEFAULT_SCALING_RATIO`; Linux refines it per packet
+/// from the payload's share of the buffer memory, which depends on the driver).
+//= https://www.rfc-editor.org/rfc/rfc7323#section-4.1
+//# A TCP MAY use the timestamps to measure the RTT at the receiver
+#[derive(Clone, Debug)]
+pub struct RcvAutotune {
+    mss: u64,
+    /// `sk_rcvbuf`: buffer memory (bytes).
+    rcvbuf: u64,
+    /// `tcp_rmem[2]`: the largest buffer autotuning may reach.
+    max: u64,
+    /// `rcv_ssthresh`: the window may not exceed it; grows with arriving segments.
+    rcv_ssthresh: u64,
+    /// `rcvq_space.space`: the most the application read in one receiver RTT.
+    space: u64,
+    /// Bytes read when the current measurement began, and when it began.
+    space_read: u64,
+    space_time: Instant,
+    /// `rcv_rtt_est.rtt_us`: the receiver's RTT estimate.
+    rtt: Option<Duration>,
+    /// Per-window measurement: when `rcv_nxt` reaches `rtt_seq`, one window has arrived
+    /// since `rtt_time` (`tcp_rcv_rtt_measure`).
+    rtt_seq: u64,
+    rtt_time: Option<Instant>,
+    /// The last echoed timestamp sampled (`rcv_rtt_last_tsecr`).
+    last_tsecr: Option<u32>,
+}
+
+/// The window a buffer of `space` bytes of memory holds.
+fn win_from_space(space: u64) -> u64 {
+    space / 2
+}
+
+impl RcvAutotune {
+    /// A buffer of `rmem[1]` that may grow to `rmem[2]`, for segments of `mss` bytes.
+    pub fn new(rmem: [u64; 3], mss: u32) -> RcvAutotune {
+        let mss = mss as u64;
+        let initial = Self::initial_window_for(rmem[1], mss);
+        RcvAutotune {
+            mss,
+            rcvbuf: rmem[1],
+            max: rmem[2].max(rmem[1]),
+            rcv_ssthresh: initial,
+            space: initial.min(10 * mss),
+            space_read: 0,
+            space_time: Instant::ZERO,
+            rtt: None,
+            rtt_seq: 0,
+            rtt_time: None,
+            last_tsecr: None,
+        }
+    }
+
+    /// The initial window (`tcp_select_initial_window`): the default buffer's window,
+    /// rounded down to whole segments (65 160 bytes for 128 KiB and a 1448-byte MSS).
+    fn initial_window_for(rcvbuf: u64, mss: u64) -> u64 {
+        let w = win_from_space(rcvbuf);
+        if w > mss {
+            w - w % mss
+        } else {
+            w
+        }
+    }
+
+    /// The window offered in a SYN or SYN-ACK.
+    pub fn initial_window(&self) -> u64 {
+        Self::initial_window_for(self.rcvbuf, self.mss)
+    }
+
+    /// The connection is established (`tcp_init_buffer_space`): the first measurement
+    /// starts; `mss` is the negotiated one.
+    pub fn start(&mut self, now: Instant, mss: u32, read: u64) {
+        self.mss = mss as u64;
+        self.space = self
+            .initial_window()
+            .min(self.rcv_ssthresh)
+            .min(10 * self.mss);
+        self.space_read = read;
+        self.space_time = now;
+    }
+
+    /// Buffer memory now (`sk_rcvbuf`).
+    pub fn rcvbuf(&self) -> u64 {
+        self.rcvbuf
+    }
+
+    /// The receiver's RTT estimate.
+    pub fn rtt(&self) -> Option<Duration> {
+        self.rtt
+    }
+
+    /// `window_clamp`: the window the buffer holds.
+    pub fn window_clamp(&self) -> u64 {
+        win_from_space(self.rcvbuf)
+    }
+
+    /// The window to offer with `queued` bytes held (out of order or unread): what the
+    /// buffer has left, at most `rcv_ssthresh` (`__tcp_select_window`).
+    pub fn window(&self, queued: u64) -> u64 {
+        self.window_clamp()
+            .saturating_sub(queued)
+            .min(self.rcv_ssthresh)
+    }
+
+    /// A data segment of `len` bytes arrived (`tcp_grow_window`): `rcv_ssthresh` grows by
+    /// two segments toward what the buffer holds. Returns whether it grew (Linux then
+    /// acknowledges at once).
+    pub fn grow_window(&mut self, len: u64, queued: u64) -> bool {
+        if len < 128 {
+            return false;
+        }
+        let cap = self.window_clamp().saturating_sub(queued);
+        let room = cap.saturating_sub(self.rcv_ssthresh);
+        if room == 0 {
+            return false;
+        }
+        let incr = (2 * self.mss).max(2 * len);
+        self.rcv_ssthresh += room.min(incr);
+        true
+    }
+
+    /// `tcp_rcv_rtt_update`: take a smaller sample at once; with timestamps (`win_dep`
+    /// false) average larger ones (7/8), unless data waits unread.
+    fn rtt_update(&mut self, sample: Duration, win_dep: bool, queue_empty: bool) {
+        let sample = sample.max(Duration::from_micros(1));
+        self.rtt = Some(match self.rtt {
+            Some(old) if sample >= old => {
+                if win_dep || !queue_empty {
+                    return;
+                }
+                old - old / 8 + sample / 8
+            }
+            _ => sample,
+        });
+    }
+
+    /// Per-window RTT measurement (`tcp_rcv_rtt_measure`), at every in-order data
+    /// segment: the time one advertised window (`rcv_wnd`) took to arrive bounds the RTT
+    /// from above; only the minimum is kept.
+    pub fn measure_window(&mut self, now: Instant, rcv_nxt: u64, rcv_wnd: u64) {
+        if let Some(t) = self.rtt_time {
+            if rcv_nxt < self.rtt_seq {
+                return;
+            }
+            self.rtt_update(now - t, true, true);
+        }
+        self.rtt_seq = rcv_nxt + rcv_wnd;
+        self.rtt_time = Some(now);
+    }
+
+    /// Timestamp RTT measurement (`tcp_rcv_rtt_measure_ts`): a full-sized segment echoing
+    /// a timestamp not sampled before; `elapsed` is how long ago this end sent it.
+    pub fn measure_ts(
+        &mut self,
+        tsecr: u32,
+        elapsed: Duration,
+        full_sized: bool,
+        queue_empty: bool,
+    ) {
+        if self.last_tsecr == Some(tsecr) {
+            return;
+        }
+        self.last_tsecr = Some(tsecr);
+        if full_sized && !elapsed.is_zero() {
+            self.rtt_update(elapsed, false, queue_empty);
+        }
+    }
+
+    /// The application has read `read` bytes in all, `unread` wait, `ooo_span` bytes
+    /// lie between the next expected byte and the end of the out-of-order data
+    /// (`tcp_rcv_space_adjust`): once per receiver RTT, if more was read than in any RTT
+    /// before, grow the buffer.
+    pub fn on_read(&mut self, now: Instant, read: u64, unread: u64, ooo_span: u64) {
+        let Some(rtt) = self.rtt else {
+            return;
+        };
+        if now - self.space_time < rtt {
+            return;
+        }
+        let copied = (read - self.space_read).saturating_sub(unread);
+        if copied > self.space {
+            self.grow(copied, ooo_span);
+        }
+        self.space_read = read;
+        self.space_time = now;
+    }
+
+    /// Out-of-order data arrived (`tcp_data_queue_ofo` calls `tcp_rcvbuf_grow`): make
+    /// room for the reordered span.
+    pub fn on_out_of_order(&mut self, ooo_span: u64) {
+        self.grow(self.space, ooo_span);
+    }
+
+    /// `tcp_rcvbuf_grow`: the window for twice what was read in the last RTT (DRS is one
+    /// RTT late), plus twice its growth rate (slow start doubles the sender's rate),
+    /// plus the out-of-order span; the buffer for that window, at most `rmem[2]`.
+    fn grow(&mut self, newval: u64, ooo_span: u64) {
+        let old = self.space.max(1);
+        self.space = newval;
+        let mut rcvwin = 2 * newval;
+        let grow = (rcvwin as u128 * newval.saturating_sub(old) as u128 / old as u128) as u64;
+        rcvwin = rcvwin.saturating_add(2 * grow).saturating_add(ooo_span);
+        let rcvbuf = rcvwin.saturating_mul(2).min(self.max);
+        if rcvbuf > self.rcvbuf {
+            self.rcvbuf = rcvbuf;
+        }
+    }
+}
+
+#[cfg(test)]
+mod autotune_tests {
+    use super::*;
+
+    #[test]
+    fn initial_window_is_half_the_default_buffer_in_whole_segments() {
+        let a = RcvAutotune::new([4096, 131_072, 33_554_432], 1448);
+        assert_eq!(a.initial_window(), 65_160);
+        assert_eq!(a.window(0), 65_160);
+        assert_eq!(a.window_clamp(), 65_536);
+    }
+
+    #[test]
+    fn the_buffer_grows_once_per_rtt_with_what_was_read_up_to_rmem_max() {
+        let mut a = RcvAutotune::new([4096, 131_072, 1_000_000], 1448);
+        a.start(Instant::ZERO, 1448, 0);
+        // No RTT estimate yet: nothing grows.
+        a.on_read(Instant::from_millis(50), 30_000, 0, 0);
+        assert_eq!(a.rcvbuf(), 131_072);
+        // A 40 ms timestamp sample; then smaller ones are taken at once, larger averaged.
+        a.measure_ts(7, Duration::from_millis(40), true, true);
+        a.measure_ts(7, Duration::from_millis(10), true, true); // same TSecr: ignored
+        assert_eq!(a.rtt(), Some(Duration::from_millis(40)));
+        // 30 000 bytes read in the first 50 ms (> one RTT) against 14 480 (10 segments):
+        // window 2·30 000 + 2·(60 000·15 520 / 14 480) = 188 618, buffer twice that.
+        a.on_read(Instant::from_millis(60), 30_000, 0, 0);
+        assert_eq!(a.window_clamp(), 188_618);
+        assert_eq!(a.rcvbuf(), 377_236);
+        // Within the next RTT: no new measurement.
+        a.on_read(Instant::from_millis(90), 200_000, 0, 0);
+        assert_eq!(a.rcvbuf(), 377_236);
+        // The RTT after: 200 000 read (it began at 60 ms), capped at rmem[2].
+        a.on_read(Instant::from_millis(101), 200_000, 0, 0);
+        assert_eq!(a.rcvbuf(), 1_000_000);
+        assert_eq!(a.window_clamp(), 500_000);
+        // rcv_ssthresh follows two segments per arriving segment.
+        assert_eq!(a.window(0), 65_160);
+        assert!(a.grow_window(1448, 0));
+        assert_eq!(a.window(0), 65_160 + 2896);
+        // Per-window samples only lower the estimate.
+        a.measure_window(Instant::from_millis(200), 1_000, 65_000);
+        a.measure_window(Instant::from_millis(300), 70_000, 65_000);
+        assert_eq!(a.rtt(), Some(Duration::from_millis(40)));
+        a.measure_window(Instant::from_millis(320), 140_000, 65_000);
+        assert_eq!(a.rtt(), Some(Duration::from_millis(20)));
     }
 }

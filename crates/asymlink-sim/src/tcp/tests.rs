@@ -873,6 +873,7 @@ fn zero_window_is_probed_by_the_persist_timer_with_backoff() {
     for profile in ["paper", "rfc", "linux"] {
         let mut cfg = TcpConfig::profile(profile).unwrap();
         cfg.rcvbuf = 20_000;
+        cfg.rcv_autotune = false;
         let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
         p.run(Instant::from_millis(100));
         p.with(1, |c, _, _| c.pause_reading());
@@ -1232,6 +1233,164 @@ fn hystart_leaves_slow_start_on_a_delay_increase_before_loss() {
     assert_eq!(exit, None, "no HyStart: still in slow start");
     assert_eq!(s.hystart_delay_exits + s.hystart_train_exits, 0);
     assert!(ssthresh > 1_000_000_000, "{ssthresh}");
+}
+
+/// Receive-buffer autotuning (`linux`): the first window is half the default buffer in
+/// whole segments (65 160 bytes); it grows each RTT as the application reads, and stops
+/// at half of `rmem[2]`. An application that does not read gets no growth.
+#[test]
+fn the_autotuned_window_grows_per_rtt_with_reads_and_is_capped() {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.rmem = [4096, 131_072, 1 << 20];
+    let mut p = Pair::new(&cfg, Rate::mbps(100), Duration::from_millis(20));
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 30_000_000, io));
+    let windows = |p: &Pair, from: Instant, to: Instant| -> Vec<u64> {
+        p.log
+            .iter()
+            .filter(|(t, f, _)| *f == 1 && *t >= from && *t < to)
+            .filter_map(|(_, _, h)| h.tcp_repr().map(|t| (t.window as u64) << 5))
+            .collect()
+    };
+    let mut maxes = Vec::new();
+    for rtt in 0..12u64 {
+        let from = Instant::from_millis(100 + 40 * rtt);
+        p.run(from + Duration::from_millis(40));
+        maxes.push(
+            windows(&p, from, from + Duration::from_millis(40))
+                .into_iter()
+                .max(),
+        );
+    }
+    let syn_ack = p.log.iter().find(|(_, f, _)| *f == 1).unwrap().2;
+    assert_eq!(syn_ack.tcp_repr().unwrap().window, 65_160);
+    let maxes: Vec<u64> = maxes.into_iter().flatten().collect();
+    // Non-decreasing, several distinct steps, ending at the cap (512 KiB).
+    assert!(maxes.windows(2).all(|w| w[0] <= w[1]), "{maxes:?}");
+    assert!(maxes[0] <= 70_000, "{maxes:?}");
+    let steps = maxes.windows(2).filter(|w| w[1] > w[0]).count();
+    assert!(steps >= 3, "{maxes:?}");
+    assert_eq!(*maxes.last().unwrap(), 1 << 19, "{maxes:?}");
+    let (buf, clamp) = p.c[1].as_ref().unwrap().rcvbuf_autotuned().unwrap();
+    assert_eq!((buf, clamp), (1 << 20, 1 << 19));
+    assert_eq!(p.c[1].as_ref().unwrap().wscales().0, 5, "wscale for 1 MiB");
+
+    // Not reading: the buffer keeps its default size.
+    let mut p = Pair::new(&cfg, Rate::mbps(100), Duration::from_millis(20));
+    p.run(Instant::from_millis(100));
+    p.with(1, |c, _, _| c.pause_reading());
+    p.with(0, |c, now, io| c.write(now, 30_000_000, io));
+    p.run(Instant::from_secs(1));
+    let (buf, _) = p.c[1].as_ref().unwrap().rcvbuf_autotuned().unwrap();
+    assert_eq!(buf, 131_072);
+}
+
+/// Linux's delayed-ACK timer (`linux`): lone segments 400 ms apart (less than the RTO,
+/// more than ato) are each acknowledged when the timer fires, and every firing doubles
+/// ato: 40, 80, 160 ms, then 200 ms (the cap; ato itself goes on growing up to the RTO).
+/// Segments 10 ms apart pull ato back toward 40 ms (ato/2 + 20 ms each), and data after a
+/// silence longer than the RTO is acknowledged at once (quick-ACK re-entry).
+#[test]
+fn the_linux_delayed_ack_timer_follows_ato() {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.rcv_autotune = false; // no window growth: isolate the timer
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(150));
+    p.run(Instant::from_millis(400));
+    // 16 segments at once: quick-ACK mode acknowledges each.
+    p.with(0, |c, now, io| c.write(now, 16 * 1448, io));
+    p.run(Instant::from_millis(1200));
+    let acks = |p: &Pair| p.c[1].as_ref().unwrap().stats().acks_sent;
+    assert_eq!(acks(&p), 16);
+    assert_eq!(
+        p.c[1].as_ref().unwrap().delack_state(),
+        (Duration::from_millis(40), 0)
+    );
+    let mut delays = Vec::new();
+    let mut t = Instant::from_millis(1200);
+    for _ in 0..5 {
+        p.run(t);
+        p.now = t;
+        p.with(0, |c, now, io| c.write(now, 1448, io));
+        p.run(t + Duration::from_millis(399));
+        let arrival = p
+            .rx_log
+            .iter()
+            .rev()
+            .find(|(_, to, h)| *to == 1 && h.payload_len > 0)
+            .unwrap()
+            .0;
+        let ack = p.log.iter().rev().find(|(_, f, _)| *f == 1).unwrap().0;
+        delays.push((ack - arrival).as_millis());
+        t += Duration::from_millis(400);
+    }
+    assert_eq!(delays, vec![40, 80, 160, 200, 200]);
+    let (ato, _) = p.c[1].as_ref().unwrap().delack_state();
+    assert!(ato >= Duration::from_millis(320), "{ato:?}");
+    // Ten segments 10 ms apart: ato/2 + 20 ms each time.
+    let before = ato;
+    for _ in 0..10 {
+        p.run(t);
+        p.now = t;
+        p.with(0, |c, now, io| c.write(now, 1448, io));
+        t += Duration::from_millis(10);
+    }
+    // All arrived (the tenth completes a pair: acknowledged at once, no timer).
+    p.run(t + Duration::from_millis(155));
+    let (ato, _) = p.c[1].as_ref().unwrap().delack_state();
+    assert!(ato < Duration::from_millis(45) && ato < before, "{ato:?}");
+    // Two seconds of silence (more than the RTO), then one segment: acknowledged at once.
+    let t = t + Duration::from_secs(2);
+    p.run(t);
+    p.now = t;
+    let a0 = acks(&p);
+    p.with(0, |c, now, io| c.write(now, 1448, io));
+    p.run(t + Duration::from_millis(160));
+    assert_eq!(
+        acks(&p),
+        a0 + 1,
+        "quick ACK after a silence longer than the RTO"
+    );
+    assert!(p.c[1].as_ref().unwrap().delack_state().1 > 0);
+}
+
+/// Out-of-order data with Linux's ACK engine: every out-of-order segment is
+/// acknowledged at once (a duplicate ACK with SACK), and so is the segment that fills
+/// the gap.
+#[test]
+fn linux_acks_out_of_order_data_and_the_gap_fill_at_once() {
+    let cfg = TcpConfig::profile("linux").unwrap();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = Box::new(|n, _| n == 40);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 200 * 1448, io));
+    p.run(Instant::from_secs(10));
+    assert_eq!(p.delivered(), 200 * 1448);
+    // Each segment that arrived while the hole was open got its own ACK.
+    let seg = |h: &Headers| h.tcp_repr().unwrap().seq.0.wrapping_sub(1_001) as u64 / 1448;
+    let arrivals: Vec<Instant> = p
+        .rx_log
+        .iter()
+        .filter(|(_, to, h)| *to == 1 && h.payload_len > 0 && seg(h) > 40)
+        .map(|(t, _, _)| *t)
+        .collect();
+    let fill = p
+        .rx_log
+        .iter()
+        .find(|(_, to, h)| *to == 1 && h.payload_len > 0 && seg(h) == 40)
+        .unwrap()
+        .0;
+    let ooo: Vec<Instant> = arrivals.into_iter().filter(|t| *t < fill).collect();
+    assert!(ooo.len() >= 3, "{}", ooo.len());
+    let acked_at = |t: Instant| {
+        p.log
+            .iter()
+            .any(|(s, f, h)| *f == 1 && *s == t && h.payload_len == 0)
+    };
+    assert!(
+        ooo.iter().all(|t| acked_at(*t)),
+        "an ACK per out-of-order segment"
+    );
+    assert!(acked_at(fill), "the gap fill is acknowledged at once");
 }
 
 mod paced;
