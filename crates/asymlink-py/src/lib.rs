@@ -144,6 +144,7 @@ fn results_to_dict(py: Python<'_>, r: Results) -> PyResult<Bound<'_, PyDict>> {
 /// flows, each on its own access link, over a bottleneck with a one-BDP drop-tail buffer.
 /// Returns a dict of the measured figures. Runs without the GIL.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)] // keyword arguments on the Python side
 #[pyo3(signature = (flows, duration_s, bottleneck_bps, access_bps=1_000_000_000, rtt_s=0.02, profile="rfc", cc=None))]
 fn bench_sim<'py>(
     py: Python<'py>,
