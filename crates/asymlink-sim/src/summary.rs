@@ -2,6 +2,7 @@
 
 use crate::engine::{LinkDir, Source, World};
 use crate::results::{ColumnData, Results, Table};
+use crate::tcp::CcAlgo;
 use asymlink_core::qdisc::{DropReason, FilterReason, QdiscStats};
 
 pub(crate) fn results(w: &World, wall_s: f64) -> Results {
@@ -96,7 +97,7 @@ fn flow_summary(w: &World) -> Table {
         let active = (end - f.start).max(1e-9);
         goodput.push(d as f64 * 8.0 / active);
     }
-    Table::new("flow_summary")
+    let t = Table::new("flow_summary")
         .with("flow", ColumnData::Str(name))
         .with("app", ColumnData::Str(kind))
         .with("from", ColumnData::Str(from))
@@ -109,10 +110,15 @@ fn flow_summary(w: &World) -> Table {
         .with("retransmits", ColumnData::I64(retx))
         .with("timeouts", ColumnData::I64(timeouts))
         .with("fast_retransmits", ColumnData::I64(fast))
-        .with("loss_probes", ColumnData::I64(probes))
-        .with("bbr_probe_rtts", ColumnData::I64(probe_rtts))
-        .with("bbr_startup_exit_s", ColumnData::F64(startup_exit))
-        .with("goodput_bps", ColumnData::F64(goodput))
+        .with("loss_probes", ColumnData::I64(probes));
+    // BBR's columns only where a flow runs BBR (NaN for the others' startup exit).
+    let t = if w.flows.iter().any(|f| f.tcp.cc == CcAlgo::Bbr) {
+        t.with("bbr_probe_rtts", ColumnData::I64(probe_rtts))
+            .with("bbr_startup_exit_s", ColumnData::F64(startup_exit))
+    } else {
+        t
+    };
+    t.with("goodput_bps", ColumnData::F64(goodput))
 }
 
 /// One row of `queue_summary`: a link direction's discipline, or one of its classes.

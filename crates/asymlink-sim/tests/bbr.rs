@@ -63,8 +63,9 @@ fn bbr_example_fills_the_pipe_with_a_short_queue() {
     assert_eq!(row(&bbr, "bbr_probe_rtts"), 1.0);
     let exit = row(&bbr, "bbr_startup_exit_s");
     assert!(exit > 0.0 && exit < 1.5, "{exit}");
-    assert!(row(&cubic, "bbr_startup_exit_s").is_nan());
-    assert_eq!(row(&cubic, "bbr_probe_rtts"), 0.0);
+    // Without a BBR flow the summary has no BBR columns.
+    let summary = cubic.table("flow_summary").unwrap();
+    assert!(summary.column("bbr_probe_rtts").is_none());
     // The ping: BBR keeps the FIFO near empty, CUBIC fills its 100 packets.
     let (b, c) = (ping_ms(&bbr), ping_ms(&cubic));
     assert!(b < 60.0, "BBR ping {b} ms");
