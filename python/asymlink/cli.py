@@ -345,7 +345,11 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
               default="socket", show_default=True,
               help="The box's [process] io mode; 'both' measures socket then mmap against "
                    "the same kernel run.")
-def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_modes: str) -> None:
+@click.option("--workers", "workers_list", default="", metavar="N[,N...]",
+              help="Also measure several clients at once through the box with each of these "
+                   "[process] workers counts (e.g. 1,2), one client per worker.")
+def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_modes: str,
+                   workers_list: str) -> None:
     """Forwarding speed of the live box in a namespace lab (needs root): box_gbps,
     kernel_gbps, box_shaped_gbps, added latency at half load."""
     from asymlink.lab import LabError
@@ -353,7 +357,13 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
 
     io = IO_MODES if io_modes == "both" else (io_modes,)
     try:
-        result = run_bench(seconds=seconds, io=io)
+        workers = tuple(int(w) for w in workers_list.split(",") if w.strip())
+    except ValueError:
+        raise UserError(f"--workers: '{workers_list}' is not a list of numbers") from None
+    if any(not 1 <= w <= 8 for w in workers):
+        raise UserError("--workers: each count must be 1..8 (one client host per worker)")
+    try:
+        result = run_bench(seconds=seconds, io=io, workers=workers)
     except LabError as e:
         raise UserError(str(e)) from None
     if out_file is not None:

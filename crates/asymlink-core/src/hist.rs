@@ -56,6 +56,14 @@ impl Histogram {
         self.total += 1;
     }
 
+    /// Add `other`'s counts to these (histograms of parts of the same traffic).
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.total += other.total;
+    }
+
     /// Values counted.
     pub fn len(&self) -> u64 {
         self.total

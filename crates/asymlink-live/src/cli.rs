@@ -12,6 +12,8 @@ use crate::capture::Capture;
 use crate::clock::MonotonicClock;
 use crate::config::{parse_loopback, BoxConfig};
 use crate::runtime::{EventLoop, SysIo};
+use crate::stats::Published;
+use crate::workers::Workers;
 use crate::{server, sys};
 use asymlink_core::pipeline::Dir;
 use std::path::{Path, PathBuf};
@@ -154,6 +156,9 @@ fn run(argv: &[String]) -> Result<(), (u8, String)> {
         .unwrap_or_else(os_seed);
     log(&format!("seed {seed}"));
 
+    if cfg.process.workers() > 1 {
+        return run_workers(&a, cfg, seed);
+    }
     // Devices (signals are blocked and go to a signalfd from here on).
     let io = SysIo::open(&cfg).map_err(|e| (1, format!("cannot open devices: {e}")))?;
     let lt = crate::runtime::Io::link_type(&io);
@@ -171,21 +176,8 @@ fn run(argv: &[String]) -> Result<(), (u8, String)> {
             log(&format!("capturing {} to {}", d.name(), p.display()));
         }
     }
-    if let Some(p) = &cfg.stats.file {
-        let f = std::fs::File::create(p)
-            .map_err(|e| (1, format!("stats.file {}: {e}", p.display())))?;
+    if let Some(f) = open_stats(&cfg, el.published())? {
         el.set_stats_file(f);
-    }
-    if let Some(p) = &cfg.stats.socket {
-        server::serve_unix(p, el.published())
-            .map_err(|e| (1, format!("stats.socket {}: {e}", p.display())))?;
-        log(&format!("stats (JSON) on unix socket {}", p.display()));
-    }
-    if let Some(addr) = &cfg.stats.prometheus {
-        let sa = parse_loopback(addr).map_err(|e| (2, e.to_string()))?;
-        let local = server::serve_prometheus(sa, el.published())
-            .map_err(|e| (1, format!("stats.prometheus {addr}: {e}")))?;
-        log(&format!("stats (Prometheus) on http://{local}/metrics"));
     }
     // Created now, while any path may be created; written once privileges are dropped,
     // so that a reader who sees the pid sees the box fully started.
@@ -194,8 +186,8 @@ fn run(argv: &[String]) -> Result<(), (u8, String)> {
         None => None,
     };
 
-    if let Some(cpu) = cfg.process.cpu {
-        sys::set_affinity(cpu).map_err(|e| (1, format!("process.cpu {cpu}: {e}")))?;
+    if let Some(Some(cpu)) = cfg.process.worker_cpus().first() {
+        sys::set_affinity(*cpu).map_err(|e| (1, format!("process.cpu {cpu}: {e}")))?;
     }
     if let Some(p) = cfg.process.realtime_priority {
         sys::set_realtime(p).map_err(|e| (1, format!("process.realtime_priority {p}: {e}")))?;
@@ -216,6 +208,72 @@ fn run(argv: &[String]) -> Result<(), (u8, String)> {
     if let Some(p) = &cfg.stats.socket {
         // Best effort: the directory may not be writable any more without privileges;
         // a stale socket is replaced at the next start.
+        let _ = std::fs::remove_file(p);
+    }
+    result
+}
+
+/// The stats endpoints and the stats file, shared by both ways of running.
+fn open_stats(
+    cfg: &BoxConfig,
+    published: Published,
+) -> Result<Option<std::fs::File>, (u8, String)> {
+    if let Some(p) = &cfg.stats.socket {
+        server::serve_unix(p, published.clone())
+            .map_err(|e| (1, format!("stats.socket {}: {e}", p.display())))?;
+        log(&format!("stats (JSON) on unix socket {}", p.display()));
+    }
+    if let Some(addr) = &cfg.stats.prometheus {
+        let sa = parse_loopback(addr).map_err(|e| (2, e.to_string()))?;
+        let local = server::serve_prometheus(sa, published)
+            .map_err(|e| (1, format!("stats.prometheus {addr}: {e}")))?;
+        log(&format!("stats (Prometheus) on http://{local}/metrics"));
+    }
+    match &cfg.stats.file {
+        Some(p) => std::fs::File::create(p)
+            .map(Some)
+            .map_err(|e| (1, format!("stats.file {}: {e}", p.display()))),
+        None => Ok(None),
+    }
+}
+
+/// `[process] workers` > 1: the same start-up order, with one event loop per worker
+/// thread ([`Workers`]); this thread reads the signals and merges the stats.
+fn run_workers(a: &Args, cfg: BoxConfig, seed: u64) -> Result<(), (u8, String)> {
+    let n = cfg.process.workers();
+    let mut w = Workers::open(&cfg, a.config.clone(), seed)
+        .map_err(|e| (1, format!("cannot open devices: {e}")))?;
+    if let Some(f) = open_stats(&cfg, w.published())? {
+        w.set_stats_file(f);
+    }
+    let ready = match &a.ready {
+        Some(r) => Some(std::fs::File::create(r).map_err(|e| (1, format!("ready file: {e}")))?),
+        None => None,
+    };
+    // The workers inherit the scheduling class and the dropped privileges of this thread;
+    // each pins itself to its CPU (which needs no privilege).
+    if let Some(p) = cfg.process.realtime_priority {
+        sys::set_realtime(p).map_err(|e| (1, format!("process.realtime_priority {p}: {e}")))?;
+        log(&format!("{n} workers under SCHED_FIFO priority {p}"));
+    }
+    let what = sys::drop_privileges(&cfg.privileges.user)
+        .map_err(|e| (1, format!("cannot drop privileges: {e}")))?;
+    log(&format!("privileges dropped: {what}"));
+    let realtime = cfg.process.realtime_priority.is_some();
+    let result = w
+        .run(move || {
+            if realtime {
+                // The supervisor only merges stats: back to the ordinary scheduler.
+                sys::set_normal_scheduling()?;
+            }
+            if let Some(mut f) = ready {
+                use std::io::Write;
+                writeln!(f, "{}", std::process::id())?;
+            }
+            Ok(())
+        })
+        .map_err(|e| (1, format!("workers: {e}")));
+    if let Some(p) = &cfg.stats.socket {
         let _ = std::fs::remove_file(p);
     }
     result

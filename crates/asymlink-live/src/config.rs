@@ -38,7 +38,8 @@
 //!
 //! [process]
 //! realtime_priority = 20                # SCHED_FIFO for the forwarding thread
-//! cpu = 1                               # pin it
+//! cpu = 1                               # pin it (with workers: a list, one per worker)
+//! workers = 1                           # forwarding threads (frames spread by subscriber)
 //! horizon = "50us"                      # release packets up to 50 µs early (batching)
 //! io = "socket"                         # or "mmap": memory-mapped rings
 //! ```
@@ -187,9 +188,17 @@ pub struct ProcessConfig {
     /// shared machine; needs CAP_SYS_NICE, applied before privileges are dropped).
     #[serde(default)]
     pub realtime_priority: Option<u8>,
-    /// Pin the event loop to this CPU.
+    /// Pin the event loop to this CPU; with several workers, a list of one CPU per
+    /// worker.
     #[serde(default)]
-    pub cpu: Option<usize>,
+    pub cpu: Option<Cpus>,
+    /// Forwarding threads (default 1). With more than one, each worker has its own
+    /// sockets and pipelines; the kernel spreads frames among them by the subscriber's
+    /// address (`PACKET_FANOUT_CBPF`: the source address of frames from side a, the
+    /// destination of frames from side b), so both directions of a subscriber meet on
+    /// one worker and a connection is never reordered.
+    #[serde(default)]
+    pub workers: Option<usize>,
     /// Let packets leave up to this much before their exact departure time (default 0).
     /// The loop then runs on a clock this far ahead: rates stay exact over time, bursts
     /// grow by at most `horizon` worth of bytes, and a fast shaped link (1 Gbit/s: one
@@ -200,6 +209,44 @@ pub struct ProcessConfig {
     /// How frames are read and written on AF_PACKET interfaces (default `socket`).
     #[serde(default)]
     pub io: IoMode,
+}
+
+/// `[process] cpu`: one CPU, or a list of one CPU per worker.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Cpus {
+    /// One CPU.
+    One(usize),
+    /// One CPU per worker, in worker order.
+    List(Vec<usize>),
+}
+
+impl Cpus {
+    /// The CPUs as a list.
+    pub fn list(&self) -> Vec<usize> {
+        match self {
+            Cpus::One(c) => vec![*c],
+            Cpus::List(l) => l.clone(),
+        }
+    }
+}
+
+/// Most worker threads (the kernel's fanout group holds up to 256 members; more than
+/// the CPUs of a box serves nothing).
+pub const MAX_WORKERS: usize = 64;
+
+impl ProcessConfig {
+    /// The number of forwarding threads.
+    pub fn workers(&self) -> usize {
+        self.workers.unwrap_or(1)
+    }
+    /// The CPU of each worker (`None`: not pinned).
+    pub fn worker_cpus(&self) -> Vec<Option<usize>> {
+        match &self.cpu {
+            None => vec![None; self.workers()],
+            Some(c) => c.list().into_iter().map(Some).collect(),
+        }
+    }
 }
 
 /// What to do with frames that are not well-formed IP.
@@ -436,6 +483,57 @@ impl BoxConfig {
                 "process.io",
                 "\"mmap\" needs interfaces.kind = \"packet\" (TUN devices have no rings)",
             ));
+        }
+        let n = self.process.workers();
+        if !(1..=MAX_WORKERS).contains(&n) {
+            return Err(ConfigError::new(
+                "process.workers",
+                format!("must be 1..={MAX_WORKERS}"),
+            ));
+        }
+        if let Some(c) = &self.process.cpu {
+            let cpus = c.list();
+            if cpus.len() != n {
+                return Err(ConfigError::new(
+                    "process.cpu",
+                    format!(
+                        "gives {} CPU(s) for {n} worker(s); list one CPU per worker \
+                         (cpu = [{}])",
+                        cpus.len(),
+                        (0..n).map(|k| k.to_string()).collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for c in &cpus {
+                if *c >= 1024 {
+                    return Err(ConfigError::new(
+                        "process.cpu",
+                        format!("CPU {c} is out of range (0..1024)"),
+                    ));
+                }
+                if !seen.insert(*c) {
+                    return Err(ConfigError::new(
+                        "process.cpu",
+                        format!("CPU {c} is given twice; each worker needs its own CPU"),
+                    ));
+                }
+            }
+        }
+        if n > 1 {
+            if self.interfaces.kind != IfaceKind::Packet {
+                return Err(ConfigError::new(
+                    "process.workers",
+                    "several workers need interfaces.kind = \"packet\" (the kernel spreads \
+                     AF_PACKET frames among them; a TUN device has one queue)",
+                ));
+            }
+            if self.capture.to_a.is_some() || self.capture.to_b.is_some() {
+                return Err(ConfigError::new(
+                    "process.workers",
+                    "captures need workers = 1 (each worker sends part of the traffic)",
+                ));
+            }
         }
         if self.privileges.user.is_empty() {
             return Err(ConfigError::new("privileges.user", "must not be empty"));
@@ -680,6 +778,60 @@ mod tests {
         let mut d = c.clone();
         d.process.io = IoMode::Socket;
         assert_eq!(c.restart_needed_for(&d), Some("process"));
+    }
+
+    #[test]
+    fn workers_and_their_cpus() {
+        let c = BoxConfig::parse(MIN).unwrap();
+        assert_eq!(c.process.workers(), 1);
+        assert_eq!(c.process.worker_cpus(), [None]);
+        let ok = |p: &str| {
+            let c = BoxConfig::parse(&format!("{MIN}[process]\n{p}\n")).unwrap();
+            c.validate().unwrap();
+            c
+        };
+        assert_eq!(ok("cpu = 1").process.worker_cpus(), [Some(1)]);
+        let c = ok("workers = 2\ncpu = [1, 0]\nio = \"mmap\"");
+        assert_eq!(c.process.workers(), 2);
+        assert_eq!(c.process.worker_cpus(), [Some(1), Some(0)]);
+        assert_eq!(ok("workers = 3").process.worker_cpus(), [None, None, None]);
+        let err = |p: &str| {
+            BoxConfig::parse(&format!("{MIN}[process]\n{p}\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("workers = 2\ncpu = 1");
+        assert!(
+            e.starts_with("process.cpu")
+                && e.contains("1 CPU(s) for 2 worker(s)")
+                && e.contains("cpu = [0, 1]"),
+            "{e}"
+        );
+        assert!(err("workers = 2\ncpu = [1, 1]").contains("CPU 1 is given twice"));
+        assert!(err("workers = 0").starts_with("process.workers: must be 1..=64"));
+        assert!(err("workers = 65").starts_with("process.workers"));
+        let tun = MIN.replace("[interfaces]", "[interfaces]\nkind = \"tun\"");
+        let e = BoxConfig::parse(&format!("{tun}[process]\nworkers = 2\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("process.workers") && e.contains("packet"),
+            "{e}"
+        );
+        let e = BoxConfig::parse(&format!(
+            "{MIN}[capture]\nto_a = \"/tmp/x.pcap\"\n[process]\nworkers = 2\n"
+        ))
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("captures need workers = 1"), "{e}");
+        let e = BoxConfig::parse(&format!("{MIN}[process]\ncpu = \"one\"\n")).unwrap_err();
+        assert!(e.to_string().contains("process.cpu"), "{e}");
     }
 
     #[test]

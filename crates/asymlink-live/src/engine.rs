@@ -182,6 +182,13 @@ impl Sojourn {
         self.max_ns = self.max_ns.max(ns);
     }
 
+    /// Add `other`'s sojourn times (another worker's) to these.
+    pub fn merge(&mut self, other: &Sojourn) {
+        self.hist.merge(&other.hist);
+        self.sum_ns += other.sum_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
+
     /// JSON summary in milliseconds: count, mean, p50, p90, p99, max (`null` when empty).
     pub fn to_json(&self) -> Value {
         let n = self.hist.len();

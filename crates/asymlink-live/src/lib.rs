@@ -21,6 +21,8 @@
 //! * [`runtime`] — the event loop over an [`runtime::Io`] and a [`clock::Clock`]: real
 //!   devices and the monotonic clock in production, scripted frames and a fake clock in
 //!   tests.
+//! * [`workers`] — several forwarding threads: one complete event loop each, frames spread
+//!   by the kernel's fanout on the subscriber's address, stats merged.
 //! * [`sys`] — AF_PACKET, TUN, `ppoll`, `signalfd`, privilege dropping (the crate's only
 //!   `unsafe` code).
 //! * [`stats`], [`server`], [`capture`] — counters, the JSON and Prometheus endpoints,
@@ -40,6 +42,7 @@ pub mod runtime;
 pub mod server;
 pub mod stats;
 pub mod sys;
+pub mod workers;
 
 pub use config::BoxConfig;
 pub use engine::Engine;

@@ -16,16 +16,18 @@
 use crate::capture::Capture;
 use crate::clock::{Clock, FakeClock};
 use crate::config::BoxConfig;
-use crate::engine::Engine;
+use crate::engine::{Engine, Sojourn};
 use crate::packet::{LinkType, LivePacket};
-use crate::stats::{prometheus, Published};
+use crate::stats::{prometheus, Histogram, Published};
 use crate::sys::{self, Device, Signal};
 use asymlink_core::pipeline::Dir;
 use asymlink_core::time::Instant;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What an event loop talks to.
@@ -62,6 +64,11 @@ pub trait Io {
     fn realtime_ns(&self) -> Option<u64> {
         None
     }
+    /// The configuration a reload applies, when someone else has read and checked it (a
+    /// worker's supervisor); `None`: the loop reads its configuration file.
+    fn reload_config(&mut self) -> Option<BoxConfig> {
+        None
+    }
 }
 
 /// What [`EventLoop::step`] decided.
@@ -96,6 +103,7 @@ pub struct EventLoop<C: Clock, I: Io> {
     rx_drops: [u64; 2],
     readable: [bool; 2],
     log: Box<dyn FnMut(&str)>,
+    share: Option<Arc<WorkerControl>>,
 }
 
 /// Side index of the device a direction sends on (`ToB` leaves through side b).
@@ -139,6 +147,7 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             rx_drops: [0, 0],
             readable: [true, true],
             log: Box::new(|m| eprintln!("asymlink-box: {m}")),
+            share: None,
         })
     }
 
@@ -160,6 +169,12 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
     /// Replace the log sink (tests).
     pub fn set_log(&mut self, f: Box<dyn FnMut(&str)>) {
         self.log = f;
+    }
+
+    /// Also hand every published snapshot (and the latency histogram) to a worker's
+    /// supervisor, which merges the workers' numbers.
+    pub fn set_share(&mut self, c: Arc<WorkerControl>) {
+        self.share = Some(c);
     }
 
     /// The shared snapshot the endpoints serve.
@@ -280,19 +295,21 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             (self.log)("SIGHUP ignored: no configuration file");
             return;
         };
-        let result = BoxConfig::load(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|new| {
-                if let Some(k) = self.cfg.restart_needed_for(&new) {
-                    return Err(format!(
-                        "[{k}] changed: devices, captures, stats endpoints and privileges are \
+        let loaded = match self.io.reload_config() {
+            Some(c) => Ok(c),
+            None => BoxConfig::load(&path).map_err(|e| e.to_string()),
+        };
+        let result = loaded.and_then(|new| {
+            if let Some(k) = self.cfg.restart_needed_for(&new) {
+                return Err(format!(
+                    "[{k}] changed: devices, captures, stats endpoints and privileges are \
                      fixed while the box runs; restart it to change them"
-                    ));
-                }
-                let moved = self.engine.reload(now, &new).map_err(|e| e.to_string())?;
-                self.cfg = new;
-                Ok(moved)
-            });
+                ));
+            }
+            let moved = self.engine.reload(now, &new).map_err(|e| e.to_string())?;
+            self.cfg = new;
+            Ok(moved)
+        });
         match result {
             Ok(moved) => {
                 self.last_reload_error = None;
@@ -359,6 +376,16 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         let snap = self.snapshot(now);
         let text = serde_json::to_string(&snap).unwrap_or_default();
         self.published.set(text, prometheus(&snap));
+        if let Some(c) = &self.share {
+            let w = WorkerStats {
+                latency: self.engine.latency().clone(),
+                sojourn: [Dir::ToB, Dir::ToA].map(|d| self.engine.sojourn(d).clone()),
+                snapshot: snap,
+            };
+            if let Ok(mut g) = c.snapshot.lock() {
+                *g = Some(w);
+            }
+        }
     }
 
     fn write_stats_file(&mut self) {
@@ -404,11 +431,70 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
 /// How soon a transmit ring retries frames its driver could not take.
 const RETRY: Duration = Duration::from_micros(50);
 
+/// What wakes a loop besides its devices: signals (a single loop), or its supervisor (a
+/// worker).
+enum Wake {
+    Signals(nix::sys::signalfd::SignalFd),
+    Control(Arc<WorkerControl>),
+}
+
+/// What a worker's supervisor and the worker share: commands (reload, exit) with the
+/// configuration to reload to, and the worker's latest snapshot. Touched at reloads and
+/// at each stats publication, never per packet.
+pub struct WorkerControl {
+    notify: sys::Notify,
+    signals: Mutex<Vec<Signal>>,
+    config: Mutex<Option<BoxConfig>>,
+    /// The worker's latest snapshot and the distributions behind its percentiles.
+    pub snapshot: Mutex<Option<WorkerStats>>,
+}
+
+/// One worker's published numbers: the JSON snapshot, and the histograms its percentiles
+/// come from (percentiles of the whole box are those of the merged histograms).
+#[derive(Clone, Debug)]
+pub struct WorkerStats {
+    /// The snapshot.
+    pub snapshot: Value,
+    /// Added latency.
+    pub latency: Histogram,
+    /// Sojourn times, `[to_b, to_a]`.
+    pub sojourn: [Sojourn; 2],
+}
+
+impl WorkerControl {
+    /// A control block with its own wake-up.
+    pub fn new() -> io::Result<WorkerControl> {
+        Ok(WorkerControl {
+            notify: sys::Notify::new()?,
+            signals: Mutex::new(Vec::new()),
+            config: Mutex::new(None),
+            snapshot: Mutex::new(None),
+        })
+    }
+    /// Ask the worker to reload to `cfg` (already validated).
+    pub fn reload(&self, cfg: &BoxConfig) {
+        if let Ok(mut g) = self.config.lock() {
+            *g = Some(cfg.clone());
+        }
+        self.send(Signal::Reload);
+    }
+    /// Ask the worker to exit.
+    pub fn exit(&self) {
+        self.send(Signal::Exit);
+    }
+    fn send(&self, s: Signal) {
+        if let Ok(mut g) = self.signals.lock() {
+            g.push(s);
+        }
+        self.notify.wake();
+    }
+}
+
 /// Real devices.
 pub struct SysIo {
     devs: [Device; 2],
     batch: sys::Batch,
-    sig: nix::sys::signalfd::SignalFd,
+    wake: Wake,
 }
 
 impl SysIo {
@@ -438,8 +524,42 @@ impl SysIo {
         Ok(SysIo {
             devs: [a, b],
             batch: sys::Batch::new(cfg.interfaces.batch.unwrap_or(64)),
-            sig,
+            wake: Wake::Signals(sig),
         })
+    }
+
+    /// The devices of `controls.len()` workers: on each side one fanout group whose
+    /// member `k` is worker `k`'s socket (see [`sys::open_group`]). Signals are not
+    /// touched: the caller blocks them and reads them ([`sys::signal_fd`]).
+    pub fn open_workers(
+        cfg: &BoxConfig,
+        controls: &[Arc<WorkerControl>],
+    ) -> io::Result<Vec<SysIo>> {
+        let n = controls.len();
+        let mmap = cfg.process.io == crate::config::IoMode::Mmap;
+        let mut groups = Vec::new();
+        for (k, name, side) in [
+            ("a", &cfg.interfaces.a, sys::HashSide::A),
+            ("b", &cfg.interfaces.b, sys::HashSide::B),
+        ] {
+            groups.push(
+                sys::open_group(name, mmap, n, side).map_err(|e| {
+                    io::Error::new(e.kind(), format!("interfaces.{k} '{name}': {e}"))
+                })?,
+            );
+        }
+        let b = groups.pop().expect("two sides");
+        let a = groups.pop().expect("two sides");
+        sys::set_timer_slack_ns(1);
+        Ok(a.into_iter()
+            .zip(b)
+            .zip(controls)
+            .map(|((a, b), c)| SysIo {
+                devs: [a, b],
+                batch: sys::Batch::new(cfg.interfaces.batch.unwrap_or(64)),
+                wake: Wake::Control(c.clone()),
+            })
+            .collect())
     }
 }
 
@@ -476,11 +596,29 @@ impl Io for SysIo {
         } else {
             timeout
         };
-        let r = sys::poll(&self.devs, &self.sig, want_write, timeout)?;
+        let fd = match &self.wake {
+            Wake::Signals(s) => s.as_fd(),
+            Wake::Control(c) => c.notify.as_fd(),
+        };
+        let r = sys::poll(&self.devs, fd, want_write, timeout)?;
         Ok(r.readable)
     }
     fn take_signals(&mut self, out: &mut Vec<Signal>) {
-        sys::read_signals(&self.sig, out);
+        match &self.wake {
+            Wake::Signals(s) => sys::read_signals(s, out),
+            Wake::Control(c) => {
+                c.notify.clear();
+                if let Ok(mut g) = c.signals.lock() {
+                    out.append(&mut g);
+                }
+            }
+        }
+    }
+    fn reload_config(&mut self) -> Option<BoxConfig> {
+        match &self.wake {
+            Wake::Control(c) => c.config.lock().ok().and_then(|g| g.clone()),
+            Wake::Signals(_) => None,
+        }
     }
     fn realtime_ns(&self) -> Option<u64> {
         Some(sys::realtime_ns())

@@ -190,7 +190,7 @@ impl Device {
 /// An AF_PACKET socket bound to `ifname`, promiscuous, ignoring its own output, bypassing
 /// the qdisc, with receive timestamps. `setup` runs before `bind` (ring set-up must come
 /// before the socket receives anything).
-type Setup<'a> = &'a dyn Fn(RawFd) -> io::Result<()>;
+pub type Setup<'a> = &'a dyn Fn(RawFd) -> io::Result<()>;
 
 fn packet_socket(ifname: &str, setup: Option<Setup<'_>>) -> io::Result<OwnedFd> {
     let ifindex = if_index(ifname)?;
@@ -408,6 +408,11 @@ impl Rings {
 
     /// Open the socket on `ifname` and map its rings.
     pub fn open(ifname: &str) -> io::Result<Rings> {
+        Rings::open_with(ifname, &|_| Ok(()))
+    }
+
+    /// As [`Rings::open`], running `extra` on the socket before it is bound.
+    pub fn open_with(ifname: &str, extra: Setup<'_>) -> io::Result<Rings> {
         let mtu = if_mtu(ifname)?;
         // Room for the ring header (80 bytes before the MAC header on receive, 42 before
         // the frame on transmit), two VLAN tags and the Ethernet header.
@@ -422,6 +427,7 @@ impl Rings {
             ]
         };
         let setup = |fd: RawFd| -> io::Result<()> {
+            extra(fd)?;
             setsockopt_int(fd, libc::SOL_PACKET, PACKET_VERSION, TPACKET_V2)?;
             setsockopt_int(fd, libc::SOL_PACKET, PACKET_VNET_HDR, 1)?;
             setsockopt_int(fd, libc::SOL_PACKET, PACKET_LOSS, 1)?;
@@ -736,6 +742,11 @@ pub struct Batch {
     ctrl: Vec<[u64; 16]>,
 }
 
+// SAFETY: the raw pointers inside `msgs`/`iovs` are set at the start of every call to
+// point into `self`'s own buffers or the call's arguments and are not used after it;
+// moving the value to another thread (a worker) carries no borrowed memory along.
+unsafe impl Send for Batch {}
+
 /// One received frame.
 pub struct Rx<'a> {
     /// The bytes (valid until the next receive).
@@ -1020,7 +1031,7 @@ pub struct Ready {
 /// arrives, or `timeout` passes (`None`: forever). Nanosecond resolution (`ppoll`).
 pub fn poll(
     devs: &[Device; 2],
-    sig: &SignalFd,
+    sig: BorrowedFd<'_>,
     want_write: [bool; 2],
     timeout: Option<Duration>,
 ) -> io::Result<Ready> {
@@ -1031,7 +1042,7 @@ pub fn poll(
     let mut fds = [
         PollFd::new(devs[0].as_fd(), events(want_write[0])),
         PollFd::new(devs[1].as_fd(), events(want_write[1])),
-        PollFd::new(sig.as_fd(), PollFlags::POLLIN),
+        PollFd::new(sig, PollFlags::POLLIN),
     ];
     let mut ready = Ready::default();
     // A null sigmask keeps the current mask.
@@ -1177,10 +1188,429 @@ pub fn set_realtime(priority: u8) -> io::Result<()> {
     cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) }).map(|_| ())
 }
 
+/// Wait until `fd` is readable or `timeout` passes.
+pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    match ppoll(&mut fds, Some(TimeSpec::from_duration(timeout)), None) {
+        Ok(n) => Ok(n > 0),
+        Err(Errno::EINTR) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Run the calling thread under the ordinary scheduler again (giving up `SCHED_FIFO`
+/// needs no privilege).
+pub fn set_normal_scheduling() -> io::Result<()> {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain syscall with a valid sched_param.
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) }).map(|_| ())
+}
+
 /// Pin the calling thread to CPU `cpu`.
 pub fn set_affinity(cpu: usize) -> io::Result<()> {
     let mut set = CpuSet::new();
     set.set(cpu)
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     Ok(sched_setaffinity(Pid::from_raw(0), &set)?)
+}
+
+// ---------------------------------------------------------------------------------------
+// Worker threads: fanout groups and the subscriber hash.
+
+const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_FANOUT_DATA: libc::c_int = 22;
+const PACKET_FANOUT_CBPF: u32 = 6;
+const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
+const PACKET_FANOUT_FLAG_IGNORE_OUTGOING: u32 = 0x4000;
+
+/// One classic-BPF instruction (`struct sock_filter`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockFilter {
+    /// Opcode.
+    pub code: u16,
+    /// Jump offset if true.
+    pub jt: u8,
+    /// Jump offset if false.
+    pub jf: u8,
+    /// Constant.
+    pub k: u32,
+}
+
+/// `struct sock_fprog`.
+#[repr(C)]
+struct SockFprog {
+    len: libc::c_ushort,
+    filter: *const SockFilter,
+}
+
+/// Classic BPF opcodes used by the programs below (linux/filter.h).
+pub mod bpf {
+    /// `BPF_LD | BPF_W | BPF_ABS`: A = 32-bit word at k (network order).
+    pub const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS
+    /// `BPF_ALU | BPF_MUL | BPF_K`.
+    pub const MUL_K: u16 = 0x04 | 0x20;
+    /// `BPF_ALU | BPF_RSH | BPF_K`.
+    pub const RSH_K: u16 = 0x04 | 0x70;
+    /// `BPF_ALU | BPF_AND | BPF_K`.
+    pub const AND_K: u16 = 0x04 | 0x50;
+    /// `BPF_ALU | BPF_XOR | BPF_X`.
+    pub const XOR_X: u16 = 0x04 | 0xa0 | 0x08;
+    /// `BPF_JMP | BPF_JEQ | BPF_K`.
+    pub const JEQ_K: u16 = 0x05 | 0x10;
+    /// `BPF_RET | BPF_A`.
+    pub const RET_A: u16 = 0x06 | 0x10;
+    /// `BPF_RET | BPF_K`.
+    pub const RET_K: u16 = 0x06;
+    /// `BPF_MISC | BPF_TAX`: X = A.
+    pub const TAX: u16 = 0x07;
+    /// `SKF_AD_OFF + SKF_AD_PROTOCOL`: the frame's EtherType (after a VLAN tag the
+    /// kernel took off), in host order.
+    pub const AD_PROTOCOL: u32 = (-0x1000i32) as u32;
+    /// `SKF_NET_OFF`: loads relative to the network header.
+    pub const NET_OFF: i32 = -0x0010_0000;
+}
+
+/// The multiplier of the subscriber hash (2^32 / golden ratio, odd).
+pub const HASH_MUL: u32 = 0x9e37_79b1;
+/// The part of an IPv6 address that names a subscriber in the hash: the first 56 bits
+/// (a /56 delegation and every /64 in it meet on one worker). IPv4: the whole address.
+pub const HASH_V6_MASK: u32 = 0xffff_ff00;
+
+/// Which address of a frame names its subscriber: the source for frames received on
+/// side a (the subscribers' side), the destination for frames received on side b.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HashSide {
+    /// Side a: hash the source address.
+    A,
+    /// Side b: hash the destination address.
+    B,
+}
+
+/// The fanout program of one side: the same hash of the subscriber's address on both
+/// sides, so that both directions of a subscriber's traffic meet on one worker. The
+/// kernel takes the result modulo the number of workers. IPv4: `(addr × M) >> 16`; IPv6:
+/// `((w0 × M) ^ (w1 & HASH_V6_MASK)) × M >> 16` over the first 56 bits; anything else
+/// (ARP, a frame too short to hold the address) goes to worker 0.
+pub fn fanout_program(side: HashSide) -> Vec<SockFilter> {
+    use bpf::*;
+    let (v4, v6) = match side {
+        HashSide::A => (12, 8),  // IPv4 / IPv6 source address
+        HashSide::B => (16, 24), // destination address
+    };
+    let net = |off: i32| (NET_OFF + off) as u32;
+    let i = |code, k| SockFilter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let j = |k, jt, jf| SockFilter {
+        code: JEQ_K,
+        jt,
+        jf,
+        k,
+    };
+    vec![
+        /* 0 */ i(LD_W_ABS, AD_PROTOCOL),
+        /* 1 */ j(0x0800, 0, 4), // IPv4: 2, else 6
+        /* 2 */ i(LD_W_ABS, net(v4)),
+        /* 3 */ i(MUL_K, HASH_MUL),
+        /* 4 */ i(RSH_K, 16),
+        /* 5 */ i(RET_A, 0),
+        /* 6 */ j(0x86dd, 0, 9), // IPv6: 7, else 16
+        /* 7 */ i(LD_W_ABS, net(v6)),
+        /* 8 */ i(MUL_K, HASH_MUL),
+        /* 9 */ i(TAX, 0),
+        /* 10 */ i(LD_W_ABS, net(v6 + 4)),
+        /* 11 */ i(AND_K, HASH_V6_MASK),
+        /* 12 */ i(XOR_X, 0),
+        /* 13 */ i(MUL_K, HASH_MUL),
+        /* 14 */ i(RSH_K, 16),
+        /* 15 */ i(RET_A, 0),
+        /* 16 */ i(RET_K, 0),
+    ]
+}
+
+/// The fanout program's hash of a subscriber's address, in Rust: the worker of a
+/// subscriber is `subscriber_hash(addr) % workers` (tests and tools use it to predict
+/// where a subscriber's traffic goes).
+pub fn subscriber_hash(addr: std::net::IpAddr) -> u32 {
+    match addr {
+        std::net::IpAddr::V4(a) => u32::from(a).wrapping_mul(HASH_MUL) >> 16,
+        std::net::IpAddr::V6(a) => {
+            let o = a.octets();
+            let w = |i: usize| u32::from_be_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            ((w(0).wrapping_mul(HASH_MUL) ^ (w(4) & HASH_V6_MASK)).wrapping_mul(HASH_MUL)) >> 16
+        }
+    }
+}
+
+fn attach_filter(
+    fd: RawFd,
+    prog: &[SockFilter],
+    level: libc::c_int,
+    opt: libc::c_int,
+) -> io::Result<()> {
+    let fp = SockFprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_ptr(),
+    };
+    // SAFETY: `fp` points at `prog`, both alive for the call; the kernel copies the program.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            &fp as *const SockFprog as *const libc::c_void,
+            std::mem::size_of::<SockFprog>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// Join `fd` to a `PACKET_FANOUT_CBPF` group: a new one with a kernel-chosen id when `id`
+/// is `None` (the program is attached to it), else group `id`. Returns the group's id.
+/// Frames a member sends are not delivered back to the group
+/// (`PACKET_FANOUT_FLAG_IGNORE_OUTGOING`, where the kernel has it).
+fn join_fanout(fd: RawFd, id: Option<u16>, prog: &[SockFilter]) -> io::Result<u16> {
+    let join = |flags: u32| {
+        let arg = match id {
+            None => ((PACKET_FANOUT_CBPF | flags | PACKET_FANOUT_FLAG_UNIQUEID) << 16) as i32,
+            Some(id) => (((PACKET_FANOUT_CBPF | flags) << 16) | id as u32) as i32,
+        };
+        setsockopt_int(fd, libc::SOL_PACKET, PACKET_FANOUT, arg)
+    };
+    if let Err(e) = join(PACKET_FANOUT_FLAG_IGNORE_OUTGOING) {
+        // Kernels before 6.8 do not know the flag (the box's own frames are skipped by the
+        // group anyway: the kernel never delivers a frame to the group that sent it).
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(e);
+        }
+        join(0)?;
+    }
+    let mut v: u32 = 0;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: PACKET_FANOUT reads back one u32 (id | type << 16 | flags << 24).
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            PACKET_FANOUT,
+            &mut v as *mut u32 as *mut libc::c_void,
+            &mut len,
+        )
+    })?;
+    let gid = (v & 0xffff) as u16;
+    if id.is_none() {
+        attach_filter(fd, prog, libc::SOL_PACKET, PACKET_FANOUT_DATA)?;
+    }
+    Ok(gid)
+}
+
+/// A socket filter that accepts nothing: set on each member before it is bound, so that
+/// no frame reaches it on its own before the whole group is formed (it would otherwise
+/// get a copy of every frame while bound and not yet in the group); removed when the
+/// group is complete.
+const DROP_ALL: [SockFilter; 1] = [SockFilter {
+    code: bpf::RET_K,
+    jt: 0,
+    jf: 0,
+    k: 0,
+}];
+
+/// Open `n` devices on `ifname` (`mmap`: with rings) spread by one fanout group whose
+/// program hashes the subscriber's address of `side`. Device `k` is member `k` of the
+/// group: opened in the same order on both sides, a subscriber's frames of both
+/// directions go to the devices of the same index.
+pub fn open_group(ifname: &str, mmap: bool, n: usize, side: HashSide) -> io::Result<Vec<Device>> {
+    let prog = fanout_program(side);
+    let quiet = |fd: RawFd| attach_filter(fd, &DROP_ALL, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER);
+    let mut devs = Vec::with_capacity(n);
+    let mut gid = None;
+    for _ in 0..n {
+        let dev = if mmap {
+            Device::Mmap(Box::new(Rings::open_with(ifname, &quiet)?))
+        } else {
+            Device::Packet(packet_socket(ifname, Some(&quiet))?)
+        };
+        gid = Some(join_fanout(dev.as_fd().as_raw_fd(), gid, &prog)?);
+        devs.push(dev);
+    }
+    for d in &devs {
+        let fd = d.as_fd().as_raw_fd();
+        // The option takes no value, but the kernel wants an int-sized one.
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0)?;
+    }
+    Ok(devs)
+}
+
+/// A wake-up another thread can trigger (an `eventfd`), for a worker's event loop.
+#[derive(Debug)]
+pub struct Notify(OwnedFd);
+
+impl Notify {
+    /// A fresh, non-blocking eventfd.
+    pub fn new() -> io::Result<Notify> {
+        // SAFETY: plain syscall; the fd is owned right after.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: fresh fd, owned by nobody else.
+        Ok(Notify(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+    /// Wake the waiting side.
+    pub fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an eventfd write takes 8 bytes from a buffer valid for the call.
+        unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr() as *const libc::c_void, 8) };
+    }
+    /// Consume pending wake-ups.
+    pub fn clear(&self) {
+        let mut b = [0u8; 8];
+        // SAFETY: an eventfd read fills 8 bytes of a buffer valid for the call.
+        unsafe { libc::read(self.0.as_raw_fd(), b.as_mut_ptr() as *mut libc::c_void, 8) };
+    }
+    /// The fd, for `poll`.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod fanout_tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    /// A classic-BPF interpreter for the instructions the fanout program uses, with the
+    /// kernel's semantics: 32-bit arithmetic, big-endian loads, a load outside the
+    /// packet ends the program with 0; `SKF_AD_PROTOCOL` is `proto`, `SKF_NET_OFF + k`
+    /// byte `k` of `net` (the packet from its network header). Any other instruction
+    /// fails the test.
+    fn run(prog: &[SockFilter], proto: u16, net: &[u8]) -> u32 {
+        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+        loop {
+            let f = prog[pc];
+            pc += 1;
+            match f.code {
+                bpf::LD_W_ABS if f.k == bpf::AD_PROTOCOL => a = proto as u32,
+                bpf::LD_W_ABS => {
+                    let off = (f.k as i32 - bpf::NET_OFF) as usize;
+                    assert!((f.k as i32) >= bpf::NET_OFF, "only network-relative loads");
+                    let Some(b) = net.get(off..off + 4) else {
+                        return 0;
+                    };
+                    a = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+                }
+                bpf::MUL_K => a = a.wrapping_mul(f.k),
+                bpf::RSH_K => a >>= f.k,
+                bpf::AND_K => a &= f.k,
+                bpf::XOR_X => a ^= x,
+                bpf::TAX => x = a,
+                bpf::JEQ_K => pc += if a == f.k { f.jt } else { f.jf } as usize,
+                bpf::RET_A => return a,
+                bpf::RET_K => return f.k,
+                c => panic!("instruction {c:#x} not interpreted"),
+            }
+        }
+    }
+
+    fn v4(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+        let mut h = vec![0u8; 40];
+        h[0] = 0x45;
+        h[9] = 6;
+        h[12..16].copy_from_slice(&src.octets());
+        h[16..20].copy_from_slice(&dst.octets());
+        h
+    }
+
+    fn v6(src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
+        let mut h = vec![0u8; 60];
+        h[0] = 0x60;
+        h[6] = 6;
+        h[8..24].copy_from_slice(&src.octets());
+        h[24..40].copy_from_slice(&dst.octets());
+        h
+    }
+
+    /// A small deterministic generator for addresses.
+    fn next(s: &mut u64) -> u64 {
+        *s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *s >> 16
+    }
+
+    #[test]
+    fn both_directions_of_a_subscriber_hash_alike() {
+        let (pa, pb) = (fanout_program(HashSide::A), fanout_program(HashSide::B));
+        let mut s = 7u64;
+        for _ in 0..2000 {
+            let sub = Ipv4Addr::from(next(&mut s) as u32);
+            let far = Ipv4Addr::from(next(&mut s) as u32);
+            let up = run(&pa, 0x0800, &v4(sub, far));
+            let down = run(&pb, 0x0800, &v4(far, sub));
+            assert_eq!(up, down, "{sub} <-> {far}");
+            assert_eq!(up, subscriber_hash(IpAddr::V4(sub)));
+            let sub6 = Ipv6Addr::from(((next(&mut s) as u128) << 80) | next(&mut s) as u128);
+            let far6 = Ipv6Addr::from(((next(&mut s) as u128) << 64) | next(&mut s) as u128);
+            let up = run(&pa, 0x86dd, &v6(sub6, far6));
+            assert_eq!(up, run(&pb, 0x86dd, &v6(far6, sub6)), "{sub6} <-> {far6}");
+            assert_eq!(up, subscriber_hash(IpAddr::V6(sub6)));
+        }
+    }
+
+    #[test]
+    fn a_subscribers_ipv6_hosts_share_a_worker_and_subscribers_spread() {
+        let pa = fanout_program(HashSide::A);
+        let far = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+        // Every host and /64 inside one /56 hashes alike.
+        let base: u128 = 0x2001_0db8_1234_5600 << 64;
+        let h0 = run(&pa, 0x86dd, &v6(Ipv6Addr::from(base | 1), far));
+        for host in [2u128, 0xffff, 0x1234_5678_9abc_def0, (0xff << 64) | 7] {
+            assert_eq!(run(&pa, 0x86dd, &v6(Ipv6Addr::from(base | host), far)), h0);
+        }
+        // 1000 consecutive IPv4 subscribers and 1000 consecutive /56s spread evenly.
+        for n in [2u32, 3, 4] {
+            let mut per = vec![0u32; n as usize];
+            let mut per6 = vec![0u32; n as usize];
+            for k in 0..1000u32 {
+                let sub = Ipv4Addr::from(0x0a00_0000 + k);
+                per[(run(&pa, 0x0800, &v4(sub, Ipv4Addr::new(192, 0, 2, 1))) % n) as usize] += 1;
+                let sub6 = Ipv6Addr::from(base + ((k as u128) << 72) + 1);
+                per6[(run(&pa, 0x86dd, &v6(sub6, far)) % n) as usize] += 1;
+            }
+            for c in per.iter().chain(&per6) {
+                let share = *c as f64 / 1000.0;
+                assert!(
+                    (share - 1.0 / n as f64).abs() < 0.05,
+                    "{n} workers: {per:?} {per6:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn known_hash_values() {
+        // The lab's benchmark predicts placements with a Python copy of the hash
+        // (asymlink.lab.bench.subscriber_worker); its test checks the same two values.
+        assert_eq!(
+            subscriber_hash(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1))),
+            4777
+        );
+        assert_eq!(
+            subscriber_hash(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 14))),
+            7034
+        );
+    }
+
+    #[test]
+    fn other_frames_go_to_the_first_worker() {
+        let pa = fanout_program(HashSide::A);
+        let pb = fanout_program(HashSide::B);
+        let arp = vec![0u8; 28];
+        assert_eq!(run(&pa, 0x0806, &arp), 0);
+        assert_eq!(run(&pb, 0x0806, &arp), 0);
+        // Too short to hold the address: the kernel's load fails and the program gives 0.
+        assert_eq!(run(&pb, 0x0800, &[0x45; 18]), 0);
+        assert_eq!(run(&pa, 0x86dd, &[0x60; 12]), 0);
+    }
 }

@@ -1,0 +1,397 @@
+//! Two workers on real interfaces (root only; skipped otherwise): namespaces and veth
+//! pairs of our own, removed afterwards.
+//!
+//! ```text
+//!  ns C: c0 (two subscribers) ══ ra ─┐ ns R: asymlink-box, workers = 2 ┌─ rb ══ s0 (echo) :ns S
+//!                                    └─────────────────────────────────┘
+//! ```
+//!
+//! Each subscriber sends numbered UDP datagrams to an echo server. The subscribers'
+//! addresses are chosen so that the fanout hash puts them on different workers
+//! ([`sys::subscriber_hash`]); the test checks that each worker forwarded its subscriber's
+//! datagrams in both directions (the echoes come back through the same worker), and that
+//! no datagram arrived out of order, either way. Socket and memory-mapped I/O.
+
+use asymlink_live::sys::subscriber_hash;
+use nix::sched::{setns, CloneFlags};
+use serde_json::Value;
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PER_SUB: u32 = 400;
+const MAC_C: &str = "02:00:00:77:00:01";
+const MAC_S: &str = "02:00:00:77:00:02";
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip runs");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn in_ns(ns: &str, args: &[&str]) {
+    let mut a = vec!["netns", "exec", ns];
+    a.extend_from_slice(args);
+    ip(&a);
+}
+
+/// Our namespaces; removed (with their veths) when dropped.
+struct Lab {
+    names: [String; 3],
+}
+
+impl Lab {
+    fn c(&self) -> &str {
+        &self.names[0]
+    }
+    fn r(&self) -> &str {
+        &self.names[1]
+    }
+    fn s(&self) -> &str {
+        &self.names[2]
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn skip_reason() -> Option<&'static str> {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        return Some("needs root");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("needs iproute2");
+    }
+    if Command::new("ethtool").arg("--version").output().is_err() {
+        return Some("needs ethtool");
+    }
+    None
+}
+
+fn lab(tag: &str, subs: &[Ipv4Addr]) -> Lab {
+    let p = format!("alw{}{tag}", std::process::id() % 100_000);
+    let lab = Lab {
+        names: [format!("{p}c"), format!("{p}r"), format!("{p}s")],
+    };
+    for n in &lab.names {
+        ip(&["netns", "add", n]);
+    }
+    ip(&[
+        "link",
+        "add",
+        "c0",
+        "address",
+        MAC_C,
+        "netns",
+        lab.c(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "ra",
+        "netns",
+        lab.r(),
+    ]);
+    ip(&[
+        "link",
+        "add",
+        "s0",
+        "address",
+        MAC_S,
+        "netns",
+        lab.s(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "rb",
+        "netns",
+        lab.r(),
+    ]);
+    for n in &lab.names {
+        // No IPv6 neighbour discovery or router solicitations in the counts.
+        in_ns(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+        in_ns(
+            n,
+            &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+        );
+        in_ns(n, &["ip", "link", "set", "lo", "up"]);
+    }
+    for (ns, d) in [
+        (lab.c(), "c0"),
+        (lab.r(), "ra"),
+        (lab.r(), "rb"),
+        (lab.s(), "s0"),
+    ] {
+        in_ns(ns, &["ip", "link", "set", d, "up"]);
+        // Checksums computed by the sender, not left to an offload the frame never
+        // reaches once the box has read it from the wire.
+        in_ns(ns, &["ethtool", "-K", d, "tx", "off"]);
+    }
+    for a in subs {
+        in_ns(
+            lab.c(),
+            &["ip", "addr", "add", &format!("{a}/24"), "dev", "c0"],
+        );
+    }
+    in_ns(
+        lab.s(),
+        &["ip", "addr", "add", "10.77.0.200/24", "dev", "s0"],
+    );
+    // Static neighbours: no address resolution while the datagrams flow (a kernel that
+    // resolves an address while a socket keeps sending may let a later datagram overtake
+    // the ones it queued, which is not the box's doing).
+    let perm = |ns: &str, addr: &str, mac: &str, dev: &str| {
+        in_ns(
+            ns,
+            &[
+                "ip",
+                "neigh",
+                "replace",
+                addr,
+                "lladdr",
+                mac,
+                "nud",
+                "permanent",
+                "dev",
+                dev,
+            ],
+        );
+    };
+    perm(lab.c(), "10.77.0.200", MAC_S, "c0");
+    for a in subs {
+        perm(lab.s(), &a.to_string(), MAC_C, "s0");
+    }
+    lab
+}
+
+fn enter(ns: &str) {
+    let f = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
+    setns(f, CloneFlags::CLONE_NEWNET).expect("setns");
+}
+
+fn start_box(lab: &Lab, dir: &Path, io: &str) -> (Child, PathBuf) {
+    let final_json = dir.join("final.json");
+    let cfg = dir.join("box.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "seed = 1\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
+             [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
+             [process]\nworkers = 2\nio = \"{io}\"\n",
+            final_json.display()
+        ),
+    )
+    .unwrap();
+    let ready = dir.join("ready");
+    let child = Command::new("ip")
+        .args(["netns", "exec", lab.r(), env!("CARGO_BIN_EXE_asymlink-box")])
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("box starts");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&ready).map_or(true, |s| s.trim().is_empty()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the box did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, final_json)
+}
+
+/// Datagrams `[subscriber][seq: u32 BE]` from each subscriber, echoed back. Returns, per
+/// subscriber, the sequence numbers the server got and those that came back, in arrival
+/// order.
+fn traffic(lab: &Lab, subs: &[Ipv4Addr]) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    let server: SocketAddr = "10.77.0.200:9000".parse().unwrap();
+    let s_ns = lab.s().to_string();
+    let n = subs.len();
+    let (up_tx, up_rx) = std::sync::mpsc::channel();
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    let srv = std::thread::spawn(move || {
+        enter(&s_ns);
+        let sock = UdpSocket::bind(server).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        bound_tx.send(()).unwrap();
+        let mut got = vec![Vec::new(); n];
+        let mut buf = [0u8; 64];
+        while let Ok((len, from)) = sock.recv_from(&mut buf) {
+            if len == 5 && (buf[0] as usize) < n {
+                got[buf[0] as usize].push(u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]));
+                let _ = sock.send_to(&buf[..len], from);
+            }
+        }
+        up_tx.send(got).unwrap();
+    });
+    bound_rx.recv().unwrap();
+    let c_ns = lab.c().to_string();
+    let subs = subs.to_vec();
+    let cli = std::thread::spawn(move || {
+        enter(&c_ns);
+        let socks: Vec<UdpSocket> = subs
+            .iter()
+            .map(|a| {
+                let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(*a), 0)).unwrap();
+                s.connect(server).unwrap();
+                s.set_nonblocking(true).unwrap();
+                s
+            })
+            .collect();
+        let mut back = vec![Vec::new(); socks.len()];
+        let mut buf = [0u8; 64];
+        let mut drain = |back: &mut Vec<Vec<u32>>| {
+            for (k, s) in socks.iter().enumerate() {
+                while let Ok(len) = s.recv(&mut buf) {
+                    if len == 5 {
+                        back[k].push(u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]));
+                    }
+                }
+            }
+        };
+        for seq in 0..PER_SUB {
+            for (k, s) in socks.iter().enumerate() {
+                let mut m = [k as u8, 0, 0, 0, 0];
+                m[1..].copy_from_slice(&seq.to_be_bytes());
+                let _ = s.send(&m);
+            }
+            if seq % 16 == 15 {
+                std::thread::sleep(Duration::from_micros(300));
+                drain(&mut back);
+            }
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(400) {
+            drain(&mut back);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        back
+    });
+    let back = cli.join().unwrap();
+    let got = up_rx.recv().unwrap();
+    srv.join().unwrap();
+    (got, back)
+}
+
+fn in_order(v: &[u32]) -> bool {
+    v.windows(2).all(|w| w[0] < w[1])
+}
+
+fn two_workers(io: &str) {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    // One subscriber per worker, as the kernel will place them.
+    let pick = |w: u32| {
+        (1..200u8)
+            .map(|h| Ipv4Addr::new(10, 77, 0, h))
+            .find(|a| subscriber_hash(IpAddr::V4(*a)) % 2 == w)
+            .expect("an address for each worker")
+    };
+    let subs = [pick(0), pick(1)];
+    let lab = lab(if io == "mmap" { "m" } else { "s" }, &subs);
+    let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut child, final_json) = start_box(&lab, &dir, io);
+    let (got, back) = traffic(&lab, &subs);
+    // A reload reaches every worker (the supervisor reads the file once).
+    let cfg = dir.join("box.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{text}[to_b]\nqdisc = {{ kind = \"fifo\", limit = \"500p\" }}\n"),
+    )
+    .unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("the box did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "box exit status {status}");
+    let stats: Value =
+        serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(stats["reloads"], 1, "every worker reloaded once: {stats}");
+    assert_eq!(stats["reload_failures"], 0);
+    let workers = stats["workers"].as_array().expect("per-worker counts");
+    assert_eq!(workers.len(), 2);
+    for (k, sub) in subs.iter().enumerate() {
+        assert!(in_order(&got[k]), "{sub} → server reordered: {:?}", got[k]);
+        assert!(
+            in_order(&back[k]),
+            "echoes to {sub} reordered: {:?}",
+            back[k]
+        );
+        // Most datagrams make it (the kernel may drop a few under load; never reorder).
+        assert!(
+            got[k].len() as u32 > PER_SUB * 8 / 10,
+            "{sub}: {} of {PER_SUB}",
+            got[k].len()
+        );
+        assert!(
+            back[k].len() as u32 > PER_SUB * 7 / 10,
+            "{sub}: {} echoes",
+            back[k].len()
+        );
+        // Worker k carried subscriber k, both ways, and (nearly) nothing else: the other
+        // subscriber's datagrams would double the count.
+        let w = &workers[k];
+        let up = w["received"]["to_b"].as_u64().unwrap();
+        let down = w["received"]["to_a"].as_u64().unwrap();
+        assert!(
+            up >= got[k].len() as u64 && up <= PER_SUB as u64 + 10,
+            "worker {k} received {up} toward b for {sub}: {stats}"
+        );
+        assert!(
+            down >= back[k].len() as u64 && down <= PER_SUB as u64 + 10,
+            "worker {k} received {down} toward a for {sub}: {stats}"
+        );
+    }
+    let total = stats["directions"]["to_b"]["received"].as_u64().unwrap();
+    let per: u64 = workers
+        .iter()
+        .map(|w| w["received"]["to_b"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, per, "the merged counters are the workers' sum");
+}
+
+#[test]
+fn two_workers_socket_io() {
+    two_workers("socket");
+}
+
+#[test]
+fn two_workers_mmap_io() {
+    two_workers("mmap");
+}
