@@ -51,6 +51,7 @@ def test_shipped_scenarios_parse() -> None:
     ({"flows": [{"from": "client", "to": "client"}]}, "flows[0]"),
     ({"flows": [{"from": "client", "to": "server", "start": "5s", "stop": "1s"}]}, "flows[0]"),
     ({"flows": [{"from": "client", "to": "server", "rate": "8mbps"}]}, "flows[0].rate"),
+    ({"flows": [{"from": "client", "to": "server", "cc": "BBR v1"}]}, "flows[0].cc"),
     ({"probes": [{"kind": "traceroute", "from": "client", "to": "server"}]}, "probes[0].kind"),
     ({"box": {"interfaces": {"a": "x"}}}, "box.interfaces"),
     ({"forwarding": "magic"}, "forwarding"),

@@ -56,6 +56,15 @@ def test_simulator_alone_shows_each_pairs_ordering() -> None:
             assert vals[-1] > (1 + 2 * TOLERANCE) * vals[0], (pair.name, k, vals)
 
 
+def test_a_flows_congestion_control_goes_to_the_simulator() -> None:
+    doc = sim_scenario(LabScenario.from_file(scenario_path("bbr-fixed")))
+    (dl,) = [f for f in doc["flows"] if f["name"] == "download"]
+    assert dl["tcp"] == {"profile": "linux", "cc": "bbr"}
+    doc = sim_scenario(LabScenario.from_file(scenario_path("bbr-ackfilter-on")))
+    (dl,) = [f for f in doc["flows"] if f["name"] == "download"]
+    assert dl["tcp"] == {"profile": "linux", "rcvbuf": "65536B", "cc": "bbr"}
+
+
 def test_kernel_commands_and_paced_flows_are_refused() -> None:
     sc = LabScenario.from_file(scenario_path("adsl-problem"))
     sc.forwarding = "kernel"

@@ -302,8 +302,10 @@ def bench_group() -> None:
               help=f"Bottleneck rate in bit/s (default: {_BENCH_STANDARD['bottleneck_bps']:g}).")
 @click.option("--scaling", is_flag=True,
               help="Run the scaling series N = 10, 100, 1000, 10000 (N x 10 Mbit/s).")
+@click.option("--cc", type=click.Choice(["new_reno", "cubic", "bbr"]), default=None,
+              help="Congestion control of the flows (default: new_reno; bbr paces).")
 def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
-                  bottleneck_bps: int | None, scaling: bool) -> None:
+                  bottleneck_bps: int | None, scaling: bool, cc: str | None) -> None:
     """Time the simulator on the fixed dumbbell: packet-hops and events per wall second."""
     from asymlink import bench
 
@@ -324,7 +326,7 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
         spec["duration_s"] = duration
     if bottleneck_bps is not None:
         spec["bottleneck_bps"] = bottleneck_bps
-    result = bench.run_sim(**spec)  # type: ignore[arg-type]
+    result = bench.run_sim(**spec, cc=cc or "")  # type: ignore[arg-type]
     if as_json:
         click.echo(json.dumps(result))
         return
