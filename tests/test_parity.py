@@ -141,9 +141,12 @@ def test_simulator_and_lab_agree(lab: Lab, name: str, tmp_path: Path) -> None:
     print(res.output)
     (outcome,) = json.loads((tmp_path / "parity.json").read_text())
     assert outcome["pair"] == name
-    # Real Linux TCP ran (not the machine's default, which may be BBR).
+    # Real Linux TCP ran with the congestion control each flow asks for (default CUBIC,
+    # not the machine's default, which may be BBR).
     for arm in PAIRS[name].arms:
-        assert set(outcome["tcp_congestion_control"][arm].values()) == {"cubic"}
+        sc = LabScenario.from_file(scenario_path(arm))
+        assert outcome["tcp_congestion_control"][arm] == {f.name: f.cc or "cubic"
+                                                          for f in sc.flows}
     assert all(o["same"] for o in outcome["ordering"]), res.output
     assert all(r["within"] for r in outcome["rows"]), res.output
     assert outcome["ok"] and res.exit_code == 0, res.output

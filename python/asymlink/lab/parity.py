@@ -273,13 +273,21 @@ PAIRS: dict[str, Pair] = {
         "a download clocked by ACKs over a 100 kbit/s reverse link, without and with "
         "classic ACK filtering"),
     "bbr": Pair(
-        "bbr", ("bbr-fixed", "bbr-ackfilter-off", "bbr-ackfilter-on"),
+        "bbr", ("bbr-ackfilter-off", "bbr-ackfilter-on"),
         ("throughput_mbps_in.steady.download",
          "echo_latency_ms_in.steady.typing.p50",
          "echo_latency_ms_in.steady.typing.p90"),
+        ("throughput_mbps_in.steady.download",
+         "echo_latency_ms_in.steady.typing.p50"),
+        "a BBR download (Linux tcp_bbr / the simulator's BBR) over a 100 kbit/s reverse "
+        "link without and with ACK filtering"),
+    # The echo behind the download is not compared on the fixed bottleneck: Linux's BBR
+    # keeps about 55 ms of the FIFO filled, the simulator's about 5 ms (docs/tcp.md).
+    "bbr-fixed": Pair(
+        "bbr-fixed", ("bbr-fixed",),
         ("throughput_mbps_in.steady.download",),
-        "a BBR download (Linux tcp_bbr / the simulator's BBR) over a fixed 10 Mbit/s "
-        "bottleneck, and over a 100 kbit/s reverse link without and with ACK filtering"),
+        (),
+        "a BBR download over a fixed 10 Mbit/s, 40 ms bottleneck with a 100-packet FIFO"),
 }
 
 
