@@ -16,7 +16,13 @@ from click.testing import CliRunner
 
 from asymlink.cli import cli
 from asymlink.lab import Lab, LabError, LabScenario, run_scenario
-from asymlink.lab.bench import scenario_path, shipped_scenarios
+from asymlink.lab.bench import (
+    one_client_per_worker,
+    scenario_path,
+    shipped_scenarios,
+    subscriber_worker,
+)
+from asymlink.lab.netns import client_addr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,6 +51,7 @@ def test_shipped_scenarios_parse() -> None:
     ({"flows": [{"from": "client", "to": "client"}]}, "flows[0]"),
     ({"flows": [{"from": "client", "to": "server", "start": "5s", "stop": "1s"}]}, "flows[0]"),
     ({"flows": [{"from": "client", "to": "server", "rate": "8mbps"}]}, "flows[0].rate"),
+    ({"flows": [{"from": "client", "to": "server", "cc": "BBR v1"}]}, "flows[0].cc"),
     ({"probes": [{"kind": "traceroute", "from": "client", "to": "server"}]}, "probes[0].kind"),
     ({"box": {"interfaces": {"a": "x"}}}, "box.interfaces"),
     ({"forwarding": "magic"}, "forwarding"),
@@ -57,6 +64,18 @@ def test_scenario_errors_name_the_key(doc: dict, needle: str) -> None:
 def test_unknown_shipped_name() -> None:
     with pytest.raises(LabError, match="quick"):
         scenario_path("no-such-scenario")
+
+
+def test_bench_puts_one_client_on_each_worker() -> None:
+    # The same hash as the box's fanout program (asymlink_live::sys::subscriber_hash,
+    # whose test checks the same values): 4777 and 7034.
+    assert subscriber_worker("198.18.0.1", 65536) == 4777
+    assert subscriber_worker("198.18.0.14", 65536) == 7034
+    for n in (1, 2, 3):
+        roles = one_client_per_worker(n)
+        assert len(set(roles)) == n
+        addrs = [client_addr(1 if r == "client" else int(r[6:])) for r in roles]
+        assert [subscriber_worker(a, n) for a in addrs] == list(range(n))
 
 
 # --- real labs -----------------------------------------------------------------------------

@@ -56,6 +56,15 @@ def test_simulator_alone_shows_each_pairs_ordering() -> None:
             assert vals[-1] > (1 + 2 * TOLERANCE) * vals[0], (pair.name, k, vals)
 
 
+def test_a_flows_congestion_control_goes_to_the_simulator() -> None:
+    doc = sim_scenario(LabScenario.from_file(scenario_path("bbr-fixed")))
+    (dl,) = [f for f in doc["flows"] if f["name"] == "download"]
+    assert dl["tcp"] == {"profile": "linux", "cc": "bbr"}
+    doc = sim_scenario(LabScenario.from_file(scenario_path("bbr-ackfilter-on")))
+    (dl,) = [f for f in doc["flows"] if f["name"] == "download"]
+    assert dl["tcp"] == {"profile": "linux", "rcvbuf": "65536B", "cc": "bbr"}
+
+
 def test_kernel_commands_and_paced_flows_are_refused() -> None:
     sc = LabScenario.from_file(scenario_path("adsl-problem"))
     sc.forwarding = "kernel"
@@ -132,9 +141,12 @@ def test_simulator_and_lab_agree(lab: Lab, name: str, tmp_path: Path) -> None:
     print(res.output)
     (outcome,) = json.loads((tmp_path / "parity.json").read_text())
     assert outcome["pair"] == name
-    # Real Linux TCP ran (not the machine's default, which may be BBR).
+    # Real Linux TCP ran with the congestion control each flow asks for (default CUBIC,
+    # not the machine's default, which may be BBR).
     for arm in PAIRS[name].arms:
-        assert set(outcome["tcp_congestion_control"][arm].values()) == {"cubic"}
+        sc = LabScenario.from_file(scenario_path(arm))
+        assert outcome["tcp_congestion_control"][arm] == {f.name: f.cc or "cubic"
+                                                          for f in sc.flows}
     assert all(o["same"] for o in outcome["ordering"]), res.output
     assert all(r["within"] for r in outcome["rows"]), res.output
     assert outcome["ok"] and res.exit_code == 0, res.output

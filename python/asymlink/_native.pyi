@@ -88,8 +88,10 @@ def bench_sim(
     access_bps: int = 1_000_000_000,
     rtt_s: float = 0.02,
     profile: str = "rfc",
+    cc: str | None = None,
 ) -> dict[str, Any]:
-    """Run the simulator benchmark (dumbbell, one-BDP buffer) without the GIL; returns
+    """Run the simulator benchmark (dumbbell, one-BDP buffer; `cc` replaces the
+    profile's congestion control) without the GIL; returns
     flows, sim_s, wall_s, setup_s, packet_hops, events, packet_hops_per_sec,
     events_per_sec, ns_per_hop, bottleneck_utilization."""
 

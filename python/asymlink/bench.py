@@ -30,23 +30,27 @@ def scaling_point(flows: int, min_hops: int = SCALING_MIN_HOPS) -> dict[str, Any
     return {"flows": flows, "duration_s": duration, "bottleneck_bps": 10_000_000 * flows}
 
 
-def _run_here(flows: int, duration_s: float, bottleneck_bps: int) -> dict[str, Any]:
+def _run_here(flows: int, duration_s: float, bottleneck_bps: int, cc: str = "") -> dict[str, Any]:
     import resource
 
     from asymlink import _native
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = dict(_native.bench_sim(flows, duration_s, bottleneck_bps))
+    result = dict(_native.bench_sim(flows, duration_s, bottleneck_bps, cc=cc or None))
+    result["cc"] = cc or "new_reno"
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["baseline_rss_mb"] = base
     return result
 
 
-def run_sim(flows: int, duration_s: float, bottleneck_bps: int) -> dict[str, Any]:
-    """Run one configuration in a fresh process and return its figures."""
+def run_sim(flows: int, duration_s: float, bottleneck_bps: int, cc: str = "") -> dict[str, Any]:
+    """Run one configuration in a fresh process and return its figures. `cc` replaces the
+    flows' congestion control (NewReno, the `rfc` profile's): `bbr` is the paced BBR
+    dumbbell."""
     code = (
         "import json, sys; from asymlink.bench import _run_here; "
-        f"print(json.dumps(_run_here({int(flows)}, {float(duration_s)!r}, {int(bottleneck_bps)})))"
+        f"print(json.dumps(_run_here({int(flows)}, {float(duration_s)!r}, {int(bottleneck_bps)}, "
+        f"{cc!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))

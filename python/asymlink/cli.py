@@ -302,8 +302,10 @@ def bench_group() -> None:
               help=f"Bottleneck rate in bit/s (default: {_BENCH_STANDARD['bottleneck_bps']:g}).")
 @click.option("--scaling", is_flag=True,
               help="Run the scaling series N = 10, 100, 1000, 10000 (N x 10 Mbit/s).")
+@click.option("--cc", type=click.Choice(["new_reno", "cubic", "bbr"]), default=None,
+              help="Congestion control of the flows (default: new_reno; bbr paces).")
 def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
-                  bottleneck_bps: int | None, scaling: bool) -> None:
+                  bottleneck_bps: int | None, scaling: bool, cc: str | None) -> None:
     """Time the simulator on the fixed dumbbell: packet-hops and events per wall second."""
     from asymlink import bench
 
@@ -324,7 +326,7 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
         spec["duration_s"] = duration
     if bottleneck_bps is not None:
         spec["bottleneck_bps"] = bottleneck_bps
-    result = bench.run_sim(**spec)  # type: ignore[arg-type]
+    result = bench.run_sim(**spec, cc=cc or "")  # type: ignore[arg-type]
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -343,7 +345,11 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
               default="socket", show_default=True,
               help="The box's [process] io mode; 'both' measures socket then mmap against "
                    "the same kernel run.")
-def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_modes: str) -> None:
+@click.option("--workers", "workers_list", default="", metavar="N[,N...]",
+              help="Also measure several clients at once through the box with each of these "
+                   "[process] workers counts (e.g. 1,2), one client per worker.")
+def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_modes: str,
+                   workers_list: str) -> None:
     """Forwarding speed of the live box in a namespace lab (needs root): box_gbps,
     kernel_gbps, box_shaped_gbps, added latency at half load."""
     from asymlink.lab import LabError
@@ -351,7 +357,13 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
 
     io = IO_MODES if io_modes == "both" else (io_modes,)
     try:
-        result = run_bench(seconds=seconds, io=io)
+        workers = tuple(int(w) for w in workers_list.split(",") if w.strip())
+    except ValueError:
+        raise UserError(f"--workers: '{workers_list}' is not a list of numbers") from None
+    if any(not 1 <= w <= 8 for w in workers):
+        raise UserError("--workers: each count must be 1..8 (one client host per worker)")
+    try:
+        result = run_bench(seconds=seconds, io=io, workers=workers)
     except LabError as e:
         raise UserError(str(e)) from None
     if out_file is not None:

@@ -263,6 +263,24 @@ pub fn prometheus(snapshot: &Value) -> String {
                         }
                     }
                     ("qdisc", Value::Object(q)) => qdisc_samples(&mut ex, dir, q, None, &is_gauge),
+                    ("sojourn_ms", Value::Object(m)) => {
+                        // A summary in seconds: quantiles, `_count` and `_sum`.
+                        let name = "asymlink_sojourn_seconds";
+                        for (q, quant) in [("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99")] {
+                            if let Some(x) = m.get(q).and_then(Value::as_f64) {
+                                let labels = [("dir", dir.as_str()), ("quantile", quant)];
+                                ex.line(name, "summary", name, &labels, x / 1e3);
+                            }
+                        }
+                        for (k, suffix, scale) in
+                            [("count", "_count", 1.0), ("sum_ms", "_sum", 1e3)]
+                        {
+                            if let Some(x) = m.get(k).and_then(Value::as_f64) {
+                                let sample = format!("{name}{suffix}");
+                                ex.line(name, "summary", &sample, &[("dir", dir)], x / scale);
+                            }
+                        }
+                    }
                     ("link", Value::Object(m)) => {
                         for (lk, n) in m {
                             if let Some(x) = n.as_f64() {
@@ -413,6 +431,30 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("# TYPE asymlink_received_total counter"));
+    }
+
+    #[test]
+    fn sojourn_times_are_a_summary_in_seconds() {
+        let s = json!({
+            "directions": {
+                "to_a": {"sojourn_ms": {"count": 0, "sum_ms": 0.0, "p50": null}},
+                "to_b": {"sojourn_ms": {"count": 4, "sum_ms": 50.0, "p50": 10.0, "p90": 20.0,
+                                        "p99": 25.0, "mean": 12.5, "max": 25.0}},
+            }
+        });
+        let t = prometheus(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        let want = [
+            "# TYPE asymlink_sojourn_seconds summary",
+            "asymlink_sojourn_seconds_count{dir=\"to_a\"} 0",
+            "asymlink_sojourn_seconds_sum{dir=\"to_a\"} 0",
+            "asymlink_sojourn_seconds{dir=\"to_b\",quantile=\"0.5\"} 0.01",
+            "asymlink_sojourn_seconds{dir=\"to_b\",quantile=\"0.9\"} 0.02",
+            "asymlink_sojourn_seconds{dir=\"to_b\",quantile=\"0.99\"} 0.025",
+            "asymlink_sojourn_seconds_count{dir=\"to_b\"} 4",
+            "asymlink_sojourn_seconds_sum{dir=\"to_b\"} 0.05",
+        ];
+        assert_eq!(lines, want, "{t}");
     }
 
     #[test]

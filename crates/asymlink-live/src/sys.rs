@@ -1589,6 +1589,20 @@ mod fanout_tests {
     }
 
     #[test]
+    fn known_hash_values() {
+        // The lab's benchmark predicts placements with a Python copy of the hash
+        // (asymlink.lab.bench.subscriber_worker); its test checks the same two values.
+        assert_eq!(
+            subscriber_hash(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1))),
+            4777
+        );
+        assert_eq!(
+            subscriber_hash(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 14))),
+            7034
+        );
+    }
+
+    #[test]
     fn other_frames_go_to_the_first_worker() {
         let pa = fanout_program(HashSide::A);
         let pb = fanout_program(HashSide::B);

@@ -149,7 +149,8 @@ fn results_to_dict(py: Python<'_>, r: Results) -> PyResult<Bound<'_, PyDict>> {
 /// flows, each on its own access link, over a bottleneck with a one-BDP drop-tail buffer.
 /// Returns a dict of the measured figures. Runs without the GIL.
 #[pyfunction]
-#[pyo3(signature = (flows, duration_s, bottleneck_bps, access_bps=1_000_000_000, rtt_s=0.02, profile="rfc"))]
+#[allow(clippy::too_many_arguments)] // keyword arguments on the Python side
+#[pyo3(signature = (flows, duration_s, bottleneck_bps, access_bps=1_000_000_000, rtt_s=0.02, profile="rfc", cc=None))]
 fn bench_sim<'py>(
     py: Python<'py>,
     flows: u32,
@@ -158,6 +159,7 @@ fn bench_sim<'py>(
     access_bps: u64,
     rtt_s: f64,
     profile: &str,
+    cc: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     // NaN is not positive either.
     let positive = |x: f64| x.is_finite() && x > 0.0;
@@ -178,6 +180,7 @@ fn bench_sim<'py>(
         rtt_s,
         duration_s,
         profile: profile.to_string(),
+        cc: cc.map(str::to_string),
     };
     let r = py
         .detach(|| asymlink_sim::bench::run(&spec))

@@ -25,6 +25,8 @@ pub struct BenchSpec {
     pub duration_s: f64,
     /// TCP profile.
     pub profile: String,
+    /// Congestion control instead of the profile's (`bbr`: the paced BBR dumbbell).
+    pub cc: Option<String>,
 }
 
 impl BenchSpec {
@@ -37,6 +39,7 @@ impl BenchSpec {
             rtt_s: 0.020,
             duration_s: 60.0,
             profile: "rfc".into(),
+            cc: None,
         }
     }
 
@@ -54,6 +57,7 @@ impl BenchSpec {
             rtt_s: 0.020,
             duration_s: secs.ceil(),
             profile: "rfc".into(),
+            cc: None,
         }
     }
 
@@ -71,9 +75,13 @@ impl BenchSpec {
             "name = \"bench-dumbbell-{}\"\nduration = \"{}s\"\nseed = 1",
             self.flows, self.duration_s
         );
+        let cc = self
+            .cc
+            .as_ref()
+            .map_or(String::new(), |c| format!(", cc = \"{c}\""));
         let _ = writeln!(
             s,
-            "tcp = {{ profile = \"{}\", mss = \"1460B\", timestamps = false, rcvbuf = \"64MB\", sndbuf = \"64MB\" }}",
+            "tcp = {{ profile = \"{}\", mss = \"1460B\", timestamps = false, rcvbuf = \"64MB\", sndbuf = \"64MB\"{cc} }}",
             self.profile
         );
         let _ = writeln!(s, "[monitor]\nflows = false\nqueues = false\nlinks = false\nevents = false\ninterval = \"10s\"");

@@ -2,6 +2,7 @@
 
 use crate::engine::{LinkDir, Source, World};
 use crate::results::{ColumnData, Results, Table};
+use crate::tcp::CcAlgo;
 use asymlink_core::qdisc::{DropReason, FilterReason, QdiscStats};
 
 pub(crate) fn results(w: &World, wall_s: f64) -> Results {
@@ -40,6 +41,8 @@ fn flow_summary(w: &World) -> Table {
     let mut timeouts = Vec::with_capacity(n);
     let mut fast = Vec::with_capacity(n);
     let mut probes = Vec::with_capacity(n);
+    let mut probe_rtts = Vec::with_capacity(n);
+    let mut startup_exit = Vec::with_capacity(n);
     let mut goodput = Vec::with_capacity(n);
     let end = w.now.as_secs_f64();
     for (fi, f) in w.flows.iter().enumerate() {
@@ -52,6 +55,7 @@ fn flow_summary(w: &World) -> Table {
         let mut c = 0i64;
         let (mut s, mut rb, mut d, mut r, mut t, mut fr) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
         let mut lp = 0u64;
+        let (mut prtt, mut sx) = (0u64, f64::NAN);
         for slot in w.conns.iter().filter(|s| s.app == f.app && s.primary) {
             let Some(conn) = &slot.conn else { continue };
             c += 1;
@@ -62,6 +66,16 @@ fn flow_summary(w: &World) -> Table {
             t += st.timeouts;
             fr += st.fast_retransmits;
             lp += st.loss_probes;
+            if let Some(b) = conn.bbr_info() {
+                prtt += b.probe_rtt_rounds;
+                if let Some(t) = b.startup_exit {
+                    sx = if sx.is_nan() {
+                        t.as_secs_f64()
+                    } else {
+                        sx.min(t.as_secs_f64())
+                    };
+                }
+            }
             if let Some(p) = w
                 .conns
                 .get(slot.peer as usize)
@@ -78,10 +92,12 @@ fn flow_summary(w: &World) -> Table {
         timeouts.push(t as i64);
         fast.push(fr as i64);
         probes.push(lp as i64);
+        probe_rtts.push(prtt as i64);
+        startup_exit.push(sx);
         let active = (end - f.start).max(1e-9);
         goodput.push(d as f64 * 8.0 / active);
     }
-    Table::new("flow_summary")
+    let t = Table::new("flow_summary")
         .with("flow", ColumnData::Str(name))
         .with("app", ColumnData::Str(kind))
         .with("from", ColumnData::Str(from))
@@ -94,8 +110,15 @@ fn flow_summary(w: &World) -> Table {
         .with("retransmits", ColumnData::I64(retx))
         .with("timeouts", ColumnData::I64(timeouts))
         .with("fast_retransmits", ColumnData::I64(fast))
-        .with("loss_probes", ColumnData::I64(probes))
-        .with("goodput_bps", ColumnData::F64(goodput))
+        .with("loss_probes", ColumnData::I64(probes));
+    // BBR's columns only where a flow runs BBR (NaN for the others' startup exit).
+    let t = if w.flows.iter().any(|f| f.tcp.cc == CcAlgo::Bbr) {
+        t.with("bbr_probe_rtts", ColumnData::I64(probe_rtts))
+            .with("bbr_startup_exit_s", ColumnData::F64(startup_exit))
+    } else {
+        t
+    };
+    t.with("goodput_bps", ColumnData::F64(goodput))
 }
 
 /// One row of `queue_summary`: a link direction's discipline, or one of its classes.

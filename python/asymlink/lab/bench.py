@@ -15,6 +15,10 @@ MTU 1500):
 The box keys are measured for each `[process] io` mode asked for (`by_io`), against the
 same kernel run; the top-level ones are those of the first mode.
 
+With worker counts (`--workers 1,2`), `subscribers` adds one bulk transfer from each of
+several client hosts at once (hosts the box's fanout puts on different workers), through
+the kernel and through the unshaped box with each worker count and `io` mode.
+
 The sender and receiver are Python processes (`traffic.py`), so on a slow machine they
 can be the bottleneck of the kernel path; `sender_cpu_limited` says whether the kernel
 number is close to what the same sender reaches over loopback in one namespace.
@@ -22,6 +26,7 @@ number is close to what the same sender reaches over loopback in one namespace.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import platform
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from asymlink.lab.box import start_box
-from asymlink.lab.netns import TCP_CC, Lab, LabError
+from asymlink.lab.netns import MAX_CLIENTS, TCP_CC, Lab, LabError, client_addr
 from asymlink.lab.scenario import TRAFFIC
 
 #: The forwarding thread runs under SCHED_FIFO (see docs/performance.md: on this shared
@@ -94,33 +99,72 @@ def shipped_scenarios() -> list[tuple[str, str]]:
 def transfer(lab: Lab, seconds: float, rate_bps: float = 0.0, port: int = 5201) -> float:
     """One bulk TCP transfer client → server; returns the receiver's goodput in Gbit/s
     over the sending interval (the first 0.5 s excluded: slow start)."""
+    return transfers(lab, seconds, ["client"], rate_bps, port)[0]
+
+
+def transfers(lab: Lab, seconds: float, roles: list[str], rate_bps: float = 0.0,
+              port: int = 5201) -> list[float]:
+    """One bulk TCP transfer from each client host in `roles` to the server, all at once
+    (ports `port`, `port` + 1, ...); returns each receiver's goodput in Gbit/s over the
+    sending interval (the first 0.5 s excluded: slow start)."""
     work = lab.dir
-    ready = work / f"sink{port}.ready"
-    ready.unlink(missing_ok=True)
-    report = work / f"sink{port}.json"
-    sink = lab.spawn("server", [sys.executable, TRAFFIC, "sink", "--port", str(port),
-                                "--seconds", str(seconds + 4), "--interval", "0.25",
-                                "--ready", str(ready), "--report", str(report), "--t0", "0"])
+    sinks = []
+    for k in range(len(roles)):
+        p = port + k
+        ready = work / f"sink{p}.ready"
+        ready.unlink(missing_ok=True)
+        report = work / f"sink{p}.json"
+        sink = lab.spawn("server", [sys.executable, TRAFFIC, "sink", "--port", str(p),
+                                    "--seconds", str(seconds + 4), "--interval", "0.25",
+                                    "--ready", str(ready), "--report", str(report),
+                                    "--t0", "0"])
+        sinks.append((sink, ready, report))
     deadline = time.monotonic() + 10
-    while not ready.exists():
-        if time.monotonic() > deadline:
-            raise LabError("the sink did not start")
-        time.sleep(0.02)
+    for _, ready, _ in sinks:
+        while not ready.exists():
+            if time.monotonic() > deadline:
+                raise LabError("the sink did not start")
+            time.sleep(0.02)
     t0 = time.monotonic() + 0.2
-    args = ["send", "--to", lab.addr("server"), "--port", str(port), "--stop", str(seconds),
-            "--t0", repr(t0), "--cc", TCP_CC]
-    if rate_bps:
-        args += ["--rate", str(rate_bps)]
-    send = lab.spawn("client", [sys.executable, TRAFFIC, *args])
-    send.wait(timeout=seconds + 20)
-    sink.wait(timeout=seconds + 20)
-    samples = json.loads(report.read_text())["samples"]
-    lo, hi = t0 + 0.5, t0 + seconds
-    pts = [(t, b) for t, b in samples if lo <= t <= hi]
-    if len(pts) < 2:
-        raise LabError("the transfer produced too few samples")
-    (ta, ba), (tb, bb) = pts[0], pts[-1]
-    return float((bb - ba) * 8 / (tb - ta) / 1e9)
+    senders = []
+    for k, role in enumerate(roles):
+        args = ["send", "--to", lab.addr("server"), "--port", str(port + k), "--stop",
+                str(seconds), "--t0", repr(t0), "--cc", TCP_CC]
+        if rate_bps:
+            args += ["--rate", str(rate_bps)]
+        senders.append(lab.spawn(role, [sys.executable, TRAFFIC, *args]))
+    for send in senders:
+        send.wait(timeout=seconds + 20)
+    out = []
+    for sink, _, report in sinks:
+        sink.wait(timeout=seconds + 20)
+        samples = json.loads(report.read_text())["samples"]
+        lo, hi = t0 + 0.5, t0 + seconds
+        pts = [(t, b) for t, b in samples if lo <= t <= hi]
+        if len(pts) < 2:
+            raise LabError("the transfer produced too few samples")
+        (ta, ba), (tb, bb) = pts[0], pts[-1]
+        out.append(float((bb - ba) * 8 / (tb - ta) / 1e9))
+    return out
+
+
+def subscriber_worker(addr: str, workers: int) -> int:
+    """The worker the box's fanout program gives a subscriber's IPv4 address (the hash
+    of `asymlink_live::sys::subscriber_hash`, modulo the number of workers)."""
+    a = int(ipaddress.IPv4Address(addr))
+    return (((a * 0x9E3779B1) & 0xFFFFFFFF) >> 16) % workers
+
+
+def one_client_per_worker(workers: int) -> list[str]:
+    """Client hosts (roles), one that the fanout puts on each of `workers` workers (the
+    lowest-numbered such host of the lab's possible ones)."""
+    roles: dict[int, str] = {}
+    for k in range(1, MAX_CLIENTS + 1):
+        w = subscriber_worker(client_addr(k), workers)
+        roles.setdefault(w, "client" if k == 1 else f"client{k}")
+    if len(roles) < workers:
+        raise LabError(f"no {workers} client hosts of the lab fall on different workers")
+    return [roles[w] for w in range(workers)]
 
 
 def loopback_gbps(lab: Lab, seconds: float) -> float:
@@ -189,23 +233,62 @@ def _measure_box(lab: Lab, seconds: float, io: str, kernel: float) -> dict[str, 
     }
 
 
-def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",)) -> dict[str, Any]:
+def _measure_workers(lab: Lab, seconds: float, io: str, roles: list[str], workers: int,
+                     kernel: float) -> dict[str, Any]:
+    """The unshaped box with `workers` workers, one bulk transfer per client in `roles`
+    at once."""
+    body = {**UNSHAPED, "process": {**PROCESS, "io": io, "workers": workers}}
+    box = start_box(lab, body)
+    try:
+        each = transfers(lab, seconds, roles)
+    finally:
+        final = box.stop()
+    total = sum(each)
+    return {
+        "gbps": total,
+        "per_client_gbps": each,
+        "vs_kernel": total / kernel if kernel else float("nan"),
+        "per_worker_received": [w["received"]["to_b"] + w["received"]["to_a"]
+                                for w in final.get("workers", [])],
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",),
+              workers: tuple[int, ...] = ()) -> dict[str, Any]:
     """Run the benchmark in a fresh lab (removed afterwards). `io` lists the box's
     `[process] io` modes to measure, one after the other against the same kernel run;
-    the top-level box keys are those of the first, `by_io` has each."""
+    the top-level box keys are those of the first, `by_io` has each. With `workers`
+    (e.g. (1, 2)), also: one transfer from each of as many client hosts as the largest
+    count, chosen so that the box's fanout puts one on each worker, all at once, through
+    the kernel and through the box with each worker count and `io` mode (`subscribers`)."""
     for m in io:
         if m not in IO_MODES:
             raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)})")
     lab = Lab.up()
+    subs: dict[str, Any] = {}
     try:
         lab.set_forwarding("kernel")
         kernel = transfer(lab, seconds)
         lab.set_forwarding("box")
         by_io = {m: _measure_box(lab, seconds, m, kernel) for m in io}
         lo = loopback_gbps(lab, min(seconds, 3.0))
+        if workers:
+            roles = one_client_per_worker(max(workers))
+            lab.set_clients(max(1 if r == "client" else int(r[6:]) for r in roles))
+            lab.set_forwarding("kernel")
+            k_each = transfers(lab, seconds, roles)
+            lab.set_forwarding("box")
+            subs = {
+                "clients": roles,
+                "kernel_gbps": sum(k_each),
+                "kernel_per_client_gbps": k_each,
+                "by_io": {m: {str(w): _measure_workers(lab, seconds, m, roles, w, sum(k_each))
+                              for w in workers} for m in io},
+            }
     finally:
         lab.down()
-    return {
+    out = {
         **by_io[io[0]],
         "kernel_gbps": kernel,
         "io": io[0],
@@ -220,6 +303,9 @@ def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",)) -> dict[s
         "shaped_config": "five_class classifier + HTB (root 1 Gbit/s; ack class: classic "
                          "ACK filter), both directions",
     }
+    if subs:
+        out["subscribers"] = subs
+    return out
 
 
 def _dir(stats: dict[str, Any], d: str) -> dict[str, Any]:

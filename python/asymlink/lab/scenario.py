@@ -36,6 +36,8 @@ to = "client"
 start = "0s"                  # default 0
 stop = "20s"                  # default: duration
 rate = "10Mbit"               # optional pacing (SO_MAX_PACING_RATE)
+cc = "bbr"                    # optional: the sender's congestion control (TCP_CONGESTION);
+                              # default cubic
 window = "64KiB"              # optional: a fixed receive window (TCP_WINDOW_CLAMP on a locked
                               # buffer); default: Linux receive-buffer autotuning
 port = 80                     # optional listening port (default: 5001, 5002, ... in order)
@@ -130,6 +132,7 @@ class Flow:
     rate: float
     port: int
     window: int = 0
+    cc: str = ""
 
 
 @dataclass
@@ -220,8 +223,8 @@ class LabScenario:
         port = 5001
         for i, f in enumerate(doc.get("flows", [])):
             key = f"flows[{i}]"
-            _only(f, {"name", "from", "to", "start", "stop", "rate", "app", "port", "window"},
-                  key)
+            _only(f, {"name", "from", "to", "start", "stop", "rate", "app", "port", "window",
+                      "cc"}, key)
             s, r = _roles(f, key)
             start = seconds(f.get("start", "0s"), f"{key}.start")
             stop = seconds(f["stop"], f"{key}.stop") if "stop" in f else duration
@@ -231,8 +234,11 @@ class LabScenario:
             window = size_bytes(f["window"], f"{key}.window") if "window" in f else 0
             if window and not 2048 <= window <= 1 << 30:
                 raise LabScenarioError(f"{key}.window", "must be between 2048 B and 1 GiB")
+            cc = f.get("cc", "")
+            if not isinstance(cc, str) or (cc and not re.fullmatch(r"[a-z0-9_]{1,15}", cc)):
+                raise LabScenarioError(f"{key}.cc", "a congestion control name, e.g. 'bbr'")
             sc.flows.append(Flow(str(f.get("name", f"flow{i}")), s, r, start, stop, rate,
-                                 _port(f, port, key), window))
+                                 _port(f, port, key), window, cc))
             port += 1
         for i, p in enumerate(doc.get("probes", [])):
             key = f"probes[{i}]"
@@ -355,10 +361,10 @@ def _roles(d: dict[str, Any], key: str) -> tuple[str, str]:
 # --- running ------------------------------------------------------------------------------
 
 
-def _traffic(lab: Lab, role: str, args: list[str]) -> subprocess.Popen[bytes]:
+def _traffic(lab: Lab, role: str, args: list[str], cc: str = "") -> subprocess.Popen[bytes]:
     """Start the traffic tool (`args[0]` its command) in `role`'s namespace; every TCP
-    socket it opens uses `TCP_CC`."""
-    return lab.spawn(role, [sys.executable, TRAFFIC, args[0], "--cc", TCP_CC, *args[1:]],
+    socket it opens uses `cc`, by default `TCP_CC`."""
+    return lab.spawn(role, [sys.executable, TRAFFIC, args[0], "--cc", cc or TCP_CC, *args[1:]],
                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -429,7 +435,7 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
                     "--interval", str(sc.interval), "--report", str(work / f"{f.name}.send.json")]
             if f.rate:
                 args += ["--rate", str(f.rate)]
-            clients.append(_traffic(lab, f.sender, args))
+            clients.append(_traffic(lab, f.sender, args, f.cc))
         for p in sc.probes:
             cmd = "echo-client" if p.kind == "echo" else "ping"
             clients.append(_traffic(lab, p.sender, [

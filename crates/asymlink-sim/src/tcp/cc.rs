@@ -192,7 +192,7 @@ impl Cc {
 
     /// An ACK acknowledged `acked` new bytes (outside recovery).
     pub fn on_ack(&mut self, now: Instant, acked: u64, srtt: Option<Duration>) {
-        if acked == 0 {
+        if acked == 0 || self.algo == CcAlgo::Bbr {
             return;
         }
         if self.in_slow_start() {
@@ -300,6 +300,9 @@ impl Cc {
     //# ssthresh = max (FlightSize / 2, 2*SMSS)            (4)
     pub fn on_congestion(&mut self, flight: u64) {
         match self.algo {
+            // BBR keeps cwnd and ssthresh (Linux `bbr_ssthresh`): it sets cwnd itself at
+            // the next ACK.
+            CcAlgo::Bbr => return,
             CcAlgo::Reno | CcAlgo::NewReno => {
                 self.ssthresh = (flight / 2).max(2 * self.mss);
             }
@@ -330,6 +333,12 @@ impl Cc {
     /// A retransmission timeout: ssthresh as on congestion, cwnd to one segment (the loss
     /// window, RFC 5681 §3.1).
     pub fn on_timeout(&mut self, flight: u64) {
+        if self.algo == CcAlgo::Bbr {
+            // Linux `tcp_enter_loss`: cwnd = in flight + 1 (nothing is in flight once all
+            // is marked lost); ssthresh stays.
+            self.cwnd = self.mss;
+            return;
+        }
         self.on_congestion(flight);
         self.cwnd = self.mss;
         self.epoch_start = None;
@@ -347,6 +356,11 @@ impl Cc {
     //# transmission if the TCP has not sent data in an interval exceeding
     //# the retransmission timeout.
     pub fn restart_after_idle(&mut self, linux: bool, idle: Duration, rto: Duration, iw: u64) {
+        if self.algo == CcAlgo::Bbr {
+            // Linux skips `tcp_cwnd_restart` for a congestion control that sets cwnd
+            // itself; BBR restarts from idle on its own (`CA_EVENT_TX_START`).
+            return;
+        }
         let restart = iw.min(self.cwnd);
         if linux {
             self.ssthresh = self.ssthresh.max(self.cwnd / 2 + self.cwnd / 4);

@@ -45,6 +45,8 @@ pub enum CcAlgo {
     NewReno,
     /// CUBIC (RFC 9438).
     Cubic,
+    /// BBR version 1 as Linux mainline `tcp_bbr.c`; paces (see `docs/tcp.md`).
+    Bbr,
 }
 
 /// How slow start grows the window per ACK.

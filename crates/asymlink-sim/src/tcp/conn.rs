@@ -4,9 +4,11 @@
 //! (the SYN is offset 0, the first data byte offset 1); they are converted to and from
 //! 32-bit wire values only at the edges, so nothing inside wraps.
 
+use super::bbr::{AckCtx, Bbr, BbrInfo};
 use super::cc::{AckSample, Cc, HyStartExit};
 use super::config::{CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig};
 use super::pacing::{Pacer, MIN_TSO_SEGS};
+use super::rate::{RateSample, RateSampler};
 use super::recv::{RcvAutotune, Receiver};
 use super::rtt::RttEstimator;
 use super::scoreboard::{self, Delivery, Rack, RackLoss, Scoreboard, SentSeg};
@@ -243,6 +245,8 @@ pub struct Connection {
     linger_at: Option<Instant>,
     /// Pacing (`Connection::paced`): the next departure time and the rate.
     pacer: Pacer,
+    /// BBR (`cc = "bbr"`): its model and the delivery-rate samples it feeds on.
+    bbr: Option<Box<(Bbr, RateSampler)>>,
     syn_tries: u32,
     stats: ConnStats,
 }
@@ -339,6 +343,7 @@ impl Connection {
             unread: 0,
             wake_at: None,
             linger_at: None,
+            bbr: None,
             pacer: Pacer::new(cfg.max_pacing_rate.map(|r| r.bits_per_sec() / 8)),
             syn_tries: 0,
             stats: ConnStats::default(),
@@ -422,7 +427,8 @@ impl Connection {
             DelackMode::Linux => 0,
         };
         self.rcv_mss = (self.mss as u64).min(536);
-        self.sb.track_deliveries(self.rack_on());
+        self.sb
+            .track_deliveries(self.rack_on() || self.cfg.cc == CcAlgo::Bbr);
     }
 
     /// RACK loss detection in use: configured, and SACK negotiated (Linux runs RACK only
@@ -595,6 +601,20 @@ impl Connection {
     pub fn write(&mut self, now: Instant, n: u64, io: &mut ConnIo<'_>) {
         if self.fin_queued || matches!(self.state, State::Closed | State::TimeWait) {
             return;
+        }
+        if self.bbr.is_some() {
+            // Linux `tcp_rate_check_app_limited`: less than a segment unsent, room in cwnd,
+            // no lost segment waiting: what follows this write is app-limited.
+            let unsent = self.data_end().saturating_sub(self.snd_max);
+            if unsent < self.mss as u64
+                && self.inflight() < self.cc.cwnd
+                && self.sb.lost_bytes() <= self.sb.retx_out_bytes()
+            {
+                let mark = self.sb.delivered_segs() + self.segs(self.inflight());
+                if let Some(b) = self.bbr.as_mut() {
+                    b.1.set_app_limited(mark);
+                }
+            }
         }
         self.app_end = self.app_end.saturating_add(n).min(u64::MAX / 2);
         self.try_send(now, io);
@@ -786,6 +806,7 @@ impl Connection {
         }
         let rack = self.rack_on();
         let delivered_before = self.sb.delivered_segs();
+        let (prior_in_flight, lost_before) = (self.inflight(), self.sb.lost_marks());
         let mut new_sack = false;
         if self.sack_ok {
             let mut blocks = [(0u64, 0u64); 4];
@@ -954,7 +975,120 @@ impl Connection {
             self.cwr_pending = true;
             self.stats.ecn_reductions += 1;
         }
+        if self.cfg.cc == CcAlgo::Bbr {
+            self.bbr_on_ack(now, rack, prior_in_flight, delivered_before, lost_before);
+        }
         self.update_pacing_rate();
+    }
+
+    // ---------------------------------------------------------------- BBR
+
+    fn segs(&self, bytes: u64) -> u64 {
+        bytes.div_ceil(self.mss as u64)
+    }
+
+    /// BBR's view of the connection now.
+    fn bbr_ctx(&self, now: Instant, delivered_time: Instant) -> AckCtx {
+        AckCtx {
+            now,
+            delivered: self.sb.delivered_segs(),
+            delivered_time,
+            lost: self.sb.lost_marks(),
+            in_flight: self.segs(self.inflight()),
+            ca_state: self.ca_state,
+            cwnd: self.cc.cwnd / self.mss as u64,
+            srtt: self.rtt.srtt(),
+            edt: self.pacer.next_departure(),
+        }
+    }
+
+    /// Every ACK with BBR (Linux `tcp_cong_control` → `bbr_main`): the delivery-rate
+    /// sample from what the ACK delivered (`tcp_rate_skb_delivered`, `tcp_rate_gen`), then
+    /// BBR sets cwnd and the pacing rate. BBR is created at the first ACK (Linux
+    /// `bbr_init` once the handshake is done), with the RTT the handshake measured.
+    fn bbr_on_ack(
+        &mut self,
+        now: Instant,
+        rack: bool,
+        prior_in_flight: u64,
+        delivered_before: u64,
+        lost_before: u64,
+    ) {
+        if !rack {
+            let mut d = std::mem::take(&mut self.deliveries);
+            self.sb.take_deliveries(&mut d);
+            self.deliveries = d;
+        }
+        let mss = self.mss as u64;
+        if self.bbr.is_none() {
+            let b = Bbr::new(
+                now,
+                mss,
+                self.cc.cwnd / mss,
+                self.rtt.min_rtt(),
+                self.rtt.srtt(),
+                self.cfg.max_pacing_rate.map(|r| r.bits_per_sec() / 8),
+                ((self.iss as u64) << 32) | self.irs as u64,
+            );
+            self.bbr = Some(Box::new((b, RateSampler::default())));
+            self.deliveries.clear();
+            if let Some(b) = &self.bbr {
+                self.pacer.set_rate(b.0.pacing_rate());
+            }
+            return;
+        }
+        let delivered = self.sb.delivered_segs();
+        let mut rs = RateSample {
+            acked_sacked: delivered - delivered_before,
+            losses: self.sb.lost_marks() - lost_before,
+            prior_in_flight: prior_in_flight.div_ceil(mss),
+            ..RateSample::default()
+        };
+        let min_rtt = self.rtt.min_rtt();
+        let Some(b) = self.bbr.as_mut() else {
+            return;
+        };
+        for d in &self.deliveries {
+            b.1.on_delivered(d, now, &mut rs);
+        }
+        b.1.finish(now, delivered, min_rtt, &mut rs);
+        let dt = b.1.delivered_time();
+        let ctx = self.bbr_ctx(now, dt);
+        let Some(b) = self.bbr.as_mut() else {
+            return;
+        };
+        let out = b.0.on_ack(&rs, &ctx);
+        if out.mark_app_limited {
+            b.1.set_app_limited(delivered + ctx.in_flight);
+        }
+        self.cc.cwnd = out.cwnd.max(1) * mss;
+        if let Some(s) = b.0.ssthresh {
+            self.cc.ssthresh = s * mss;
+        }
+        self.pacer.set_rate(out.pacing_rate);
+    }
+
+    /// A data transmission (new or again) left: the delivery-rate record (Linux
+    /// `tcp_rate_skb_sent`; `nothing_out`: no segment was outstanding), and BBR's restart
+    /// from idle (`CA_EVENT_TX_START`; `idle`: nothing was in flight).
+    fn bbr_on_sent(&mut self, now: Instant, order: u64, idle: bool, nothing_out: bool) {
+        let delivered = self.sb.delivered_segs();
+        let (cwnd, srtt) = (self.cc.cwnd / self.mss as u64, self.rtt.srtt());
+        let Some(b) = self.bbr.as_mut() else {
+            return;
+        };
+        if idle && b.1.app_limited() {
+            if let Some(w) = b.0.on_tx_start(now, cwnd, srtt) {
+                self.cc.cwnd = w * self.mss as u64;
+            }
+            self.pacer.set_rate(b.0.pacing_rate());
+        }
+        b.1.on_sent(order, now, nothing_out, delivered);
+    }
+
+    /// BBR's state (`cc = "bbr"`), as Linux's `TCP_CC_INFO` shows it and more.
+    pub fn bbr_info(&self) -> Option<BbrInfo> {
+        self.bbr.as_ref().map(|b| b.0.info())
     }
 
     /// Take the RTT sample an ACK of new data gives, as Linux's `tcp_ack_update_rtt`: from
@@ -1118,7 +1252,19 @@ impl Connection {
             return;
         };
         if (ts.ecr.wrapping_sub(retx_ts) as i32) < 0 {
-            self.cc.cwnd = self.cc.cwnd.max(cwnd);
+            if self.bbr.is_some() {
+                // Linux `bbr_undo_cwnd`: cwnd stays as BBR set it.
+                let dt = self
+                    .bbr
+                    .as_ref()
+                    .map_or(Instant::ZERO, |b| b.1.delivered_time());
+                let ctx = self.bbr_ctx(Instant::ZERO, dt);
+                if let Some(b) = self.bbr.as_mut() {
+                    b.0.on_undo(&ctx);
+                }
+            } else {
+                self.cc.cwnd = self.cc.cwnd.max(cwnd);
+            }
             self.cc.ssthresh = self.cc.ssthresh.max(ssthresh);
             self.sb.unmark_lost();
             self.ca_state = CaState::Open;
@@ -1167,13 +1313,13 @@ impl Connection {
         self.stats.fast_retransmits += 1;
         self.cwnd_reduced_by_loss();
         io.events.push(ConnEvent::FastRetransmit);
-        if self.cfg.prr && self.sack_ok {
+        if self.cfg.prr && self.sack_ok && self.cfg.cc != CcAlgo::Bbr {
             self.start_prr(prior_cwnd);
         }
         self.sb.mark_head_lost();
         if self.sack_ok {
             self.sb.mark_lost(self.cfg.dupthresh, self.mss as u64);
-        } else {
+        } else if self.cfg.cc != CcAlgo::Bbr {
             //= https://www.rfc-editor.org/rfc/rfc5681#section-3.2
             //# 4.  The lost segment starting at SND.UNA MUST be retransmitted and
             //#     cwnd set to ssthresh plus 3*SMSS.
@@ -1288,7 +1434,9 @@ impl Connection {
         io.events.push(ConnEvent::FastRetransmit);
         self.tlp_at = None;
         self.tlp_high_seq = None;
-        if self.cfg.prr {
+        if self.cfg.cc == CcAlgo::Bbr {
+            // BBR's packet conservation sets cwnd at this ACK; the output path sends.
+        } else if self.cfg.prr {
             self.start_prr(prior_cwnd);
         } else {
             self.retransmit_head(now, io);
@@ -1508,7 +1656,9 @@ impl Connection {
     fn exit_recovery(&mut self) {
         self.ca_state = CaState::Open;
         self.prr = None;
-        if !self.sack_ok && self.cfg.cc != CcAlgo::Cubic {
+        if self.cfg.cc == CcAlgo::Bbr {
+            // BBR restores its own cwnd (Linux `tcp_end_cwnd_reduction` leaves it alone).
+        } else if !self.sack_ok && self.cfg.cc != CcAlgo::Cubic {
             //= https://www.rfc-editor.org/rfc/rfc6582#section-3.2
             //# Set cwnd to either (1) min (ssthresh, max(FlightSize, SMSS) + SMSS)
             //# or (2) ssthresh
@@ -1888,6 +2038,7 @@ impl Connection {
         //# and the given segment has not yet been resent by way of the
         //# retransmission timer, the value of ssthresh MUST be set to no more
         //# than the value given in equation (4).
+        let cwnd_before = self.cc.cwnd / self.mss as u64;
         if self.ca_state != CaState::Loss {
             if self.cfg.rto_undo && self.ts_ok {
                 self.undo = Some((self.cc.cwnd, self.cc.ssthresh, ts_clock(now)));
@@ -1895,6 +2046,13 @@ impl Connection {
             self.cc.on_timeout(self.flight());
         } else {
             self.cc.cwnd = self.mss as u64;
+        }
+        if self.bbr.is_some() {
+            let dt = self.bbr.as_ref().map_or(now, |b| b.1.delivered_time());
+            let ctx = self.bbr_ctx(now, dt);
+            if let Some(b) = self.bbr.as_mut() {
+                b.0.on_timeout(cwnd_before, &ctx);
+            }
         }
         self.ca_state = CaState::Loss;
         self.recover = self.snd_max;
@@ -2208,6 +2366,7 @@ impl Connection {
             self.cwr_pending = false;
         }
         let end = start + len + fin as u64;
+        let (idle, nothing_out) = (self.inflight() == 0, self.snd_max == self.snd_una);
         self.sb.push(SentSeg {
             start,
             end,
@@ -2216,6 +2375,10 @@ impl Connection {
             order: 0,
         });
         self.snd_max = end;
+        if self.bbr.is_some() {
+            let order = self.sb.get(self.sb.len() - 1).order;
+            self.bbr_on_sent(now, order, idle, nothing_out);
+        }
         if fin {
             self.fin_off = Some(start + len);
             self.state = match self.state {
@@ -2278,6 +2441,11 @@ impl Connection {
             Some(v) => v,
         };
         self.sb.retransmitted(i, now);
+        if let Some(b) = self.bbr.as_mut() {
+            b.1.forget(s.order);
+            let order = self.sb.get(i).order;
+            self.bbr_on_sent(now, order, false, false);
+        }
         self.count_prr_out();
         self.stats.retransmits += 1;
         self.stats.bytes_retransmitted += len;
@@ -2316,7 +2484,7 @@ impl Connection {
     /// Whether this sender paces: `pacing` (Linux with the `fq` qdisc), or Linux's
     /// internal pacing, which `max_pacing_rate` (`SO_MAX_PACING_RATE`) turns on.
     pub fn paced(&self) -> bool {
-        self.cfg.pacing || self.cfg.max_pacing_rate.is_some()
+        self.cfg.pacing || self.cfg.max_pacing_rate.is_some() || self.cfg.cc == CcAlgo::Bbr
     }
 
     /// The pacing rate, bytes per second (`None`: not paced, or no rate yet).
@@ -2326,13 +2494,17 @@ impl Connection {
 
     /// Segments one paced burst may carry (Linux `tcp_tso_autosize`).
     fn burst_segs(&self) -> u64 {
+        let min_segs = self
+            .bbr
+            .as_ref()
+            .map_or(MIN_TSO_SEGS, |b| b.0.min_tso_segs());
         self.pacer
-            .burst_segs(self.mss as u64, self.rtt.min_rtt(), MIN_TSO_SEGS)
+            .burst_segs(self.mss as u64, self.rtt.min_rtt(), min_segs)
     }
 
     /// Linux `tcp_update_pacing_rate`, after each ACK (`tcp_cong_control`).
     fn update_pacing_rate(&mut self) {
-        if !self.paced() {
+        if !self.paced() || self.cfg.cc == CcAlgo::Bbr {
             return;
         }
         let mss = self.mss as u64;

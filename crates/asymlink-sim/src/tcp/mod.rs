@@ -22,10 +22,12 @@
 //! increase ([`config::CaIncrease`]) and a [`RwndPolicy`] that bounds the advertised
 //! window (receiver-based access-link management).
 
+pub mod bbr;
 pub mod cc;
 pub mod config;
 mod conn;
 pub mod pacing;
+pub mod rate;
 pub mod recv;
 pub mod rtt;
 pub mod scoreboard;

@@ -148,6 +148,8 @@ pub struct Scoreboard {
     /// Transmissions so far (orders them: [`SentSeg::order`]).
     tx_count: u64,
     lost: u64,
+    /// Segments ever marked lost (Linux `tp->lost`).
+    lost_marks: u64,
     retx_out: u64,
     high_sacked: u64,
     /// Segments ending at or below this offset were already considered by `mark_lost`.
@@ -372,6 +374,7 @@ impl Scoreboard {
         for i in from..b {
             let s = self.segs[i];
             if !s.has(SACKED | LOST | RETX_OUT) {
+                self.lost_marks += 1;
                 self.segs[i].flags |= LOST;
                 self.lost += s.len();
                 newly += s.len();
@@ -408,6 +411,7 @@ impl Scoreboard {
             self.retx_hint = self.retx_hint.min(s.start);
             if !s.has(SACKED | LOST) {
                 self.lost += s.len();
+                self.lost_marks += 1;
                 let f = self.segs.front_mut().expect("front exists");
                 f.flags |= LOST;
                 if f.has(RETX_OUT) {
@@ -428,6 +432,9 @@ impl Scoreboard {
         self.lost_scanned = self.segs.back().map_or(0, |s| s.end);
         for s in self.segs.iter_mut() {
             if !s.has(SACKED) {
+                if !s.has(LOST) {
+                    self.lost_marks += 1;
+                }
                 s.flags = (s.flags | LOST) & !RETX_OUT;
                 self.lost += s.len();
             }
@@ -537,6 +544,11 @@ impl Scoreboard {
         self.delivered
     }
 
+    /// Segments ever marked lost (Linux `tp->lost`).
+    pub fn lost_marks(&self) -> u64 {
+        self.lost_marks
+    }
+
     /// Segments SACKed.
     pub fn sacked_segs(&self) -> u64 {
         self.sacked_segs
@@ -591,6 +603,7 @@ impl Scoreboard {
                 }
                 if !s.has(LOST) {
                     self.lost += l;
+                    self.lost_marks += 1;
                 }
                 self.segs[i].flags = (s.flags | LOST) & !RETX_OUT;
                 self.retx_hint = self.retx_hint.min(s.start);

@@ -115,3 +115,82 @@ fn fq_style_pacing_follows_cwnd_over_srtt() {
     let p = Pair::new(&c, Rate::mbps(1000), Duration::from_millis(20));
     assert!(!p.c[0].as_ref().unwrap().paced());
 }
+
+/// One BBR download over a 10 Mbit/s, 40 ms path with an unlimited FIFO.
+fn bbr_run(until: Instant) -> Pair {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.cc = CcAlgo::Bbr;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, u64::MAX / 4, io));
+    p.run(until);
+    p
+}
+
+#[test]
+fn bbr_fills_the_pipe_without_a_standing_queue_and_probes_rtt_every_10_s() {
+    use crate::tcp::bbr::Mode;
+    let mut p = bbr_run(Instant::from_secs(2));
+    let at2 = p.delivered();
+    p.run(Instant::from_secs(12));
+    let c = p.c[0].as_ref().unwrap();
+    let info = c.bbr_info().expect("BBR state");
+    // Throughput from 2 s to 12 s: the bottleneck's 10 Mbit/s less headers (1448 of
+    // 1500 bytes) and PROBE_RTT's 200 ms, within 5 %.
+    let mbps = (p.delivered() - at2) as f64 * 8.0 / 10.0 / 1e6;
+    assert!((mbps - 9.65 * 0.98).abs() < 0.5, "{mbps} Mbit/s");
+    // The bandwidth estimate is the bottleneck's payload rate (9.65 Mbit/s).
+    assert!(
+        (info.bw as f64 * 8.0 / 1e6 - 9.65).abs() < 0.3,
+        "{} bytes/s",
+        info.bw
+    );
+    // Min RTT: 40 ms of propagation and 1.2 ms to serialise a segment at 10 Mbit/s.
+    let min_rtt = info.min_rtt.unwrap();
+    assert!(
+        (Duration::from_millis(41)..Duration::from_millis(43)).contains(&min_rtt),
+        "{min_rtt:?}"
+    );
+    // STARTUP ends within a second; one PROBE_RTT in 12 s.
+    let exit = info.startup_exit.expect("left STARTUP");
+    assert!(exit < Instant::from_secs(1), "{exit:?}");
+    assert_eq!(info.probe_rtt_rounds, 1);
+    assert!(matches!(info.mode, Mode::ProbeBw));
+    // No standing queue: the smoothed RTT stays near the path's 41 ms.
+    let srtt = c.srtt().unwrap();
+    assert!(srtt < Duration::from_millis(60), "{srtt:?}");
+    assert_eq!(c.stats().retransmits, 0);
+    assert!(c.paced());
+}
+
+#[test]
+fn bbr_is_deterministic() {
+    let a = bbr_run(Instant::from_secs(3));
+    let b = bbr_run(Instant::from_secs(3));
+    let times = |p: &Pair| p.log.iter().map(|(t, _, _)| *t).collect::<Vec<_>>();
+    assert_eq!(times(&a), times(&b));
+}
+
+#[test]
+fn bbr_recovers_losses() {
+    // Scripted losses: a burst in STARTUP, one segment later, and every transmission from
+    // the 1500th to the 1570th (most of a flight, and retransmissions).
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.cc = CcAlgo::Bbr;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.drop = Box::new(|n, _| matches!(n, 40..=43 | 700 | 1500..=1570));
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| {
+        c.write(now, 4_000_000, io);
+        c.close(now, io);
+    });
+    p.run(Instant::from_secs(30));
+    assert_eq!(p.delivered(), 4_000_000);
+    let c = p.c[0].as_ref().unwrap();
+    let st = c.stats();
+    assert_eq!((st.fast_retransmits, st.timeouts), (3, 0), "{st:?}");
+    // After the losses BBR is back in PROBE_BW with its bandwidth estimate intact.
+    let info = c.bbr_info().unwrap();
+    assert!(info.startup_exit.is_some());
+    assert!(info.bw as f64 * 8.0 > 8e6, "{info:?}");
+}
