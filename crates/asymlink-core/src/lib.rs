@@ -59,6 +59,7 @@ pub mod rand;
 pub mod rwnd;
 pub mod script;
 pub mod time;
+pub mod trace;
 pub mod units;
 pub mod wire;
 

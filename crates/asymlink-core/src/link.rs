@@ -22,6 +22,9 @@
 //!   are set. A transmission starts at `max(serialiser free, packet available)`: a driver
 //!   that calls late (a real clock) catches up without exceeding the rate, and an idle
 //!   link banks no credit.
+//! * A trace-driven direction (`trace`, see [`crate::trace`]) has no serialiser rate: it
+//!   serves packets in 1500-byte delivery opportunities at the times a mahimahi trace
+//!   gives, and asks the discipline for a packet only when an opportunity can take it.
 //! * Loss is drawn per packet from the link's own seeded [`Rng`] as its transmission
 //!   starts; a lost packet still occupies the serialiser (it was sent, then corrupted) and
 //!   goes to the caller's [`Drops`] as `link_loss`. Scripted loss (`drop`, see
@@ -47,6 +50,7 @@ use crate::qdisc::{Dequeued, DropReason, Drops, QdiscConfig, Stage, Verdict};
 use crate::rand::{derive_seed, Rng};
 use crate::script::{DropRule, Script};
 use crate::time::{dur_ns, earliest, Instant};
+use crate::trace::{TraceLine, TraceSpec};
 use crate::units::{Limit, Rate, Span};
 use serde::Deserialize;
 use std::collections::VecDeque;
@@ -64,6 +68,11 @@ pub struct LinkConfig {
     /// size (a packet-clocked router); with `rate` too, the longer of the two.
     #[serde(default)]
     pub packet_rate: Option<u32>,
+    /// A delivery schedule in mahimahi's format instead of `rate` (see
+    /// [`crate::trace`]): a file relative to the configuration file, or `builtin:NAME`.
+    /// Loaded by the driver ([`TraceSpec::load`]) before the link is built.
+    #[serde(default)]
+    pub trace: Option<TraceSpec>,
     /// One-way propagation delay.
     #[serde(default)]
     pub delay: Option<Span>,
@@ -91,11 +100,18 @@ pub struct LinkConfig {
 
 impl LinkConfig {
     /// This configuration with every unset field taken from `base` (a per-direction
-    /// table over the link-wide one).
+    /// table over the link-wide one). A `trace` here replaces the base's `rate` and
+    /// `packet_rate`, and a `rate` or `packet_rate` here replaces the base's `trace`.
     pub fn or(&self, base: &LinkConfig) -> LinkConfig {
+        let own_trace = self.trace.is_some();
+        let own_rate = self.rate.is_some() || self.packet_rate.is_some();
         LinkConfig {
-            rate: self.rate.or(base.rate),
-            packet_rate: self.packet_rate.or(base.packet_rate),
+            rate: self.rate.or(base.rate.filter(|_| !own_trace)),
+            packet_rate: self.packet_rate.or(base.packet_rate.filter(|_| !own_trace)),
+            trace: self
+                .trace
+                .clone()
+                .or_else(|| base.trace.clone().filter(|_| !own_rate)),
             delay: self.delay.or(base.delay),
             loss: self.loss.or(base.loss),
             drop: self.drop.clone().or_else(|| base.drop.clone()),
@@ -121,6 +137,20 @@ impl LinkConfig {
         if self.rate.is_some_and(|r| r.0 == 0) {
             return e("rate", "must be positive");
         }
+        if self.trace.is_some() && (self.rate.is_some() || self.packet_rate.is_some()) {
+            let other = if self.rate.is_some() {
+                "rate"
+            } else {
+                "packet_rate"
+            };
+            return Err(ConfigError::new(
+                "trace",
+                format!(
+                    "give either 'trace' or '{other}', not both (a trace sets the \
+                     link's capacity)"
+                ),
+            ));
+        }
         if self.packet_rate == Some(0) {
             return e("packet_rate", "must be a positive number of packets/s");
         }
@@ -131,6 +161,17 @@ impl LinkConfig {
             return e("modem_buffer", "must be positive");
         }
         Ok(())
+    }
+
+    /// The rate disciplines and mechanisms see as the link's: `rate`, or a loaded
+    /// trace's mean rate.
+    pub fn nominal_rate(&self) -> Option<Rate> {
+        self.rate.or_else(|| {
+            self.trace
+                .as_ref()
+                .and_then(|t| t.trace.as_ref())
+                .map(|t| t.mean_rate())
+        })
     }
 
     /// The classifier and discipline feeding the link.
@@ -145,6 +186,7 @@ impl LinkConfig {
     pub fn is_plain_wire(&self) -> bool {
         self.rate.is_none()
             && self.packet_rate.is_none()
+            && self.trace.is_none()
             && self.delay.is_none_or(|d| d.0.is_zero())
             && self.loss.is_none_or(|p| p == 0.0)
             && self.modem_buffer.is_none()
@@ -198,7 +240,9 @@ pub struct LinkStats {
     pub sent_bytes: u64,
     /// Wire bytes charged by the serialiser (after the link layer).
     pub wire_bytes: u64,
-    /// Time the serialiser was busy, ns.
+    /// Time the serialiser was busy, ns (trace-driven: the wire bytes' time at the
+    /// trace's mean rate, so that `busy_ns` over the run's length is the share of the
+    /// trace's capacity used).
     pub busy_ns: u64,
     /// Packets lost on the line (random and scripted loss).
     pub lost: u64,
@@ -219,6 +263,9 @@ pub struct LinkStats {
 pub struct Link<P> {
     rate: Option<Rate>,
     packet_ns: u64,
+    /// The trace-driven line, if any (then `rate` and `packet_ns` are unused and
+    /// `free_at` is the time of its current opportunity).
+    trace: Option<TraceLine>,
     delay_ns: u64,
     loss: f64,
     script: Option<Script>,
@@ -228,12 +275,17 @@ pub struct Link<P> {
     /// The modem buffer: (packet, when it became available to the serialiser).
     buffer: VecDeque<(P, Instant)>,
     buffer_bytes: u64,
-    /// The serialiser is busy until then.
+    /// The serialiser is busy until then (trace-driven: the time of the current
+    /// opportunity, when the line can next start a packet).
     free_at: Instant,
+    /// Trace-driven: when the last packet's last byte went.
+    last_end: Instant,
     /// The delay line: (arrival, packet), in order.
     wire: VecDeque<(Instant, P)>,
     /// The discipline's last "not before" answer (or the instant it answered "empty").
     ready: Option<Instant>,
+    /// The discipline answered `Empty` and has not been asked since.
+    feed_empty: bool,
     /// The discipline wants a `dequeue` each time the serialiser frees up.
     idle_dequeue: bool,
     /// A packet went onto the serialiser since the discipline last answered `Empty`.
@@ -248,6 +300,7 @@ impl<P: Pkt> Link<P> {
         let mut l = Link {
             rate: None,
             packet_ns: 0,
+            trace: None,
             delay_ns: 0,
             loss: 0.0,
             script: None,
@@ -257,8 +310,11 @@ impl<P: Pkt> Link<P> {
             buffer: VecDeque::new(),
             buffer_bytes: 0,
             free_at: Instant::ZERO,
+            last_end: Instant::ZERO,
             wire: VecDeque::new(),
             ready: None,
+            // Nothing was queued before the start.
+            feed_empty: true,
             idle_dequeue,
             idle_pending: false,
             stats: LinkStats::default(),
@@ -281,6 +337,25 @@ impl<P: Pkt> Link<P> {
         self.packet_ns = cfg
             .packet_rate
             .map_or(0, |r| 1_000_000_000u64.div_ceil(r.max(1) as u64));
+        let trace = cfg.trace.as_ref().map(|t| {
+            t.trace
+                .clone()
+                .expect("the driver loads a link's trace before building it")
+        });
+        match (trace, &mut self.trace) {
+            (None, t) => {
+                if t.take().is_some() {
+                    // Back to a rate: the line is free when the last packet went.
+                    self.free_at = self.last_end;
+                }
+            }
+            (Some(new), Some(cur)) if *cur.trace == *new => {}
+            (Some(new), t) => {
+                let line = TraceLine::new(new, self.free_at);
+                self.free_at = line.next_time();
+                *t = Some(line);
+            }
+        }
         self.delay_ns = cfg.delay.map_or(0, |s| dur_ns(s.0));
         self.loss = cfg.loss.unwrap_or(0.0);
         let rules = cfg.drop.as_deref().unwrap_or(&[]);
@@ -294,9 +369,16 @@ impl<P: Pkt> Link<P> {
         self.idle_pending = idle_dequeue;
     }
 
-    /// The serialisation rate, if any.
+    /// The serialisation rate, if any (`None` for a trace-driven line).
     pub fn rate(&self) -> Option<Rate> {
         self.rate
+    }
+
+    /// The rate disciplines and mechanisms see as the link's: the serialisation rate, or
+    /// a trace's mean rate.
+    pub fn nominal_rate(&self) -> Option<Rate> {
+        self.rate
+            .or_else(|| self.trace.as_ref().map(|t| t.trace.mean_rate()))
     }
 
     /// Whether a modem buffer sits between the discipline and the serialiser.
@@ -327,22 +409,40 @@ impl<P: Pkt> Link<P> {
         drops: &mut Drops<P>,
         on_tx: &mut impl FnMut(&Tx<'_, P>),
     ) -> Option<Instant> {
+        if self.feed_empty && self.buffer.is_empty() {
+            if let Some(tr) = &mut self.trace {
+                // The discipline held nothing until `now`: the opportunities before
+                // went unused.
+                tr.skip_to(now);
+                self.free_at = tr.next_time();
+            }
+        }
         self.start_buffered(now, drops, on_tx);
         while self.wants_packet(now) {
             match feed.dequeue(now, drops) {
                 Dequeued::Packet(p) => {
+                    self.feed_empty = false;
                     let since = feed.available_since(&p, now);
                     let ready = self.ready.take().map_or(since, |t| t.max(since));
                     self.offer(now, ready, p, drops, on_tx);
                     self.idle_pending = self.idle_dequeue;
                 }
                 Dequeued::NotBefore(t) => {
+                    self.feed_empty = false;
                     self.ready = Some(t);
+                    if self.modem.is_none() {
+                        if let Some(tr) = &mut self.trace {
+                            // The line is next asked at an opportunity from `t` on.
+                            tr.skip_to(t);
+                            self.free_at = tr.next_time();
+                        }
+                    }
                     return Some(t);
                 }
                 Dequeued::Empty => {
                     // Nothing was available at `now`: the next packet cannot start
                     // earlier.
+                    self.feed_empty = true;
                     self.ready = Some(now);
                     self.idle_pending = false;
                     return None;
@@ -394,6 +494,15 @@ impl<P: Pkt> Link<P> {
         on_tx: &mut impl FnMut(&Tx<'_, P>),
     ) {
         while self.free_at <= now {
+            if let (Some(tr), Some((_, ready))) = (&mut self.trace, self.buffer.front()) {
+                // The head waits in the buffer for the first opportunity it can use.
+                let start = tr.start_for(*ready);
+                if start > now {
+                    tr.skip_to(*ready);
+                    self.free_at = tr.next_time();
+                    break;
+                }
+            }
             let Some((pkt, ready)) = self.buffer.pop_front() else {
                 break;
             };
@@ -410,18 +519,30 @@ impl<P: Pkt> Link<P> {
         drops: &mut Drops<P>,
         on_tx: &mut impl FnMut(&Tx<'_, P>),
     ) {
-        let start = self.free_at.max(ready);
         let len = pkt.ip_len();
         let wire_len = self.ll.wire_len(len);
-        let bit_ns = self.rate.map_or(0, |r| r.tx_nanos(wire_len as u64));
-        let tx_ns = bit_ns.max(self.packet_ns);
-        let end = Instant(start.0.saturating_add(tx_ns));
-        self.free_at = end;
+        let (start, end, busy_ns) = if let Some(tr) = &mut self.trace {
+            tr.skip_to(ready);
+            let start = tr.next_time();
+            let end = tr.serve(wire_len);
+            self.free_at = tr.next_time();
+            self.last_end = end;
+            let busy = tr.trace.mean_rate().tx_nanos(wire_len as u64);
+            (start, end, busy)
+        } else {
+            let start = self.free_at.max(ready);
+            let bit_ns = self.rate.map_or(0, |r| r.tx_nanos(wire_len as u64));
+            let tx_ns = bit_ns.max(self.packet_ns);
+            let end = Instant(start.0.saturating_add(tx_ns));
+            self.free_at = end;
+            (start, end, tx_ns)
+        };
+        let tx_ns = end.0 - start.0;
         let s = &mut self.stats;
         s.sent += 1;
         s.sent_bytes += len as u64;
         s.wire_bytes += wire_len as u64;
-        s.busy_ns += tx_ns;
+        s.busy_ns += busy_ns;
         let random = self.loss > 0.0 && self.rng.bernoulli(self.loss);
         let scripted = self.script.as_mut().is_some_and(|s| s.on_transmit(&pkt));
         let lost = random || scripted;
@@ -852,6 +973,200 @@ mod tests {
                 .drop,
             cfg("drop = [\"ack:3\"]").drop
         );
+    }
+
+    /// A link direction from TOML with `trace = "t"` standing for the schedule `sched`
+    /// (one time per line).
+    fn traced(sched: &str, extra: &str) -> Link<HeaderPacket> {
+        let mut c = cfg(&format!("trace = \"t\"\n{extra}"));
+        let text = sched.to_string();
+        c.trace
+            .as_mut()
+            .unwrap()
+            .load(None, &mut |_| Ok(text.clone()))
+            .unwrap();
+        c.validate().unwrap();
+        Link::new(&c, Rng::new(1), false)
+    }
+
+    fn ms_of(got: &[(u64, u32)]) -> Vec<f64> {
+        got.iter().map(|g| g.0 as f64 / 1e6).collect()
+    }
+
+    #[test]
+    fn trace_delivers_mtu_packets_at_the_trace_times_and_loops() {
+        // Opportunities at 1, 2, 2, 4 ms, then every 4 ms again; 10 ms of propagation.
+        let mut l = traced("1\n2\n2\n4\n", "delay = \"10ms\"");
+        let got = drive(&mut l, &mut Queue::of(&[1500; 10]));
+        assert_eq!(
+            ms_of(&got),
+            vec![11.0, 12.0, 12.0, 14.0, 15.0, 16.0, 16.0, 18.0, 19.0, 20.0]
+        );
+        assert_eq!(l.stats().delivered, 10);
+        assert_eq!(l.nominal_rate(), Some(Rate(12_000_000)));
+        assert_eq!(l.rate(), None);
+    }
+
+    #[test]
+    fn trace_small_packets_share_an_opportunity() {
+        // 40 ACKs of 40 bytes: 37 fit in the 1500 bytes of the first opportunity, the
+        // 38th takes its last 20 bytes and 20 of the next, then two more fit there.
+        let mut l = traced("1\n2\n3\n", "");
+        let got = drive(&mut l, &mut Queue::of(&[40; 40]));
+        let at = ms_of(&got);
+        assert_eq!(at.iter().filter(|&&t| t == 1.0).count(), 37);
+        assert_eq!(at[37..], [2.0, 2.0, 2.0]);
+        // 1000-byte packets: the second spans two opportunities (500 + 500 bytes), the
+        // third uses the rest of the second.
+        let mut l = traced("1\n2\n3\n", "");
+        let got = drive(&mut l, &mut Queue::of(&[1000, 1000, 1000, 1000]));
+        assert_eq!(ms_of(&got), vec![1.0, 2.0, 2.0, 3.0]);
+        assert_eq!(l.stats().sent_bytes, 4000);
+    }
+
+    #[test]
+    fn trace_outage_keeps_packets_in_the_discipline() {
+        // One opportunity at 1 ms, an outage to 1000 ms, then the trace repeats.
+        let mut l = traced("1\n1000\n", "");
+        let mut q = Queue::of(&[1500, 1500, 1500]);
+        let mut drops = Drops::new();
+        l.pull(Instant::ZERO, &mut q, &mut drops, &mut |_| {});
+        assert_eq!(
+            q.asked, 0,
+            "no opportunity at 0: the discipline is not asked"
+        );
+        assert_eq!(l.pull_at(3), Some(Instant::from_millis(1)));
+        l.pull(Instant::from_millis(1), &mut q, &mut drops, &mut |_| {});
+        assert_eq!((q.q.len(), q.asked), (2, 1), "one packet out, two wait");
+        assert_eq!(l.pull_at(2), Some(Instant::from_millis(1000)));
+        assert_eq!(
+            l.busy_wake(Instant::from_millis(1), 2),
+            Some(Instant::from_millis(1000))
+        );
+        l.pull(Instant::from_millis(500), &mut q, &mut drops, &mut |_| {});
+        assert_eq!(q.q.len(), 2, "still in the outage");
+        let got = drive(&mut l, &mut q);
+        assert_eq!(ms_of(&got), vec![1.0, 1000.0, 1001.0]);
+    }
+
+    #[test]
+    fn trace_idle_link_banks_nothing() {
+        // Opportunities every 10 ms. A 100-byte packet at 0 goes at 10 ms; its 1400
+        // unused bytes are not there for a packet arriving at 15 ms, which waits for 20.
+        let mut l = traced("10\n20\n", "");
+        let mut q = Queue::of(&[100]);
+        let got = drive(&mut l, &mut q);
+        assert_eq!(ms_of(&got), vec![10.0]);
+        let mut drops = Drops::new();
+        // The discipline answered empty at 10 ms; a packet arrives at 15 ms.
+        q.q.push_back(pkt(100));
+        l.pull(Instant::from_millis(15), &mut q, &mut drops, &mut |_| {});
+        assert_eq!(q.q.len(), 1, "not taken before its opportunity");
+        let got = drive(&mut l, &mut q);
+        assert_eq!(ms_of(&got), vec![20.0]);
+        // A packet available at the very time of an opportunity takes it.
+        let mut l = traced("10\n20\n", "");
+        let mut q = Queue::of(&[]);
+        l.pull(Instant::from_millis(3), &mut q, &mut drops, &mut |_| {});
+        q.q.push_back(pkt(1500));
+        let mut starts = Vec::new();
+        l.pull(Instant::from_millis(10), &mut q, &mut drops, &mut |tx| {
+            starts.push(tx.start)
+        });
+        assert_eq!(starts, vec![Instant::from_millis(10)]);
+    }
+
+    #[test]
+    fn trace_with_modem_buffer_and_linklayer() {
+        // A modem buffer of 2 packets in front of a line with one opportunity per ms:
+        // the discipline is drained at once, two wait in the modem, the rest dropped.
+        let mut l = traced("1\n", "modem_buffer = \"2p\"");
+        let mut q = Queue::of(&[1500; 5]);
+        let mut drops = Drops::new();
+        l.pull(Instant::ZERO, &mut q, &mut drops, &mut |_| {});
+        assert_eq!(
+            l.backlog(),
+            (2, 0),
+            "no opportunity at 0: all wait in the modem"
+        );
+        assert_eq!(drops.len(), 3);
+        let got = drive(&mut l, &mut q);
+        assert_eq!(ms_of(&got), vec![1.0, 2.0]);
+        // The trace charges link-layer bytes: a 40-byte ACK over LLC/SNAP is 106 bytes,
+        // 14 to an opportunity.
+        let mut l = traced("1\n2\n", "linklayer = { encap = \"llc_snap_routed\" }");
+        let got = drive(&mut l, &mut Queue::of(&[40; 15]));
+        assert_eq!(ms_of(&got)[13..], [1.0, 2.0]);
+    }
+
+    #[test]
+    fn trace_config_rules() {
+        let e = cfg("trace = \"x\"\nrate = \"1Mbit\"")
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.path, "trace");
+        assert!(e.msg.contains("either 'trace' or 'rate'"), "{}", e.msg);
+        let e = cfg("trace = \"x\"\npacket_rate = 10")
+            .validate()
+            .unwrap_err();
+        assert!(e.msg.contains("'packet_rate'"), "{}", e.msg);
+        assert!(toml::from_str::<LinkConfig>("trace = \"\"").is_err());
+        // A direction's own trace replaces the link-wide rate, and the other way round.
+        let m = cfg("trace = \"x\"").or(&cfg("rate = \"1Mbit\"\ndelay = \"5ms\""));
+        assert!(m.rate.is_none() && m.trace.is_some() && m.delay.is_some());
+        assert!(m.validate().is_ok());
+        let m = cfg("rate = \"2Mbit\"").or(&cfg("trace = \"x\""));
+        assert!(m.trace.is_none());
+        assert_eq!(m.rate, Some(Rate::mbps(2)));
+        assert!(!cfg("trace = \"x\"").is_plain_wire());
+        // Loading: files relative to the base directory; errors name the file and line.
+        let mut t: LinkConfig = cfg("trace = \"dir/up.trace\"");
+        let mut seen = None;
+        let e = t
+            .trace
+            .as_mut()
+            .unwrap()
+            .load(Some(std::path::Path::new("/etc/x")), &mut |p| {
+                seen = Some(p.to_path_buf());
+                Ok("1\n2\nbad\n".into())
+            })
+            .unwrap_err();
+        assert_eq!(seen.unwrap(), std::path::Path::new("/etc/x/dir/up.trace"));
+        assert!(
+            e.msg.contains("/etc/x/dir/up.trace") && e.msg.contains("line 3"),
+            "{}",
+            e.msg
+        );
+        let e = t
+            .trace
+            .as_mut()
+            .unwrap()
+            .load(None, &mut |_| {
+                Err(std::io::Error::new(std::io::ErrorKind::NotFound, "gone"))
+            })
+            .unwrap_err();
+        assert!(e.msg.contains("cannot read 'dir/up.trace'"), "{}", e.msg);
+        let mut b = cfg("trace = \"builtin:nope\"");
+        let e = b
+            .trace
+            .as_mut()
+            .unwrap()
+            .load(None, &mut |_| unreachable!())
+            .unwrap_err();
+        assert!(e.msg.contains("no builtin trace 'nope'"), "{}", e.msg);
+    }
+
+    #[test]
+    fn trace_reconfigure_keeps_the_place_and_switches_back_to_a_rate() {
+        let mut l = traced("1\n2\n3\n4\n", "");
+        let mut q = Queue::of(&[1500, 1500]);
+        let mut drops = Drops::new();
+        l.pull(Instant::from_millis(1), &mut q, &mut drops, &mut |_| {});
+        assert_eq!(l.free_at(), Instant::from_millis(2));
+        // Back to a 1 Mbit/s rate: free from the last packet's end (1 ms), 12 ms each.
+        l.reconfigure(&cfg("rate = \"1Mbit\""), false);
+        let got = drive(&mut l, &mut q);
+        assert_eq!(ms_of(&got), vec![1.0, 13.0]);
     }
 
     #[test]

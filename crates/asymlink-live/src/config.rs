@@ -84,7 +84,7 @@ pub struct InterfacesConfig {
 }
 
 /// `[emulation]`: per-direction link emulation, in the simulator's link vocabulary
-/// ([`LinkConfig`]: `rate`, `packet_rate`, `delay`, `loss`, `drop`, `linklayer`,
+/// ([`LinkConfig`]: `rate`, `packet_rate`, `trace`, `delay`, `loss`, `drop`, `linklayer`,
 /// `modem_buffer`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -299,12 +299,29 @@ pub struct BoxConfig {
 }
 
 impl BoxConfig {
-    /// Parse TOML text (key paths in errors). Does not validate; see [`BoxConfig::load`].
+    /// Parse TOML text (key paths in errors) and load the emulation's traces (relative
+    /// to the working directory). Does not validate; see [`BoxConfig::load`].
     pub fn parse(text: &str) -> Result<BoxConfig, ConfigError> {
-        match BoxConfig::expand_line(text)? {
-            Some(t) => asymlink_core::config::from_toml_table(t, text),
-            None => asymlink_core::config::from_toml(text),
+        BoxConfig::parse_in(text, None)
+    }
+
+    /// [`BoxConfig::parse`] for the text of a file in directory `base`: trace files are
+    /// relative to it.
+    pub fn parse_in(text: &str, base: Option<&Path>) -> Result<BoxConfig, ConfigError> {
+        let mut cfg: BoxConfig = match BoxConfig::expand_line(text)? {
+            Some(t) => asymlink_core::config::from_toml_table(t, text)?,
+            None => asymlink_core::config::from_toml(text)?,
+        };
+        for (d, e) in [
+            ("to_a", &mut cfg.emulation.to_a),
+            ("to_b", &mut cfg.emulation.to_b),
+        ] {
+            if let Some(t) = e.as_mut().and_then(|e| e.trace.as_mut()) {
+                t.load(base, &mut |p| std::fs::read_to_string(p))
+                    .map_err(|e| e.within(format!("emulation.{d}.trace")).with_line(text))?;
+            }
         }
+        Ok(cfg)
     }
 
     /// The file's table with its `line` expanded into `to_a` and `to_b` (`None`: the file
@@ -321,7 +338,7 @@ impl BoxConfig {
     /// `--print-effective` shows). Validates it first.
     pub fn effective(path: &Path) -> Result<String, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::value(e.to_string()))?;
-        BoxConfig::from_text(&text)?;
+        BoxConfig::from_text(&text, path.parent())?;
         let t = match BoxConfig::expand_line(&text)? {
             Some(t) => t,
             None => text
@@ -334,12 +351,12 @@ impl BoxConfig {
     /// Read, parse and validate a file. Errors name the key and its line.
     pub fn load(path: &Path) -> Result<BoxConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::value(e.to_string()))?;
-        BoxConfig::from_text(&text)
+        BoxConfig::from_text(&text, path.parent())
     }
 
     /// Parse and validate the text of a file.
-    fn from_text(text: &str) -> Result<BoxConfig, ConfigError> {
-        let cfg = BoxConfig::parse(text)?;
+    fn from_text(text: &str, base: Option<&Path>) -> Result<BoxConfig, ConfigError> {
+        let cfg = BoxConfig::parse_in(text, base)?;
         cfg.validate().map_err(|e| e.with_line(text))?;
         Ok(cfg)
     }
@@ -366,8 +383,8 @@ impl BoxConfig {
     /// Link rates per direction ([to_b, to_a]) as the core wants them.
     pub fn rates(&self) -> [Option<Rate>; 2] {
         [
-            self.emulation(Dir::ToB).and_then(|e| e.rate),
-            self.emulation(Dir::ToA).and_then(|e| e.rate),
+            self.emulation(Dir::ToB).and_then(|e| e.nominal_rate()),
+            self.emulation(Dir::ToA).and_then(|e| e.nominal_rate()),
         ]
     }
 

@@ -36,6 +36,8 @@ impl Simulation {
 #[pymethods]
 impl Simulation {
     /// Parse, validate and build. Raises `ScenarioError` naming `origin` and the key.
+    /// Trace files are relative to `origin`'s directory (the working directory when
+    /// `origin` is `<string>`).
     #[new]
     #[pyo3(signature = (toml_text, origin, out_dir=None, seed=None))]
     fn py_new(
@@ -46,7 +48,10 @@ impl Simulation {
         seed: Option<u64>,
     ) -> PyResult<Self> {
         let opts = RunOptions { out_dir, seed };
-        asymlink_sim::Simulation::from_toml(toml_text, opts)
+        let base = (!origin.starts_with('<'))
+            .then(|| std::path::Path::new(origin).parent())
+            .flatten();
+        asymlink_sim::Simulation::from_toml_in(toml_text, base, opts)
             .map(|inner| Simulation {
                 inner: Mutex::new(inner),
             })

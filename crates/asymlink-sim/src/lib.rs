@@ -44,7 +44,17 @@ impl Simulation {
     /// Parse and validate a TOML scenario and build the simulation. The error names the
     /// key and its line (`links[1].to_a.rate: must be positive (line 14)`).
     pub fn from_toml(src: &str, opts: RunOptions) -> Result<Simulation, ConfigError> {
-        let spec = scenario::Spec::parse(src)?;
+        Simulation::from_toml_in(src, None, opts)
+    }
+
+    /// As [`Simulation::from_toml`] for text read from a file in directory `base`: the
+    /// scenario's trace files are relative to it (`None`: to the working directory).
+    pub fn from_toml_in(
+        src: &str,
+        base: Option<&std::path::Path>,
+        opts: RunOptions,
+    ) -> Result<Simulation, ConfigError> {
+        let spec = scenario::Spec::parse_in(src, base)?;
         Simulation::from_spec(spec, opts).map_err(|e| e.with_line(src))
     }
 

@@ -46,10 +46,12 @@ use asymlink_core::overhead::LinkLayerConfig;
 use asymlink_core::pipeline::{EgressConfig, MiddleboxConfig, RewriterConfig};
 use asymlink_core::qdisc::QdiscConfig;
 use asymlink_core::script::DropRule;
+use asymlink_core::trace::TraceSpec;
 use asymlink_core::units::{Limit, Rate, Span};
 use core::net::IpAddr;
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 mod app;
 pub use app::{AppConfig, AppSpec, Dist, Opener};
@@ -103,6 +105,10 @@ pub struct LinkSpec {
     pub rate: Option<Rate>,
     /// Packet rate of both directions (packets per second; see [`LinkConfig`]).
     pub packet_rate: Option<u32>,
+    /// Delivery schedule of both directions instead of `rate` (see
+    /// [`asymlink_core::trace`]).
+    #[serde(default)]
+    pub trace: Option<TraceSpec>,
     /// Propagation delay of both directions.
     pub delay: Option<Span>,
     /// Loss probability of both directions.
@@ -131,6 +137,7 @@ impl LinkSpec {
         LinkConfig {
             rate: self.rate,
             packet_rate: self.packet_rate,
+            trace: self.trace.clone(),
             delay: self.delay,
             loss: self.loss,
             drop: self.drop.clone(),
@@ -366,11 +373,17 @@ pub struct Spec {
 impl Spec {
     /// Parse and validate TOML text.
     pub fn parse(src: &str) -> Result<Spec, ConfigError> {
+        Spec::parse_in(src, None)
+    }
+
+    /// Parse and validate TOML text read from a file in directory `base`: trace files
+    /// are relative to it (`None`: to the working directory).
+    pub fn parse_in(src: &str, base: Option<&Path>) -> Result<Spec, ConfigError> {
         let raw: RawScenario = match Spec::expand_lines(src)? {
             Some(t) => asymlink_core::config::from_toml_table(t, src)?,
             None => asymlink_core::config::from_toml(src)?,
         };
-        Spec::resolve(raw).map_err(|e| e.with_line(src))
+        Spec::resolve(raw, base).map_err(|e| e.with_line(src))
     }
 
     /// The scenario's table with the `line` of each middlebox expanded into its `to_a` and
@@ -394,12 +407,12 @@ impl Spec {
 
     /// Check a parsed scenario: the topology (nodes, links, middleboxes), then the flows
     /// and the monitors that refer to it.
-    fn resolve(raw: RawScenario) -> Result<Spec, ConfigError> {
+    fn resolve(raw: RawScenario, base: Option<&Path>) -> Result<Spec, ConfigError> {
         if raw.duration.0.is_zero() {
             return err("duration", "must be positive");
         }
         let mut topo = Topology::new(&raw.nodes)?;
-        let links = topo.links(&raw.links)?;
+        let links = topo.links(&raw.links, base)?;
         let middleboxes = topo.middleboxes(&raw.middleboxes, &links)?;
         let flows = topo.flows(raw.tcp.as_ref(), &raw.flows)?;
         check_drop_flows(&raw.links, &flows)?;
@@ -491,7 +504,11 @@ impl<'a> Topology<'a> {
 
     /// Resolve the links (each direction's settings over the link-wide ones) and check
     /// that every host has at most one.
-    fn links(&mut self, raw: &[LinkSpec]) -> Result<Vec<ResolvedLink>, ConfigError> {
+    fn links(
+        &mut self,
+        raw: &[LinkSpec],
+        base: Option<&Path>,
+    ) -> Result<Vec<ResolvedLink>, ConfigError> {
         let mut links: Vec<ResolvedLink> = Vec::new();
         for (i, l) in raw.iter().enumerate() {
             let key = |f: &str| format!("links[{i}].{f}");
@@ -513,8 +530,8 @@ impl<'a> Topology<'a> {
                 name,
                 a,
                 b,
-                to_b: link_dir(l, &l.to_b, "to_b", &key)?,
-                to_a: link_dir(l, &l.to_a, "to_a", &key)?,
+                to_b: link_dir(l, &l.to_b, "to_b", &key, base)?,
+                to_a: link_dir(l, &l.to_a, "to_a", &key, base)?,
             });
         }
         for (i, n) in self.nodes.iter().enumerate() {
@@ -669,14 +686,16 @@ fn link_dir(
     d: &LinkConfig,
     dname: &str,
     key: &dyn Fn(&str) -> String,
+    base: Option<&Path>,
 ) -> Result<LinkConfig, ConfigError> {
-    let c = d.or(&l.both());
+    let mut c = d.or(&l.both());
     c.validate().map_err(|e| {
         let own = match e.path.as_str() {
             p if p.starts_with("drop") => d.drop.is_some(),
             "rate" => d.rate.is_some(),
             "loss" => d.loss.is_some(),
             "packet_rate" => d.packet_rate.is_some(),
+            "trace" => d.trace.is_some(),
             "modem_buffer" => d.modem_buffer.is_some(),
             _ => false,
         };
@@ -687,14 +706,25 @@ fn link_dir(
         };
         ConfigError::new(k, e.msg)
     })?;
-    if c.rate.is_none() && c.packet_rate.is_none() {
+    if c.rate.is_none() && c.packet_rate.is_none() && c.trace.is_none() {
         return err(
             key("rate"),
             format!(
                 "no rate for direction {dname} (set 'rate' or '{dname}.rate', \
-                 or 'packet_rate')"
+                 'packet_rate' or 'trace')"
             ),
         );
+    }
+    if let Some(t) = &mut c.trace {
+        t.load(base, &mut |p| std::fs::read_to_string(p))
+            .map_err(|e| {
+                let k = if d.trace.is_some() {
+                    format!("{dname}.trace")
+                } else {
+                    "trace".into()
+                };
+                ConfigError::new(key(&k), e.msg)
+            })?;
     }
     Ok(c)
 }

@@ -209,7 +209,10 @@ fn queue_summary(w: &World) -> Table {
         .with("tx_pure_ack_wire_bytes", li(&|d| d.tx_acks.2))
         .with("link_loss", li(&|d| d.line.stats().lost))
         .with("modem_buffer_full", li(&|d| d.line.stats().modem_dropped))
-        .with("rate_bps", li(&|d| d.line.rate().map_or(0, |r| r.0)))
+        .with(
+            "rate_bps",
+            li(&|d| d.line.nominal_rate().map_or(0, |r| r.0)),
+        )
         .with(
             "utilization",
             lf(&|d| d.line.stats().busy_ns.min(end_ns) as f64 / end_ns as f64),

@@ -107,7 +107,7 @@ pub(crate) fn build_links(
             }
             let egress = Egress::new(
                 &ds.egress(),
-                ds.rate,
+                ds.nominal_rate(),
                 derive_seed(seed, &format!("queue:{}:{dname}", l.name)),
             )
             .map_err(|e| e.within(format!("links[{i}].{dname}")))?;
@@ -179,8 +179,8 @@ pub(crate) fn build_middleboxes(
         let to_a = out_dir(m.a);
         let to_b = out_dir(m.b);
         let rates = [
-            dirs[to_b as usize].line.rate(),
-            dirs[to_a as usize].line.rate(),
+            dirs[to_b as usize].line.nominal_rate(),
+            dirs[to_a as usize].line.nominal_rate(),
         ];
         let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
             .map_err(|e| e.within(format!("middleboxes[{i}]")))?;
