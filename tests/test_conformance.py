@@ -87,7 +87,8 @@ def test_simulator_half(variant: str, tmp_path: Path) -> None:
         if c.name == "lost-retransmission":
             assert retx.count(30) >= 2, retx
         if c.name == "idle-then-burst":
-            # The second burst starts after the 2 s idle period.
+            # The second burst starts after the 2 s idle period (times from the first
+            # data segment).
             assert [t for t, g in ev["retx"] if g == 45][0] > 2.0, ev["retx"]
 
 
@@ -104,12 +105,13 @@ def test_events_and_comparison_from_explicit_packets() -> None:
                      100)
 
     ev = sender_events(trace(0.2, 0))
-    assert ev["retx"] == [(0.2, 2)] and ev["syn_tx"] == 1 and ev["synack_tx"] == 1
+    # Times from the first data segment (0.1 s).
+    assert ev["retx"] == [(0.1, 2)] and ev["syn_tx"] == 1 and ev["synack_tx"] == 1
     assert ev["data_tx"] == 4
     assert compare(c, "v", trace(0.2, 0), trace(0.23, 0)).agree
     v = compare(c, "v", trace(0.2, 0), trace(0.3, 1))
     assert not v.agree
-    assert v.differences == ["segment 2 retransmitted at 0.200 s (sim) and 0.300 s (Linux), "
+    assert v.differences == ["segment 2 retransmitted at 0.100 s (sim) and 0.200 s (Linux), "
                              "more than one RTT apart", "loss_probes: sim 0, Linux 1"]
 
 

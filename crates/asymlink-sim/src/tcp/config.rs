@@ -136,6 +136,22 @@ pub enum DelackMode {
     Linux,
 }
 
+/// How a retransmission timeout sets ssthresh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutMode {
+    /// RFC 5681 §3.1: reduced at a timeout in the open state or in a fast recovery; kept
+    /// when the timer fires again before the recovery point of the last timeout is
+    /// acknowledged (the segment was already resent by way of the timer).
+    Rfc,
+    /// Linux `tcp_enter_loss`: from the congestion controller unless the timeout
+    /// interrupts a fast recovery whose recovery point is not yet acknowledged (its
+    /// reduction stands), or follows an earlier timeout with no ACK of new data since
+    /// (`icsk_retransmits`); a timeout after the window has grown back from an earlier one
+    /// reduces again.
+    Linux,
+}
+
 /// Congestion-avoidance increase rule: the window grows by g(rtt) segments per RTT
 /// instead of one (Mehra et al. §5; Floyd 1991; Henderson et al. 1998). The increase per
 /// ACK is g·MSS²/cwnd, never more than one MSS (Henderson's bound: never burstier than
@@ -312,6 +328,13 @@ pub struct TcpConfig {
     pub rmem: [u64; 3],
     /// How delayed ACKs are timed.
     pub delack_mode: DelackMode,
+    /// How a retransmission timeout sets ssthresh.
+    pub timeout_mode: TimeoutMode,
+    /// D-SACK (RFC 2883, Linux's `tcp_dsack`): with SACK, the receiver reports a segment
+    /// it already held in a first SACK block of the next ACK; the sender undoes a fast
+    /// recovery whose every retransmission was reported so, and widens RACK's reordering
+    /// window after reordering.
+    pub dsack: bool,
 }
 
 impl TcpConfig {
@@ -357,6 +380,8 @@ impl TcpConfig {
             rcv_autotune: false,
             rmem: [4096, 131_072, 33_554_432],
             delack_mode: DelackMode::Fixed,
+            timeout_mode: TimeoutMode::Rfc,
+            dsack: false,
         };
         Some(match name {
             "rfc" => base,
@@ -401,6 +426,8 @@ impl TcpConfig {
                 hystart: true,
                 rcv_autotune: true,
                 delack_mode: DelackMode::Linux,
+                timeout_mode: TimeoutMode::Linux,
+                dsack: true,
                 ..base
             },
             _ => return None,
@@ -513,6 +540,8 @@ pub struct TcpOverrides {
     pub rcv_autotune: Option<bool>,
     pub rmem: Option<[Bytes; 3]>,
     pub delack_mode: Option<DelackMode>,
+    pub timeout_mode: Option<TimeoutMode>,
+    pub dsack: Option<bool>,
 }
 
 impl<'de> Deserialize<'de> for TcpSpec {
@@ -583,6 +612,8 @@ impl TcpSpec {
         set!(rmem, |r: [Bytes; 3]| r.map(|b| b.0));
         set!(hystart);
         set!(delack_mode);
+        set!(timeout_mode);
+        set!(dsack);
         if let Some(b) = o.sndbuf {
             c.sndbuf = Some(b.0);
         }

@@ -6,7 +6,9 @@
 
 use super::bbr::{AckCtx, Bbr, BbrInfo};
 use super::cc::{AckSample, Cc, HyStartExit};
-use super::config::{CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig};
+use super::config::{
+    CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig, TimeoutMode,
+};
 use super::pacing::{Pacer, MIN_TSO_SEGS};
 use super::rate::{RateSample, RateSampler};
 use super::recv::{RcvAutotune, Receiver};
@@ -121,7 +123,27 @@ pub struct ConnStats {
     pub hystart_train_exits: u64,
     /// Slow starts ended by HyStart's delay detector.
     pub hystart_delay_exits: u64,
+    /// ACKs carrying a D-SACK block (`TcpConfig::dsack`; Linux's TCPDSACKRecv).
+    pub dsacks_received: u64,
+    /// Fast recoveries undone because every retransmission of them was reported as a
+    /// duplicate (Linux's TCPDSACKUndo and TCPFullUndo).
+    pub dsack_undos: u64,
 }
+
+/// What undoing a fast recovery found spurious by D-SACKs needs (Linux `tcp_init_undo`).
+#[derive(Clone, Copy, Debug)]
+struct DsackUndo {
+    /// SND.UNA when the recovery began (`undo_marker`).
+    marker: u64,
+    /// Retransmissions of the recovery not yet reported as duplicates (`undo_retrans`;
+    /// -1 before the first).
+    retrans: i64,
+    prior_cwnd: u64,
+    prior_ssthresh: u64,
+}
+
+/// Linux's `TCP_RACK_RECOVERY_THRESH`: recoveries a widened reordering window lasts.
+const REO_WND_PERSIST: u32 = 16;
 
 /// Proportional rate reduction state (RFC 6937 §3, Linux `prior_cwnd`, `prr_delivered`,
 /// `prr_out`), in segments.
@@ -181,6 +203,9 @@ pub struct Connection {
     recover: u64,
     /// `recover` was set by a timeout (not by a fast retransmit).
     recover_after_rto: bool,
+    /// The retransmission timer fired and no ACK of new data came since (Linux's
+    /// `icsk_retransmits` is not zero).
+    rto_unanswered: bool,
     /// RFC 6675 RescueRxt: the `recover` of the recovery that made the last rescue
     /// retransmission.
     rescue_rxt: Option<u64>,
@@ -206,8 +231,23 @@ pub struct Connection {
     /// probe was a retransmission (RFC 8985 TLP.end_seq, TLP.is_retrans).
     tlp_high_seq: Option<u64>,
     tlp_retrans: bool,
+    /// D-SACK undo of the current fast recovery (`TcpConfig::dsack`, Linux `undo_marker`,
+    /// `undo_retrans`, `prior_cwnd`, `prior_ssthresh`).
+    dsack_undo: Option<DsackUndo>,
+    /// RACK's reordering window in units of min RTT / 4, widened on D-SACKs after
+    /// reordering, and for how many more recoveries a widened window persists; `delivered`
+    /// when it last widened (Linux `reo_wnd_steps`, `reo_wnd_persist`, `last_delivered`).
+    reo_wnd_steps: u32,
+    reo_wnd_persist: u32,
+    reo_wnd_delivered: u64,
+    dsack_seen: bool,
+    /// Segments reported as duplicates so far (Linux `dsack_dups`): D-SACKs beyond the
+    /// retransmissions sent are ignored.
+    dsack_dups: u64,
     // receive side (offsets from irs)
     rcv: Receiver,
+    /// A duplicate to report in the next ACK's first SACK block (RFC 2883).
+    dsack_block: Option<(u64, u64)>,
     rcv_edge: u64,
     ack_pending: u32,
     ack_now: bool,
@@ -303,6 +343,7 @@ impl Connection {
             dupacks: 0,
             recover: 0,
             recover_after_rto: false,
+            rto_unanswered: false,
             rescue_rxt: None,
             ecn_recover: 0,
             cwr_pending: false,
@@ -316,7 +357,14 @@ impl Connection {
             prr: None,
             tlp_high_seq: None,
             tlp_retrans: false,
+            dsack_undo: None,
+            reo_wnd_steps: 1,
+            reo_wnd_persist: 0,
+            reo_wnd_delivered: 0,
+            dsack_seen: false,
+            dsack_dups: 0,
             rcv: Receiver::new(0),
+            dsack_block: None,
             rcv_edge: 0,
             ack_pending: 0,
             ack_now: false,
@@ -808,10 +856,12 @@ impl Connection {
         let delivered_before = self.sb.delivered_segs();
         let (prior_in_flight, lost_before) = (self.inflight(), self.sb.lost_marks());
         let mut new_sack = false;
+        let dsack = self.dsack_of(t, ack);
         if self.sack_ok {
             let mut blocks = [(0u64, 0u64); 4];
             let mut n = 0;
-            for b in t.opts.sack.iter().take(blocks.len()) {
+            let skip = dsack.is_some() as usize;
+            for b in t.opts.sack.iter().skip(skip).take(blocks.len()) {
                 let l = unwrap(self.iss, self.snd_una, b.left).max(self.snd_una);
                 let r = unwrap(self.iss, self.snd_una, b.right).min(self.snd_max);
                 blocks[n] = (l, r);
@@ -826,6 +876,9 @@ impl Connection {
                 new_sack |= self.sb.sack(l, r) > 0;
             }
         }
+        if let Some(d) = dsack {
+            self.on_dsack(d);
+        }
         let mut acked_new = 0;
         let una_advanced = ack > self.snd_una;
         // ECE on a SYN-ACK is ECN negotiation, not an echo (RFC 3168 §6.1.1).
@@ -833,6 +886,7 @@ impl Connection {
             self.ecn_ok && t.flags.contains(TcpFlags::ECE) && !t.flags.contains(TcpFlags::SYN);
 
         if ack > self.snd_una {
+            self.rto_unanswered = false;
             let newest_sent = if self.cfg.hystart {
                 self.newest_clean_sent(ack)
             } else {
@@ -853,7 +907,12 @@ impl Connection {
             match self.ca_state {
                 CaState::Recovery => {
                     if ack >= self.recover || self.cfg.cc == CcAlgo::Reno && !self.sack_ok {
-                        self.exit_recovery();
+                        // Linux `tcp_try_undo_recovery` (its D-SACK half; the undo record
+                        // stays for D-SACKs that come after).
+                        if !self.try_undo_dsack() {
+                            self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
+                            self.exit_recovery();
+                        }
                     } else if !self.sack_ok {
                         //= https://www.rfc-editor.org/rfc/rfc6582#section-3.2
                         //# If this ACK does *not* acknowledge all of the data up to and
@@ -932,7 +991,13 @@ impl Connection {
                 _ => {}
             }
         }
+        if dsack.is_some() && self.ca_state != CaState::Loss && self.try_undo_dsack() {
+            // Linux `tcp_try_undo_dsack` (in a recovery, then `tcp_try_to_open`; or after
+            // it, in the open state).
+            self.reo_wnd_persist = (self.reo_wnd_persist + 1).min(REO_WND_PERSIST);
+        }
         if rack {
+            self.rack_update_reo_wnd(delivered_before);
             let pure_dup = !una_advanced && h.payload_len == 0 && !new_sack && !window_changed;
             self.rack_on_ack(
                 now,
@@ -1307,6 +1372,7 @@ impl Connection {
         self.recover_after_rto = false;
         let flight = self.flight();
         let prior_cwnd = self.cc.cwnd;
+        self.init_dsack_undo(prior_cwnd, self.cc.ssthresh);
         self.cc.on_congestion(flight);
         self.recover = self.snd_max;
         self.ca_state = CaState::Recovery;
@@ -1394,8 +1460,8 @@ impl Connection {
 
     /// RACK's reordering window (Linux `tcp_rack_reo_wnd`): none while no reordering was
     /// seen and the sender is in a recovery or DupThresh (`dupthresh`) segments are SACKed,
-    /// else min RTT / 4, at most SRTT. (Linux widens it in steps on DSACKs; the simulated
-    /// receivers send none.)
+    /// else min RTT / 4 times the steps D-SACKs added (`rack_update_reo_wnd`), at most
+    /// SRTT.
     //= https://www.rfc-editor.org/rfc/rfc8985#section-6.2
     //# the RACK reordering window SHOULD be set to zero if no reordering has been
     //# observed on the connection so far, and either (a) three or more segments have
@@ -1410,7 +1476,99 @@ impl Connection {
         let Some(srtt) = self.rtt.srtt() else {
             return Duration::ZERO;
         };
-        self.rtt.min_rtt().map_or(srtt, |m| (m / 4).min(srtt))
+        self.rtt
+            .min_rtt()
+            .map_or(srtt, |m| (m / 4 * self.reo_wnd_steps).min(srtt))
+    }
+
+    /// The D-SACK block of an ACK, if it carries one (RFC 2883 §4: a first block below the
+    /// cumulative ACK, or inside the second block), as Linux's `tcp_check_dsack`: not one
+    /// reporting more duplicates than were retransmitted.
+    fn dsack_of(&mut self, t: &TcpRepr, ack: u64) -> Option<(u64, u64)> {
+        if !(self.cfg.dsack && self.sack_ok) {
+            return None;
+        }
+        let mut it = t.opts.sack.iter();
+        let b0 = it.next()?;
+        let (l0, r0) = (
+            unwrap(self.iss, self.snd_una, b0.left),
+            unwrap(self.iss, self.snd_una, b0.right),
+        );
+        let inside_next = it.next().is_some_and(|b1| {
+            let l1 = unwrap(self.iss, self.snd_una, b1.left);
+            let r1 = unwrap(self.iss, self.snd_una, b1.right);
+            l0 >= l1 && r0 <= r1
+        });
+        if l0 >= r0 || !(l0 < ack || inside_next) || r0 - l0 > self.max_snd_wnd.max(1) {
+            return None;
+        }
+        self.dsack_dups += (r0 - l0).div_ceil(self.mss as u64);
+        (self.dsack_dups <= self.stats.retransmits).then_some((l0, r0))
+    }
+
+    /// A D-SACK arrived (Linux `tcp_dsack_seen`, `tcp_check_dsack`): after reordering, and
+    /// unless it reports the tail-loss probe, it widens RACK's reordering window; one
+    /// below the cumulative ACK reports a retransmission of the recovery as needless.
+    fn on_dsack(&mut self, (l, r): (u64, u64)) {
+        self.stats.dsacks_received += 1;
+        let probe = self.tlp_high_seq == Some(r);
+        if self.sb.reord_seen() && !probe {
+            self.dsack_seen = true;
+        }
+        let segs = (r - l).div_ceil(self.mss as u64) as i64;
+        if let Some(u) = self.dsack_undo.as_mut() {
+            if u.retrans > 0 && r <= self.snd_una && r > u.marker {
+                u.retrans = (u.retrans - segs).max(0);
+            }
+        }
+    }
+
+    /// Undo the fast recovery if every retransmission of it was reported as a duplicate
+    /// (Linux `tcp_try_undo_dsack`, `tcp_undo_cwnd_reduction`): the losses were not real.
+    fn try_undo_dsack(&mut self) -> bool {
+        let Some(u) = self.dsack_undo.filter(|u| u.retrans == 0) else {
+            return false;
+        };
+        self.dsack_undo = None;
+        self.cc.cwnd = self.cc.cwnd.max(u.prior_cwnd);
+        self.cc.ssthresh = self.cc.ssthresh.max(u.prior_ssthresh);
+        self.prr = None;
+        self.ca_state = CaState::Open;
+        self.stats.dsack_undos += 1;
+        true
+    }
+
+    /// Start the D-SACK undo record of a fast recovery (Linux `tcp_init_undo`, with
+    /// `prior_ssthresh` = `tcp_current_ssthresh`).
+    fn init_dsack_undo(&mut self, prior_cwnd: u64, prior_ssthresh: u64) {
+        self.dsack_undo = (self.cfg.dsack && self.sack_ok).then_some(DsackUndo {
+            marker: self.snd_una,
+            retrans: -1,
+            prior_cwnd,
+            prior_ssthresh: prior_ssthresh.max(prior_cwnd / 2 + prior_cwnd / 4),
+        });
+    }
+
+    /// RACK's reordering window after D-SACKs (Linux `tcp_rack_update_reo_wnd`): one step
+    /// wider per round trip with a D-SACK, kept for `REO_WND_PERSIST` recoveries, back to
+    /// one step after that.
+    fn rack_update_reo_wnd(&mut self, delivered_before: u64) {
+        if !self.cfg.dsack || delivered_before == 0 {
+            return;
+        }
+        let newest = self.deliveries.iter().map(|d| d.order).max();
+        if self.dsack_seen && newest.is_some_and(|o| o < self.reo_wnd_delivered) {
+            // Sent before the last widening: less than a round trip ago.
+            self.dsack_seen = false;
+        }
+        if self.dsack_seen {
+            self.reo_wnd_steps = (self.reo_wnd_steps + 1).min(255);
+            self.dsack_seen = false;
+            self.reo_wnd_delivered = self.sb.tx_count();
+            self.reo_wnd_persist = REO_WND_PERSIST;
+        } else if self.reo_wnd_persist == 0 {
+            self.reo_wnd_steps = 1;
+        }
     }
 
     fn rack_detect(&mut self, now: Instant) -> RackLoss {
@@ -1426,6 +1584,7 @@ impl Connection {
         self.recover_after_rto = false;
         self.undo = None;
         let prior_cwnd = self.cc.cwnd;
+        self.init_dsack_undo(prior_cwnd, self.cc.ssthresh);
         self.cc.on_congestion(self.flight());
         self.recover = self.snd_max;
         self.ca_state = CaState::Recovery;
@@ -1616,8 +1775,8 @@ impl Connection {
     /// ACK reaches what was sent when the probe went out: a probe of new data ends it; an
     /// ACK beyond it after a retransmitted probe means the probe repaired a loss, answered
     /// by one cwnd reduction (ssthresh from the congestion controller, cwnd = ssthresh); a
-    /// plain duplicate ACK means original and probe both arrived. (Linux also ends it on a
-    /// DSACK of the probe; the simulated receivers send none.)
+    /// plain duplicate ACK (a D-SACK of the probe is one) means original and probe both
+    /// arrived.
     //= https://www.rfc-editor.org/rfc/rfc8985#section-7.4.2
     //# the sender MUST invoke a congestion control response
     fn process_tlp_ack(&mut self, ack: u64, pure_dup: bool) {
@@ -1721,6 +1880,16 @@ impl Connection {
         };
         if len > 0 {
             self.on_data_arrival(now, len, &a);
+        }
+        if self.cfg.dsack && self.sack_ok {
+            //= https://www.rfc-editor.org/rfc/rfc2883#section-4
+            //# If the D-SACK block reports a duplicate contiguous sequence from a
+            //# (possibly larger) block of data in the receiver's data queue above
+            //# the cumulative acknowledgement, then the second SACK block in that
+            //# SACK option should specify that (possibly larger) block of data.
+            if let Some(r) = a.dup_range {
+                self.dsack_block = Some(r);
+            }
         }
         if a.delivered > 0 && !self.reading {
             self.unread += a.delivered;
@@ -2033,13 +2202,25 @@ impl Connection {
         self.tlp_at = None;
         self.tlp_high_seq = None;
         self.prr = None;
+        self.dsack_undo = None;
         //= https://www.rfc-editor.org/rfc/rfc5681#section-3.1
         //# When a TCP sender detects segment loss using the retransmission timer
         //# and the given segment has not yet been resent by way of the
         //# retransmission timer, the value of ssthresh MUST be set to no more
         //# than the value given in equation (4).
         let cwnd_before = self.cc.cwnd / self.mss as u64;
-        if self.ca_state != CaState::Loss {
+        let reduce = match self.cfg.timeout_mode {
+            TimeoutMode::Rfc => self.ca_state != CaState::Loss,
+            // Linux `tcp_enter_loss`: "reduce ssthresh if it has not yet been made inside
+            // this window" — not when a recovery's reduction stands (its point not yet
+            // acknowledged), nor again at a timeout with no ACK of new data since the last.
+            TimeoutMode::Linux => {
+                matches!(self.ca_state, CaState::Open | CaState::Disorder)
+                    || self.snd_una >= self.recover
+                    || (self.ca_state == CaState::Loss && !self.rto_unanswered)
+            }
+        };
+        if reduce {
             if self.cfg.rto_undo && self.ts_ok {
                 self.undo = Some((self.cc.cwnd, self.cc.ssthresh, ts_clock(now)));
             }
@@ -2047,6 +2228,7 @@ impl Connection {
         } else {
             self.cc.cwnd = self.mss as u64;
         }
+        self.rto_unanswered = true;
         if self.bbr.is_some() {
             let dt = self.bbr.as_ref().map_or(now, |b| b.1.delivered_time());
             let ctx = self.bbr_ctx(now, dt);
@@ -2448,6 +2630,9 @@ impl Connection {
         }
         self.count_prr_out();
         self.stats.retransmits += 1;
+        if let Some(u) = self.dsack_undo.as_mut() {
+            u.retrans = u.retrans.max(0) + 1;
+        }
         self.stats.bytes_retransmitted += len;
         self.stats.bytes_sent += len;
         if len > 0 {
@@ -2551,8 +2736,18 @@ impl Connection {
                 ecr: self.ts_recent,
             });
         }
+        let dsack = self.dsack_block.take().filter(|_| self.sack_ok);
+        if let Some((l, r)) = dsack {
+            //= https://www.rfc-editor.org/rfc/rfc2883#section-4
+            //# If the data packet is a duplicate, then the first block
+            //# of the SACK option should be a D-SACK block
+            opts.sack.push(SackBlock {
+                left: seq_of(self.irs, l),
+                right: seq_of(self.irs, r),
+            });
+        }
         if self.sack_ok && self.rcv.has_gap() {
-            let max = if self.ts_ok { 3 } else { 4 };
+            let max = if self.ts_ok { 3 } else { 4 } - dsack.is_some() as usize;
             for (l, mut r) in self.rcv.sack_blocks(max) {
                 // A FIN held beyond the hole counts in its block, as in Linux's
                 // out-of-order queue (the sender's segment ends after the FIN).

@@ -34,6 +34,7 @@ pub mod scoreboard;
 
 pub use config::{
     CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig, TcpProfile, TcpSpec,
+    TimeoutMode,
 };
 pub use conn::{CaState, ConnEvent, ConnStats, Connection, State};
 

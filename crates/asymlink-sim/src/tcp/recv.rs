@@ -23,6 +23,11 @@ pub struct Arrival {
     pub filled_gap: bool,
     /// Nothing in the segment was new.
     pub duplicate: bool,
+    /// The part of the segment the receiver already held, as Linux reports it in a D-SACK
+    /// block (`tcp_dsack_set`): all of it below `rcv_nxt`, the part below `rcv_nxt` of a
+    /// segment that straddles it, or the overlap with the first out-of-order range it
+    /// meets.
+    pub dup_range: Option<(u64, u64)>,
 }
 
 /// Receive-side sequence state (offsets from the peer's ISS; data starts at 1).
@@ -76,11 +81,20 @@ impl Receiver {
         let mut a = Arrival::default();
         if end <= self.rcv_nxt {
             a.duplicate = true;
+            a.dup_range = Some((start, end));
             return a;
         }
         let had_gap = self.has_gap();
+        if start < self.rcv_nxt {
+            a.dup_range = Some((start, self.rcv_nxt));
+        }
         if start > self.rcv_nxt {
             a.out_of_order = true;
+            a.dup_range = self
+                .ooo
+                .iter()
+                .find(|r| r.start < end && start < r.end)
+                .map(|r| (start.max(r.start), end.min(r.end)));
             self.stamp += 1;
             let before = self.ooo_bytes;
             self.insert(start, end);
@@ -167,6 +181,27 @@ mod tests {
         assert_eq!(r.ooo_bytes(), 100);
         let a = r.on_data(1, 101);
         assert!(a.duplicate);
+    }
+
+    #[test]
+    fn duplicates_give_the_range_already_held() {
+        let mut r = Receiver::new(1);
+        assert_eq!(r.on_data(1, 101).dup_range, None);
+        assert_eq!(r.on_data(1, 101).dup_range, Some((1, 101)), "below rcv_nxt");
+        assert_eq!(
+            r.on_data(51, 151).dup_range,
+            Some((51, 101)),
+            "straddles rcv_nxt"
+        );
+        assert_eq!(r.on_data(301, 401).dup_range, None);
+        assert_eq!(
+            r.on_data(351, 451).dup_range,
+            Some((351, 401)),
+            "overlaps a range"
+        );
+        let a = r.on_data(301, 401);
+        assert!(a.duplicate && a.out_of_order);
+        assert_eq!(a.dup_range, Some((301, 401)));
     }
 
     #[test]

@@ -554,6 +554,11 @@ impl Scoreboard {
         self.sacked_segs
     }
 
+    /// Transmissions so far: the order the next one gets.
+    pub fn tx_count(&self) -> u64 {
+        self.tx_count
+    }
+
     /// Whether a delivery showed the path reordering (tracked deliveries only).
     pub fn reord_seen(&self) -> bool {
         self.reord_seen

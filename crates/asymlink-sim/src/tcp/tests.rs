@@ -12,19 +12,28 @@ struct Pipe {
     rate: Rate,
     busy_until: Instant,
     q: VecDeque<(Instant, Headers)>,
+    /// Arrival time of the last packet sent without extra delay.
+    fifo_at: Instant,
 }
 
 impl Pipe {
-    fn send(&mut self, now: Instant, h: Headers) {
+    /// Send `h`; with `extra` delay it arrives that much later than it would, after
+    /// packets sent behind it (reordering).
+    fn send(&mut self, now: Instant, h: Headers, extra: Duration) {
         let start = now.max(self.busy_until);
         let done = start + self.rate.tx_time(h.ip_len() as u64);
         self.busy_until = done;
-        // A FIFO pipe: when the delay shrinks, a packet still arrives after the one before.
-        let at = self
-            .q
-            .back()
-            .map_or(done + self.delay, |b| b.0.max(done + self.delay));
-        self.q.push_back((at, h));
+        let at = if extra.is_zero() {
+            // A FIFO pipe: when the delay shrinks, a packet still arrives after the one
+            // before.
+            let at = self.fifo_at.max(done + self.delay);
+            self.fifo_at = at;
+            at
+        } else {
+            done + self.delay + extra
+        };
+        let pos = self.q.partition_point(|e| e.0 <= at);
+        self.q.insert(pos, (at, h));
     }
 }
 
@@ -41,6 +50,8 @@ struct Pair {
     drop: DropRule,
     /// Return true to mark the n-th data segment CE (if it is ECN-capable).
     mark: Box<dyn FnMut(usize) -> bool>,
+    /// Extra delay for the n-th data segment sent by the client (reordering).
+    late: Box<dyn FnMut(usize) -> Duration>,
     data_sent: usize,
     dropped: usize,
     log: Vec<(Instant, usize, Headers)>,
@@ -62,6 +73,7 @@ impl Pair {
             rate,
             busy_until: Instant::ZERO,
             q: VecDeque::new(),
+            fifo_at: Instant::ZERO,
         };
         let mut p = Pair {
             now: Instant::ZERO,
@@ -70,6 +82,7 @@ impl Pair {
             events: [Vec::new(), Vec::new()],
             drop: Box::new(|_, _| false),
             mark: Box::new(|_| false),
+            late: Box::new(|_| Duration::ZERO),
             data_sent: 0,
             dropped: 0,
             log: Vec::new(),
@@ -102,6 +115,7 @@ impl Pair {
     fn deliver_out(&mut self, from: usize, out: Vec<Headers>) {
         for mut h in out {
             self.log.push((self.now, from, h));
+            let mut extra = Duration::ZERO;
             if from == 0 && h.payload_len > 0 {
                 let n = self.data_sent;
                 self.data_sent += 1;
@@ -112,8 +126,9 @@ impl Pair {
                 if h.ip.ecn.is_ect() && (self.mark)(n) {
                     h.ip.ecn = asymlink_core::wire::Ecn::Ce;
                 }
+                extra = (self.late)(n);
             }
-            self.pipes[from].send(self.now, h);
+            self.pipes[from].send(self.now, h, extra);
         }
     }
 
@@ -1391,6 +1406,172 @@ fn linux_acks_out_of_order_data_and_the_gap_fill_at_once() {
         "an ACK per out-of-order segment"
     );
     assert!(acked_at(fill), "the gap fill is acknowledged at once");
+}
+
+/// A drop rule by segment number (1-based, in MSS units from the first data byte) and
+/// transmission (1-based): drop the `tx`-th transmission of each listed segment.
+fn drop_tx(mss: u64, rules: Vec<(u64, u32)>) -> DropRule {
+    let mut base: Option<u32> = None;
+    let mut count = std::collections::HashMap::<u32, u32>::new();
+    Box::new(move |_, h| {
+        let seq = h.tcp_repr().unwrap().seq.0;
+        let b = *base.get_or_insert(seq);
+        let seg = seq.wrapping_sub(b) as u64 / mss + 1;
+        let tx = count.entry(seq).or_insert(0);
+        *tx += 1;
+        rules.contains(&(seg, *tx))
+    })
+}
+
+/// `linux` without SACK, one segment lost and its fast retransmission too: the timeout
+/// interrupts the recovery, whose reduction stands (Linux `tcp_enter_loss`: no second
+/// reduction before the recovery point is acknowledged). The RFC rule takes ssthresh again
+/// from the window the recovery inflated.
+#[test]
+fn a_timeout_during_a_recovery_keeps_the_recovery_ssthresh_in_linux() {
+    let run = |mode: TimeoutMode| {
+        let mut cfg = TcpConfig::profile("linux").unwrap();
+        cfg.sack = false;
+        cfg.timestamps = false;
+        cfg.timeout_mode = mode;
+        let mss = cfg.mss as u64;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = drop_tx(mss, vec![(30, 1), (30, 2)]);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 100 * mss, io));
+        let mut at_recovery = None;
+        let mut t = Instant::from_millis(100);
+        while t < Instant::from_secs(5) {
+            t += Duration::from_millis(1);
+            p.run(t);
+            let c = p.c[0].as_ref().unwrap();
+            if at_recovery.is_none() && c.stats().fast_retransmits == 1 {
+                at_recovery = Some(c.ssthresh());
+            }
+        }
+        assert_eq!(p.delivered(), 100 * mss);
+        let c = p.c[0].as_ref().unwrap();
+        let s = *c.stats();
+        assert_eq!((s.fast_retransmits, s.timeouts), (1, 1), "{s:?}");
+        (at_recovery.unwrap(), c.ssthresh(), mss)
+    };
+    let (recovery, end, mss) = run(TimeoutMode::Linux);
+    assert_eq!(end, recovery, "the recovery's ssthresh kept");
+    assert_eq!(recovery / mss, 27, "0.7 × 39 segments");
+    let (recovery, end, _) = run(TimeoutMode::Rfc);
+    assert!(
+        end > recovery,
+        "RFC rule: from the inflated window ({end} > {recovery})"
+    );
+}
+
+/// `linux` without SACK: the second flight (segments 11–20) is lost, and the second
+/// transmission of segment 20. The first timeout reduces ssthresh; the window grows back
+/// while 11–19 are acknowledged, and the second timeout reduces again, from that window
+/// (Linux `tcp_enter_loss`: an ACK of new data since the last timeout clears
+/// `icsk_retransmits`). The RFC rule keeps the first reduction.
+#[test]
+fn a_second_timeout_after_new_acks_reduces_again_in_linux() {
+    let run = |mode: TimeoutMode| {
+        let mut cfg = TcpConfig::profile("linux").unwrap();
+        cfg.sack = false;
+        cfg.timestamps = false;
+        cfg.timeout_mode = mode;
+        let mss = cfg.mss as u64;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        let mut rules: Vec<(u64, u32)> = (11..=20).map(|s| (s, 1)).collect();
+        rules.push((20, 2));
+        p.drop = drop_tx(mss, rules);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 20 * mss, io));
+        let (mut first, mut cwnd_before_second) = (None, 0);
+        let mut t = Instant::from_millis(100);
+        while t < Instant::from_secs(5) {
+            t += Duration::from_millis(1);
+            let cwnd = p.c[0].as_ref().unwrap().cwnd();
+            p.run(t);
+            let c = p.c[0].as_ref().unwrap();
+            match c.stats().timeouts {
+                1 if first.is_none() => first = Some(c.ssthresh()),
+                2 if cwnd_before_second == 0 => cwnd_before_second = cwnd,
+                _ => {}
+            }
+        }
+        assert_eq!(p.delivered(), 20 * mss);
+        let c = p.c[0].as_ref().unwrap();
+        assert_eq!(c.stats().timeouts, 2, "{:?}", c.stats());
+        (first.unwrap(), cwnd_before_second, c.ssthresh(), mss)
+    };
+    let (first, cwnd, end, mss) = run(TimeoutMode::Linux);
+    assert_eq!(first / mss, 14, "0.7 × 20 segments");
+    assert!(cwnd > 2 * mss && cwnd < 20 * mss, "cwnd grew back: {cwnd}");
+    assert_eq!(end, (cwnd as f64 * 0.7) as u64, "reduced again from {cwnd}");
+    let (first, _, end, _) = run(TimeoutMode::Rfc);
+    assert_eq!(end, first, "RFC rule: the first reduction kept");
+}
+
+/// `linux`: the fifth segment of a write is delayed by 10 ms, so RACK (no reordering seen
+/// yet, zero reordering window once three segments are SACKed) takes it for lost and
+/// retransmits it. The original arrives first; the receiver reports the retransmission
+/// as a duplicate in a D-SACK block (RFC 2883), and the sender, every retransmission of
+/// the recovery reported so, undoes it: cwnd and ssthresh as before (Linux
+/// `tcp_try_undo_dsack`). Without D-SACK the reduction stands.
+#[test]
+fn a_recovery_found_spurious_by_dsack_is_undone() {
+    let run = |dsack: bool| {
+        let mut cfg = TcpConfig::profile("linux").unwrap();
+        cfg.dsack = dsack;
+        let mss = cfg.mss as u64;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.late = Box::new(|n| Duration::from_millis(if n == 4 { 10 } else { 0 }));
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 30 * mss, io));
+        let mut before = None;
+        let mut t = Instant::from_millis(100);
+        while t < Instant::from_secs(3) {
+            let c = p.c[0].as_ref().unwrap();
+            if c.stats().fast_retransmits == 0 {
+                before = Some((c.cwnd(), c.ssthresh()));
+            }
+            t += Duration::from_millis(1);
+            p.run(t);
+        }
+        assert_eq!(p.delivered(), 30 * mss);
+        // The receiver saw the retransmission as a duplicate: a D-SACK block for it.
+        let dsack_sent = p.log.iter().any(|(_, from, h)| {
+            let t = h.tcp_repr().unwrap();
+            *from == 1
+                && t.opts
+                    .sack
+                    .iter()
+                    .next()
+                    .is_some_and(|b| b.left.0 < t.ack.0 && b.right.0 - b.left.0 == mss as u32)
+        });
+        let c = p.c[0].as_ref().unwrap();
+        (*c.stats(), before.unwrap(), c.ssthresh(), dsack_sent)
+    };
+    let (s, (_, ss_before), ss_end, dsack_sent) = run(true);
+    assert!(dsack_sent);
+    assert_eq!(
+        (s.fast_retransmits, s.retransmits, s.timeouts),
+        (1, 1, 0),
+        "{s:?}"
+    );
+    assert_eq!((s.dsacks_received, s.dsack_undos), (1, 1), "{s:?}");
+    assert!(ss_before > 1 << 40, "slow start before: {ss_before}");
+    assert_eq!(ss_end, ss_before, "ssthresh restored");
+    let (s, _, ss_end, dsack_sent) = run(false);
+    assert!(!dsack_sent);
+    assert_eq!(
+        (s.fast_retransmits, s.dsacks_received, s.dsack_undos),
+        (1, 0, 0),
+        "{s:?}"
+    );
+    assert!(ss_end < 30 * cfg_mss(), "the reduction stands: {ss_end}");
+}
+
+fn cfg_mss() -> u64 {
+    TcpConfig::profile("linux").unwrap().mss as u64
 }
 
 mod paced;

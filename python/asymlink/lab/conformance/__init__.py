@@ -9,7 +9,7 @@ its link, the lab's AF_PACKET capture on each host), the data sender's counters 
 simulator's flow summary; the lab server's `nstat` counters) and its cwnd/ssthresh at the
 end (the simulator's flow series; the lab server's TCP_INFO). `sender_events` turns the
 packets into the same record for both: the segments retransmitted, in order, with their
-times from the first SYN, and the SYN/SYN-ACK transmissions. `compare` says whether the
+times from its first data segment, and the SYN/SYN-ACK transmissions. `compare` says whether the
 two agree and, if not, in what.
 """
 
@@ -144,7 +144,9 @@ class Trace:
 
 
 def sender_events(tr: Trace) -> dict[str, Any]:
-    """The sender's story from its packets: times are seconds from the first SYN.
+    """The sender's story from its packets: times are seconds from the server's first data
+    segment (the first SYN if it sent none), so that what delays the lab's first packets
+    (the box and the hosts resolving their neighbours: up to 20 ms) does not count.
 
     `retx`: [(t, segment)] of every data segment the server sent again (its sequence
     number below the highest it had sent), the segment numbered from 1 in MSS units;
@@ -154,7 +156,7 @@ def sender_events(tr: Trace) -> dict[str, Any]:
     syns = [p for p in pk if p.flags & SYN]
     if not syns:
         return {"retx": [], "syn_tx": 0, "synack_tx": 0, "data_tx": 0, "end": None}
-    t0 = syns[0].t
+    t0 = next((p.t for p in pk if p.src == "server" and p.payload > 0), syns[0].t)
     isn = next((p.seq for p in pk if p.src == "server" and p.flags & SYN), None)
     high = 0
     retx = []
