@@ -139,13 +139,80 @@ impl MinTracker {
     }
 }
 
-/// The minimum over a sliding time window, in O(1) memory (Kathleen Nichols' three-sample
-/// windowed-min filter, as used by BBR and Linux `win_minmax`). The estimate is exact when
-/// the minimum is recent and within a factor of the window otherwise.
+/// Kathleen Nichols' windowed extreme filter (Linux `lib/win_minmax.c`): the best, second
+/// and third best samples of a window, each newer than the one before, in O(1) memory.
+/// Exact when the extreme is recent, within a factor of the window otherwise. Times are
+/// any monotonic counter (nanoseconds, round trips) compared with wrapping arithmetic;
+/// `MAX` selects the maximum ([`WinMax`]) or the minimum ([`WinMin`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WinFilter<const MAX: bool> {
+    s: [(u64, u64); 3],
+}
+
+/// The windowed maximum (BBR's bandwidth filter).
+pub type WinMax = WinFilter<true>;
+/// The windowed minimum (BBR's and the ACK shaper's minimum RTT).
+pub type WinMin = WinFilter<false>;
+
+impl<const MAX: bool> WinFilter<MAX> {
+    /// Whether `a` is at least as good as `b`.
+    fn as_good(a: u64, b: u64) -> bool {
+        if MAX {
+            a >= b
+        } else {
+            a <= b
+        }
+    }
+
+    /// The extreme over the window (0 before any sample).
+    pub fn get(&self) -> u64 {
+        self.s[0].1
+    }
+
+    /// Forget everything but sample `v` at time `t`.
+    pub fn reset(&mut self, t: u64, v: u64) -> u64 {
+        self.s = [(t, v); 3];
+        v
+    }
+
+    /// Take sample `v` at time `t`, keeping the extreme over the last `win`; returns it.
+    pub fn update(&mut self, win: u64, t: u64, v: u64) -> u64 {
+        if Self::as_good(v, self.s[0].1) || t.wrapping_sub(self.s[2].0) > win {
+            return self.reset(t, v);
+        }
+        if Self::as_good(v, self.s[1].1) {
+            self.s[1] = (t, v);
+            self.s[2] = (t, v);
+        } else if Self::as_good(v, self.s[2].1) {
+            self.s[2] = (t, v);
+        }
+        // Age the kept samples: the best one expires after the window; the second and
+        // third are refreshed after a quarter and a half of it so that they stay spread.
+        let dt = t.wrapping_sub(self.s[0].0);
+        if dt > win {
+            self.s[0] = self.s[1];
+            self.s[1] = self.s[2];
+            self.s[2] = (t, v);
+            if t.wrapping_sub(self.s[0].0) > win {
+                self.s[0] = self.s[1];
+                self.s[1] = self.s[2];
+                self.s[2] = (t, v);
+            }
+        } else if self.s[1].0 == self.s[0].0 && dt > win / 4 {
+            self.s[1] = (t, v);
+            self.s[2] = (t, v);
+        } else if self.s[2].0 == self.s[1].0 && dt > win / 2 {
+            self.s[2] = (t, v);
+        }
+        self.s[0].1
+    }
+}
+
+/// The minimum duration over a sliding time window ([`WinMin`] over nanoseconds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowedMin {
     window_ns: u64,
-    s: [(Instant, u64); 3],
+    f: WinMin,
     valid: bool,
 }
 
@@ -154,49 +221,26 @@ impl WindowedMin {
     pub fn new(window: Duration) -> WindowedMin {
         WindowedMin {
             window_ns: dur_ns(window).max(1),
-            s: [(Instant::ZERO, 0); 3],
+            f: WinMin::default(),
             valid: false,
         }
     }
 
     /// Add a sample `v` taken at `now`; returns the windowed minimum.
     pub fn update(&mut self, now: Instant, v: Duration) -> Duration {
-        let v = dur_ns(v);
-        let win = self.window_ns;
-        if !self.valid || v <= self.s[0].1 || dur_ns(now - self.s[2].0) > win {
-            self.s = [(now, v); 3];
+        let (t, v) = (now.as_nanos(), dur_ns(v));
+        let m = if self.valid {
+            self.f.update(self.window_ns, t, v)
+        } else {
             self.valid = true;
-            return Duration::from_nanos(v);
-        }
-        if v <= self.s[1].1 {
-            self.s[1] = (now, v);
-            self.s[2] = (now, v);
-        } else if v <= self.s[2].1 {
-            self.s[2] = (now, v);
-        }
-        // Age out the best samples.
-        let dt = dur_ns(now - self.s[0].0);
-        if dt > win {
-            self.s[0] = self.s[1];
-            self.s[1] = self.s[2];
-            self.s[2] = (now, v);
-            if dur_ns(now - self.s[0].0) > win {
-                self.s[0] = self.s[1];
-                self.s[1] = self.s[2];
-                self.s[2] = (now, v);
-            }
-        } else if self.s[1].0 == self.s[0].0 && dt > win / 4 {
-            self.s[1] = (now, v);
-            self.s[2] = (now, v);
-        } else if self.s[2].0 == self.s[1].0 && dt > win / 2 {
-            self.s[2] = (now, v);
-        }
-        Duration::from_nanos(self.s[0].1)
+            self.f.reset(t, v)
+        };
+        Duration::from_nanos(m)
     }
 
     /// The current minimum, if any sample was seen.
     pub fn get(&self) -> Option<Duration> {
-        self.valid.then(|| Duration::from_nanos(self.s[0].1))
+        self.valid.then(|| Duration::from_nanos(self.f.get()))
     }
 }
 
@@ -275,5 +319,30 @@ mod tests {
         }
         let m = w.update(Instant::from_secs(21), Duration::from_millis(80));
         assert_eq!(m, Duration::from_millis(80));
+    }
+
+    #[test]
+    fn the_max_filter_mirrors_the_min_filter() {
+        // The same samples, negated around 1000: the maximum follows the minimum exactly,
+        // through expiry of the best sample and a reset after a long silence.
+        let (mut lo, mut hi) = (WinMin::default(), WinMax::default());
+        let samples = [
+            (0, 400),
+            (1, 700),
+            (5, 500),
+            (10, 600),
+            (11, 650),
+            (12, 100),
+            (40, 900),
+        ];
+        lo.reset(0, 400);
+        hi.reset(0, 1000 - 400);
+        let mut got = Vec::new();
+        for &(t, v) in &samples[1..] {
+            let (a, b) = (lo.update(10, t, v), hi.update(10, t, 1000 - v));
+            assert_eq!(a, 1000 - b, "at {t}");
+            got.push(a);
+        }
+        assert_eq!(got, [400, 400, 400, 500, 100, 900]);
     }
 }

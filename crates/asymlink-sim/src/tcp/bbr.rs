@@ -106,56 +106,8 @@ pub enum Mode {
     ProbeRtt,
 }
 
-/// Linux's windowed max filter (`lib/win_minmax.c`, Kathleen Nichols' algorithm): the
-/// best, second and third best samples of the window, each newer than the one before.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MaxFilter {
-    s: [(u32, u64); 3],
-}
-
-impl MaxFilter {
-    /// The maximum over the window.
-    pub fn get(&self) -> u64 {
-        self.s[0].1
-    }
-
-    fn reset(&mut self, t: u32, v: u64) {
-        self.s = [(t, v); 3];
-    }
-
-    /// Take sample `v` at time `t` (rounds), keeping the maximum over the last `win`.
-    pub fn update(&mut self, win: u32, t: u32, v: u64) -> u64 {
-        if v >= self.s[0].1 || t.wrapping_sub(self.s[2].0) > win {
-            self.reset(t, v);
-            return v;
-        }
-        if v >= self.s[1].1 {
-            self.s[1] = (t, v);
-            self.s[2] = (t, v);
-        } else if v >= self.s[2].1 {
-            self.s[2] = (t, v);
-        }
-        // Age the kept samples: the best one expires after the window; the second and
-        // third are refreshed after a quarter and a half of it so that they stay spread.
-        let dt = t.wrapping_sub(self.s[0].0);
-        if dt > win {
-            self.s[0] = self.s[1];
-            self.s[1] = self.s[2];
-            self.s[2] = (t, v);
-            if t.wrapping_sub(self.s[0].0) > win {
-                self.s[0] = self.s[1];
-                self.s[1] = self.s[2];
-                self.s[2] = (t, v);
-            }
-        } else if self.s[1].0 == self.s[0].0 && dt > win / 4 {
-            self.s[1] = (t, v);
-            self.s[2] = (t, v);
-        } else if self.s[2].0 == self.s[1].0 && dt > win / 2 {
-            self.s[2] = (t, v);
-        }
-        self.s[0].1
-    }
-}
+/// BBR's bandwidth filter: the core's windowed maximum over round trips.
+pub use asymlink_core::estimator::WinMax as MaxFilter;
 
 /// What the connection knows at an ACK, for BBR.
 #[derive(Clone, Copy, Debug)]
@@ -690,7 +642,8 @@ impl Bbr {
         self.lt_sampling(rs, c);
         let bw = delivered * BW_UNIT / us(interval).max(1);
         if !rs.is_app_limited || bw >= self.max_bw() {
-            self.bw.update(BW_RTTS, self.rtt_cnt, bw);
+            self.bw
+                .update(u64::from(BW_RTTS), u64::from(self.rtt_cnt), bw);
         }
     }
 
