@@ -181,21 +181,12 @@ fn run(argv: &[String]) -> Result<(), (u8, String)> {
     }
     // Created now, while any path may be created; written once privileges are dropped,
     // so that a reader who sees the pid sees the box fully started.
-    let ready = match &a.ready {
-        Some(r) => Some(std::fs::File::create(r).map_err(|e| (1, format!("ready file: {e}")))?),
-        None => None,
-    };
+    let ready = create_ready(&a)?;
 
     if let Some(Some(cpu)) = cfg.process.worker_cpus().first() {
         sys::set_affinity(*cpu).map_err(|e| (1, format!("process.cpu {cpu}: {e}")))?;
     }
-    if let Some(p) = cfg.process.realtime_priority {
-        sys::set_realtime(p).map_err(|e| (1, format!("process.realtime_priority {p}: {e}")))?;
-        log(&format!("event loop under SCHED_FIFO priority {p}"));
-    }
-    let what = sys::drop_privileges(&cfg.privileges.user)
-        .map_err(|e| (1, format!("cannot drop privileges: {e}")))?;
-    log(&format!("privileges dropped: {what}"));
+    realtime_then_unprivileged(&cfg, "event loop")?;
     if let Some(mut f) = ready {
         use std::io::Write;
         writeln!(f, "{}", std::process::id()).map_err(|e| (1, format!("ready file: {e}")))?;
@@ -237,6 +228,28 @@ fn open_stats(
     }
 }
 
+/// The ready file, created now while any path may be created; the pid is written once
+/// the box has started and dropped its privileges.
+fn create_ready(a: &Args) -> Result<Option<std::fs::File>, (u8, String)> {
+    a.ready
+        .as_ref()
+        .map(|r| std::fs::File::create(r).map_err(|e| (1, format!("ready file: {e}"))))
+        .transpose()
+}
+
+/// `[process] realtime_priority` for this thread (logged as what runs under it), then
+/// the privileges dropped for `[privileges] user`.
+fn realtime_then_unprivileged(cfg: &BoxConfig, who: &str) -> Result<(), (u8, String)> {
+    if let Some(p) = cfg.process.realtime_priority {
+        sys::set_realtime(p).map_err(|e| (1, format!("process.realtime_priority {p}: {e}")))?;
+        log(&format!("{who} under SCHED_FIFO priority {p}"));
+    }
+    let what = sys::drop_privileges(&cfg.privileges.user)
+        .map_err(|e| (1, format!("cannot drop privileges: {e}")))?;
+    log(&format!("privileges dropped: {what}"));
+    Ok(())
+}
+
 /// `[process] workers` > 1: the same start-up order, with one event loop per worker
 /// thread ([`Workers`]); this thread reads the signals and merges the stats.
 fn run_workers(a: &Args, cfg: BoxConfig, seed: u64) -> Result<(), (u8, String)> {
@@ -246,19 +259,10 @@ fn run_workers(a: &Args, cfg: BoxConfig, seed: u64) -> Result<(), (u8, String)> 
     if let Some(f) = open_stats(&cfg, w.published())? {
         w.set_stats_file(f);
     }
-    let ready = match &a.ready {
-        Some(r) => Some(std::fs::File::create(r).map_err(|e| (1, format!("ready file: {e}")))?),
-        None => None,
-    };
+    let ready = create_ready(a)?;
     // The workers inherit the scheduling class and the dropped privileges of this thread;
     // each pins itself to its CPU (which needs no privilege).
-    if let Some(p) = cfg.process.realtime_priority {
-        sys::set_realtime(p).map_err(|e| (1, format!("process.realtime_priority {p}: {e}")))?;
-        log(&format!("{n} workers under SCHED_FIFO priority {p}"));
-    }
-    let what = sys::drop_privileges(&cfg.privileges.user)
-        .map_err(|e| (1, format!("cannot drop privileges: {e}")))?;
-    log(&format!("privileges dropped: {what}"));
+    realtime_then_unprivileged(&cfg, &format!("{n} workers"))?;
     let realtime = cfg.process.realtime_priority.is_some();
     let result = w
         .run(move || {
