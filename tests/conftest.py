@@ -137,12 +137,40 @@ LAB_MODULES = {"test_lab", "test_lab_mechanisms", "test_live", "test_parity", "t
                "test_lab_clients"}
 
 
+def _is_lab(item: pytest.Item) -> bool:
+    module = getattr(item, "module", None)
+    return module is not None and module.__name__.rsplit(".", 1)[-1] in LAB_MODULES
+
+
 @pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__.rsplit(".", 1)[-1] in LAB_MODULES:
+        if _is_lab(item):
             item.add_marker(pytest.mark.xdist_group("lab"))
+
+
+_UNGROUPED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)   # after xdist has named the groups
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under `--dist loadgroup` xdist suffixes each grouped test id with `@lab`. When a
+    pytest/xdist pairing stops doing that, two labs run at once and fail at random; the
+    lab tests then fail at once, saying why (see `pytest_runtest_setup`)."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    ungrouped = [i.nodeid for i in session.items if _is_lab(i) and not i.nodeid.endswith("@lab")]
+    if ungrouped:
+        session.config.stash[_UNGROUPED] = (
+            f"pytest-xdist did not group the lab tests ({ungrouped[0]} has no '@lab'), so "
+            "labs would run side by side: this pytest/pytest-xdist pair breaks --dist "
+            "loadgroup (see the pin in pyproject.toml)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    problem = item.config.stash.get(_UNGROUPED, None)
+    if problem is not None and _is_lab(item):
+        pytest.fail(problem, pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)

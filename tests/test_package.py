@@ -29,8 +29,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("package")
     wheels = work / "wheels"
     # The same profile and target directory as the development install: a warm build.
-    subprocess.run([sys.executable, "-m", "maturin", "build", "--release", "--quiet",
-                    "--out", str(wheels)], cwd=ROOT, check=True, capture_output=True)
+    built = subprocess.run([sys.executable, "-m", "maturin", "build", "--release", "--quiet",
+                            "--out", str(wheels)], cwd=ROOT, capture_output=True, text=True)
+    if built.returncode != 0:
+        pytest.fail(f"maturin build exited {built.returncode}:\n{built.stderr[-4000:]}")
     (wheel,) = wheels.glob("asymlink-*.whl")
     env_dir = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
