@@ -49,11 +49,13 @@ PROFILE = "linux"
 
 def _link(name: str, a: str, b: str, to_a: dict[str, Any],
           to_b: dict[str, Any]) -> dict[str, Any]:
-    """A link whose directions carry emulated lines (link keys, verbatim) or, where
-    empty, fast wires."""
+    """A link whose directions carry emulated lines (link keys, verbatim; a trace-driven
+    direction has no rate) or, where empty, fast wires."""
+    def direction(keys: dict[str, Any]) -> dict[str, Any]:
+        return ({} if "trace" in keys else {"rate": FAST}) | copy.deepcopy(keys)
+
     return {"name": name, "a": a, "b": b, "rate": FAST,
-            "to_a": {"rate": FAST, **copy.deepcopy(to_a)},
-            "to_b": {"rate": FAST, **copy.deepcopy(to_b)}}
+            "to_a": direction(to_a), "to_b": direction(to_b)}
 
 
 def sim_scenario(sc: LabScenario, seed: int = 1,
