@@ -384,8 +384,9 @@ PAIRS: dict[str, Pair] = {
         (),
         "a BBR download over a fixed 10 Mbit/s, 40 ms bottleneck with a 100-packet FIFO"),
     # The contended download and the echoes behind the upload are not compared: the
-    # simulated BBR upload keeps about two segments more in flight than Linux's, so its
-    # queue in the modem is some 40 ms longer (docs/tcp.md).
+    # upload's minimum RTT is its handshake's (the SYN behind a varying number of the
+    # download's ACKs in the modem), and at this line's one-segment BDP a few ms of it
+    # are two segments of cwnd, some 55 ms of modem queue (docs/tcp.md).
     "bbr-adsl": Pair(
         "bbr-adsl", ("bbr-adsl",),
         ("throughput_mbps_in.alone.download",
