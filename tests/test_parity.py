@@ -1,11 +1,13 @@
-"""Simulator ↔ lab parity: the same scenario — the ADSL problem and its fix, and
-a download over an ACK-filtered slow reverse link — run in the simulator (`linux` TCP
-profile) and in the namespace lab with real Linux TCP gives the same ordering of arms and
-every compared metric within ±15 %.
+"""Simulator ↔ lab parity: the same scenario — the ADSL problem and its fix, a download
+over an ACK-filtered slow reverse link, and BBR downloads (Linux tcp_bbr / the model) on
+those paths and a fixed bottleneck — run in the simulator (`linux` TCP profile) and in
+the namespace lab with real Linux TCP gives the same ordering of arms, every compared
+metric within ±15 %, and for BBR the same number of PROBE_RTT episodes (seen in the lab
+through TCP_CC_INFO).
 
 The translation tests run anywhere; the lab test needs root and network namespaces and is
-skipped, saying why, where they are missing. It runs the four lab scenarios once (about
-80 s of traffic, under two minutes in all).
+skipped, saying why, where they are missing. It runs the eight lab scenarios once (126 s
+of traffic, about two and a half minutes in all; the BBR experiments about 70 s).
 """
 
 from __future__ import annotations
