@@ -23,7 +23,12 @@ from asymlink.cli import cli
 from asymlink.lab import Lab, LabScenario, can_run_labs
 from asymlink.lab.bench import scenario_path
 from asymlink.lab.parity import PAIRS, TOLERANCE, Row, bbr_rows, get, run_sim, sim_scenario
-from asymlink.lab.scenario import LabScenarioError, bbr_episodes, bbr_phase
+from asymlink.lab.scenario import (
+    LabScenarioError,
+    bbr_episodes,
+    bbr_phase,
+    probe_rtt_postponed,
+)
 from asymlink.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +91,13 @@ def test_bbr_modes_follow_from_the_gains() -> None:
     # A lower minimum RTT after STARTUP (not the refresh PROBE_RTT brings) is noted.
     rtts = [90.0, 47.1, 47.1, 47.1, 47.0, 47.0, 48.0, 48.0, 46.0]
     assert bbr_episodes(rows, rtts)["min_rtt_lowered_s"] == [0.70]
+    # Over a 12 s flow: a lowering at 5 s moves the PROBE_RTT due at 10.5 s past the end;
+    # one at 0.7 s does not, nor one after the run's PROBE_RTT (the next is due after
+    # the end anyway).
+    ep = {"started_s": 0.1, "probe_rtt_at_s": [], "min_rtt_lowered_s": [0.7, 5.0]}
+    assert probe_rtt_postponed(ep, 12.0) == [5.0]
+    ep = {"started_s": 0.1, "probe_rtt_at_s": [10.3], "min_rtt_lowered_s": [0.7, 10.6]}
+    assert probe_rtt_postponed(ep, 12.0) == []
     assert bbr_episodes(rows[:2])["startup_exit_s"] is None
 
 

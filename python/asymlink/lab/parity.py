@@ -288,14 +288,14 @@ def bbr_state_table(sim: dict[str, dict[str, Any]], lab: dict[str, dict[str, Any
 
 def bbr_rows(arms: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> list[Row]:
     """BBR's path compared per arm and BBR flow: the number of PROBE_RTT episodes,
-    equal (reported, not decisive, when Linux lowered its minimum RTT so late that its
-    PROBE_RTT fell past the flow's end);
+    equal (reported, not decisive, when Linux lowered its minimum RTT so that a PROBE_RTT
+    due within the flow fell past its end);
     and how long STARTUP lasted, counted from the first ACK BBR took (so the lab's
     process start-up does not count), within one RTT (the lab's minimum RTT as Linux's
     BBR measured it). The STARTUP row is reported, not decisive: STARTUP ends at a round
-    boundary once the bandwidth estimate stopped growing, and in the lab the box's timing
-    jitter lifts that estimate now and then by enough to move the end by a round
-    (docs/tcp.md, "Agreement with Linux")."""
+    boundary once the bandwidth estimate stopped growing, and on the slow ACK path Linux
+    still ends it one or two rounds later than the model (docs/tcp.md, "Agreement with
+    Linux")."""
     rows = []
     for arm, (s, lab) in arms.items():
         for flow, lb in lab.get("bbr", {}).items():

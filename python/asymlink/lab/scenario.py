@@ -405,6 +405,7 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
         lab.set_forwarding("kernel")
     lab.clear_router_qdiscs()
     lab.router_commands(sc.router_commands)
+    resolve_neighbours(lab, sc)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         servers = []
@@ -495,6 +496,24 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
         (out / "access_stats.json").write_text(json.dumps(access_final, indent=2) + "\n")
     # The sinks' report times are absolute monotonic (t0 = 0): shift to the run's t0.
     return _collect(sc, out, work, t0, final, queue_rows, box.log if box else None)
+
+
+def resolve_neighbours(lab: Lab, sc: LabScenario) -> None:
+    """Enter each host's peers (the far ends of its flows and probes) in its neighbour
+    cache before the run, as reachable (so they are probed again and follow a changed
+    interface). Otherwise a connection's first packet waits for ARP, whose request and
+    reply cross the emulated line: a round trip more in the handshake, which Linux takes
+    as its first RTT sample (BBR starts its pacing rate and minimum RTT from it). The
+    simulator has no ARP."""
+    pairs = {(f.sender, f.receiver) for f in sc.flows} | {(p.sender, p.receiver)
+                                                           for p in sc.probes}
+    roles = {r for pair in pairs for r in pair}
+    macs = {r: run_cmd(["cat", "/sys/class/net/eth0/address"], lab, r).strip() for r in roles}
+    for a, b in pairs:
+        for x, y in ((a, b), (b, a)):
+            if macs[y]:
+                run_cmd(["ip", "neigh", "replace", lab.addr(y), "lladdr", macs[y], "dev",
+                         "eth0", "nud", "reachable"], lab, x)
 
 
 def run_cmd(argv: list[str], lab: Lab, role: str) -> str:
@@ -649,6 +668,25 @@ def bbr_episodes(phases: list[tuple[float, float, float]],
             "min_rtt_lowered_s": lowered}
 
 
+def probe_rtt_postponed(ep: dict[str, Any], stop: float) -> list[float]:
+    """The lowerings of the minimum RTT in `bbr_episodes`' `ep` that moved a PROBE_RTT
+    due within the flow (ending at `stop`) past its end: BBR enters PROBE_RTT 10 s after
+    the minimum was last set (STARTUP's first samples, a PROBE_RTT, a lower sample), so a
+    lowering matters when the setting before it had a PROBE_RTT due before `stop` and
+    the lowering moved it after. The PROBE_RTT count then says nothing of the model."""
+    if ep.get("started_s") is None:
+        return []
+    sets = sorted([ep["started_s"], *ep["probe_rtt_at_s"]])
+    out = []
+    for low in ep.get("min_rtt_lowered_s", []):
+        before = max((t for t in sets if t <= low), default=ep["started_s"])
+        if before + PROBE_RTT_DUE_S <= stop < low + PROBE_RTT_DUE_S:
+            out.append(low)
+        sets.append(low)
+        sets.sort()
+    return out
+
+
 def bbr_window_means(sc: LabScenario, series: dict[str, pd.DataFrame]) -> dict[str, Any]:
     """Per window and BBR flow, the means of the sender's state from its series (`t`,
     `cwnd_bytes`, `srtt_ms` and `BBR_COLUMNS`): bandwidth estimate and pacing rate
@@ -703,10 +741,7 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
                                         for p in phases],
                                        [p["bbr_min_rtt_ms"] for p in phases])
             bbr[f.name]["min_rtt_ms"] = phases[-1]["bbr_min_rtt_ms"]
-            # Lowerings that put the next PROBE_RTT (10 s later, plus its 200 ms and a
-            # round) past the flow's end: the count then says nothing of the model.
-            bbr[f.name]["probe_rtt_postponed_s"] = [
-                t for t in bbr[f.name]["min_rtt_lowered_s"] if t + PROBE_RTT_DUE_S > f.stop]
+            bbr[f.name]["probe_rtt_postponed_s"] = probe_rtt_postponed(bbr[f.name], f.stop)
             phase_rows += [{"flow": f.name, "mode": bbr_phase(p["bbr_pacing_gain"],
                                                               p["bbr_cwnd_gain"]), **p}
                            for p in phases]
