@@ -4,6 +4,7 @@ documented, and its orderings hold on --quick."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -67,3 +68,29 @@ def test_orderings_hold_on_quick(tmp_path: Path) -> None:
     repro.assert_expectations(tm.ID, tmp_path)
     assert (tmp_path / "figures" / "verdicts.png").is_file()
     assert "| cellular | bbr | ackfilter |" in (tmp_path / "verdicts.md").read_text()
+
+
+def test_lab_summary_and_figure_from_runs(tmp_path: Path) -> None:
+    """The lab half's summary has metrics.json's keys for its cases, and with
+    `lab_metrics.json` beside the entry's metrics the figures add the lab beside the
+    simulator (synthetic runs: the lab itself needs root, see docs/traces.md)."""
+    seeds = range(1, 4)
+    per_run = {}
+    for (link, cc, arm) in tm.LAB_CASES + [(c[0], c[1], "none") for c in tm.LAB_CASES]:
+        for s in seeds:
+            gain = {"none": 0.0, "ackfilter": -1.0, "line": 2.0}[arm]
+            per_run[(link, cc, arm, s)] = {"down_mbps": 4.0 + gain + 0.01 * s,
+                                           "up_mbps": 0.4, "echo_p90_ms": 500.0 - 100 * gain,
+                                           "jain": 0.9}
+    lab = tm.lab_summary(per_run, tm.LAB_CASES) | {"duration_s": 10.0}
+    assert lab["seeds"] == 3
+    assert lab["verdict"] == {"fixed_cubic_ackfilter": tm.HURTS, "fixed_cubic_line": tm.HELPS}
+    assert math.isclose(lab["diff"]["down_mbps"]["fixed_cubic_line"], 2.0)
+    assert lab["ci"]["up_mbps"]["fixed_cubic_line"] == 0.0
+    (tmp_path / "lab_metrics.json").write_text(json.dumps(lab))
+    sim = tm.summarise({(lk, cc, arm, s): per_run.get((lk, cc, arm, s), per_run[
+        ("fixed", "cubic", "none", s)]) for lk in tm.LINKS for cc in tm.CCS for arm in tm.ARMS
+        for s in seeds})
+    paths = tm._figures(tmp_path, sim)
+    assert [p.name for p in paths] == ["verdicts.png", "lab.png"]
+    assert "| fixed | cubic | line | helps | down +2" in tm.verdict_table(lab, tm.LAB_CASES)

@@ -417,11 +417,12 @@ def lab_summary(per_run: dict[tuple[str, str, str, int], dict[str, float]],
     return out
 
 
-def run_lab(out_dir: Path, seeds: int = 5, quick: bool = True,
+def run_lab(out_dir: Path, seeds: int = 5, quick: bool = False,
             cases: list[tuple[str, str, str]] | None = None) -> dict[str, Any]:
     """The lab half (root): each case of `cases` (default `LAB_CASES`) and its baseline,
-    `seeds` paired seeds, in one fresh lab, runs as long as the simulator's (`quick`:
-    10 s each). Writes `lab_metrics.json` (keys as metrics.json) and `lab_verdicts.md`."""
+    `seeds` paired seeds, in one fresh lab, runs as long as the simulator's (60 s; with
+    `quick` 10 s). Writes `lab_metrics.json` (keys as metrics.json, plus `duration_s`) and
+    `lab_verdicts.md`."""
     from asymlink.lab import Lab, run_scenario
 
     cases = cases or LAB_CASES
@@ -436,7 +437,7 @@ def run_lab(out_dir: Path, seeds: int = 5, quick: bool = True,
                 per_run[(link, cc, arm, seed)] = run_metrics(m)
     finally:
         lab.down()
-    metrics = lab_summary(per_run, cases)
+    metrics = lab_summary(per_run, cases) | {"duration_s": DURATION[quick]}
     (out_dir / "lab_runs.json").write_text(json.dumps(
         [{"link": k[0], "cc": k[1], "arm": k[2], "seed": k[3], **v}
          for k, v in sorted(per_run.items())], indent=1) + "\n")
@@ -451,19 +452,19 @@ def run_lab(out_dir: Path, seeds: int = 5, quick: bool = True,
 LABELS = {"down_mbps": "down", "up_mbps": "up", "echo_p90_ms": "echo p90", "jain": "Jain"}
 
 
-def _effect_text(metrics: Metrics, key: str) -> str:
+def _effect_text(metrics: dict[str, Any], key: str) -> str:
     parts = []
     for m in METRICS:
-        mean = metrics["diff"][m][key]  # type: ignore[index]
-        half = metrics["ci"][m][key]  # type: ignore[index]
-        if significant(float(mean), float(half)):  # type: ignore[arg-type]
-            base = float(metrics["mean"][m][key.rsplit("_", 1)[0] + "_none"])  # type: ignore[index,arg-type]
-            rel = f" ({100 * float(mean) / base:+.0f} %)" if base else ""  # type: ignore[arg-type]
-            parts.append(f"{LABELS[m]} {float(mean):+.3g}{rel}")  # type: ignore[arg-type]
+        mean = metrics["diff"][m][key]
+        half = metrics["ci"][m][key]
+        if significant(float(mean), float(half)):
+            base = float(metrics["mean"][m][key.rsplit("_", 1)[0] + "_none"])
+            rel = f" ({100 * float(mean) / base:+.0f} %)" if base else ""
+            parts.append(f"{LABELS[m]} {float(mean):+.3g}{rel}")
     return ", ".join(parts) or "no change beyond the interval"
 
 
-def verdict_table(metrics: Metrics, cases: list[tuple[str, str, str]] | None = None,
+def verdict_table(metrics: dict[str, Any], cases: list[tuple[str, str, str]] | None = None,
                   title: str = "Verdicts") -> str:
     """Markdown: each mechanism × sender × link (or each of `cases`) with its verdict and
     the significant changes (mean paired difference to the baseline, and relative to the
@@ -476,7 +477,7 @@ def verdict_table(metrics: Metrics, cases: list[tuple[str, str, str]] | None = N
              "|---|---|---|---|---|"]
     for link, cc, arm in cases:
         key = f"{_cell(link, cc)}_{arm}"
-        v = VERDICT_NAMES[int(metrics["verdict"][key])]  # type: ignore[index,arg-type]
+        v = VERDICT_NAMES[int(metrics["verdict"][key])]
         lines.append(f"| {link} | {cc} | {arm} | {v} | {_effect_text(metrics, key)} |")
     return "\n".join(lines) + "\n"
 
@@ -484,7 +485,7 @@ def verdict_table(metrics: Metrics, cases: list[tuple[str, str, str]] | None = N
 COLOURS = {HELPS: "#55a868", NEUTRAL: "#e4e4e4", HURTS: "#c44e52", MIXED: "#dd8452"}
 
 
-def _figures(out_dir: Path, metrics: Metrics) -> list[Path]:
+def _figures(out_dir: Path, metrics: dict[str, Any]) -> list[Path]:
     """One cell per mechanism (row) and link × sender × metric (column): green when the
     metric changes for the better beyond its interval, red for the worse, grey otherwise,
     with the relative change; each row's verdict per link and sender above its cells."""
@@ -503,9 +504,9 @@ def _figures(out_dir: Path, metrics: Metrics) -> list[Path]:
             key = f"{_cell(link, cc)}_{arm}"
             base_key = f"{_cell(link, cc)}_none"
             for j, m in enumerate(METRICS):
-                mean = float(metrics["diff"][m][key])  # type: ignore[index,arg-type]
-                half = float(metrics["ci"][m][key])  # type: ignore[index,arg-type]
-                base = float(metrics["mean"][m][base_key])  # type: ignore[index,arg-type]
+                mean = float(metrics["diff"][m][key])
+                half = float(metrics["ci"][m][key])
+                base = float(metrics["mean"][m][base_key])
                 sig = significant(mean, half)
                 colour = (COLOURS[HELPS] if sig and mean * BETTER[m] > 0
                           else COLOURS[HURTS] if sig else COLOURS[NEUTRAL])
@@ -515,7 +516,7 @@ def _figures(out_dir: Path, metrics: Metrics) -> list[Path]:
                 rel = 100 * mean / base if base else 0.0
                 ax.text(x + 0.5, i + 0.5, f"{rel:+.0f} %" if sig else "=", ha="center",
                         va="center", fontsize="x-small")
-            v = VERDICT_NAMES[int(metrics["verdict"][key])]  # type: ignore[index,arg-type]
+            v = VERDICT_NAMES[int(metrics["verdict"][key])]
             ax.text(g * nm + nm / 2, i + 0.02, v, ha="center", va="top", fontsize=6,
                     color="#333333")
         ax.axvline(g * nm, color="black", linewidth=1.5)
@@ -538,7 +539,47 @@ def _figures(out_dir: Path, metrics: Metrics) -> list[Path]:
               loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize="small")
     fig.suptitle(f"{ID}: each mechanism against no mechanism, paired over "
                  f"{metrics['seeds']} seeds, 95 % t-intervals")
-    return [save(fig, out_dir / "figures" / "verdicts.png")]
+    paths = [save(fig, out_dir / "figures" / "verdicts.png")]
+    lab_file = out_dir / "lab_metrics.json"
+    if lab_file.exists():
+        paths.append(_lab_figure(out_dir, metrics, json.loads(lab_file.read_text())))
+    return paths
+
+
+def _lab_figure(out_dir: Path, metrics: dict[str, Any], lab: dict[str, Any]) -> Path:
+    """The lab's cases beside the simulator's: each metric's mean per arm, with the lab's
+    verdicts in the title of each case."""
+    from matplotlib.figure import Figure
+
+    from asymlink.plot import save
+
+    keys = sorted(lab["verdict"])
+    arms: list[str] = []
+    for k in keys:
+        cell, arm = k.rsplit("_", 1)
+        arms += [a for a in (f"{cell}_none", k) if a not in arms]
+    fig = Figure(figsize=(4.0 * len(METRICS), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(METRICS))
+    for ax, m in zip(axes, METRICS, strict=True):
+        xs = range(len(arms))
+        ax.bar([x - 0.2 for x in xs], [float(metrics["mean"][m].get(k, float("nan")))
+                                       for k in arms], width=0.4, label="simulator")
+        ax.bar([x + 0.2 for x in xs], [lab["mean"][m][k] for k in arms], width=0.4,
+               label="lab")
+        ax.set_xticks(xs, [k.replace("_", " ").rsplit(" ", 1)[0] + "\n" + k.rsplit("_", 1)[1]
+                           for k in arms], fontsize="x-small")
+        ax.set_ylabel(LABELS[m] + {"down_mbps": " (Mbit/s)", "up_mbps": " (Mbit/s)",
+                                   "echo_p90_ms": " (ms)", "jain": ""}[m])
+        ax.set_xlabel("case and arm")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize="small")
+    verdicts = "; ".join(f"{k.replace('_', ' ')}: lab {VERDICT_NAMES[int(lab['verdict'][k])]}, "
+                         f"simulator {VERDICT_NAMES[int(metrics['verdict'][k])]}"
+                         for k in keys)
+    fig.suptitle(f"{ID}: lab (real Linux TCP, {lab['seeds']} seeds, {lab['duration_s']:g} s "
+                 f"runs) beside the simulator ({metrics['seeds']} seeds)\n{verdicts}",
+                 fontsize="medium")
+    return save(fig, out_dir / "figures" / "lab.png")
 
 
 TODAY = register(

@@ -2,9 +2,10 @@
 
 * `--write` rewrites the simulator scenarios `scenarios/today-ack-mechanisms/*.toml`;
   `--check` exits with status 1 if one is stale (a test runs it);
-* `--lab OUT [SEEDS]` runs the lab half (root): the cases `LAB_CASES` and their
-  baseline, SEEDS (default 5) paired seeds of 10 s runs, in a fresh lab; writes
-  `OUT/lab_metrics.json` and `OUT/lab_verdicts.md` (about 13 s per run).
+* `--lab OUT [SEEDS] [--quick]` runs the lab half (root): the cases `LAB_CASES` and their
+  baseline, SEEDS (default 5) paired seeds of 60 s runs (`--quick`: 10 s, as the
+  simulator's), in a fresh lab; writes `OUT/lab_metrics.json` and `OUT/lab_verdicts.md`;
+  in the entry's output directory, the figures add the lab beside the simulator.
 """
 
 from __future__ import annotations
@@ -27,15 +28,17 @@ def main(argv: list[str]) -> int:
             (tm.HERE / f"{n}.toml").write_text(text)
             print(tm.HERE / f"{n}.toml")
         return 0
-    if len(argv) in (3, 4) and argv[1] == "--lab":
-        out = Path(argv[2])
+    quick = "--quick" in argv
+    args = [a for a in argv if a != "--quick"]
+    if len(args) in (3, 4) and args[1] == "--lab":
+        out = Path(args[2])
         out.mkdir(parents=True, exist_ok=True)
-        seeds = int(argv[3]) if len(argv) == 4 else 5
-        tm.run_lab(out, seeds)
+        seeds = int(args[3]) if len(args) == 4 else 5
+        tm.run_lab(out, seeds, quick)
         print((out / "lab_verdicts.md").read_text())
         return 0
     print("usage: python -m asymlink.repro.today_mechanisms_gen --write | --check | "
-          "--lab OUT [SEEDS]", file=sys.stderr)
+          "--lab OUT [SEEDS] [--quick]", file=sys.stderr)
     return 2
 
 
