@@ -438,12 +438,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
 
     /// Run `f` on slot `s`'s tree, keeping the totals and the timer heap up to date; with
     /// `wake`, list the directions that hold packets for the round robin again.
-    fn op<R>(
-        &mut self,
-        s: usize,
-        wake: bool,
-        f: impl FnOnce(&mut Middlebox<P>) -> R,
-    ) -> Option<R> {
+    fn op<R>(&mut self, s: usize, wake: bool, f: impl FnOnce(&mut Middlebox<P>) -> R) -> Option<R> {
         let mb = self.slots[s].mb.as_mut()?;
         let before = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
         let r = f(mb);
@@ -453,8 +448,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         }
         if wake {
             for d in [Dir::ToB, Dir::ToA] {
-                if after[d.index()].packets > 0 && self.slots[s].sched[d.index()] != Sched::Active
-                {
+                if after[d.index()].packets > 0 && self.slots[s].sched[d.index()] != Sched::Active {
                     self.slots[s].sched[d.index()] = Sched::Active;
                     self.active[d.index()].push_back(s as u32);
                 }
@@ -561,7 +555,10 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
 
     /// The top-level pipeline.
     pub fn top_level(&self) -> &Middlebox<P> {
-        self.slots[0].mb.as_ref().expect("the top level is never evicted")
+        self.slots[0]
+            .mb
+            .as_ref()
+            .expect("the top level is never evicted")
     }
 
     /// The tree of subscriber `k`, if it has one.
@@ -687,7 +684,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         self.backlog = Default::default();
         self.live = 0;
         for s in 0..self.slots.len() {
-            let Some(mb) = &self.slots[s].mb else { continue };
+            let Some(mb) = &self.slots[s].mb else {
+                continue;
+            };
             let backlogs = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
             self.live += usize::from(s > 0);
             for d in [Dir::ToB, Dir::ToA] {
@@ -801,7 +800,10 @@ mod tests {
         // The line's default end for a subscriber is the provider's.
         let t = table(SUBS);
         let line = &t.entries()[3].config;
-        assert!(line.to_a.classifier.is_some(), "the downlink leaves toward the line");
+        assert!(
+            line.to_a.classifier.is_some(),
+            "the downlink leaves toward the line"
+        );
     }
 
     #[test]
@@ -841,10 +843,30 @@ mod tests {
         let mut b = fifo_box(table(SUBS), 10);
         let mut d = Drops::new();
         assert_eq!(b.live(), 0);
-        b.handle_packet(ms(0), Dir::ToB, pkt("10.0.0.7", "192.0.2.1", 100, 1), &mut d);
-        b.handle_packet(ms(0), Dir::ToA, pkt("192.0.2.1", "10.0.0.7", 200, 2), &mut d);
-        b.handle_packet(ms(0), Dir::ToB, pkt("10.0.0.9", "192.0.2.1", 300, 3), &mut d);
-        b.handle_packet(ms(0), Dir::ToB, pkt("10.9.0.9", "192.0.2.1", 400, 4), &mut d);
+        b.handle_packet(
+            ms(0),
+            Dir::ToB,
+            pkt("10.0.0.7", "192.0.2.1", 100, 1),
+            &mut d,
+        );
+        b.handle_packet(
+            ms(0),
+            Dir::ToA,
+            pkt("192.0.2.1", "10.0.0.7", 200, 2),
+            &mut d,
+        );
+        b.handle_packet(
+            ms(0),
+            Dir::ToB,
+            pkt("10.0.0.9", "192.0.2.1", 300, 3),
+            &mut d,
+        );
+        b.handle_packet(
+            ms(0),
+            Dir::ToB,
+            pkt("10.9.0.9", "192.0.2.1", 400, 4),
+            &mut d,
+        );
         assert_eq!(b.live(), 2, "10.0.0.7 and 10.0.0.0/24");
         assert!(b.subscriber(1).is_some() && b.subscriber(0).is_some());
         assert!(b.subscriber(2).is_none() && b.subscriber(3).is_none());
@@ -887,7 +909,12 @@ mod tests {
         while t < end {
             if t >= next_offer {
                 for k in 1..=3 {
-                    b.handle_packet(t, Dir::ToB, pkt(&format!("10.0.0.{k}"), "192.0.2.1", 1000, k), &mut d);
+                    b.handle_packet(
+                        t,
+                        Dir::ToB,
+                        pkt(&format!("10.0.0.{k}"), "192.0.2.1", 1000, k),
+                        &mut d,
+                    );
                 }
                 next_offer = next_offer.saturating_add(crate::time::Duration::from_micros(1000));
             }
@@ -901,7 +928,10 @@ mod tests {
         }
         for (k, mbit) in [(1, 1.0), (2, 2.0), (3, 4.0)] {
             let got = sent[k] as f64 * 8.0 / 1e6;
-            assert!((got - mbit).abs() < 0.05 * mbit, "subscriber {k}: {got} Mbit/s");
+            assert!(
+                (got - mbit).abs() < 0.05 * mbit,
+                "subscriber {k}: {got} Mbit/s"
+            );
         }
         b.check().unwrap();
     }
@@ -943,11 +973,19 @@ mod tests {
                  to_b = {{ qdisc = {{ kind = \"fifo\", limit = \"{limit}\" }} }}\n"
             )
         };
-        let mut b = fifo_box(table(&(sub(1, "100p") + &sub(2, "100p") + &sub(3, "100p"))), 10);
+        let mut b = fifo_box(
+            table(&(sub(1, "100p") + &sub(2, "100p") + &sub(3, "100p"))),
+            10,
+        );
         let mut d = Drops::new();
         for k in 1..=3u8 {
             for i in 0..3 {
-                let p = pkt(&format!("10.0.0.{k}"), "192.0.2.1", 100, u16::from(k) * 10 + i);
+                let p = pkt(
+                    &format!("10.0.0.{k}"),
+                    "192.0.2.1",
+                    100,
+                    u16::from(k) * 10 + i,
+                );
                 b.handle_packet(ms(0), Dir::ToB, p, &mut d);
             }
         }
@@ -957,14 +995,29 @@ mod tests {
         let top = Middlebox::new(&MiddleboxConfig::default(), [None, None], 2).unwrap();
         let r = b.reconfigure(ms(1), top, new, 10, &mut d);
         assert_eq!(r.kept, 1);
-        assert_eq!(r.moved, 6, "the changed and the removed subscriber's packets");
+        assert_eq!(
+            r.moved, 6,
+            "the changed and the removed subscriber's packets"
+        );
         assert!(d.is_empty());
         let same = b.subscriber(1).unwrap();
         assert!(std::ptr::eq(same, kept), "the same tree, not a copy");
-        assert_eq!(same.qdisc_stats(Dir::ToB).received, 3, "its queue untouched");
-        assert_eq!(b.subscriber(0).unwrap().backlog(Dir::ToB).packets, 3, "rebuilt");
+        assert_eq!(
+            same.qdisc_stats(Dir::ToB).received,
+            3,
+            "its queue untouched"
+        );
+        assert_eq!(
+            b.subscriber(0).unwrap().backlog(Dir::ToB).packets,
+            3,
+            "rebuilt"
+        );
         assert!(b.subscriber(2).is_none(), "no packet yet");
-        assert_eq!(b.top_level().backlog(Dir::ToB).packets, 3, "the removed one's");
+        assert_eq!(
+            b.top_level().backlog(Dir::ToB).packets,
+            3,
+            "the removed one's"
+        );
         assert_eq!(b.backlog(Dir::ToB).packets, 9);
         b.check().unwrap();
         let mut n = 0;
