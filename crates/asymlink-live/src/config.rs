@@ -42,7 +42,15 @@
 //! workers = 1                           # forwarding threads (frames spread by subscriber)
 //! horizon = "50us"                      # release packets up to 50 µs early (batching)
 //! io = "socket"                         # or "mmap": memory-mapped rings
+//!
+//! [[subscribers]]                       # one pipeline per subscriber line (side a)
+//! prefix = "198.18.0.12"                # LAN address or prefix, IPv4 or IPv6
+//! line = { down = "8Mbit", up = "1Mbit" }   # or rewrite / to_a / to_b
 //! ```
+//!
+//! `subscribers_file` names a file of further `[[subscribers]]` entries (relative to this
+//! one) and `max_subscribers` caps the trees alive at once
+//! ([`asymlink_core::subscribers`]).
 //!
 //! [`BoxConfig::load`] parses and validates **everything** (it builds the pipelines to
 //! check them) without touching any device: a bad file is refused before anything
