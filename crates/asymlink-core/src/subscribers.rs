@@ -19,10 +19,12 @@
 //!
 //! A subscriber's tree — a whole [`Middlebox`]: rewriters and both directions' classifier
 //! and discipline — is built from its entry on the subscriber's first packet and lives
-//! until it is evicted: when a new subscriber needs a tree and `max_subscribers` are
-//! alive, the one idle longest (nothing queued either way) gives its tree up; if none is
-//! idle, the new subscriber's packets go through the top-level pipeline (counted as
-//! `unplaced`) until one is. Memory is therefore bounded by `max_subscribers` trees.
+//! until it is evicted: when it has had no packet and held nothing for the idle timeout
+//! ([`SubscriberBox::set_idle_timeout`]), or when a new subscriber needs a tree and
+//! `max_subscribers` are alive: then the one idle longest (nothing queued either way)
+//! gives its tree up; if none is idle, the new subscriber's packets go through the
+//! top-level pipeline (counted as `unplaced`) until one is. Memory is therefore bounded
+//! by `max_subscribers` trees, and an idle subscriber costs nothing once its tree expired.
 //!
 //! The trees share the link of each direction: [`SubscriberBox::poll_transmit`] serves
 //! the trees with a packet ready in round robin, one packet per turn, and a tree that
@@ -35,7 +37,7 @@ use crate::config::ConfigError;
 use crate::packet::{ClassId, HeaderPacket, Pkt};
 use crate::pipeline::{Dir, Middlebox, MiddleboxConfig};
 use crate::qdisc::{Backlog, Dequeued, Drops, QdiscStats};
-use crate::time::Instant;
+use crate::time::{earliest, Duration, Instant};
 use core::fmt;
 use core::net::IpAddr;
 use std::cmp::Reverse;
@@ -312,6 +314,8 @@ pub struct SubscriberStats {
     pub created: u64,
     /// Trees given up for a new subscriber (idle, at the cap).
     pub evicted: u64,
+    /// Trees evicted after the idle timeout.
+    pub expired: u64,
     /// Packets of a subscriber with no tree (every tree busy at the cap) sent through the
     /// top-level pipeline instead.
     pub unplaced: u64,
@@ -345,6 +349,8 @@ pub struct SubscriberBox<P> {
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     backlog: [Backlog; 2],
     stats: SubscriberStats,
+    idle_timeout: Option<Duration>,
+    next_sweep: Option<Instant>,
 }
 
 fn add(b: &mut Backlog, new: Backlog, old: Backlog) {
@@ -370,9 +376,41 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             timers: BinaryHeap::new(),
             backlog: Default::default(),
             stats: SubscriberStats::default(),
+            idle_timeout: None,
+            next_sweep: None,
         };
         b.refresh_timer(0);
         b
+    }
+
+    /// Evict trees that had no packet and held nothing for `t` (`None`: only at the cap).
+    pub fn set_idle_timeout(&mut self, t: Option<Duration>) {
+        self.idle_timeout = t.filter(|t| !t.is_zero());
+        if self.idle_timeout.is_none() {
+            self.next_sweep = None;
+        }
+    }
+
+    /// Evict the trees idle for the timeout; look again in a quarter of it while any
+    /// tree is alive.
+    fn sweep(&mut self, now: Instant) {
+        let Some(timeout) = self.idle_timeout else {
+            self.next_sweep = None;
+            return;
+        };
+        for s in 1..self.slots.len() {
+            let sl = &mut self.slots[s];
+            let idle = sl.mb.as_ref().is_some_and(|mb| {
+                mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
+            });
+            if idle && sl.last_active.saturating_add(timeout) <= now {
+                sl.mb = None;
+                sl.timer = None;
+                self.live -= 1;
+                self.stats.expired += 1;
+            }
+        }
+        self.next_sweep = (self.live > 0).then(|| now.saturating_add(timeout / 4));
     }
 
     /// The slot of the tree `pkt`, travelling in `dir`, belongs to (0: the top level).
@@ -478,6 +516,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         }
         self.slots[s].last_active = now;
         self.op(s, true, |mb| mb.handle_packet(now, dir, pkt, drops));
+        if s > 0 && self.next_sweep.is_none() {
+            self.next_sweep = self.idle_timeout.map(|t| now.saturating_add(t / 4));
+        }
     }
 
     /// The next packet that may leave in `dir` at `now` (call when that link is free):
@@ -521,15 +562,47 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 Some((Dequeued::Empty, _)) | None => self.slots[s].sched[d] = Sched::Idle,
             }
         }
+        // A top-level discipline that watches the link go idle is asked even with nothing
+        // queued, as the runtimes ask a lone pipeline.
+        if self.slots[0].sched[d] == Sched::Idle && self.default_wants_idle(dir) {
+            match self.op(0, false, |mb| mb.poll_transmit(now, dir, drops)) {
+                Some(Dequeued::Packet(p)) => {
+                    if self.backlog_of(0, dir) > 0 {
+                        self.slots[0].sched[d] = Sched::Active;
+                        self.active[d].push_back(0);
+                    }
+                    return Dequeued::Packet(p);
+                }
+                Some(Dequeued::NotBefore(t)) => {
+                    self.slots[0].sched[d] = Sched::Waiting(t);
+                    self.waiting[d].push(Reverse((t, 0)));
+                }
+                _ => {}
+            }
+        }
         match self.waiting[d].peek() {
             Some(&Reverse((t, _))) => Dequeued::NotBefore(t),
             None => Dequeued::Empty,
         }
     }
 
+    fn default_wants_idle(&self, dir: Dir) -> bool {
+        self.top_level().egress(dir).qdisc().wants_idle_dequeue()
+    }
+
+    fn backlog_of(&self, s: usize, dir: Dir) -> u32 {
+        self.slots[s]
+            .mb
+            .as_ref()
+            .map_or(0, |mb| mb.backlog(dir).packets)
+    }
+
     /// Earliest deadline of any tree's rewriters or disciplines.
     pub fn poll_at(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        earliest(
+            self.timers.peek().map(|Reverse((t, _))| *t),
+            self.next_sweep,
+        )
     }
 
     /// Run the timers due at `now`.
@@ -545,6 +618,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             }
             self.slots[s].timer = None;
             self.op(s, true, |mb| mb.handle_timeout(now, drops));
+        }
+        if self.next_sweep.is_some_and(|t| t <= now) {
+            self.sweep(now);
         }
     }
 
@@ -962,6 +1038,44 @@ mod tests {
         assert!(b.subscriber(0).is_none(), "idle since 3 ms");
         assert!(b.subscriber(1).is_some() && b.subscriber(2).is_some());
         assert_eq!(b.live(), 2);
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn trees_idle_for_the_timeout_expire() {
+        let mut src = String::new();
+        for k in 1..=2 {
+            src += &format!("[[subscribers]]\nprefix = \"10.0.0.{k}\"\n");
+        }
+        let mut b = fifo_box(table(&src), 10);
+        b.set_idle_timeout(Some(crate::time::Duration::from_secs(4)));
+        let mut d = Drops::new();
+        let up = |k: u8| pkt(&format!("10.0.0.{k}"), "192.0.2.1", 100, 0);
+        b.handle_packet(ms(0), Dir::ToB, up(1), &mut d);
+        let _ = b.poll_transmit(ms(0), Dir::ToB, &mut d);
+        // Subscriber 2's packet stays queued: its tree is not idle.
+        b.handle_packet(ms(2000), Dir::ToB, up(2), &mut d);
+        let mut t = ms(0);
+        while t < ms(7000) {
+            if b.poll_at().is_some_and(|p| p <= t) {
+                b.handle_timeout(t, &mut d);
+            }
+            t = t.saturating_add(crate::time::Duration::from_millis(100));
+        }
+        assert!(b.subscriber(0).is_none(), "idle since 0 s");
+        assert!(b.subscriber(1).is_some(), "it holds a packet");
+        assert_eq!(b.stats().expired, 1);
+        while let Dequeued::Packet(_) = b.poll_transmit(t, Dir::ToB, &mut d) {}
+        let end = t.saturating_add(crate::time::Duration::from_secs(6));
+        while t < end {
+            if b.poll_at().is_some_and(|p| p <= t) {
+                b.handle_timeout(t, &mut d);
+            }
+            t = t.saturating_add(crate::time::Duration::from_millis(100));
+        }
+        assert_eq!(b.live(), 0);
+        assert_eq!(b.stats().expired, 2);
+        assert_eq!(b.poll_at(), None, "nothing left to sweep");
         b.check().unwrap();
     }
 

@@ -314,6 +314,10 @@ pub struct BoxConfig {
     /// Subscriber trees alive at once (default: one per subscriber).
     #[serde(default)]
     pub max_subscribers: Option<usize>,
+    /// A subscriber's tree is evicted after this long without a packet and with nothing
+    /// queued (default 60 s; `"0s"`: only at the `max_subscribers` cap).
+    #[serde(default)]
+    pub subscriber_idle_timeout: Option<asymlink_core::units::Span>,
     /// The subscribers of `subscribers` and `subscribers_file`, checked.
     #[serde(skip)]
     pub subscriber_table: SubscriberTable,
@@ -391,6 +395,14 @@ impl BoxConfig {
         }
         self.subscriber_table = table;
         Ok(())
+    }
+
+    /// How long a subscriber's tree may stay idle (`None`: until the cap needs it).
+    pub fn subscriber_idle_timeout(&self) -> Option<std::time::Duration> {
+        let t = self
+            .subscriber_idle_timeout
+            .map_or(std::time::Duration::from_secs(60), |s| s.0);
+        (!t.is_zero()).then_some(t)
     }
 
     /// Subscriber trees alive at once.

@@ -232,12 +232,13 @@ impl Engine {
     /// side b is `b`, toward side a is `a`).
     pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, ConfigError> {
         let top = Middlebox::new(&cfg.middlebox(), cfg.rates(), pipeline_seed(seed, 0))?;
-        let mb = SubscriberBox::new(
+        let mut mb = SubscriberBox::new(
             top,
             cfg.subscriber_table.clone(),
             cfg.max_subscribers(),
             seed,
         );
+        mb.set_idle_timeout(cfg.subscriber_idle_timeout());
         let none = LinkConfig::default();
         let links = [Dir::ToB, Dir::ToA].map(|d| {
             let idle = mb.top_level().egress(d).qdisc().wants_idle_dequeue();
@@ -389,6 +390,7 @@ impl Engine {
             cfg.max_subscribers(),
             &mut self.drops,
         );
+        self.mb.set_idle_timeout(cfg.subscriber_idle_timeout());
         for d in [Dir::ToB, Dir::ToA] {
             self.retired[d.index()].push(r.retired[d.index()].clone());
             self.counters[d.index()]
@@ -589,6 +591,7 @@ impl Engine {
                 "live": self.mb.live(),
                 "created": st.created,
                 "evicted": st.evicted,
+                "expired": st.expired,
                 "unplaced": st.unplaced,
                 "replaced": st.replaced,
             });
