@@ -77,6 +77,9 @@ def tcp_info(sock: socket.socket) -> dict[str, float]:
         "inflight_bytes": float(u32[4] * mss),
         "retransmits": float(u32[23]),
     }
+    # tcpi_delivery_rate_app_limited: whether the last delivery-rate sample was
+    # app-limited (bit 0 of the eighth byte).
+    out["app_limited"] = float(raw[7] & 1)
     if len(raw) >= 112:
         # tcpi_pacing_rate (bytes/s; ~0 when the socket does not pace).
         rate = struct.unpack_from("Q", raw, 104)[0]
