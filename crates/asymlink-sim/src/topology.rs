@@ -433,7 +433,7 @@ mod tests {
             }
         };
         let island = |h: u32| -> u32 {
-            if h % 2 == 0 {
+            if h.is_multiple_of(2) {
                 NO_ROUTE
             } else {
                 5
