@@ -1,16 +1,19 @@
-"""Simulator ↔ lab parity: the same scenario — the ADSL problem and its fix, and
-a download over an ACK-filtered slow reverse link — run in the simulator (`linux` TCP
-profile) and in the namespace lab with real Linux TCP gives the same ordering of arms and
-every compared metric within ±15 %.
+"""Simulator ↔ lab parity: the same scenario — the ADSL problem and its fix, a download
+over an ACK-filtered slow reverse link, and BBR downloads (Linux tcp_bbr / the model) on
+those paths and a fixed bottleneck — run in the simulator (`linux` TCP profile) and in
+the namespace lab with real Linux TCP gives the same ordering of arms, every compared
+metric within ±15 %, and for BBR the same number of PROBE_RTT episodes (seen in the lab
+through TCP_CC_INFO).
 
 The translation tests run anywhere; the lab test needs root and network namespaces and is
-skipped, saying why, where they are missing. It runs the four lab scenarios once (about
-80 s of traffic, under two minutes in all).
+skipped, saying why, where they are missing. It runs the eight lab scenarios once (126 s
+of traffic, about two and a half minutes in all; the BBR experiments about 70 s).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -19,8 +22,13 @@ from click.testing import CliRunner
 from asymlink.cli import cli
 from asymlink.lab import Lab, LabScenario, can_run_labs
 from asymlink.lab.bench import scenario_path
-from asymlink.lab.parity import PAIRS, TOLERANCE, get, run_sim, sim_scenario
-from asymlink.lab.scenario import LabScenarioError
+from asymlink.lab.parity import PAIRS, TOLERANCE, Row, bbr_rows, get, run_sim, sim_scenario
+from asymlink.lab.scenario import (
+    LabScenarioError,
+    bbr_episodes,
+    bbr_phase,
+    probe_rtt_postponed,
+)
 from asymlink.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +71,65 @@ def test_a_flows_congestion_control_goes_to_the_simulator() -> None:
     doc = sim_scenario(LabScenario.from_file(scenario_path("bbr-ackfilter-on")))
     (dl,) = [f for f in doc["flows"] if f["name"] == "download"]
     assert dl["tcp"] == {"profile": "linux", "rcvbuf": "65536B", "cc": "bbr"}
+
+
+def test_bbr_modes_follow_from_the_gains() -> None:
+    """The lab sees BBR only through `TCP_CC_INFO`'s gains (× 256 in Linux's fixed point):
+    the mode, STARTUP's end and each PROBE_RTT follow from them."""
+    hi = 739 / 256
+    assert bbr_phase(hi, hi) == "startup"
+    assert bbr_phase(88 / 256, hi) == "drain"
+    assert bbr_phase(1.25, 2.0) == bbr_phase(0.75, 2.0) == bbr_phase(1.0, 2.0) == "probe_bw"
+    assert bbr_phase(1.0, 1.0) == "probe_rtt"
+    rows = [(0.01, 1.0, 1.0), (0.05, hi, hi), (0.61, 88 / 256, hi), (0.66, 1.0, 2.0),
+            (0.70, 1.25, 2.0), (10.6, 1.0, 1.0), (10.85, 1.0, 2.0), (20.9, 1.0, 1.0),
+            (21.1, 0.75, 2.0)]
+    ep = bbr_episodes(rows)
+    # Before its first ACK Linux's BBR shows gains 1 / 1: not a PROBE_RTT.
+    assert ep == {"started_s": 0.05, "startup_exit_s": 0.61, "startup_s": 0.61 - 0.05,
+                  "probe_rtts": 2, "probe_rtt_at_s": [10.6, 20.9], "min_rtt_lowered_s": []}
+    # A lower minimum RTT after STARTUP (not the refresh PROBE_RTT brings) is noted.
+    rtts = [90.0, 47.1, 47.1, 47.1, 47.0, 47.0, 48.0, 48.0, 46.0]
+    assert bbr_episodes(rows, rtts)["min_rtt_lowered_s"] == [0.70]
+    # Over a 12 s flow: a lowering at 5 s moves the PROBE_RTT due at 10.5 s past the end;
+    # one at 0.7 s does not, nor one after the run's PROBE_RTT (the next is due after
+    # the end anyway).
+    ep = {"started_s": 0.1, "probe_rtt_at_s": [], "min_rtt_lowered_s": [0.7, 5.0]}
+    assert probe_rtt_postponed(ep, 12.0) == [5.0]
+    ep = {"started_s": 0.1, "probe_rtt_at_s": [10.3], "min_rtt_lowered_s": [0.7, 10.6]}
+    assert probe_rtt_postponed(ep, 12.0) == []
+    assert bbr_episodes(rows[:2])["startup_exit_s"] is None
+
+
+def test_bbr_rows_allow_one_rtt_for_the_startup_exit_and_no_probe_rtt_difference() -> None:
+    sim = {"bbr": {"download": {"startup_s": 0.60, "probe_rtts": 1}}}
+    lab = {"bbr": {"download": {"startup_s": 0.63, "probe_rtts": 1, "min_rtt_ms": 40.0}}}
+    exit_row, count_row = bbr_rows({"arm": (sim, lab)})
+    assert exit_row.within(TOLERANCE) and count_row.within(TOLERANCE)
+    assert count_row.gate and not exit_row.gate
+    sim["bbr"]["download"].update(startup_s=0.55, probe_rtts=2)
+    exit_row, count_row = bbr_rows({"arm": (sim, lab)})
+    # 80 ms late is more than one RTT, though within 15 %; one PROBE_RTT more is a miss.
+    assert exit_row.rel < TOLERANCE and not exit_row.within(TOLERANCE)
+    assert not count_row.within(TOLERANCE)
+    assert not Row("a", "bbr.x.startup_s", math.nan, 0.6, 0.04, 0.0).within(TOLERANCE)
+    lab["bbr"]["download"]["probe_rtt_postponed_s"] = [5.0]
+    assert not bbr_rows({"arm": (sim, lab)})[1].gate
+
+
+def test_simulator_mirror_reports_bbrs_path() -> None:
+    m = run_sim(LabScenario.from_file(scenario_path("bbr-fixed")))
+    b = m["bbr"]["download"]
+    # STARTUP ends after some ten round trips of 40 ms; one PROBE_RTT in 12 s.
+    assert 0.3 < b["startup_exit_s"] < 1.0, b
+    # BBR's first ACK: the handshake's round trip and the first data's.
+    assert 0.08 < b["started_s"] < 0.09, b
+    assert b["startup_s"] == pytest.approx(b["startup_exit_s"] - b["started_s"])
+    assert b["probe_rtts"] == 1 and len(b["probe_rtt_at_s"]) == 1, b
+    assert 40.0 < b["min_rtt_ms"] < 43.0, b
+    steady = m["bbr_in"]["steady"]["download"]
+    assert 9.0 < steady["bw_mbps"] < 10.0, steady
+    assert 40.0 < steady["srtt_ms"] < 60.0, steady
 
 
 def test_kernel_commands_and_paced_flows_are_refused() -> None:
@@ -148,6 +215,13 @@ def test_simulator_and_lab_agree(lab: Lab, name: str, tmp_path: Path) -> None:
         assert outcome["tcp_congestion_control"][arm] == {f.name: f.cc or "cubic"
                                                           for f in sc.flows}
     assert all(o["same"] for o in outcome["ordering"]), res.output
-    assert all(r["within"] for r in outcome["rows"]), res.output
+    assert all(r["within"] for r in outcome["rows"] if r["gate"]), res.output
+    # BBR arms compare BBR's path too (from TCP_CC_INFO in the lab).
+    for arm in PAIRS[name].arms:
+        sc = LabScenario.from_file(scenario_path(arm))
+        for f in sc.flows:
+            if f.cc == "bbr":
+                assert {r["metric"] for r in outcome["rows"] if r["arm"] == arm} >= {
+                    f"bbr.{f.name}.startup_s", f"bbr.{f.name}.probe_rtts"}, res.output
     assert outcome["ok"] and res.exit_code == 0, res.output
     assert (tmp_path / "parity.md").read_text().strip()

@@ -24,6 +24,15 @@ struct FlowCols {
     delivered: Vec<i64>,
     retx: Vec<i64>,
     timeouts: Vec<i64>,
+    /// Pacing rate (bit/s; NaN when not paced) and BBR's `TCP_CC_INFO` (NaN for other
+    /// senders): bandwidth (bit/s), minimum RTT (ms), pacing and cwnd gains.
+    pacing_bps: Vec<f64>,
+    bbr_bw_bps: Vec<f64>,
+    bbr_min_rtt_ms: Vec<f64>,
+    bbr_pacing_gain: Vec<f64>,
+    bbr_cwnd_gain: Vec<f64>,
+    /// Whether any sampled sender ran BBR (the BBR columns are added only then).
+    any_bbr: bool,
 }
 
 #[derive(Default)]
@@ -139,6 +148,20 @@ impl Monitor {
         f.delivered.push(delivered as i64);
         f.retx.push(s.retransmits as i64);
         f.timeouts.push(s.timeouts as i64);
+        f.pacing_bps
+            .push(c.pacing_rate().map_or(f64::NAN, |r| r as f64 * 8.0));
+        let b = c.bbr_info();
+        f.any_bbr |= b.is_some();
+        let gain = |g: u32| f64::from(g) / 256.0;
+        f.bbr_bw_bps.push(b.map_or(f64::NAN, |b| b.bw as f64 * 8.0));
+        f.bbr_min_rtt_ms.push(
+            b.and_then(|b| b.min_rtt)
+                .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
+        );
+        f.bbr_pacing_gain
+            .push(b.map_or(f64::NAN, |b| gain(b.pacing_gain)));
+        f.bbr_cwnd_gain
+            .push(b.map_or(f64::NAN, |b| gain(b.cwnd_gain)));
     }
 
     /// One sample of a queue; `sojourn` is the cumulative (sum of sojourn times in ns,
@@ -263,6 +286,20 @@ impl Monitor {
             .with("bytes_delivered", ColumnData::I64(f.delivered.clone()))
             .with("retransmits", ColumnData::I64(f.retx.clone()))
             .with("timeouts", ColumnData::I64(f.timeouts.clone()));
+        // Pacing and BBR's state (as `TCP_CC_INFO` shows it) only where a sender ran BBR.
+        let flows = if f.any_bbr {
+            flows
+                .with("pacing_rate_bps", ColumnData::F64(f.pacing_bps.clone()))
+                .with("bbr_bw_bps", ColumnData::F64(f.bbr_bw_bps.clone()))
+                .with("bbr_min_rtt_ms", ColumnData::F64(f.bbr_min_rtt_ms.clone()))
+                .with(
+                    "bbr_pacing_gain",
+                    ColumnData::F64(f.bbr_pacing_gain.clone()),
+                )
+                .with("bbr_cwnd_gain", ColumnData::F64(f.bbr_cwnd_gain.clone()))
+        } else {
+            flows
+        };
         let q = &self.queues;
         let mut queues = Table::new("queues")
             .with("t", ColumnData::F64(q.t.clone()))

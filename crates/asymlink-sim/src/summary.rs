@@ -43,6 +43,7 @@ fn flow_summary(w: &World) -> Table {
     let mut probes = Vec::with_capacity(n);
     let mut probe_rtts = Vec::with_capacity(n);
     let mut startup_exit = Vec::with_capacity(n);
+    let mut started = Vec::with_capacity(n);
     let mut goodput = Vec::with_capacity(n);
     let end = w.now.as_secs_f64();
     for (fi, f) in w.flows.iter().enumerate() {
@@ -55,7 +56,7 @@ fn flow_summary(w: &World) -> Table {
         let mut c = 0i64;
         let (mut s, mut rb, mut d, mut r, mut t, mut fr) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
         let mut lp = 0u64;
-        let (mut prtt, mut sx) = (0u64, f64::NAN);
+        let (mut prtt, mut sx, mut st0) = (0u64, f64::NAN, f64::NAN);
         for slot in w.conns.iter().filter(|s| s.app == f.app && s.primary) {
             let Some(conn) = &slot.conn else { continue };
             c += 1;
@@ -73,6 +74,13 @@ fn flow_summary(w: &World) -> Table {
                         t.as_secs_f64()
                     } else {
                         sx.min(t.as_secs_f64())
+                    };
+                }
+                if let Some(t) = b.started {
+                    st0 = if st0.is_nan() {
+                        t.as_secs_f64()
+                    } else {
+                        st0.min(t.as_secs_f64())
                     };
                 }
             }
@@ -94,6 +102,7 @@ fn flow_summary(w: &World) -> Table {
         probes.push(lp as i64);
         probe_rtts.push(prtt as i64);
         startup_exit.push(sx);
+        started.push(st0);
         let active = (end - f.start).max(1e-9);
         goodput.push(d as f64 * 8.0 / active);
     }
@@ -115,6 +124,7 @@ fn flow_summary(w: &World) -> Table {
     let t = if w.flows.iter().any(|f| f.tcp.cc == CcAlgo::Bbr) {
         t.with("bbr_probe_rtts", ColumnData::I64(probe_rtts))
             .with("bbr_startup_exit_s", ColumnData::F64(startup_exit))
+            .with("bbr_started_s", ColumnData::F64(started))
     } else {
         t
     };

@@ -405,6 +405,7 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
         lab.set_forwarding("kernel")
     lab.clear_router_qdiscs()
     lab.router_commands(sc.router_commands)
+    resolve_neighbours(lab, sc)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         servers = []
@@ -495,6 +496,24 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
         (out / "access_stats.json").write_text(json.dumps(access_final, indent=2) + "\n")
     # The sinks' report times are absolute monotonic (t0 = 0): shift to the run's t0.
     return _collect(sc, out, work, t0, final, queue_rows, box.log if box else None)
+
+
+def resolve_neighbours(lab: Lab, sc: LabScenario) -> None:
+    """Enter each host's peers (the far ends of its flows and probes) in its neighbour
+    cache before the run, as reachable (so they are probed again and follow a changed
+    interface). Otherwise a connection's first packet waits for ARP, whose request and
+    reply cross the emulated line: a round trip more in the handshake, which Linux takes
+    as its first RTT sample (BBR starts its pacing rate and minimum RTT from it). The
+    simulator has no ARP."""
+    pairs = {(f.sender, f.receiver) for f in sc.flows} | {(p.sender, p.receiver)
+                                                           for p in sc.probes}
+    roles = {r for pair in pairs for r in pair}
+    macs = {r: run_cmd(["cat", "/sys/class/net/eth0/address"], lab, r).strip() for r in roles}
+    for a, b in pairs:
+        for x, y in ((a, b), (b, a)):
+            if macs[y]:
+                run_cmd(["ip", "neigh", "replace", lab.addr(y), "lladdr", macs[y], "dev",
+                         "eth0", "nud", "reachable"], lab, x)
 
 
 def run_cmd(argv: list[str], lab: Lab, role: str) -> str:
@@ -590,6 +609,106 @@ def window_metrics(sc: LabScenario, delivered: dict[str, tuple[np.ndarray, np.nd
     return m
 
 
+#: The flow-series columns of a BBR sender (lab: `TCP_INFO` and `TCP_CC_INFO`; simulator:
+#: the same from its model), beside the `flows` table's usual ones.
+BBR_COLUMNS = ("pacing_rate_bps", "bbr_bw_bps", "bbr_min_rtt_ms", "bbr_pacing_gain",
+               "bbr_cwnd_gain")
+#: BBR's gains (Linux fixed point, × 256): STARTUP's 2/ln 2 and PROBE_RTT's cwnd gain 1.
+HIGH_GAIN = 739 / 256
+PROBE_RTT_CWND_GAIN = 1.0
+#: How long after a lowered minimum RTT BBR's next PROBE_RTT comes at the latest: its
+#: 10 s window, the 200 ms it lasts, and a round's slack.
+PROBE_RTT_DUE_S = 10.5
+
+
+def bbr_phase(pacing_gain: float, cwnd_gain: float) -> str:
+    """BBR's mode inferred from its gains, as `TCP_CC_INFO` shows them: STARTUP
+    (2.885 / 2.885), DRAIN (0.35 / 2.885), PROBE_RTT (cwnd gain 1), else PROBE_BW (pacing
+    gain 1.25, 0.75 or 1, cwnd gain 2)."""
+    if abs(cwnd_gain - PROBE_RTT_CWND_GAIN) < 1e-6:
+        return "probe_rtt"
+    if abs(cwnd_gain - HIGH_GAIN) < 1e-6:
+        return "startup" if abs(pacing_gain - HIGH_GAIN) < 1e-6 else "drain"
+    return "probe_bw"
+
+
+def bbr_episodes(phases: list[tuple[float, float, float]],
+                 min_rtt_ms: list[float] | None = None) -> dict[str, Any]:
+    """BBR's path through its modes from (t, pacing gain, cwnd gain) rows, one per change
+    of the gains (or denser): when STARTUP began (the first row with its gains: Linux
+    shows them from the first ACK BBR takes; rows before it, gains 1 / 1 with no
+    bandwidth yet, are not a mode), when it ended (None while it lasts), how long it took,
+    and when each PROBE_RTT began. With the min-RTT estimate of each row, also when it
+    was lowered after STARTUP outside PROBE_RTT (`min_rtt_lowered_s`): each such sample
+    restarts the 10 s that lead to the next PROBE_RTT."""
+    started: float | None = None
+    exit_s: float | None = None
+    probe_rtt_at: list[float] = []
+    lowered: list[float] = []
+    last = ""
+    last_rtt = math.inf
+    for i, (t, pg, cg) in enumerate(phases):
+        mode = bbr_phase(pg, cg)
+        rtt = min_rtt_ms[i] if min_rtt_ms is not None else math.inf
+        if started is None:
+            if mode != "startup":
+                continue
+            started = t
+        if exit_s is None and last == "startup" and mode != "startup":
+            exit_s = t
+        if mode == "probe_rtt" and last != "probe_rtt":
+            probe_rtt_at.append(t)
+        if (exit_s is not None and rtt < last_rtt and mode != "probe_rtt"
+                and last != "probe_rtt"):
+            lowered.append(t)
+        last, last_rtt = mode, rtt
+    return {"started_s": started, "startup_exit_s": exit_s,
+            "startup_s": None if started is None or exit_s is None else exit_s - started,
+            "probe_rtts": len(probe_rtt_at), "probe_rtt_at_s": probe_rtt_at,
+            "min_rtt_lowered_s": lowered}
+
+
+def probe_rtt_postponed(ep: dict[str, Any], stop: float) -> list[float]:
+    """The lowerings of the minimum RTT in `bbr_episodes`' `ep` that moved a PROBE_RTT
+    due within the flow (ending at `stop`) past its end: BBR enters PROBE_RTT 10 s after
+    the minimum was last set (STARTUP's first samples, a PROBE_RTT, a lower sample), so a
+    lowering matters when the setting before it had a PROBE_RTT due before `stop` and
+    the lowering moved it after. The PROBE_RTT count then says nothing of the model."""
+    if ep.get("started_s") is None:
+        return []
+    sets = sorted([ep["started_s"], *ep["probe_rtt_at_s"]])
+    out = []
+    for low in ep.get("min_rtt_lowered_s", []):
+        before = max((t for t in sets if t <= low), default=ep["started_s"])
+        if before + PROBE_RTT_DUE_S <= stop < low + PROBE_RTT_DUE_S:
+            out.append(low)
+        sets.append(low)
+        sets.sort()
+    return out
+
+
+def bbr_window_means(sc: LabScenario, series: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """Per window and BBR flow, the means of the sender's state from its series (`t`,
+    `cwnd_bytes`, `srtt_ms` and `BBR_COLUMNS`): bandwidth estimate and pacing rate
+    (Mbit/s), cwnd (bytes), SRTT and min RTT (ms); the same code for lab and simulator."""
+    out: dict[str, Any] = {}
+    for wname, (wa, wb) in sc.windows.items():
+        for name, df in series.items():
+            if "bbr_bw_bps" not in df.columns:
+                continue
+            w = df[(df["t"] >= wa) & (df["t"] <= wb)]
+            if w["bbr_bw_bps"].isna().all():
+                continue  # not sending in this window
+            out.setdefault(wname, {})[name] = {
+                "bw_mbps": float(w["bbr_bw_bps"].mean()) / 1e6,
+                "pacing_mbps": float(w["pacing_rate_bps"].mean()) / 1e6,
+                "cwnd_bytes": float(w["cwnd_bytes"].mean()),
+                "srtt_ms": float(w["srtt_ms"].mean()),
+                "min_rtt_ms": float(w["bbr_min_rtt_ms"].mean()),
+            }
+    return out
+
+
 def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str, Any],
              queue_rows: list[dict[str, Any]], log: Path | None) -> dict[str, Any]:
     from asymlink.results import TABLE_COLUMNS, Results
@@ -598,6 +717,8 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
     summary = []
     delivered: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     tcp_cc: dict[str, str] = {}
+    bbr: dict[str, Any] = {}
+    phase_rows: list[dict[str, Any]] = []
     for f in sc.flows:
         sink = json.loads((work / f"{f.name}.sink.json").read_text())
         send = json.loads((work / f"{f.name}.send.json").read_text())
@@ -608,11 +729,22 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
         for sample in send["samples"]:
             t = sample["t"]
             r: dict[str, Any] = {c: float("nan") for c in TABLE_COLUMNS["flows"]}
-            r.update({k: v for k, v in sample.items() if k in r})
+            r.update({k: v for k, v in sample.items() if k in r or k in BBR_COLUMNS})
             r["t"] = t
             r["flow"] = f.name
             r["bytes_delivered"] = float(np.interp(t, st, sb, left=0.0)) if len(st) else 0.0
             flow_rows.append(r)
+        phases = send.get("phases", [])
+        if phases:
+            # BBR: its modes from the gains `TCP_CC_INFO` showed (looked at every 2 ms).
+            bbr[f.name] = bbr_episodes([(p["t"], p["bbr_pacing_gain"], p["bbr_cwnd_gain"])
+                                        for p in phases],
+                                       [p["bbr_min_rtt_ms"] for p in phases])
+            bbr[f.name]["min_rtt_ms"] = phases[-1]["bbr_min_rtt_ms"]
+            bbr[f.name]["probe_rtt_postponed_s"] = probe_rtt_postponed(bbr[f.name], f.stop)
+            phase_rows += [{"flow": f.name, "mode": bbr_phase(p["bbr_pacing_gain"],
+                                                              p["bbr_cwnd_gain"]), **p}
+                           for p in phases]
         last = send["samples"][-1] if send["samples"] else {}
         summary.append({"flow": f.name, "from": f.sender, "to": f.receiver,
                         "delivered_bytes": sink["bytes"],
@@ -631,9 +763,15 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
     metrics: dict[str, Any] = {"scenario": sc.name, "forwarding": sc.forwarding,
                                "duration_s": sc.duration, "tcp_congestion_control": tcp_cc}
     metrics.update(window_metrics(sc, delivered, probes))
+    if bbr:
+        metrics["bbr"] = bbr
+        flows_df = pd.DataFrame(flow_rows)
+        metrics["bbr_in"] = bbr_window_means(
+            sc, {n: flows_df[flows_df["flow"] == n] for n in bbr})
     metrics["delivered_bytes"] = {r["flow"]: r["delivered_bytes"] for r in summary}
+    flow_cols = list(TABLE_COLUMNS["flows"]) + (list(BBR_COLUMNS) if bbr else [])
     tables = {
-        "flows": pd.DataFrame(flow_rows, columns=list(TABLE_COLUMNS["flows"])),
+        "flows": pd.DataFrame(flow_rows, columns=flow_cols),
         "queues": pd.DataFrame(queue_rows, columns=list(TABLE_COLUMNS["queues"])),
         "measurements": pd.DataFrame(meas, columns=list(TABLE_COLUMNS["measurements"])),
         "flow_summary": pd.DataFrame(summary),
@@ -668,6 +806,9 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
     meta = {"scenario": sc.name, "duration_s": sc.duration, "source": "lab",
             "forwarding": sc.forwarding, "seed": final.get("seed"),
             "tcp_congestion_control": tcp_cc}
+    if phase_rows:
+        # One row per change of a BBR sender's gains: its mode changes.
+        tables["bbr_phases"] = pd.DataFrame(phase_rows)
     Results(meta, tables).to_csv(out)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     if final:

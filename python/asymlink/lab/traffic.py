@@ -9,8 +9,11 @@ Commands:
               `--interval` (the simulator's `flows.bytes_delivered`).
 * `send`    — connect and send as fast as TCP allows (optionally paced with
               `SO_MAX_PACING_RATE`); sample the kernel's `TCP_INFO` every `--interval`: cwnd,
-              ssthresh, srtt, rto, bytes in flight, sent, acked, retransmits (the
-              simulator's `flows` columns).
+              ssthresh, srtt, rto, bytes in flight, sent, acked, retransmits, pacing rate
+              (the simulator's `flows` columns); with BBR also `TCP_CC_INFO` (bandwidth,
+              min RTT, pacing and cwnd gain), and every `--cc-every` the gains alone,
+              recording each change of them, of the bandwidth or of the min RTT (BBR's phase
+              changes) as a `phases` row.
 * `echo-server` / `echo-client` — typed-echo probes: one byte every `--every` (not
               waiting for the previous echo), echoed back; the time to the echo is
               `echo_latency_s`, recorded when the echo arrives (as the simulator's telnet
@@ -35,6 +38,10 @@ import time
 from typing import Any
 
 TCP_INFO = 11
+TCP_CC_INFO = 26
+#: `struct tcp_bbr_info` (linux/inet_diag.h): bw (bytes/s, two u32 halves), min RTT (µs),
+#: pacing gain and cwnd gain (× 256).
+BBR_INFO_LEN = 20
 TCP_WINDOW_CLAMP = 10
 SO_MAX_PACING_RATE = 47
 CHUNK = 1 << 16
@@ -70,10 +77,33 @@ def tcp_info(sock: socket.socket) -> dict[str, float]:
         "inflight_bytes": float(u32[4] * mss),
         "retransmits": float(u32[23]),
     }
+    # tcpi_delivery_rate_app_limited: whether the last delivery-rate sample was
+    # app-limited (bit 0 of the eighth byte).
+    out["app_limited"] = float(raw[7] & 1)
+    if len(raw) >= 112:
+        # tcpi_pacing_rate (bytes/s; ~0 when the socket does not pace).
+        rate = struct.unpack_from("Q", raw, 104)[0]
+        out["pacing_rate_bps"] = float(rate * 8) if rate < (1 << 63) else float("nan")
     if len(raw) >= 216:
         out["bytes_acked"] = float(struct.unpack_from("Q", raw, 120)[0])
         out["bytes_sent"] = float(struct.unpack_from("Q", raw, 200)[0])
     return out
+
+
+def bbr_info(sock: socket.socket) -> dict[str, float] | None:
+    """BBR's `TCP_CC_INFO` (`struct tcp_bbr_info`), or None when the socket's congestion
+    control reports none (CUBIC reports nothing)."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_CC_INFO, BBR_INFO_LEN)
+    except OSError:
+        return None
+    if len(raw) < BBR_INFO_LEN:
+        return None
+    lo, hi, min_rtt_us, pacing_gain, cwnd_gain = struct.unpack_from("5I", raw)
+    return {"bbr_bw_bps": float(((hi << 32) | lo) * 8),
+            "bbr_min_rtt_ms": min_rtt_us / 1000.0,
+            "bbr_pacing_gain": pacing_gain / 256.0,
+            "bbr_cwnd_gain": cwnd_gain / 256.0}
 
 
 def tcp_socket(a: argparse.Namespace, family: int) -> socket.socket:
@@ -200,16 +230,31 @@ def send(a: argparse.Namespace) -> None:
     data = memoryview(b"\x5a" * CHUNK)
     sent = 0
     samples: list[dict[str, float]] = []
-    next_sample = time.monotonic()
+    # BBR's phase changes: a row whenever the gains (or the bandwidth or min-RTT estimate)
+    # change, looked at every --cc-every.
+    phases: list[dict[str, float]] = []
+    gains: tuple[float, float, float, float] | None = None
+    bbr = bbr_info(s) is not None
+    next_sample = next_cc = time.monotonic()
     while True:
         now = time.monotonic()
         if now >= deadline:
             break
         if now >= next_sample:
-            row = {"t": _now(a.t0), **tcp_info(s)}
+            row = {"t": _now(a.t0), **tcp_info(s), **(bbr_info(s) or {})}
             samples.append(row)
             next_sample = now + a.interval
-        timeout = max(0.0, min(next_sample, deadline) - time.monotonic())
+        if bbr and now >= next_cc:
+            info = bbr_info(s)
+            if info is not None:
+                now_gains = (info["bbr_pacing_gain"], info["bbr_cwnd_gain"], info["bbr_bw_bps"],
+                             info["bbr_min_rtt_ms"])
+                if now_gains != gains:
+                    gains = now_gains
+                    phases.append({"t": _now(a.t0), **info, **tcp_info(s)})
+            next_cc = now + a.cc_every
+        wake = min(next_sample, next_cc) if bbr else next_sample
+        timeout = max(0.0, min(wake, deadline) - time.monotonic())
         _, w, _ = select.select([], [s], [], timeout)
         if w:
             try:
@@ -218,10 +263,11 @@ def send(a: argparse.Namespace) -> None:
                 pass
             except OSError:
                 break
-    samples.append({"t": _now(a.t0), **tcp_info(s)})
+    samples.append({"t": _now(a.t0), **tcp_info(s), **(bbr_info(s) or {})})
     cc = congestion_control(s)
     s.close()
-    _write(a.report, {"kind": "send", "bytes": sent, "samples": samples, "cc": cc})
+    _write(a.report, {"kind": "send", "bytes": sent, "samples": samples, "cc": cc,
+                      "phases": phases})
 
 
 def echo_server(a: argparse.Namespace) -> None:
@@ -381,6 +427,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--sndbuf", type=int, default=0)
         sp.add_argument("--every", type=float, default=0.2)
         sp.add_argument("--timeout", type=float, default=2.0)
+        sp.add_argument("--cc-every", type=float, default=0.002,
+                        help="send: how often BBR's gains are looked at (phase changes), s")
         sp.set_defaults(fn=fn)
     sp = sub.add_parser("echo-server")
     common(sp)

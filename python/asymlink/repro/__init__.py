@@ -14,6 +14,7 @@ from asymlink.repro import (
     adsl_today,  # noqa: F401  (adsl-today)
     aggregate,  # noqa: F401  (aggregate-shaping, -policing, -window)
     receiver,  # noqa: F401  (receiver-telnet, -web, -loss)
+    today_mechanisms,  # noqa: F401  (today-ack-mechanisms)
 )
 from asymlink.repro.base import (
     Check,

@@ -1,4 +1,5 @@
-"""`adsl-today`: the ADSL line of the paper with today's hosts, four ways of managing it.
+"""`adsl-today`: the ADSL line of the paper with today's hosts, four ways of managing it, and
+two of them with BBR senders.
 
 An 8 Mbit/s / 512 kbit/s ATM line with deep (1000-packet) or shallow (50-packet) buffers
 in the modem and the DSLAM, Linux hosts at their defaults (CUBIC, autotuned windows): a
@@ -8,7 +9,9 @@ download alone, then an upload as well, typed echoes throughout. Arms:
 * `tree`: the paper's five-class uplink tree (docs/adsl.md, "A ready configuration");
 * `linux`: the recipe this kernel can run — HTB with ATM size tables, u32 filters and
   pfifo leaves on the uplink, HTB on an IFB for the downlink (docs/adsl.md);
-* `line`: line mode, one key for both directions.
+* `line`: line mode, one key for both directions;
+* `fifo-bbr`, `line-bbr`: `fifo` and `line` with BBR senders (both transfers; Linux
+  `tcp_bbr` set per socket in the lab, the simulator's BBR model).
 
 The arms are the lab scenarios `today-<arm>` (python/asymlink/lab/scenarios), whose line is
 the lab's `[access]` hop. The simulator runs their translation
@@ -40,7 +43,7 @@ from asymlink.lab.parity import sim_metrics, sim_scenario
 from asymlink.lab.scenario import LabScenario
 from asymlink.repro.base import Entry, Metrics, draw_paper_marks, register
 
-ARMS = ["fifo", "tree", "linux", "line"]
+ARMS = ["fifo", "tree", "linux", "line", "fifo-bbr", "line-bbr"]
 BUFFERS = [50, 1000]
 HERE = Path(__file__).parent / "scenarios" / "adsl-today"
 

@@ -163,6 +163,9 @@ pub struct BbrInfo {
     pub probe_rtt_rounds: u64,
     /// When STARTUP found the pipe full (entered DRAIN).
     pub startup_exit: Option<Instant>,
+    /// The first ACK BBR took (Linux: the first `bbr_main`, when `TCP_CC_INFO` first shows
+    /// STARTUP's gains).
+    pub started: Option<Instant>,
     /// Whether the policer's long-term rate is in use.
     pub lt_use_bw: bool,
     /// Round trips counted.
@@ -213,6 +216,7 @@ pub struct Bbr {
     pub ssthresh: Option<u64>,
     probe_rtt_rounds: u64,
     startup_exit: Option<Instant>,
+    started: Option<Instant>,
 }
 
 fn us(d: Duration) -> u64 {
@@ -281,6 +285,7 @@ impl Bbr {
             ssthresh: None,
             probe_rtt_rounds: 0,
             startup_exit: None,
+            started: None,
         };
         b.init_pacing_rate_from_rtt(cwnd, srtt);
         b
@@ -307,6 +312,7 @@ impl Bbr {
             cycle_idx: self.cycle_idx,
             probe_rtt_rounds: self.probe_rtt_rounds,
             startup_exit: self.startup_exit,
+            started: self.started,
             lt_use_bw: self.lt_use_bw,
             rounds: self.rtt_cnt,
         }
@@ -775,6 +781,7 @@ impl Bbr {
     /// rate and cwnd.
     pub fn on_ack(&mut self, rs: &RateSample, c: &AckCtx) -> AckOut {
         let mut c = *c;
+        self.started.get_or_insert(c.now);
         // Entering a recovery saves the cwnd (Linux calls `bbr_ssthresh` first).
         if c.ca_state == CaState::Recovery && self.prev_ca_state != CaState::Recovery {
             self.save_cwnd(c.cwnd);
