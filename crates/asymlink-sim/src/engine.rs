@@ -1043,9 +1043,7 @@ impl World {
             Cmd::Write(cid, n) => self.conn_call(cid, |c, now, io| c.write(now, n, io)),
             Cmd::Close(cid) => self.conn_call(cid, |c, now, io| c.close(now, io)),
             Cmd::Stop(cid) => self.conn_call(cid, |c, now, io| c.stop_writing(now, io)),
-            Cmd::Timer(at, token) => {
-                self.schedule_timer(at.max(self.now), Ev::App(app, token))
-            }
+            Cmd::Timer(at, token) => self.schedule_timer(at.max(self.now), Ev::App(app, token)),
             Cmd::Measure(metric, value) => {
                 let f = self.flow_of_app(app);
                 let now = self.now;

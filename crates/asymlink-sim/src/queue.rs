@@ -133,11 +133,7 @@ impl<E: Copy> Wheel<E> {
         let k = self.occupied.iter().position(|&o| o != 0)?;
         let i = self.occupied[k].trailing_zeros() as usize;
         let up = Self::shift(k) + LEVEL_BITS;
-        let base = if up >= 64 {
-            0
-        } else {
-            self.cur >> up << up
-        };
+        let base = if up >= 64 { 0 } else { self.cur >> up << up };
         let start = base | (i as u64) << Self::shift(k);
         Some((k, i, start.max(self.cur)))
     }
@@ -414,7 +410,10 @@ mod tests {
         q.push(Instant(10), 5000);
         assert_eq!(q.len(), 1001);
         assert_eq!(q.heap_len(), 1);
-        assert_eq!(q.pop_until(Instant(2_000_000_000)), Some((Instant(10), 5000)));
+        assert_eq!(
+            q.pop_until(Instant(2_000_000_000)),
+            Some((Instant(10), 5000))
+        );
         // The first timer's slot moved into the heap, not the whole wheel.
         assert_eq!(
             q.pop_until(Instant(2_000_000_000)),
