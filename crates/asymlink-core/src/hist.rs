@@ -13,20 +13,11 @@ const OCTAVES: u32 = 21;
 const BINS: usize = (SUB * (OCTAVES + 1)) as usize;
 
 /// Counts of durations in nanoseconds.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Histogram {
     /// Counters of bins `0..counts.len()`; bins beyond are zero.
     counts: Vec<u64>,
     total: u64,
-}
-
-impl Default for Histogram {
-    fn default() -> Self {
-        Histogram {
-            counts: Vec::new(),
-            total: 0,
-        }
-    }
 }
 
 fn bin_of(v: u64) -> usize {
