@@ -15,9 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from asymlink.cli import cli
-from asymlink.lab import Lab, LabError, LabScenario, run_scenario
+from asymlink.lab import Lab, LabError, LabScenario, bench, run_scenario
 from asymlink.lab.bench import (
+    NotMeasured,
+    goodput_gbps,
     one_client_per_worker,
+    sample_interval,
     scenario_path,
     shipped_scenarios,
     subscriber_worker,
@@ -76,6 +79,51 @@ def test_bench_puts_one_client_on_each_worker() -> None:
         assert len(set(roles)) == n
         addrs = [client_addr(1 if r == "client" else int(r[6:])) for r in roles]
         assert [subscriber_worker(a, n) for a in addrs] == list(range(n))
+
+
+def test_bench_goodput_needs_samples_across_the_window() -> None:
+    # 1 s transfers (the docs' root commands): the window after the 0.5 s warm-up is cut
+    # into 20 samples, not two (a loaded receiver then missed one and the run failed).
+    assert sample_interval(1.0) == pytest.approx(0.025)
+    assert sample_interval(5.0) == pytest.approx(0.225)
+    assert sample_interval(30.0) == 0.25
+    # 125 MB/s between 10.6 and 10.9 s: 1 Gbit/s; the samples outside [10.5, 11.0] are
+    # not counted.
+    samples = [(10.0, 0), (10.6, 100_000_000), (10.75, 118_750_000),
+               (10.9, 137_500_000), (11.2, 999_999_999)]
+    assert goodput_gbps(samples, 10.5, 11.0) == pytest.approx(1.0)
+    # One sample in the window, or two only 0.1 s of 0.5 s apart: no goodput, and why.
+    with pytest.raises(NotMeasured, match=r"sampled 1 time\(s\) over 0.00 s of the 0.50 s"):
+        goodput_gbps([(10.0, 0), (10.7, 5), (11.2, 9)], 10.5, 11.0)
+    with pytest.raises(NotMeasured, match="over 0.10 s"):
+        goodput_gbps([(10.6, 0), (10.7, 5)], 10.5, 11.0)
+
+
+def test_bench_runs_a_starved_transfer_again_then_reports_it_not_measured(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def starved_twice(lab: object, seconds: float, roles: list[str], rate_bps: float,
+                      port: int) -> list[float]:
+        calls.append(port)
+        if len(calls) < 3:
+            raise NotMeasured("the receiver sampled 1 time(s)")
+        return [1.5 for _ in roles]
+
+    monkeypatch.setattr(bench, "_transfers_once", starved_twice)
+    assert bench.transfers(None, 1.0, ["client", "client4"]) == [1.5, 1.5]  # type: ignore[arg-type]
+    assert len(calls) == 3
+
+    def always_starved(*args: object) -> list[float]:
+        raise NotMeasured("the receiver sampled 1 time(s)")
+
+    monkeypatch.setattr(bench, "_transfers_once", always_starved)
+    skipped: dict[str, str] = {}
+    got = bench._measured(skipped, "kernel_gbps", lambda: bench.transfer(None, 1.0))  # type: ignore[arg-type]
+    assert got is None
+    assert skipped == {"kernel_gbps": "the receiver sampled 1 time(s), in each of 3 attempts"}
+    assert bench._measured(skipped, "box_gbps", lambda: 2.0) == 2.0
+    assert "box_gbps" not in skipped
 
 
 # --- real labs -----------------------------------------------------------------------------

@@ -31,6 +31,11 @@ def test_run_is_the_checked_in_file_with_overrides(cc: str, seed: int, quick: bo
         want = tm.sim_doc(link, arm, cc, seed, quick)
         for key in ("links", "middleboxes", "flows", "duration", "seed", "tcp", "nodes"):
             assert ran[key] == want[key], (name, key)
+        # A sensitivity run: the same with 30-packet line queues.
+        ran = tm.TODAY.scenario(name, quick=False).with_overrides(
+            tm.run_overrides(cc, seed, quick, link, arm, 30)).data
+        assert ran["middleboxes"] == tm.sim_doc(link, arm, cc, seed, quick, 30)["middleboxes"]
+        assert ran["middleboxes"] != want["middleboxes"] or arm == "line"
 
 
 def test_arms_differ_only_in_the_box() -> None:

@@ -374,6 +374,8 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
     rows = [[k, v if isinstance(v, str) else fmt_number(v, digits=4)] for k, v in result.items()
             if not isinstance(v, dict)]
     _stdout().print(TextTable("Live box benchmark", ["metric", "value"], rows).rich())
+    for key, reason in result["not_measured"].items():
+        click.echo(f"not measured: {key}: {reason}", err=True)
 
 
 # --- live box and lab --------------------------------------------------------------------

@@ -19,6 +19,11 @@ With worker counts (`--workers 1,2`), `subscribers` adds one bulk transfer from 
 several client hosts at once (hosts the box's fanout puts on different workers), through
 the kernel and through the unshaped box with each worker count and `io` mode.
 
+Each goodput is taken from the receiver's samples over the window after a 0.5 s warm-up
+(`goodput_gbps`); a transfer whose receiver, starved on a loaded machine, sampled too
+little of it is run again, and after `ATTEMPTS` its point is None with the reason in
+`not_measured` — the rest of the run stands.
+
 The sender and receiver are Python processes (`traffic.py`), so on a slow machine they
 can be the bottleneck of the kernel path; `sender_cpu_limited` says whether the kernel
 number is close to what the same sender reaches over loopback in one namespace.
@@ -33,6 +38,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -96,6 +102,41 @@ def shipped_scenarios() -> list[tuple[str, str]]:
     return out
 
 
+#: The first part of each transfer left out of its goodput (slow start).
+WARMUP_S = 0.5
+#: How many receiver samples a measurement window is cut into (at most every 0.25 s).
+SAMPLES_PER_WINDOW = 20
+#: A goodput needs two samples in the window at least this fraction of it apart.
+MIN_SPAN = 0.5
+#: Attempts at a transfer whose receiver sampled too little of the window.
+ATTEMPTS = 3
+
+
+class NotMeasured(LabError):
+    """A transfer whose receiver sampled too little of its window to give a goodput (a
+    receiver not scheduled for most of the window on a loaded machine)."""
+
+
+def sample_interval(seconds: float) -> float:
+    """The receiver's sampling interval for a transfer of `seconds`: the window after the
+    warm-up cut into `SAMPLES_PER_WINDOW`, at most 0.25 s."""
+    return min(0.25, max(seconds - WARMUP_S, 0.01) / SAMPLES_PER_WINDOW)
+
+
+def goodput_gbps(samples: list[tuple[float, int]], lo: float, hi: float) -> float:
+    """Goodput in Gbit/s over `[lo, hi]` from a receiver's (time, cumulative bytes)
+    samples: between the first and the last sample in the window. `NotMeasured` when
+    fewer than two samples fall in it or they are less than `MIN_SPAN` of it apart."""
+    pts = [(t, b) for t, b in samples if lo <= t <= hi]
+    span = pts[-1][0] - pts[0][0] if pts else 0.0
+    if len(pts) < 2 or span < MIN_SPAN * (hi - lo):
+        raise NotMeasured(
+            f"the receiver sampled {len(pts)} time(s) over {span:.2f} s of the "
+            f"{hi - lo:.2f} s window (needs 2 samples {MIN_SPAN * (hi - lo):.2f} s apart)")
+    (ta, ba), (tb, bb) = pts[0], pts[-1]
+    return float((bb - ba) * 8 / (tb - ta) / 1e9)
+
+
 def transfer(lab: Lab, seconds: float, rate_bps: float = 0.0, port: int = 5201) -> float:
     """One bulk TCP transfer client → server; returns the receiver's goodput in Gbit/s
     over the sending interval (the first 0.5 s excluded: slow start)."""
@@ -106,8 +147,22 @@ def transfers(lab: Lab, seconds: float, roles: list[str], rate_bps: float = 0.0,
               port: int = 5201) -> list[float]:
     """One bulk TCP transfer from each client host in `roles` to the server, all at once
     (ports `port`, `port` + 1, ...); returns each receiver's goodput in Gbit/s over the
-    sending interval (the first 0.5 s excluded: slow start)."""
+    sending interval (the first 0.5 s excluded: slow start). A run whose receivers
+    sampled too little of it (`goodput_gbps`) is run again, up to `ATTEMPTS` times in
+    all; then `NotMeasured`."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return _transfers_once(lab, seconds, roles, rate_bps, port)
+        except NotMeasured as e:
+            if attempt == ATTEMPTS:
+                raise NotMeasured(f"{e}, in each of {ATTEMPTS} attempts") from None
+    raise AssertionError("unreachable")
+
+
+def _transfers_once(lab: Lab, seconds: float, roles: list[str], rate_bps: float,
+                    port: int) -> list[float]:
     work = lab.dir
+    interval = sample_interval(seconds)
     sinks = []
     for k in range(len(roles)):
         p = port + k
@@ -115,9 +170,9 @@ def transfers(lab: Lab, seconds: float, roles: list[str], rate_bps: float = 0.0,
         ready.unlink(missing_ok=True)
         report = work / f"sink{p}.json"
         sink = lab.spawn("server", [sys.executable, TRAFFIC, "sink", "--port", str(p),
-                                    "--seconds", str(seconds + 4), "--interval", "0.25",
-                                    "--ready", str(ready), "--report", str(report),
-                                    "--t0", "0"])
+                                    "--seconds", str(seconds + 4), "--interval",
+                                    repr(interval), "--ready", str(ready), "--report",
+                                    str(report), "--t0", "0"])
         sinks.append((sink, ready, report))
     deadline = time.monotonic() + 10
     for _, ready, _ in sinks:
@@ -135,17 +190,11 @@ def transfers(lab: Lab, seconds: float, roles: list[str], rate_bps: float = 0.0,
         senders.append(lab.spawn(role, [sys.executable, TRAFFIC, *args]))
     for send in senders:
         send.wait(timeout=seconds + 20)
-    out = []
+    reports = []
     for sink, _, report in sinks:
         sink.wait(timeout=seconds + 20)
-        samples = json.loads(report.read_text())["samples"]
-        lo, hi = t0 + 0.5, t0 + seconds
-        pts = [(t, b) for t, b in samples if lo <= t <= hi]
-        if len(pts) < 2:
-            raise LabError("the transfer produced too few samples")
-        (ta, ba), (tb, bb) = pts[0], pts[-1]
-        out.append(float((bb - ba) * 8 / (tb - ta) / 1e9))
-    return out
+        reports.append(json.loads(report.read_text())["samples"])
+    return [goodput_gbps(s, t0 + WARMUP_S, t0 + seconds) for s in reports]
 
 
 def subscriber_worker(addr: str, workers: int) -> int:
@@ -175,8 +224,8 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
     report = lab.dir / "lo.json"
     sink = lab.spawn("server", [sys.executable, TRAFFIC, "sink", "--bind", "127.0.0.1",
                                 "--port", str(port), "--seconds", str(seconds + 3),
-                                "--interval", "0.25", "--ready", str(ready), "--report",
-                                str(report), "--t0", "0"])
+                                "--interval", repr(sample_interval(seconds)), "--ready",
+                                str(ready), "--report", str(report), "--t0", "0"])
     while not ready.exists():
         time.sleep(0.02)
     t0 = time.monotonic() + 0.2
@@ -184,9 +233,7 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
                          str(port), "--stop", str(seconds), "--t0", repr(t0), "--cc",
                          TCP_CC]).wait(seconds + 20)
     sink.wait(seconds + 20)
-    s = [(t, b) for t, b in json.loads(report.read_text())["samples"]
-         if t0 + 0.5 <= t <= t0 + seconds]
-    return float((s[-1][1] - s[0][1]) * 8 / (s[-1][0] - s[0][0]) / 1e9)
+    return goodput_gbps(json.loads(report.read_text())["samples"], t0 + WARMUP_S, t0 + seconds)
 
 
 IO_MODES = ("socket", "mmap")
@@ -196,21 +243,42 @@ def _with_io(body: dict[str, Any], io: str) -> dict[str, Any]:
     return {**body, "process": {**body["process"], "io": io}}
 
 
-def _measure_box(lab: Lab, seconds: float, io: str, kernel: float) -> dict[str, Any]:
-    """Unshaped, shaped and half-load latency through the box in one `io` mode."""
+def _measured(not_measured: dict[str, str], key: str,
+              measure: Callable[[], float]) -> float | None:
+    """`measure()`, or None with the reason under `not_measured[key]` when the transfer
+    gave no goodput (`NotMeasured`): one point of a loaded run does not end the run."""
+    try:
+        return measure()
+    except NotMeasured as e:
+        not_measured[key] = str(e)
+        return None
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    return a / b if a is not None and b else float("nan")
+
+
+def _measure_box(lab: Lab, seconds: float, io: str, kernel: float | None,
+                 not_measured: dict[str, str]) -> dict[str, Any]:
+    """Unshaped, shaped and half-load latency through the box in one `io` mode; a point
+    without a goodput is None, its reason in `not_measured` (keyed `<io>.<key>`)."""
     box = start_box(lab, _with_io(UNSHAPED, io))
     try:
-        unshaped = transfer(lab, seconds)
+        unshaped = _measured(not_measured, f"{io}.box_gbps", lambda: transfer(lab, seconds))
     finally:
         box.stop()
     box = start_box(lab, _with_io(SHAPED, io))
     try:
-        shaped = transfer(lab, seconds)
+        shaped = _measured(not_measured, f"{io}.box_shaped_gbps",
+                           lambda: transfer(lab, seconds))
     finally:
         shaped_final = box.stop()
+    # Half of the unshaped rate (of the kernel's when the box's was not measured).
+    half = (unshaped if unshaped is not None else kernel or 2.0) / 2 * 1e9
     box = start_box(lab, _with_io(UNSHAPED, io))
     try:
-        load = transfer(lab, seconds, rate_bps=unshaped / 2 * 1e9)
+        load = _measured(not_measured, f"{io}.latency_load_gbps",
+                         lambda: transfer(lab, seconds, rate_bps=half))
     finally:
         final = box.stop()
     lat = final.get("latency_us", {})
@@ -219,8 +287,8 @@ def _measure_box(lab: Lab, seconds: float, io: str, kernel: float) -> dict[str, 
         "box_shaped_gbps": shaped,
         # The shaper counts IP bytes: a 1448-byte payload (MSS with timestamps) rides in a
         # 1500-byte IP packet, so the shaped IP rate is the goodput times 1500/1448.
-        "box_shaped_ip_gbps": shaped * 1500 / 1448,
-        "box_vs_kernel": unshaped / kernel if kernel else float("nan"),
+        "box_shaped_ip_gbps": shaped * 1500 / 1448 if shaped is not None else None,
+        "box_vs_kernel": _ratio(unshaped, kernel),
         # What the shaper's ACK filter did to the transfer's ACKs (direction to_a).
         "shaped_acks_classified": _dir(shaped_final, "to_a").get("classes", {}).get("ack"),
         "shaped_acks_filtered": _dir(shaped_final, "to_a").get("discarded", {})
@@ -234,20 +302,23 @@ def _measure_box(lab: Lab, seconds: float, io: str, kernel: float) -> dict[str, 
 
 
 def _measure_workers(lab: Lab, seconds: float, io: str, roles: list[str], workers: int,
-                     kernel: float) -> dict[str, Any]:
+                     kernel: float | None, not_measured: dict[str, str]) -> dict[str, Any]:
     """The unshaped box with `workers` workers, one bulk transfer per client in `roles`
     at once."""
     body = {**UNSHAPED, "process": {**PROCESS, "io": io, "workers": workers}}
     box = start_box(lab, body)
+    each: list[float] | None = None
     try:
         each = transfers(lab, seconds, roles)
+    except NotMeasured as e:
+        not_measured[f"subscribers.{io}.{workers}"] = str(e)
     finally:
         final = box.stop()
-    total = sum(each)
+    total = sum(each) if each is not None else None
     return {
         "gbps": total,
         "per_client_gbps": each,
-        "vs_kernel": total / kernel if kernel else float("nan"),
+        "vs_kernel": _ratio(total, kernel),
         "per_worker_received": [w["received"]["to_b"] + w["received"]["to_a"]
                                 for w in final.get("workers", [])],
         "load_average": os.getloadavg()[0],
@@ -267,23 +338,31 @@ def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",),
             raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)})")
     lab = Lab.up()
     subs: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
     try:
         lab.set_forwarding("kernel")
-        kernel = transfer(lab, seconds)
+        kernel = _measured(skipped, "kernel_gbps", lambda: transfer(lab, seconds))
         lab.set_forwarding("box")
-        by_io = {m: _measure_box(lab, seconds, m, kernel) for m in io}
-        lo = loopback_gbps(lab, min(seconds, 3.0))
+        by_io = {m: _measure_box(lab, seconds, m, kernel, skipped) for m in io}
+        lo = _measured(skipped, "traffic_tool_loopback_gbps",
+                       lambda: loopback_gbps(lab, min(seconds, 3.0)))
         if workers:
             roles = one_client_per_worker(max(workers))
             lab.set_clients(max(1 if r == "client" else int(r[6:]) for r in roles))
             lab.set_forwarding("kernel")
-            k_each = transfers(lab, seconds, roles)
+            k_each: list[float] | None = None
+            try:
+                k_each = transfers(lab, seconds, roles)
+            except NotMeasured as e:
+                skipped["subscribers.kernel_gbps"] = str(e)
+            k_total = sum(k_each) if k_each is not None else None
             lab.set_forwarding("box")
             subs = {
                 "clients": roles,
-                "kernel_gbps": sum(k_each),
+                "kernel_gbps": k_total,
                 "kernel_per_client_gbps": k_each,
-                "by_io": {m: {str(w): _measure_workers(lab, seconds, m, roles, w, sum(k_each))
+                "by_io": {m: {str(w): _measure_workers(lab, seconds, m, roles, w, k_total,
+                                                       skipped)
                               for w in workers} for m in io},
             }
     finally:
@@ -291,6 +370,8 @@ def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",),
     out = {
         **by_io[io[0]],
         "kernel_gbps": kernel,
+        # Points without a goodput (None above), each with the reason.
+        "not_measured": skipped,
         "io": io[0],
         "by_io": by_io,
         "traffic_tool_loopback_gbps": lo,

@@ -140,25 +140,26 @@ def tree_qdisc(up_bps: float) -> dict[str, Any]:
     return {"kind": "htb", "default": "default", "classes": classes}
 
 
-def box_config(link: Link, arm: str) -> dict[str, Any]:
-    """The box of `arm` on `link` (lab vocabulary: `[box]`)."""
+def box_config(link: Link, arm: str, buffer: int = BUFFER) -> dict[str, Any]:
+    """The box of `arm` on `link` with `buffer`-packet line queues (lab vocabulary:
+    `[box]`)."""
     box: dict[str, Any] = {
         "seed": 1,
         "emulation": {"to_a": {**link.down, "delay": DELAY},
                       "to_b": {**link.up, "delay": DELAY}},
     }
-    fifo = {"to_a": {"qdisc": _fifo()}, "to_b": {"qdisc": _fifo()}}
+    fifo = {"to_a": {"qdisc": _fifo(buffer)}, "to_b": {"qdisc": _fifo(buffer)}}
     if arm == "none":
         box.update(fifo)
     elif arm == "ackfilter":
         box.update(fifo)
         box["to_b"] = {"qdisc": {"kind": "ack_filter", "policy": "delayed",
-                                 "measure": "presence", "limit": f"{BUFFER}p"}}
+                                 "measure": "presence", "limit": f"{buffer}p"}}
     elif arm == "ackdelay":
         box.update(fifo)
-        box["to_b"] = {"qdisc": {"kind": "ack_shaper", "threshold": f"{BUFFER // 2}p",
-                                 "leak": {"kind": "rate"}, "limit": f"{BUFFER}p",
-                                 "ack_limit": f"{BUFFER}p"}}
+        box["to_b"] = {"qdisc": {"kind": "ack_shaper", "threshold": f"{buffer // 2}p",
+                                 "leak": {"kind": "rate"}, "limit": f"{buffer}p",
+                                 "ack_limit": f"{buffer}p"}}
     elif arm == "tree":
         box.update(fifo)
         box["to_b"] = {"classifier": {"preset": "five_class"},
@@ -169,7 +170,7 @@ def box_config(link: Link, arm: str) -> dict[str, Any]:
         box.update(fifo)
         box["rewrite"] = [{"kind": "rwnd", "receivers": "a",
                            "policy": {"link_rate": _kbit(link.down_bps),
-                                      "access_queue": f"{BUFFER}p"}}]
+                                      "access_queue": f"{buffer}p"}}]
     else:
         raise ValueError(f"unknown arm {arm!r} (arms: {ARMS})")
     return box
@@ -186,7 +187,7 @@ def starts(seed: int) -> dict[str, float]:
 
 
 def lab_scenario(link: str, arm: str, cc: str = "cubic", seed: int = 1,
-                 quick: bool = False) -> LabScenario:
+                 quick: bool = False, buffer: int = BUFFER) -> LabScenario:
     """The lab scenario of one run."""
     lk = LINKS[link]
     dur = DURATION[quick]
@@ -198,7 +199,7 @@ def lab_scenario(link: str, arm: str, cc: str = "cubic", seed: int = 1,
         "duration": f"{dur}s",
         "interval": "100ms",
         "windows": {"steady": [f"{WINDOW_START}s", f"{dur}s"]},
-        "box": box_config(lk, arm) | {"seed": seed},
+        "box": box_config(lk, arm, buffer) | {"seed": seed},
         "flows": [
             {"name": "download", "from": "server", "to": "client", "port": 80,
              "start": f"{st['download']}s", "cc": cc},
@@ -214,9 +215,9 @@ def lab_scenario(link: str, arm: str, cc: str = "cubic", seed: int = 1,
 
 
 def sim_doc(link: str, arm: str, cc: str = "cubic", seed: int = 1,
-            quick: bool = False) -> dict[str, Any]:
+            quick: bool = False, buffer: int = BUFFER) -> dict[str, Any]:
     """The simulator scenario (dict) of one run."""
-    doc = sim_scenario(lab_scenario(link, arm, cc, seed, quick), seed=seed)
+    doc = sim_scenario(lab_scenario(link, arm, cc, seed, quick, buffer), seed=seed)
     doc["name"] = f"{ID}-{link}-{arm}"
     doc["description"] = f"{ID}: {LINKS[link].description}; arm {arm}"
     return doc
@@ -253,12 +254,16 @@ def stale() -> list[Path]:
             or (HERE / f"{n}.toml").read_text() != text]
 
 
-def run_overrides(cc: str, seed: int, quick: bool) -> dict[str, Any]:
+def run_overrides(cc: str, seed: int, quick: bool, link: str = "", arm: str = "",
+                  buffer: int = BUFFER) -> dict[str, Any]:
     """Overrides that turn a checked-in scenario into the run of (`cc`, `seed`, `quick`):
-    `sim_doc(link, arm, cc, seed, quick)` (a test checks this)."""
+    `sim_doc(link, arm, cc, seed, quick)` (a test checks this); with another `buffer`
+    (the sensitivity runs), the middlebox of `link` and `arm` with that buffer."""
     dur = DURATION[quick]
     st = starts(seed)
     o: dict[str, Any] = {"seed": seed, "duration": f"{dur}s"}
+    if buffer != BUFFER:
+        o["middleboxes"] = sim_doc(link, arm, cc, seed, quick, buffer)["middleboxes"]
     for flow in ("download", "download2", "upload"):
         o[f"flows.{flow}.start"] = f"{st[flow]}s"
         o[f"flows.{flow}.stop"] = f"{dur}s"
@@ -341,7 +346,9 @@ def summarise(per_run: dict[tuple[str, str, str, int], dict[str, float]]) -> Met
     * `diff.<metric>.<link>_<cc>_<arm>` and `ci.<metric>.<link>_<cc>_<arm>`: the mean
       paired difference to `none` and the half-width of its 95 % interval;
     * `verdict.<link>_<cc>_<arm>`: 1 helps, 0 neutral, -1 hurts, 2 mixed;
-    * `seeds`: the number of seeds."""
+    * `seeds`: the number of seeds.
+
+    The full run adds `sensitivity.buffer_<n>p.verdict.<...>` (`_run`)."""
     out: dict[str, Any] = {"mean": {m: {} for m in METRICS}, "diff": {m: {} for m in METRICS},
                            "ci": {m: {} for m in METRICS}, "verdict": {}}
     seeds = sorted({k[3] for k in per_run})
@@ -365,25 +372,47 @@ def summarise(per_run: dict[tuple[str, str, str, int], dict[str, float]]) -> Met
     return out
 
 
-def _one(job: tuple[str, str, str, int, bool]) -> tuple[tuple[str, str, str, int],
-                                                          dict[str, float]]:
-    link, arm, cc, seed, quick = job
+def _one(job: tuple[str, str, str, int, bool, int]) -> tuple[tuple[str, str, str, int],
+                                                               dict[str, float]]:
+    link, arm, cc, seed, quick, buffer = job
     scenario = TODAY.scenario(f"{link}-{arm}", quick=False).with_overrides(
-        run_overrides(cc, seed, quick))
+        run_overrides(cc, seed, quick, link, arm, buffer))
     res = run_scenario_file(scenario)
     return (link, cc, arm, seed), run_metrics(sim_metrics(
-        lab_scenario(link, arm, cc, seed, quick), res))
+        lab_scenario(link, arm, cc, seed, quick, buffer), res))
+
+
+#: The full run's sensitivity sweep: the line queues' size (the most influential open
+#: parameter), on these links, with `SENSITIVITY_SEEDS` seeds.
+SENSITIVITY_BUFFERS = [30, 300]
+SENSITIVITY_LINKS = ["fixed", "cellular"]
+SENSITIVITY_SEEDS = 5
+
+
+def _runs(quick: bool, buffer: int, links: list[str], seeds: int
+          ) -> dict[tuple[str, str, str, int], dict[str, float]]:
+    jobs = [(link, arm, cc, seed, quick, buffer) for link in links for cc in CCS
+            for arm in ARMS for seed in range(1, seeds + 1)]
+    return dict(_one(j) for j in jobs)
 
 
 def _run(out_dir: Path, quick: bool) -> Metrics:
-    jobs = [(link, arm, cc, seed, quick) for link in LINKS for cc in CCS for arm in ARMS
-            for seed in range(1, SEEDS[quick] + 1)]
-    per_run = dict(_one(j) for j in jobs)
+    per_run = _runs(quick, BUFFER, list(LINKS), SEEDS[quick])
     (out_dir / "runs.json").write_text(json.dumps(
         [{"link": k[0], "cc": k[1], "arm": k[2], "seed": k[3], **v}
          for k, v in sorted(per_run.items())], indent=1) + "\n")
     metrics = summarise(per_run)
-    (out_dir / "verdicts.md").write_text(verdict_table(metrics))
+    table = verdict_table(metrics)
+    if not quick:
+        cases = [(link, cc, arm) for link in SENSITIVITY_LINKS for cc in CCS
+                 for arm in MECHANISMS]
+        sensitivity: dict[str, Any] = {}
+        for buf in SENSITIVITY_BUFFERS:
+            s = lab_summary(_runs(quick, buf, SENSITIVITY_LINKS, SENSITIVITY_SEEDS), cases)
+            sensitivity[f"buffer_{buf}p"] = {"verdict": s["verdict"], "seeds": s["seeds"]}
+            table += "\n" + verdict_table(s, cases, f"Verdicts with {buf}-packet line queues")
+        metrics["sensitivity"] = sensitivity
+    (out_dir / "verdicts.md").write_text(table)
     return metrics
 
 
