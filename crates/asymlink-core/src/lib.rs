@@ -58,6 +58,7 @@ pub mod qdisc;
 pub mod rand;
 pub mod rwnd;
 pub mod script;
+pub mod subscribers;
 pub mod time;
 pub mod trace;
 pub mod units;

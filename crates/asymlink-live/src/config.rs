@@ -42,7 +42,15 @@
 //! workers = 1                           # forwarding threads (frames spread by subscriber)
 //! horizon = "50us"                      # release packets up to 50 µs early (batching)
 //! io = "socket"                         # or "mmap": memory-mapped rings
+//!
+//! [[subscribers]]                       # one pipeline per subscriber line (side a)
+//! prefix = "198.18.0.12"                # LAN address or prefix, IPv4 or IPv6
+//! line = { down = "8Mbit", up = "1Mbit" }   # or rewrite / to_a / to_b
 //! ```
+//!
+//! `subscribers_file` names a file of further `[[subscribers]]` entries (relative to this
+//! one) and `max_subscribers` caps the trees alive at once
+//! ([`asymlink_core::subscribers`]).
 //!
 //! [`BoxConfig::load`] parses and validates **everything** (it builds the pipelines to
 //! check them) without touching any device: a bad file is refused before anything
@@ -51,6 +59,7 @@
 use asymlink_core::config::ConfigError;
 use asymlink_core::link::LinkConfig;
 use asymlink_core::pipeline::{Dir, EgressConfig, Middlebox, MiddleboxConfig, RewriterConfig};
+use asymlink_core::subscribers::SubscriberTable;
 use asymlink_core::units::Rate;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -296,6 +305,22 @@ pub struct BoxConfig {
     /// Scheduling.
     #[serde(default)]
     pub process: ProcessConfig,
+    /// Subscriber lines, each with its own pipeline (see [`asymlink_core::subscribers`]).
+    #[serde(default)]
+    pub subscribers: Vec<toml::Value>,
+    /// A file of further `[[subscribers]]` entries (relative to this file).
+    #[serde(default)]
+    pub subscribers_file: Option<PathBuf>,
+    /// Subscriber trees alive at once (default: one per subscriber).
+    #[serde(default)]
+    pub max_subscribers: Option<usize>,
+    /// A subscriber's tree is evicted after this long without a packet and with nothing
+    /// queued (default 60 s; `"0s"`: only at the `max_subscribers` cap).
+    #[serde(default)]
+    pub subscriber_idle_timeout: Option<asymlink_core::units::Span>,
+    /// The subscribers of `subscribers` and `subscribers_file`, checked.
+    #[serde(skip)]
+    pub subscriber_table: SubscriberTable,
 }
 
 impl BoxConfig {
@@ -321,7 +346,70 @@ impl BoxConfig {
                     .map_err(|e| e.within(format!("emulation.{d}.trace")).with_line(text))?;
             }
         }
+        cfg.load_subscribers(base).map_err(|e| e.with_line(text))?;
         Ok(cfg)
+    }
+
+    /// Check the `subscribers` entries and read `subscribers_file` (relative to `base`).
+    fn load_subscribers(&mut self, base: Option<&Path>) -> Result<(), ConfigError> {
+        let mut table = SubscriberTable::default();
+        table.add_entries("subscribers", &self.subscribers)?;
+        if let Some(f) = &self.subscribers_file {
+            let path = match base {
+                Some(b) if f.is_relative() => b.join(f),
+                _ => f.clone(),
+            };
+            let key = "subscribers_file";
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::new(key, format!("cannot read '{}': {e}", path.display()))
+            })?;
+            let mut t: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                ConfigError::new(
+                    key,
+                    format!("'{}': {}", path.display(), e.to_string().trim()),
+                )
+            })?;
+            let list = match t.remove("subscribers") {
+                None => Vec::new(),
+                Some(toml::Value::Array(a)) => a,
+                Some(_) => {
+                    return Err(ConfigError::new(
+                        format!("{key}.subscribers"),
+                        format!("'{}': must be an array of tables", path.display()),
+                    ))
+                }
+            };
+            if let Some(k) = t.keys().next() {
+                return Err(ConfigError::new(
+                    format!("{key}.{k}"),
+                    format!(
+                        "'{}': unknown key; the file holds [[subscribers]] entries only",
+                        path.display()
+                    ),
+                ));
+            }
+            // Errors name the file's entry: subscribers_file.subscribers[3].prefix.
+            table
+                .add_entries("subscribers", &list)
+                .map_err(|e| e.within(key))?;
+        }
+        self.subscriber_table = table;
+        Ok(())
+    }
+
+    /// How long a subscriber's tree may stay idle (`None`: until the cap needs it).
+    pub fn subscriber_idle_timeout(&self) -> Option<std::time::Duration> {
+        let t = self
+            .subscriber_idle_timeout
+            .map_or(std::time::Duration::from_secs(60), |s| s.0);
+        (!t.is_zero()).then_some(t)
+    }
+
+    /// Subscriber trees alive at once.
+    pub fn max_subscribers(&self) -> usize {
+        self.max_subscribers
+            .unwrap_or(self.subscriber_table.len())
+            .max(1)
     }
 
     /// The file's table with its `line` expanded into `to_a` and `to_b` (`None`: the file
@@ -554,6 +642,36 @@ impl BoxConfig {
         }
         if self.privileges.user.is_empty() {
             return Err(ConfigError::new("privileges.user", "must not be empty"));
+        }
+        if self.max_subscribers == Some(0) {
+            return Err(ConfigError::new("max_subscribers", "must be positive"));
+        }
+        if n > 1 {
+            // The fanout program hashes a whole IPv4 address and the first 56 bits of an
+            // IPv6 one: a subscriber must not be wider, or its traffic would be spread
+            // over workers that each shape it to the whole rate.
+            let n_file = self.subscribers.len();
+            for (i, e) in self.subscriber_table.entries().iter().enumerate() {
+                let (ok, need) = match e.prefix.addr {
+                    std::net::IpAddr::V4(_) => (e.prefix.len == 32, "one IPv4 address (/32)"),
+                    std::net::IpAddr::V6(_) => (e.prefix.len >= 56, "an IPv6 /56 or longer"),
+                };
+                if !ok {
+                    let key = if i < n_file {
+                        format!("subscribers[{i}].prefix")
+                    } else {
+                        format!("subscribers_file.subscribers[{}].prefix", i - n_file)
+                    };
+                    return Err(ConfigError::new(
+                        key,
+                        format!(
+                            "{}: with several workers a subscriber is {need}, what the \
+                             workers' fanout hash keeps on one worker",
+                            e.prefix
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -849,6 +967,78 @@ mod tests {
         assert!(e.contains("captures need workers = 1"), "{e}");
         let e = BoxConfig::parse(&format!("{MIN}[process]\ncpu = \"one\"\n")).unwrap_err();
         assert!(e.to_string().contains("process.cpu"), "{e}");
+    }
+
+    #[test]
+    fn subscribers_inline_and_from_a_file() {
+        let dir = std::env::temp_dir().join(format!("al-subs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("subs.toml"),
+            "[[subscribers]]\nprefix = \"198.18.0.13\"\n\
+             line = { down = \"8Mbit\", up = \"1Mbit\" }\n\
+             [[subscribers]]\nprefix = \"2001:db8:0:100::/56\"\n",
+        )
+        .unwrap();
+        let text = format!(
+            "max_subscribers = 2\nsubscribers_file = \"subs.toml\"\n{MIN}\
+             [[subscribers]]\nprefix = \"198.18.0.12\"\n\
+             to_b = {{ qdisc = {{ kind = \"tbf\", rate = \"4Mbit\" }} }}\n"
+        );
+        let c = BoxConfig::from_text(&text, Some(&dir)).unwrap();
+        let t = &c.subscriber_table;
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.lookup("198.18.0.12".parse().unwrap()), Some(0));
+        assert_eq!(t.lookup("198.18.0.13".parse().unwrap()), Some(1));
+        assert_eq!(t.lookup("2001:db8:0:1aa::1".parse().unwrap()), Some(2));
+        assert_eq!(c.max_subscribers(), 2);
+        // Errors name the key, in the file or in the included one.
+        let e = BoxConfig::from_text(
+            &format!(
+                "{MIN}[[subscribers]]\nprefix = \"198.18.0.1\"\n[[subscribers]]\nprefix = \"x\"\n"
+            ),
+            Some(&dir),
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "subscribers[1].prefix", "{e}");
+        std::fs::write(
+            dir.join("bad.toml"),
+            "[[subscribers]]\nprefix = \"198.18.0.1\"\nto_a = 3\n",
+        )
+        .unwrap();
+        let e = BoxConfig::from_text(
+            &format!("subscribers_file = \"bad.toml\"\n{MIN}"),
+            Some(&dir),
+        )
+        .unwrap_err();
+        assert!(
+            e.path.starts_with("subscribers_file.subscribers[0].to_a"),
+            "{e}"
+        );
+        let e = BoxConfig::from_text(
+            &format!("subscribers_file = \"none.toml\"\n{MIN}"),
+            Some(&dir),
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "subscribers_file", "{e}");
+        let e = BoxConfig::parse(&format!("max_subscribers = 0\n{MIN}"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.path, "max_subscribers", "{e}");
+        // Several workers: a subscriber is what the fanout hash keeps on one worker.
+        let e = BoxConfig::from_text(
+            &format!("subscribers_file = \"subs.toml\"\n{MIN}[process]\nworkers = 2\n"),
+            Some(&dir),
+        );
+        assert!(e.is_ok(), "{e:?}");
+        let e = BoxConfig::from_text(
+            &format!("{MIN}[[subscribers]]\nprefix = \"198.18.0.0/30\"\n[process]\nworkers = 2\n"),
+            Some(&dir),
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "subscribers[0].prefix", "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

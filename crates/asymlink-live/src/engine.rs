@@ -25,6 +25,7 @@ use asymlink_core::link::{loss_seed, Feed, Link, LinkConfig};
 use asymlink_core::pipeline::{Dir, Middlebox};
 use asymlink_core::qdisc::{Dequeued, DropReason, Drops, FilterReason, QdiscStats, Verdict};
 use asymlink_core::rand::{derive_seed, Rng};
+use asymlink_core::subscribers::SubscriberBox;
 use asymlink_core::time::{earliest, Instant};
 use serde_json::{json, Map, Value};
 
@@ -207,7 +208,8 @@ impl Sojourn {
 
 /// The datapath.
 pub struct Engine {
-    mb: Middlebox<LivePacket>,
+    /// The top-level pipeline and the subscribers' trees.
+    mb: SubscriberBox<LivePacket>,
     links: [Link<LivePacket>; 2],
     drops: Drops<LivePacket>,
     pool: Pool,
@@ -229,10 +231,17 @@ impl Engine {
     /// between two links named `a` and `b` (its first middlebox, `mb:0`; the link toward
     /// side b is `b`, toward side a is `a`).
     pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, ConfigError> {
-        let mb = Middlebox::new(&cfg.middlebox(), cfg.rates(), pipeline_seed(seed, 0))?;
+        let top = Middlebox::new(&cfg.middlebox(), cfg.rates(), pipeline_seed(seed, 0))?;
+        let mut mb = SubscriberBox::new(
+            top,
+            cfg.subscriber_table.clone(),
+            cfg.max_subscribers(),
+            seed,
+        );
+        mb.set_idle_timeout(cfg.subscriber_idle_timeout());
         let none = LinkConfig::default();
         let links = [Dir::ToB, Dir::ToA].map(|d| {
-            let idle = mb.egress(d).qdisc().wants_idle_dequeue();
+            let idle = mb.top_level().egress(d).qdisc().wants_idle_dequeue();
             let side = if d == Dir::ToB { "b" } else { "a" };
             let rng = Rng::new(loss_seed(seed, side, d.name()));
             Link::new(cfg.emulation(d).unwrap_or(&none), rng, idle)
@@ -374,25 +383,25 @@ impl Engine {
             cfg.rates(),
             pipeline_seed(self.seed, generation),
         )?;
-        let mut old = std::mem::replace(&mut self.mb, new);
-        let mut moved = Vec::new();
+        let r = self.mb.reconfigure(
+            now,
+            new,
+            cfg.subscriber_table.clone(),
+            cfg.max_subscribers(),
+            &mut self.drops,
+        );
+        self.mb.set_idle_timeout(cfg.subscriber_idle_timeout());
         for d in [Dir::ToB, Dir::ToA] {
-            self.retired[d.index()].push(old.qdisc_stats(d).clone());
-            let stranded = old.egress_mut(d).qdisc_mut().drain(&mut moved);
+            self.retired[d.index()].push(r.retired[d.index()].clone());
             self.counters[d.index()]
                 .discarded
-                .add(DiscardReason::ReloadStranded, stranded.into());
+                .add(DiscardReason::ReloadStranded, r.stranded[d.index()].into());
         }
-        let n = moved.len();
-        for mut p in moved {
-            p.clear_class();
-            let dir = p.dir;
-            self.mb.handle_packet(now, dir, p, &mut self.drops);
-        }
+        let n = r.moved;
         self.absorb_drops();
         let none = LinkConfig::default();
         for d in [Dir::ToB, Dir::ToA] {
-            let idle = self.mb.egress(d).qdisc().wants_idle_dequeue();
+            let idle = self.mb.top_level().egress(d).qdisc().wants_idle_dequeue();
             self.links[d.index()].reconfigure(cfg.emulation(d).unwrap_or(&none), idle);
         }
         self.malformed = cfg.malformed;
@@ -405,7 +414,7 @@ impl Engine {
     pub fn shutdown(&mut self) -> usize {
         let mut held = Vec::new();
         for d in [Dir::ToB, Dir::ToA] {
-            let stranded = self.mb.egress_mut(d).qdisc_mut().drain(&mut held);
+            let stranded = self.mb.drain(d, &mut held);
             self.counters[d.index()]
                 .discarded
                 .add(DiscardReason::Shutdown, stranded.into());
@@ -439,12 +448,8 @@ impl Engine {
                     self.held(d)
                 ));
             }
-            self.mb
-                .qdisc_stats(d)
-                .check(self.mb.backlog(d))
-                .map_err(|e| format!("{} discipline: {e}", d.name()))?;
         }
-        Ok(())
+        self.mb.check()
     }
 
     /// Counters of one direction.
@@ -452,8 +457,13 @@ impl Engine {
         &self.counters[dir.index()]
     }
 
-    /// The core middlebox.
+    /// The core middlebox of the top level (traffic of no subscriber).
     pub fn middlebox(&self) -> &Middlebox<LivePacket> {
+        self.mb.top_level()
+    }
+
+    /// The top level and the subscribers' trees.
+    pub fn subscribers(&self) -> &SubscriberBox<LivePacket> {
         &self.mb
     }
 
@@ -473,7 +483,7 @@ impl Engine {
         for d in [Dir::ToB, Dir::ToA] {
             let i = d.index();
             let c = &self.counters[i];
-            let eg = self.mb.egress(d);
+            let eg = self.mb.top_level().egress(d);
             let mut classes = Map::new();
             if let Some(cl) = eg.classifier() {
                 let counts = cl.counts();
@@ -510,6 +520,7 @@ impl Engine {
             }
             let rewriters: Vec<Value> = self
                 .mb
+                .top_level()
                 .rewriters()
                 .iter()
                 .map(|r| {
@@ -566,12 +577,26 @@ impl Engine {
                 }),
             );
         }
-        json!({
+        let mut snap = json!({
             "seed": self.seed,
             "reloads": self.reloads,
             "directions": dirs,
             "latency_us": self.latency.to_json(),
-        })
+        });
+        if !self.mb.table().is_empty() {
+            let st = self.mb.stats();
+            snap["subscribers"] = json!({
+                "configured": self.mb.table().len(),
+                "max": self.mb.max(),
+                "live": self.mb.live(),
+                "created": st.created,
+                "evicted": st.evicted,
+                "expired": st.expired,
+                "unplaced": st.unplaced,
+                "replaced": st.replaced,
+            });
+        }
+        snap
     }
 }
 
@@ -587,7 +612,7 @@ fn pipeline_seed(master: u64, generation: u64) -> u64 {
 
 /// One direction of the middlebox as the link's feed.
 struct BoxFeed<'a> {
-    mb: &'a mut Middlebox<LivePacket>,
+    mb: &'a mut SubscriberBox<LivePacket>,
     dir: Dir,
 }
 

@@ -47,8 +47,9 @@ pub fn worker_seed(master: u64, k: usize) -> u64 {
 
 /// Keys whose merged value is the largest of the workers' (gauges of the whole process or
 /// high-water marks), not the sum.
-const MAX_KEYS: [&str; 5] = [
+const MAX_KEYS: [&str; 6] = [
     "uptime_s",
+    "configured",
     "rss_bytes",
     "reloads",
     "max_backlog_packets",

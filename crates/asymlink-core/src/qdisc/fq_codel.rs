@@ -455,7 +455,11 @@ pub struct FqCodel<P> {
     quantum: i64,
     perturb: u64,
     params: CodelParams,
+    /// The flow queues: allocated on the first packet (an unused discipline costs only
+    /// its own struct), `n_flows` of them.
     flows: Vec<Flow<P>>,
+    n_flows: u32,
+    ack_filter: bool,
     lists: Lists,
     stats: QdiscStats,
     counters: CodelCounters,
@@ -490,18 +494,20 @@ impl<P: Pkt> FqCodel<P> {
             quantum: cfg.quantum.0 as i64,
             perturb: splitmix64(&mut s),
             params,
-            flows: (0..cfg.flows).map(|_| Flow::new()).collect(),
+            flows: Vec::new(),
+            n_flows: cfg.flows,
+            ack_filter: cfg.ack_filter,
             lists: Lists::default(),
             stats: QdiscStats::default(),
             counters: CodelCounters::default(),
             new_flow_count: 0,
-            acks: flow_acks(cfg.ack_filter, cfg.flows),
+            acks: Vec::new(),
         })
     }
 
     /// The queue a packet goes to.
     pub fn bucket_of(&self, pkt: &P) -> usize {
-        (flow_hash(pkt, self.perturb) % self.flows.len() as u64) as usize
+        (flow_hash(pkt, self.perturb) % u64::from(self.n_flows)) as usize
     }
 
     /// CoDel's counters summed over the queues.
@@ -514,6 +520,10 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();
+        if self.flows.is_empty() {
+            self.flows = (0..self.n_flows).map(|_| Flow::new()).collect();
+            self.acks = flow_acks(self.ack_filter, self.n_flows);
+        }
         let i = self.bucket_of(&pkt);
         let f = &mut self.flows[i];
         f.q.push(now, pkt);
@@ -596,8 +606,13 @@ pub struct HostFqCodel<P> {
     host_quantum: i64,
     perturb: u64,
     params: CodelParams,
+    /// The flow and host tables: allocated on the first packet (an unused discipline
+    /// costs only its own struct), `n_flows` and `n_hosts` entries.
     flows: Vec<Flow<P>>,
     hosts: Vec<Host>,
+    n_flows: u32,
+    n_hosts: u32,
+    ack_filter: bool,
     host_lists: Lists,
     stats: QdiscStats,
     counters: CodelCounters,
@@ -661,14 +676,17 @@ impl<P: Pkt> HostFqCodel<P> {
             host_quantum: host_quantum.0 as i64,
             perturb: splitmix64(&mut s),
             params,
-            flows: (0..cfg.flows).map(|_| Flow::new()).collect(),
-            hosts: (0..cfg.host_buckets).map(|_| Host::default()).collect(),
+            flows: Vec::new(),
+            hosts: Vec::new(),
+            n_flows: cfg.flows,
+            n_hosts: cfg.host_buckets,
+            ack_filter: cfg.ack_filter,
             host_lists: Lists::default(),
             stats: QdiscStats::default(),
             counters: CodelCounters::default(),
             new_flow_count: 0,
             new_host_count: 0,
-            acks: flow_acks(cfg.ack_filter, cfg.flows),
+            acks: Vec::new(),
         })
     }
 
@@ -687,6 +705,11 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();
+        if self.flows.is_empty() {
+            self.flows = (0..self.n_flows).map(|_| Flow::new()).collect();
+            self.hosts = (0..self.n_hosts).map(|_| Host::default()).collect();
+            self.acks = flow_acks(self.ack_filter, self.n_flows);
+        }
         // The host slot: its own, else a free way of its set.
         let htag = host_hash(&pkt, self.key, self.perturb);
         let h = match set_lookup(self.hosts.len(), htag, |i| {

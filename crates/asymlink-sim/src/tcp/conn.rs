@@ -549,6 +549,12 @@ impl Connection {
 
     // ---------------------------------------------------------------- accessors
 
+    /// Whether a delivery showed the path reordering (RACK's scoreboard, Linux
+    /// `reord_seen`): a segment never retransmitted delivered below one SACKed before it.
+    pub fn reordering_seen(&self) -> bool {
+        self.sb.reord_seen()
+    }
+
     /// Connection id.
     pub fn id(&self) -> ConnId {
         self.id
@@ -747,7 +753,7 @@ impl Connection {
                     return;
                 }
                 self.snd_una = 1;
-                let acked = self.sb.ack_to(1);
+                let acked = self.sb.ack_to(1, 0);
                 self.update_rtt(now, &acked, t);
                 self.rto_at = None;
                 self.state = State::Established;
@@ -798,7 +804,7 @@ impl Connection {
         if let Some(ts) = t.opts.timestamp {
             self.ts_recent = ts.val;
         }
-        let acked = self.sb.ack_to(1);
+        let acked = self.sb.ack_to(1, 0);
         self.update_rtt(now, &acked, t);
         self.snd_una = 1;
         self.snd_wnd = t.window as u64; // SYN-ACK windows are not scaled
@@ -857,6 +863,7 @@ impl Connection {
         let (prior_in_flight, lost_before) = (self.inflight(), self.sb.lost_marks());
         let mut new_sack = false;
         let dsack = self.dsack_of(t, ack);
+        let prior_fack = self.sb.fack();
         if self.sack_ok {
             let mut blocks = [(0u64, 0u64); 4];
             let mut n = 0;
@@ -892,7 +899,7 @@ impl Connection {
             } else {
                 None
             };
-            let acked = self.sb.ack_to(ack);
+            let acked = self.sb.ack_to(ack, prior_fack);
             self.update_rtt(now, &acked, t);
             self.hystart_sample(now, &acked, newest_sent, t, ack);
             if self.ca_state == CaState::Loss {

@@ -200,8 +200,22 @@ impl Scoreboard {
         }
     }
 
-    /// Remove everything below `ack`.
-    pub fn ack_to(&mut self, ack: u64) -> Acked {
+    /// The highest SACKed offset, or 0 while nothing is SACKed (Linux
+    /// `tcp_highest_sack_seq`, which then answers `snd_una`): a segment delivered below it
+    /// that was never retransmitted filled a hole without a retransmission, reordering.
+    pub fn fack(&self) -> u64 {
+        if self.sacked_segs > 0 {
+            self.high_sacked
+        } else {
+            0
+        }
+    }
+
+    /// Remove everything below `ack`. `prior_fack` is [`Scoreboard::fack`] from before
+    /// this ACK's SACK blocks were applied (Linux `prior_fack` in `tcp_ack`): a segment the
+    /// receiver held its ACK for and acknowledged together with the first SACK after a
+    /// loss lies below the new highest SACKed offset, but it was never a hole.
+    pub fn ack_to(&mut self, ack: u64, prior_fack: u64) -> Acked {
         let mut r = Acked::default();
         let drop_n = self.sacked_ranges.partition_point(|x| x.1 <= ack);
         self.sacked_ranges.drain(..drop_n);
@@ -212,7 +226,7 @@ impl Scoreboard {
                 if !front.has(SACKED) {
                     self.delivered += 1;
                     if self.track {
-                        if !front.has(RETRANS) && front.start < self.high_sacked {
+                        if !front.has(RETRANS) && front.start < prior_fack {
                             self.reord_seen = true;
                         }
                         self.deliveries.push(Delivery {
@@ -294,6 +308,7 @@ impl Scoreboard {
 
     fn mark_sacked(&mut self, left: u64, right: u64) -> u64 {
         let mut newly = 0;
+        let fack = self.fack();
         let first = self.segs.partition_point(|s| s.end <= left);
         for i in first..self.segs.len() {
             let s = self.segs[i];
@@ -314,7 +329,7 @@ impl Scoreboard {
                 self.delivered += 1;
                 newly += l;
                 if self.track {
-                    if !s.has(RETRANS) && s.start < self.high_sacked {
+                    if !s.has(RETRANS) && s.start < fack {
                         self.reord_seen = true;
                     }
                     self.deliveries.push(Delivery {
@@ -713,7 +728,7 @@ mod tests {
         assert_eq!(b.pipe(out), 700);
         assert_eq!(b.next_retransmit(), None);
         b.check();
-        let a = b.ack_to(401);
+        let a = b.ack_to(401, 0);
         assert_eq!(a.bytes, 400);
         assert!(a.any_retransmitted);
         assert_eq!(b.pipe(600), 600);
@@ -723,12 +738,12 @@ mod tests {
     #[test]
     fn rtt_sample_only_from_clean_segments() {
         let mut b = board(3);
-        let a = b.ack_to(201);
+        let a = b.ack_to(201, 0);
         // The oldest segment acknowledged starts the sample.
         assert_eq!(a.first_clean_sent, Some(Instant::from_millis(0)));
         b.mark_all_lost();
         b.retransmitted(0, Instant::from_millis(9));
-        let a = b.ack_to(301);
+        let a = b.ack_to(301, 0);
         assert_eq!(a.first_clean_sent, None);
         b.check();
     }
@@ -737,7 +752,7 @@ mod tests {
     fn karn_no_sample_when_an_acked_segment_was_retransmitted() {
         // Segments 0..5; segment 1 lost and retransmitted at 50 ms; 2..4 SACKed.
         let mut b = board(5);
-        b.ack_to(101);
+        b.ack_to(101, 0);
         b.sack(201, 501);
         b.mark_lost(3, 100);
         assert_eq!(b.next_retransmit(), Some(0));
@@ -745,12 +760,12 @@ mod tests {
         b.retransmitted(0, Instant::from_millis(50));
         // One ACK covers the retransmission and the SACKed segments: no sequence sample
         // (neither from the retransmission nor from segments SACKed long ago).
-        let a = b.ack_to(501);
+        let a = b.ack_to(501, 0);
         assert!(a.any_retransmitted);
         assert_eq!(Scoreboard::karn_sample(&a, Instant::from_millis(150)), None);
         // A clean ACK gives the sample from its oldest segment.
         let mut c = board(3);
-        let a = c.ack_to(301);
+        let a = c.ack_to(301, 0);
         assert_eq!(
             Scoreboard::karn_sample(&a, Instant::from_millis(100)),
             Some(asymlink_core::time::Duration::from_millis(100))
@@ -762,7 +777,7 @@ mod tests {
     fn partial_ack_trims() {
         let mut b = board(2);
         b.mark_all_lost();
-        let a = b.ack_to(51);
+        let a = b.ack_to(51, 0);
         assert_eq!(a.bytes, 50);
         assert_eq!(b.lost_bytes(), 150);
         b.check();

@@ -1071,6 +1071,39 @@ fn rack_without_reordering_marks_the_loss_at_the_third_sack() {
     );
 }
 
+/// A FIFO path never reorders, so RACK never sees reordering there, whichever segment is
+/// lost. With delayed ACKs the segment before a loss is often acknowledged only by the
+/// ACK that also brings the first SACK (the receiver answers the out-of-order segment at
+/// once); that segment was never a hole. Linux compares it with the highest SACKed
+/// sequence from before the ACK (`prior_fack` in `tcp_clean_rtx_queue`), not with the one
+/// the same ACK just raised.
+#[test]
+fn rack_sees_no_reordering_on_a_fifo_path() {
+    let cfg = TcpConfig::profile("linux").unwrap();
+    let mss = cfg.mss as u64;
+    let mut ack_and_first_sack = 0;
+    for lost in 20..40 {
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = Box::new(move |n, _| n == lost);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 60 * mss, io));
+        p.run(Instant::from_secs(5));
+        assert_eq!(p.delivered(), 60 * mss);
+        let acks = acks_in(&p);
+        // The first ACK with a SACK block also advanced the cumulative ACK.
+        let first = acks.iter().position(|a| a.2 > 0).expect("a SACK");
+        if acks[first].1 > acks[first - 1].1 {
+            ack_and_first_sack += 1;
+        }
+        let c = p.c[0].as_ref().unwrap();
+        assert!(!c.reordering_seen(), "segment {lost} lost: {:?}", c.stats());
+        assert_eq!(c.stats().retransmits, 1, "segment {lost} lost");
+    }
+    // The case that matters happened (with Linux's ACK engine, for about half the
+    // positions).
+    assert!(ack_and_first_sack > 0);
+}
+
 /// PRR's sending pattern for one loss (RFC 6937 §4's example, with Linux's accounting):
 /// a window of 20 segments, the first lost, NewReno. The first two SACKs each let one new
 /// segment out (the pipe has room: limited transmit); the third marks the loss (RACK,

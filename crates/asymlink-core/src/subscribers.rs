@@ -1,0 +1,1144 @@
+//! Subscriber lines: one discipline tree per subscriber, for a box at the provider's end
+//! that shapes many access lines at once.
+//!
+//! ```toml
+//! max_subscribers = 10000            # trees alive at once (default: every entry)
+//! [[subscribers]]
+//! prefix = "198.18.0.12"             # a LAN address or prefix, IPv4 or IPv6
+//! line = { down = "8Mbit", up = "1Mbit", linklayer = "llc_snap_routed" }   # at = "isp"
+//! [[subscribers]]
+//! prefix = "2001:db8:0:100::/56"
+//! [subscribers.to_a]                 # or explicit pipelines (rewrite, to_a, to_b)
+//! qdisc = { kind = "fifo", limit = "100p" }
+//! ```
+//!
+//! Side a is the subscribers' side. A packet belongs to the subscriber whose prefix is the
+//! longest that contains its LAN-side address: the source address of packets travelling
+//! toward b, the destination of packets travelling toward a. Packets of no subscriber (and
+//! packets that do not parse as IP) go through the top-level pipeline.
+//!
+//! A subscriber's tree — a whole [`Middlebox`]: rewriters and both directions' classifier
+//! and discipline — is built from its entry on the subscriber's first packet and lives
+//! until it is evicted: when it has had no packet and held nothing for the idle timeout
+//! ([`SubscriberBox::set_idle_timeout`]), or when a new subscriber needs a tree and
+//! `max_subscribers` are alive: then the one idle longest (nothing queued either way)
+//! gives its tree up; if none is idle, the new subscriber's packets go through the
+//! top-level pipeline (counted as `unplaced`) until one is. Memory is therefore bounded
+//! by `max_subscribers` trees, and an idle subscriber costs nothing once its tree expired.
+//!
+//! The trees share the link of each direction: [`SubscriberBox::poll_transmit`] serves
+//! the trees with a packet ready in round robin, one packet per turn, and a tree that
+//! answers "not before t" waits in a timer heap, so a call costs the same with ten or ten
+//! thousand subscribers. [`SubscriberBox::reconfigure`] (a reload) keeps the tree of every
+//! subscriber whose entry did not change, with its queues; the packets of changed and
+//! removed subscribers are offered again to what now matches them.
+
+use crate::config::ConfigError;
+use crate::packet::{ClassId, HeaderPacket, Pkt};
+use crate::pipeline::{Dir, Middlebox, MiddleboxConfig};
+use crate::qdisc::{Backlog, Dequeued, Drops, QdiscStats};
+use crate::time::{earliest, Duration, Instant};
+use core::fmt;
+use core::net::IpAddr;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use toml::{Table, Value};
+
+/// An address prefix, IPv4 or IPv6, with no host bits set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Prefix {
+    /// The network address.
+    pub addr: IpAddr,
+    /// The prefix length (32 or 128 for one address).
+    pub len: u8,
+}
+
+impl Prefix {
+    /// Parse `"198.18.0.0/24"`, `"2001:db8::/56"` or one address.
+    pub fn parse(s: &str) -> Result<Prefix, String> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{s}' is not an IPv4 or IPv6 address or prefix"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match l {
+            None => max,
+            Some(l) => match l.trim().parse::<u8>() {
+                Ok(n) if n <= max => n,
+                _ => return Err(format!("'{s}': the prefix length must be 0..={max}")),
+            },
+        };
+        let p = Prefix { addr, len };
+        if p.network(addr) != addr {
+            return Err(format!(
+                "'{s}' has host bits set; the prefix is {}",
+                Prefix {
+                    addr: p.network(addr),
+                    len
+                }
+            ));
+        }
+        Ok(p)
+    }
+
+    /// `a` with the bits beyond this prefix's length cleared (`a` of the same family).
+    fn network(&self, a: IpAddr) -> IpAddr {
+        match a {
+            IpAddr::V4(v) => IpAddr::V4(mask4(u32::from(v), self.len).into()),
+            IpAddr::V6(v) => IpAddr::V6(mask6(u128::from(v), self.len).into()),
+        }
+    }
+}
+
+impl fmt::Display for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+fn mask4(a: u32, len: u8) -> u32 {
+    if len == 0 {
+        0
+    } else {
+        a & (u32::MAX << (32 - u32::from(len)))
+    }
+}
+
+fn mask6(a: u128, len: u8) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        a & (u128::MAX << (128 - u32::from(len)))
+    }
+}
+
+/// One checked `[[subscribers]]` entry.
+#[derive(Clone, Debug)]
+pub struct SubscriberEntry {
+    /// Its LAN prefix.
+    pub prefix: Prefix,
+    /// Its pipeline (a `line` expanded).
+    pub config: MiddleboxConfig,
+    /// The entry as written, without `prefix` and with its `line` expanded: a reload
+    /// keeps a subscriber's tree when this did not change.
+    pub table: Table,
+}
+
+/// Longest-prefix match: one hash map per prefix length in use, longest first.
+#[derive(Clone, Debug, Default)]
+struct Lpm {
+    v4: Vec<(u8, HashMap<u32, u32>)>,
+    v6: Vec<(u8, HashMap<u128, u32>)>,
+}
+
+impl Lpm {
+    fn insert(&mut self, p: Prefix, idx: u32) {
+        fn slot<K>(v: &mut Vec<(u8, HashMap<K, u32>)>, len: u8) -> &mut HashMap<K, u32> {
+            let i = match v.iter().position(|(l, _)| *l <= len) {
+                Some(i) if v[i].0 == len => i,
+                Some(i) => {
+                    v.insert(i, (len, HashMap::new()));
+                    i
+                }
+                None => {
+                    v.push((len, HashMap::new()));
+                    v.len() - 1
+                }
+            };
+            &mut v[i].1
+        }
+        match p.addr {
+            IpAddr::V4(a) => {
+                slot(&mut self.v4, p.len).insert(u32::from(a), idx);
+            }
+            IpAddr::V6(a) => {
+                slot(&mut self.v6, p.len).insert(u128::from(a), idx);
+            }
+        }
+    }
+
+    fn lookup(&self, a: IpAddr) -> Option<u32> {
+        match a {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                self.v4
+                    .iter()
+                    .find_map(|(l, m)| m.get(&mask4(a, *l)).copied())
+            }
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                self.v6
+                    .iter()
+                    .find_map(|(l, m)| m.get(&mask6(a, *l)).copied())
+            }
+        }
+    }
+}
+
+/// The subscribers of a configuration, checked, with their longest-prefix-match table.
+#[derive(Clone, Debug, Default)]
+pub struct SubscriberTable {
+    entries: Vec<SubscriberEntry>,
+    lpm: Lpm,
+    by_prefix: HashMap<Prefix, usize>,
+}
+
+impl SubscriberTable {
+    /// Check the entries of an array `key` (`"subscribers"`) and add them. Each entry's
+    /// pipeline is built once to check it. Errors name the key (`subscribers[3].prefix`).
+    pub fn add_entries(&mut self, key: &str, list: &[Value]) -> Result<(), ConfigError> {
+        for (i, v) in list.iter().enumerate() {
+            let at = format!("{key}[{i}]");
+            let e = parse_entry(v).map_err(|e| e.within(&at))?;
+            if let Some(&j) = self.by_prefix.get(&e.prefix) {
+                return Err(ConfigError::new(
+                    format!("{at}.prefix"),
+                    format!(
+                        "{} is already the prefix of subscriber {j} (counting from 0 \
+                         over the file's entries, then subscribers_file's)",
+                        e.prefix
+                    ),
+                ));
+            }
+            let idx = self.entries.len();
+            self.by_prefix.insert(e.prefix, idx);
+            self.lpm.insert(e.prefix, idx as u32);
+            self.entries.push(e);
+        }
+        Ok(())
+    }
+
+    /// Number of subscribers.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries, in configuration order.
+    pub fn entries(&self) -> &[SubscriberEntry] {
+        &self.entries
+    }
+
+    /// The subscriber whose prefix is the longest containing `addr`.
+    pub fn lookup(&self, addr: IpAddr) -> Option<usize> {
+        self.lpm.lookup(addr).map(|i| i as usize)
+    }
+
+    /// The entry with exactly this prefix.
+    pub fn find(&self, p: &Prefix) -> Option<usize> {
+        self.by_prefix.get(p).copied()
+    }
+}
+
+fn parse_entry(v: &Value) -> Result<SubscriberEntry, ConfigError> {
+    let Value::Table(t) = v else {
+        return Err(ConfigError::new("", "must be a table"));
+    };
+    let mut t = t.clone();
+    let prefix = match t.remove("prefix") {
+        Some(Value::String(s)) => Prefix::parse(&s).map_err(|m| ConfigError::new("prefix", m))?,
+        Some(_) => return Err(ConfigError::new("prefix", "must be a string")),
+        None => {
+            return Err(ConfigError::new(
+                "prefix",
+                "missing: the subscriber's LAN address or prefix",
+            ))
+        }
+    };
+    if let Some(Value::Table(line)) = t.get_mut("line") {
+        match line.get("at") {
+            None => {
+                line.insert("at".into(), Value::String("isp".into()));
+            }
+            Some(Value::String(s)) if s == "isp" => {}
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "line.at",
+                    "a subscriber's line is on side a, the subscribers' side: at = \"isp\"",
+                ))
+            }
+        }
+    }
+    crate::line::expand(&mut t)?;
+    let config: MiddleboxConfig = crate::config::from_toml_table(t.clone(), "")?;
+    Middlebox::<HeaderPacket>::new(&config, [None, None], 0)?;
+    Ok(SubscriberEntry {
+        prefix,
+        config,
+        table: t,
+    })
+}
+
+/// Whether a direction of a tree is on the schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sched {
+    /// Not listed: nothing queued, or not asked since.
+    Idle,
+    /// In the round robin.
+    Active,
+    /// Waiting in the timer heap until this instant.
+    Waiting(Instant),
+}
+
+/// A tree's place: slot 0 holds the top-level pipeline, slot k + 1 subscriber k.
+struct Slot<P> {
+    mb: Option<Box<Middlebox<P>>>,
+    sched: [Sched; 2],
+    last_active: Instant,
+    timer: Option<Instant>,
+}
+
+impl<P> Slot<P> {
+    fn empty() -> Self {
+        Slot {
+            mb: None,
+            sched: [Sched::Idle; 2],
+            last_active: Instant::ZERO,
+            timer: None,
+        }
+    }
+}
+
+/// Counters of the subscriber trees.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SubscriberStats {
+    /// Trees built.
+    pub created: u64,
+    /// Trees given up for a new subscriber (idle, at the cap).
+    pub evicted: u64,
+    /// Trees evicted after the idle timeout.
+    pub expired: u64,
+    /// Packets of a subscriber with no tree (every tree busy at the cap) sent through the
+    /// top-level pipeline instead.
+    pub unplaced: u64,
+    /// Trees rebuilt or removed by reloads (their entry changed or went away).
+    pub replaced: u64,
+}
+
+/// What a reload did.
+#[derive(Debug, Default)]
+pub struct Reconfigured {
+    /// Packets moved out of replaced trees and offered again.
+    pub moved: usize,
+    /// Packets a discipline would not give up, per direction ([to_b, to_a]).
+    pub stranded: [u32; 2],
+    /// The old top-level pipeline's discipline counters, per direction.
+    pub retired: [QdiscStats; 2],
+    /// Subscriber trees kept with their queues.
+    pub kept: usize,
+}
+
+/// The top-level pipeline and the subscribers' trees, as one middlebox.
+pub struct SubscriberBox<P> {
+    table: SubscriberTable,
+    max: usize,
+    seed: u64,
+    generation: u64,
+    slots: Vec<Slot<P>>,
+    live: usize,
+    active: [VecDeque<u32>; 2],
+    waiting: [BinaryHeap<Reverse<(Instant, u32)>>; 2],
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    backlog: [Backlog; 2],
+    stats: SubscriberStats,
+    idle_timeout: Option<Duration>,
+    next_sweep: Option<Instant>,
+}
+
+fn add(b: &mut Backlog, new: Backlog, old: Backlog) {
+    b.packets = b.packets + new.packets - old.packets;
+    b.bytes = b.bytes + new.bytes - old.bytes;
+}
+
+impl<P: Pkt + Send + 'static> SubscriberBox<P> {
+    /// The top-level pipeline `default` and the subscribers of `table`, at most `max` trees
+    /// alive at once. Subscriber trees derive their seeds from `seed` and their prefix.
+    pub fn new(default: Middlebox<P>, table: SubscriberTable, max: usize, seed: u64) -> Self {
+        let mut slots: Vec<Slot<P>> = (0..=table.len()).map(|_| Slot::empty()).collect();
+        slots[0].mb = Some(Box::new(default));
+        let mut b = SubscriberBox {
+            table,
+            max: max.max(1),
+            seed,
+            generation: 0,
+            slots,
+            live: 0,
+            active: Default::default(),
+            waiting: Default::default(),
+            timers: BinaryHeap::new(),
+            backlog: Default::default(),
+            stats: SubscriberStats::default(),
+            idle_timeout: None,
+            next_sweep: None,
+        };
+        b.refresh_timer(0);
+        b
+    }
+
+    /// Evict trees that had no packet and held nothing for `t` (`None`: only at the cap).
+    pub fn set_idle_timeout(&mut self, t: Option<Duration>) {
+        self.idle_timeout = t.filter(|t| !t.is_zero());
+        if self.idle_timeout.is_none() {
+            self.next_sweep = None;
+        }
+    }
+
+    /// Evict the trees idle for the timeout; look again in a quarter of it while any
+    /// tree is alive.
+    fn sweep(&mut self, now: Instant) {
+        let Some(timeout) = self.idle_timeout else {
+            self.next_sweep = None;
+            return;
+        };
+        for s in 1..self.slots.len() {
+            let sl = &mut self.slots[s];
+            let idle = sl.mb.as_ref().is_some_and(|mb| {
+                mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
+            });
+            if idle && sl.last_active.saturating_add(timeout) <= now {
+                sl.mb = None;
+                sl.timer = None;
+                self.live -= 1;
+                self.stats.expired += 1;
+            }
+        }
+        self.next_sweep = (self.live > 0).then(|| now.saturating_add(timeout / 4));
+    }
+
+    /// The slot of the tree `pkt`, travelling in `dir`, belongs to (0: the top level).
+    fn slot_of(&self, dir: Dir, pkt: &P) -> usize {
+        if self.table.is_empty() {
+            return 0;
+        }
+        pkt.headers()
+            .and_then(|h| {
+                let lan = match dir {
+                    Dir::ToB => h.ip.src,
+                    Dir::ToA => h.ip.dst,
+                };
+                self.table.lookup(lan)
+            })
+            .map_or(0, |k| k + 1)
+    }
+
+    /// The subscriber (its index in the table) whose tree would take `pkt`, if any.
+    pub fn subscriber_of(&self, dir: Dir, pkt: &P) -> Option<usize> {
+        self.slot_of(dir, pkt).checked_sub(1)
+    }
+
+    /// Build subscriber `s`'s tree (slot `s`), evicting the longest idle tree at the cap.
+    fn create(&mut self, s: usize) -> bool {
+        if self.live >= self.max {
+            let victim = self
+                .slots
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter(|(_, sl)| {
+                    sl.mb.as_ref().is_some_and(|mb| {
+                        mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
+                    })
+                })
+                .min_by_key(|(_, sl)| sl.last_active)
+                .map(|(i, _)| i);
+            let Some(v) = victim else {
+                return false;
+            };
+            self.slots[v].mb = None;
+            self.slots[v].timer = None;
+            self.live -= 1;
+            self.stats.evicted += 1;
+        }
+        let e = &self.table.entries[s - 1];
+        let seed = crate::rand::derive_seed(
+            self.seed,
+            &format!("subscriber:{}:{}", e.prefix, self.generation),
+        );
+        match Middlebox::new(&e.config, [None, None], seed) {
+            Ok(mb) => {
+                self.slots[s].mb = Some(Box::new(mb));
+                self.live += 1;
+                self.stats.created += 1;
+                true
+            }
+            // The entry was built once when the configuration was checked.
+            Err(_) => false,
+        }
+    }
+
+    /// Run `f` on slot `s`'s tree, keeping the totals and the timer heap up to date; with
+    /// `wake`, list the directions that hold packets for the round robin again.
+    fn op<R>(&mut self, s: usize, wake: bool, f: impl FnOnce(&mut Middlebox<P>) -> R) -> Option<R> {
+        let mb = self.slots[s].mb.as_mut()?;
+        let before = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
+        let r = f(mb);
+        let after = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
+        for d in 0..2 {
+            add(&mut self.backlog[d], after[d], before[d]);
+        }
+        if wake {
+            for d in [Dir::ToB, Dir::ToA] {
+                if after[d.index()].packets > 0 && self.slots[s].sched[d.index()] != Sched::Active {
+                    self.slots[s].sched[d.index()] = Sched::Active;
+                    self.active[d.index()].push_back(s as u32);
+                }
+            }
+        }
+        self.refresh_timer(s);
+        Some(r)
+    }
+
+    fn refresh_timer(&mut self, s: usize) {
+        let t = self.slots[s].mb.as_ref().and_then(|mb| mb.poll_at());
+        if t != self.slots[s].timer {
+            self.slots[s].timer = t;
+            if let Some(t) = t {
+                self.timers.push(Reverse((t, s as u32)));
+            }
+        }
+    }
+
+    /// A packet arrived travelling in `dir`: into its subscriber's tree (built if need be)
+    /// or the top-level pipeline. Discarded packets go to `drops`.
+    pub fn handle_packet(&mut self, now: Instant, dir: Dir, pkt: P, drops: &mut Drops<P>) {
+        let mut s = self.slot_of(dir, &pkt);
+        if s > 0 && self.slots[s].mb.is_none() && !self.create(s) {
+            self.stats.unplaced += 1;
+            s = 0;
+        }
+        self.slots[s].last_active = now;
+        self.op(s, true, |mb| mb.handle_packet(now, dir, pkt, drops));
+        if s > 0 && self.next_sweep.is_none() {
+            self.next_sweep = self.idle_timeout.map(|t| now.saturating_add(t / 4));
+        }
+    }
+
+    /// The next packet that may leave in `dir` at `now` (call when that link is free):
+    /// the trees with packets ready take turns.
+    pub fn poll_transmit(&mut self, now: Instant, dir: Dir, drops: &mut Drops<P>) -> Dequeued<P> {
+        let d = dir.index();
+        while let Some(&Reverse((t, s))) = self.waiting[d].peek() {
+            if t > now {
+                break;
+            }
+            self.waiting[d].pop();
+            let sl = &mut self.slots[s as usize];
+            if sl.sched[d] == Sched::Waiting(t) {
+                sl.sched[d] = Sched::Active;
+                self.active[d].push_back(s);
+            }
+        }
+        for _ in 0..self.active[d].len() {
+            let Some(s) = self.active[d].pop_front() else {
+                break;
+            };
+            let s = s as usize;
+            let r = self.op(s, false, |mb| {
+                let r = mb.poll_transmit(now, dir, drops);
+                (r, mb.backlog(dir).packets)
+            });
+            match r {
+                Some((Dequeued::Packet(p), left)) => {
+                    if left > 0 {
+                        self.active[d].push_back(s as u32);
+                    } else {
+                        self.slots[s].sched[d] = Sched::Idle;
+                    }
+                    self.slots[s].last_active = now;
+                    return Dequeued::Packet(p);
+                }
+                Some((Dequeued::NotBefore(t), _)) => {
+                    self.slots[s].sched[d] = Sched::Waiting(t);
+                    self.waiting[d].push(Reverse((t, s as u32)));
+                }
+                Some((Dequeued::Empty, _)) | None => self.slots[s].sched[d] = Sched::Idle,
+            }
+        }
+        // A top-level discipline that watches the link go idle is asked even with nothing
+        // queued, as the runtimes ask a lone pipeline.
+        if self.slots[0].sched[d] == Sched::Idle && self.default_wants_idle(dir) {
+            match self.op(0, false, |mb| mb.poll_transmit(now, dir, drops)) {
+                Some(Dequeued::Packet(p)) => {
+                    if self.backlog_of(0, dir) > 0 {
+                        self.slots[0].sched[d] = Sched::Active;
+                        self.active[d].push_back(0);
+                    }
+                    return Dequeued::Packet(p);
+                }
+                Some(Dequeued::NotBefore(t)) => {
+                    self.slots[0].sched[d] = Sched::Waiting(t);
+                    self.waiting[d].push(Reverse((t, 0)));
+                }
+                _ => {}
+            }
+        }
+        match self.waiting[d].peek() {
+            Some(&Reverse((t, _))) => Dequeued::NotBefore(t),
+            None => Dequeued::Empty,
+        }
+    }
+
+    fn default_wants_idle(&self, dir: Dir) -> bool {
+        self.top_level().egress(dir).qdisc().wants_idle_dequeue()
+    }
+
+    fn backlog_of(&self, s: usize, dir: Dir) -> u32 {
+        self.slots[s]
+            .mb
+            .as_ref()
+            .map_or(0, |mb| mb.backlog(dir).packets)
+    }
+
+    /// Earliest deadline of any tree's rewriters or disciplines.
+    pub fn poll_at(&self) -> Option<Instant> {
+        earliest(
+            self.timers.peek().map(|Reverse((t, _))| *t),
+            self.next_sweep,
+        )
+    }
+
+    /// Run the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant, drops: &mut Drops<P>) {
+        while let Some(&Reverse((t, s))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let s = s as usize;
+            if self.slots[s].timer != Some(t) {
+                continue; // superseded
+            }
+            self.slots[s].timer = None;
+            self.op(s, true, |mb| mb.handle_timeout(now, drops));
+        }
+        if self.next_sweep.is_some_and(|t| t <= now) {
+            self.sweep(now);
+        }
+    }
+
+    /// Packets queued in `dir`, over every tree.
+    pub fn backlog(&self, dir: Dir) -> Backlog {
+        self.backlog[dir.index()]
+    }
+
+    /// The top-level pipeline.
+    pub fn top_level(&self) -> &Middlebox<P> {
+        self.slots[0]
+            .mb
+            .as_ref()
+            .expect("the top level is never evicted")
+    }
+
+    /// The tree of subscriber `k`, if it has one.
+    pub fn subscriber(&self, k: usize) -> Option<&Middlebox<P>> {
+        self.slots.get(k + 1)?.mb.as_deref()
+    }
+
+    /// The subscribers.
+    pub fn table(&self) -> &SubscriberTable {
+        &self.table
+    }
+
+    /// Trees alive (the top level not counted).
+    pub fn live(&self) -> usize {
+        self.live
+    }
+
+    /// The cap on trees alive.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &SubscriberStats {
+        &self.stats
+    }
+
+    /// Empty every tree's discipline of `dir` for good (see
+    /// [`Qdisc::drain`](crate::qdisc::Qdisc::drain)), appending the packets to `out`;
+    /// returns how many the disciplines still hold.
+    pub fn drain(&mut self, dir: Dir, out: &mut Vec<P>) -> u32 {
+        let mut stranded = 0;
+        for s in 0..self.slots.len() {
+            if let Some(n) = self.op(s, false, |mb| mb.egress_mut(dir).qdisc_mut().drain(out)) {
+                stranded += n;
+            }
+        }
+        stranded
+    }
+
+    /// Check every tree's discipline counters and the totals.
+    pub fn check(&self) -> Result<(), String> {
+        let mut sum = [Backlog::default(); 2];
+        for (s, sl) in self.slots.iter().enumerate() {
+            let Some(mb) = &sl.mb else { continue };
+            for d in [Dir::ToB, Dir::ToA] {
+                let b = mb.backlog(d);
+                mb.qdisc_stats(d).check(b).map_err(|e| {
+                    let who = match s {
+                        0 => String::new(),
+                        s => format!("subscriber {} ", self.table.entries[s - 1].prefix),
+                    };
+                    format!("{who}{} discipline: {e}", d.name())
+                })?;
+                sum[d.index()].packets += b.packets;
+                sum[d.index()].bytes += b.bytes;
+            }
+        }
+        if sum != self.backlog {
+            return Err(format!(
+                "subscriber totals {:?} != the trees' {:?}",
+                self.backlog, sum
+            ));
+        }
+        Ok(())
+    }
+
+    /// Apply a new configuration: `default` replaces the top-level pipeline (its packets
+    /// are moved into it, re-classified), the tree of every subscriber whose entry is
+    /// unchanged (same prefix, same keys) is kept with its queues, and the packets of
+    /// trees whose entry changed or went away are offered again to what matches them now
+    /// (their new tree, built on demand, another subscriber's, or the top level).
+    pub fn reconfigure(
+        &mut self,
+        now: Instant,
+        default: Middlebox<P>,
+        table: SubscriberTable,
+        max: usize,
+        drops: &mut Drops<P>,
+    ) -> Reconfigured {
+        let mut out = Reconfigured::default();
+        let mut pending: Vec<(Dir, P)> = Vec::new();
+        let mut take = |mb: &mut Middlebox<P>, stranded: &mut [u32; 2]| {
+            for d in [Dir::ToB, Dir::ToA] {
+                let mut v = Vec::new();
+                stranded[d.index()] += mb.egress_mut(d).qdisc_mut().drain(&mut v);
+                pending.extend(v.into_iter().map(|p| (d, p)));
+            }
+        };
+        let mut old_default = self.slots[0].mb.take().expect("top level");
+        out.retired = [
+            old_default.qdisc_stats(Dir::ToB).clone(),
+            old_default.qdisc_stats(Dir::ToA).clone(),
+        ];
+        take(&mut old_default, &mut out.stranded);
+        let mut slots: Vec<Slot<P>> = (0..=table.len()).map(|_| Slot::empty()).collect();
+        slots[0].mb = Some(Box::new(default));
+        slots[0].last_active = self.slots[0].last_active;
+        let old = std::mem::take(&mut self.slots);
+        for (s, sl) in old.into_iter().enumerate().skip(1) {
+            let Some(mut mb) = sl.mb else { continue };
+            let e = &self.table.entries[s - 1];
+            match table.find(&e.prefix) {
+                Some(j) if table.entries[j].table == e.table => {
+                    slots[j + 1].mb = Some(mb);
+                    slots[j + 1].last_active = sl.last_active;
+                    out.kept += 1;
+                }
+                _ => {
+                    take(&mut mb, &mut out.stranded);
+                    self.stats.replaced += 1;
+                }
+            }
+        }
+        self.slots = slots;
+        self.table = table;
+        self.max = max.max(1);
+        self.generation += 1;
+        // The schedule and the totals afresh: every tree with packets takes turns again.
+        self.active = Default::default();
+        self.waiting = Default::default();
+        self.timers.clear();
+        self.backlog = Default::default();
+        self.live = 0;
+        for s in 0..self.slots.len() {
+            let Some(mb) = &self.slots[s].mb else {
+                continue;
+            };
+            let backlogs = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
+            self.live += usize::from(s > 0);
+            for d in [Dir::ToB, Dir::ToA] {
+                let b = backlogs[d.index()];
+                add(&mut self.backlog[d.index()], b, Backlog::default());
+                if b.packets > 0 {
+                    self.slots[s].sched[d.index()] = Sched::Active;
+                    self.active[d.index()].push_back(s as u32);
+                }
+            }
+            self.refresh_timer(s);
+        }
+        while self.live > self.max {
+            let victim = self
+                .slots
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter(|(_, sl)| {
+                    sl.mb.as_ref().is_some_and(|mb| {
+                        mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
+                    })
+                })
+                .min_by_key(|(_, sl)| sl.last_active)
+                .map(|(i, _)| i);
+            let Some(v) = victim else { break };
+            self.slots[v].mb = None;
+            self.slots[v].timer = None;
+            self.live -= 1;
+            self.stats.evicted += 1;
+        }
+        out.moved = pending.len();
+        for (d, mut p) in pending {
+            p.set_class(ClassId::NONE);
+            self.handle_packet(now, d, p, drops);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qdisc::testutil::ms;
+    use crate::wire::{Headers, IpRepr, Transport, UdpRepr};
+
+    fn pkt(src: &str, dst: &str, len: u32, tag: u16) -> HeaderPacket {
+        let mut ip = IpRepr::new(src.parse().unwrap(), dst.parse().unwrap());
+        ip.ident = tag;
+        HeaderPacket::new(Headers {
+            ip,
+            transport: Transport::Udp(UdpRepr {
+                src_port: 4000,
+                dst_port: 5000,
+            }),
+            payload_len: len - 28,
+        })
+    }
+
+    fn table(src: &str) -> SubscriberTable {
+        let t: Table = src.parse().unwrap();
+        let mut st = SubscriberTable::default();
+        let list = t.get("subscribers").and_then(|v| v.as_array()).unwrap();
+        st.add_entries("subscribers", list).unwrap();
+        st
+    }
+
+    fn table_err(src: &str) -> ConfigError {
+        let t: Table = src.parse().unwrap();
+        let list = t.get("subscribers").and_then(|v| v.as_array()).unwrap();
+        SubscriberTable::default()
+            .add_entries("subscribers", list)
+            .unwrap_err()
+    }
+
+    fn fifo_box(tbl: SubscriberTable, max: usize) -> SubscriberBox<HeaderPacket> {
+        let top = Middlebox::new(&MiddleboxConfig::default(), [None, None], 1).unwrap();
+        SubscriberBox::new(top, tbl, max, 7)
+    }
+
+    const SUBS: &str = r#"
+        [[subscribers]]
+        prefix = "10.0.0.0/24"
+        to_b = { qdisc = { kind = "fifo", limit = "100p" } }
+        [[subscribers]]
+        prefix = "10.0.0.7"
+        to_b = { qdisc = { kind = "fifo", limit = "100p" } }
+        [[subscribers]]
+        prefix = "2001:db8:0:100::/56"
+        [[subscribers]]
+        prefix = "10.0.1.0/24"
+        line = { down = "8Mbit", up = "1Mbit" }
+    "#;
+
+    #[test]
+    fn the_longest_prefix_of_the_lan_side_address_matches() {
+        let t = table(SUBS);
+        assert_eq!(t.lookup("10.0.0.7".parse().unwrap()), Some(1));
+        assert_eq!(t.lookup("10.0.0.8".parse().unwrap()), Some(0));
+        assert_eq!(t.lookup("10.0.2.1".parse().unwrap()), None);
+        assert_eq!(t.lookup("2001:db8:0:1ff:1::5".parse().unwrap()), Some(2));
+        assert_eq!(t.lookup("2001:db8:0:200::5".parse().unwrap()), None);
+        let b = fifo_box(t, 10);
+        // Toward b the source is the subscriber's; toward a the destination.
+        let up = pkt("10.0.0.7", "192.0.2.1", 100, 0);
+        let down = pkt("192.0.2.1", "10.0.0.7", 100, 0);
+        assert_eq!(b.subscriber_of(Dir::ToB, &up), Some(1));
+        assert_eq!(b.subscriber_of(Dir::ToA, &down), Some(1));
+        assert_eq!(b.subscriber_of(Dir::ToA, &up), None);
+        assert_eq!(b.subscriber_of(Dir::ToB, &down), None);
+        // The line's default end for a subscriber is the provider's.
+        let t = table(SUBS);
+        let line = &t.entries()[3].config;
+        assert!(
+            line.to_a.classifier.is_some(),
+            "the downlink leaves toward the line"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = table_err("[[subscribers]]\nprefix = \"10.0.0.1/33\"");
+        assert_eq!(e.path, "subscribers[0].prefix", "{e}");
+        let e = table_err("[[subscribers]]\nprefix = \"10.0.0.1/24\"");
+        assert!(e.msg.contains("10.0.0.0/24"), "{e}");
+        let e = table_err("[[subscribers]]\nto_b = {}");
+        assert_eq!(e.path, "subscribers[0].prefix", "{e}");
+        let e = table_err(
+            "[[subscribers]]\nprefix = \"10.0.0.1\"\n[[subscribers]]\nprefix = \"10.0.0.2\"\n\
+             [[subscribers]]\nprefix = \"10.0.0.1/32\"",
+        );
+        assert_eq!(e.path, "subscribers[2].prefix", "{e}");
+        let e = table_err(
+            "[[subscribers]]\nprefix = \"10.0.0.1\"\n[[subscribers]]\nprefix = \"10.0.0.2\"\n\
+             [[subscribers]]\nprefix = \"10.0.0.3\"\n[[subscribers]]\nprefix = \"10.0.0.4\"\n\
+             to_b = { qdisc = { kind = \"fifo\", limit = \"0p\" } }",
+        );
+        assert!(e.path.starts_with("subscribers[3].to_b."), "{e}");
+        let e = table_err("[[subscribers]]\nprefix = \"::1\"\nline = { down = \"1Mbit\" }");
+        assert!(e.path.starts_with("subscribers[0].line"), "{e}");
+        let e = table_err(
+            "[[subscribers]]\nprefix = \"::1\"\nline = { down = \"1Mbit\", up = \"1Mbit\", at = \"home\" }",
+        );
+        assert_eq!(e.path, "subscribers[0].line.at", "{e}");
+        let e = table_err("[[subscribers]]\nprefix = \"::1\"\nbogus = 1");
+        assert!(
+            e.path.starts_with("subscribers[0]") && e.to_string().contains("bogus"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_tree_per_subscriber_on_its_first_packet() {
+        let mut b = fifo_box(table(SUBS), 10);
+        let mut d = Drops::new();
+        assert_eq!(b.live(), 0);
+        b.handle_packet(
+            ms(0),
+            Dir::ToB,
+            pkt("10.0.0.7", "192.0.2.1", 100, 1),
+            &mut d,
+        );
+        b.handle_packet(
+            ms(0),
+            Dir::ToA,
+            pkt("192.0.2.1", "10.0.0.7", 200, 2),
+            &mut d,
+        );
+        b.handle_packet(
+            ms(0),
+            Dir::ToB,
+            pkt("10.0.0.9", "192.0.2.1", 300, 3),
+            &mut d,
+        );
+        b.handle_packet(
+            ms(0),
+            Dir::ToB,
+            pkt("10.9.0.9", "192.0.2.1", 400, 4),
+            &mut d,
+        );
+        assert_eq!(b.live(), 2, "10.0.0.7 and 10.0.0.0/24");
+        assert!(b.subscriber(1).is_some() && b.subscriber(0).is_some());
+        assert!(b.subscriber(2).is_none() && b.subscriber(3).is_none());
+        assert_eq!(b.subscriber(1).unwrap().backlog(Dir::ToB).packets, 1);
+        assert_eq!(b.subscriber(1).unwrap().backlog(Dir::ToA).packets, 1);
+        assert_eq!(b.top_level().backlog(Dir::ToB).packets, 1, "no subscriber");
+        assert_eq!(b.backlog(Dir::ToB).packets, 3);
+        assert_eq!(b.backlog(Dir::ToB).bytes, 800);
+        b.check().unwrap();
+        // Every tree with a packet takes a turn.
+        let mut tags = Vec::new();
+        while let Dequeued::Packet(p) = b.poll_transmit(ms(1), Dir::ToB, &mut d) {
+            tags.push(p.hdr.ip.ident);
+        }
+        tags.sort();
+        assert_eq!(tags, [1, 3, 4]);
+        assert_eq!(b.backlog(Dir::ToB).packets, 0);
+        b.check().unwrap();
+        assert_eq!(b.stats().created, 2);
+    }
+
+    /// Each subscriber's own shaper sets its rate, whatever the others do.
+    #[test]
+    fn each_subscriber_is_shaped_to_its_own_rate() {
+        let mut src = String::new();
+        for (k, rate) in [(1, "1Mbit"), (2, "2Mbit"), (3, "4Mbit")] {
+            src += &format!(
+                "[[subscribers]]\nprefix = \"10.0.0.{k}\"\n\
+                 to_b = {{ qdisc = {{ kind = \"tbf\", rate = \"{rate}\", burst = \"3000B\", \
+                 limit = \"1000p\" }} }}\n"
+            );
+        }
+        let mut b = fifo_box(table(&src), 10);
+        let mut d = Drops::new();
+        let mut sent = [0u64; 4];
+        // Every subscriber offers 1000-byte packets at 8 Mbit/s for one second.
+        let mut t = Instant::ZERO;
+        let end = Instant::from_secs(1);
+        let mut next_offer = Instant::ZERO;
+        while t < end {
+            if t >= next_offer {
+                for k in 1..=3 {
+                    b.handle_packet(
+                        t,
+                        Dir::ToB,
+                        pkt(&format!("10.0.0.{k}"), "192.0.2.1", 1000, k),
+                        &mut d,
+                    );
+                }
+                next_offer = next_offer.saturating_add(crate::time::Duration::from_micros(1000));
+            }
+            if b.poll_at().is_some_and(|p| p <= t) {
+                b.handle_timeout(t, &mut d);
+            }
+            while let Dequeued::Packet(p) = b.poll_transmit(t, Dir::ToB, &mut d) {
+                sent[p.hdr.ip.ident as usize] += u64::from(p.ip_len());
+            }
+            t = t.saturating_add(crate::time::Duration::from_micros(100));
+        }
+        for (k, mbit) in [(1, 1.0), (2, 2.0), (3, 4.0)] {
+            let got = sent[k] as f64 * 8.0 / 1e6;
+            assert!(
+                (got - mbit).abs() < 0.05 * mbit,
+                "subscriber {k}: {got} Mbit/s"
+            );
+        }
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn idle_trees_are_evicted_under_the_cap() {
+        let mut src = String::new();
+        for k in 1..=3 {
+            src += &format!("[[subscribers]]\nprefix = \"10.0.0.{k}\"\n");
+        }
+        let mut b = fifo_box(table(&src), 2);
+        let mut d = Drops::new();
+        let up = |k: u8, tag: u16| pkt(&format!("10.0.0.{k}"), "192.0.2.1", 100, tag);
+        b.handle_packet(ms(0), Dir::ToB, up(1, 1), &mut d);
+        b.handle_packet(ms(1), Dir::ToB, up(2, 2), &mut d);
+        // Both trees hold a packet: the third subscriber has none, its packet goes through
+        // the top level.
+        b.handle_packet(ms(2), Dir::ToB, up(3, 3), &mut d);
+        assert_eq!(b.stats().unplaced, 1);
+        assert_eq!(b.top_level().backlog(Dir::ToB).packets, 1);
+        assert!(b.subscriber(2).is_none());
+        // Once they are idle, the one idle longest gives its tree up.
+        while let Dequeued::Packet(_) = b.poll_transmit(ms(3), Dir::ToB, &mut d) {}
+        b.handle_packet(ms(4), Dir::ToB, up(2, 4), &mut d);
+        while let Dequeued::Packet(_) = b.poll_transmit(ms(5), Dir::ToB, &mut d) {}
+        b.handle_packet(ms(6), Dir::ToB, up(3, 5), &mut d);
+        assert_eq!(b.stats().evicted, 1);
+        assert!(b.subscriber(0).is_none(), "idle since 3 ms");
+        assert!(b.subscriber(1).is_some() && b.subscriber(2).is_some());
+        assert_eq!(b.live(), 2);
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn trees_idle_for_the_timeout_expire() {
+        let mut src = String::new();
+        for k in 1..=2 {
+            src += &format!("[[subscribers]]\nprefix = \"10.0.0.{k}\"\n");
+        }
+        let mut b = fifo_box(table(&src), 10);
+        b.set_idle_timeout(Some(crate::time::Duration::from_secs(4)));
+        let mut d = Drops::new();
+        let up = |k: u8| pkt(&format!("10.0.0.{k}"), "192.0.2.1", 100, 0);
+        b.handle_packet(ms(0), Dir::ToB, up(1), &mut d);
+        let _ = b.poll_transmit(ms(0), Dir::ToB, &mut d);
+        // Subscriber 2's packet stays queued: its tree is not idle.
+        b.handle_packet(ms(2000), Dir::ToB, up(2), &mut d);
+        let mut t = ms(0);
+        while t < ms(7000) {
+            if b.poll_at().is_some_and(|p| p <= t) {
+                b.handle_timeout(t, &mut d);
+            }
+            t = t.saturating_add(crate::time::Duration::from_millis(100));
+        }
+        assert!(b.subscriber(0).is_none(), "idle since 0 s");
+        assert!(b.subscriber(1).is_some(), "it holds a packet");
+        assert_eq!(b.stats().expired, 1);
+        while let Dequeued::Packet(_) = b.poll_transmit(t, Dir::ToB, &mut d) {}
+        let end = t.saturating_add(crate::time::Duration::from_secs(6));
+        while t < end {
+            if b.poll_at().is_some_and(|p| p <= t) {
+                b.handle_timeout(t, &mut d);
+            }
+            t = t.saturating_add(crate::time::Duration::from_millis(100));
+        }
+        assert_eq!(b.live(), 0);
+        assert_eq!(b.stats().expired, 2);
+        assert_eq!(b.poll_at(), None, "nothing left to sweep");
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn a_reload_keeps_the_queues_of_untouched_subscribers() {
+        let sub = |k: u8, limit: &str| {
+            format!(
+                "[[subscribers]]\nprefix = \"10.0.0.{k}\"\n\
+                 to_b = {{ qdisc = {{ kind = \"fifo\", limit = \"{limit}\" }} }}\n"
+            )
+        };
+        let mut b = fifo_box(
+            table(&(sub(1, "100p") + &sub(2, "100p") + &sub(3, "100p"))),
+            10,
+        );
+        let mut d = Drops::new();
+        for k in 1..=3u8 {
+            for i in 0..3 {
+                let p = pkt(
+                    &format!("10.0.0.{k}"),
+                    "192.0.2.1",
+                    100,
+                    u16::from(k) * 10 + i,
+                );
+                b.handle_packet(ms(0), Dir::ToB, p, &mut d);
+            }
+        }
+        let kept: *const Middlebox<HeaderPacket> = b.subscriber(0).unwrap();
+        // Subscriber 1 unchanged (now listed second), 2 changed, 3 removed, 4 added.
+        let new = table(&(sub(2, "50p") + &sub(1, "100p") + &sub(4, "100p")));
+        let top = Middlebox::new(&MiddleboxConfig::default(), [None, None], 2).unwrap();
+        let r = b.reconfigure(ms(1), top, new, 10, &mut d);
+        assert_eq!(r.kept, 1);
+        assert_eq!(
+            r.moved, 6,
+            "the changed and the removed subscriber's packets"
+        );
+        assert!(d.is_empty());
+        let same = b.subscriber(1).unwrap();
+        assert!(std::ptr::eq(same, kept), "the same tree, not a copy");
+        assert_eq!(
+            same.qdisc_stats(Dir::ToB).received,
+            3,
+            "its queue untouched"
+        );
+        assert_eq!(
+            b.subscriber(0).unwrap().backlog(Dir::ToB).packets,
+            3,
+            "rebuilt"
+        );
+        assert!(b.subscriber(2).is_none(), "no packet yet");
+        assert_eq!(
+            b.top_level().backlog(Dir::ToB).packets,
+            3,
+            "the removed one's"
+        );
+        assert_eq!(b.backlog(Dir::ToB).packets, 9);
+        b.check().unwrap();
+        let mut n = 0;
+        while let Dequeued::Packet(_) = b.poll_transmit(ms(2), Dir::ToB, &mut d) {
+            n += 1;
+        }
+        assert_eq!(n, 9);
+        b.check().unwrap();
+    }
+}
