@@ -14,6 +14,11 @@
 //!   re-armed), and only a deadline that moves *earlier* pushes a new entry. Stale entries
 //!   are recognised by comparing with the time the connection's [`Timer`] holds. Link
 //!   directions, middleboxes and host conditioners keep their one live entry the same way.
+//! * timers (connections', middleboxes', applications', flow starts) wait in a
+//!   hierarchical timer wheel beside the heap and enter the heap only in the last
+//!   millisecond or so before they are due (`queue.rs`), so the heap holds packet events
+//!   and near-term timers, not one entry per connection. Every entry keeps the key it was
+//!   pushed with, so the order of events is the same as with the heap alone.
 
 use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
@@ -305,7 +310,7 @@ impl World {
         };
         w.add_flows();
         w.open_captures(opts)?;
-        w.schedule(Instant::ZERO, Ev::Sample);
+        w.schedule_timer(Instant::ZERO, Ev::Sample);
         Ok(w)
     }
 
@@ -333,12 +338,12 @@ impl World {
                 self.hosts[h as usize].listeners.insert(f.port, app);
                 self.hosts[h as usize].udp.insert(f.port, app);
             }
-            self.schedule(
+            self.schedule_timer(
                 Instant::ZERO + Duration::from_secs_f64(f.start),
                 Ev::FlowStart(i as u32),
             );
             if let Some(s) = f.stop {
-                self.schedule(
+                self.schedule_timer(
                     Instant::ZERO + Duration::from_secs_f64(s),
                     Ev::FlowStop(i as u32),
                 );
@@ -379,9 +384,17 @@ impl World {
 
     // ------------------------------------------------------------------ scheduling
 
+    /// Schedule a packet event (due soon) straight into the heap.
     #[inline]
     fn schedule(&mut self, t: Instant, ev: Ev) {
         self.queue.push(t, ev);
+    }
+
+    /// Schedule a timer (flow starts, application timers, sampling): it waits in the
+    /// timer wheel until its slot comes up. Same order of events as [`World::schedule`].
+    #[inline]
+    fn schedule_timer(&mut self, t: Instant, ev: Ev) {
+        self.queue.push_timer(t, ev);
     }
 
     /// Process events up to `t` (inclusive, capped at the end).
@@ -463,7 +476,7 @@ impl World {
                 self.sample();
                 let next = self.now + self.monitor.interval;
                 if next <= self.end {
-                    self.schedule(next, Ev::Sample);
+                    self.schedule_timer(next, Ev::Sample);
                 }
             }
         }
@@ -1030,7 +1043,7 @@ impl World {
             Cmd::Write(cid, n) => self.conn_call(cid, |c, now, io| c.write(now, n, io)),
             Cmd::Close(cid) => self.conn_call(cid, |c, now, io| c.close(now, io)),
             Cmd::Stop(cid) => self.conn_call(cid, |c, now, io| c.stop_writing(now, io)),
-            Cmd::Timer(at, token) => self.schedule(at.max(self.now), Ev::App(app, token)),
+            Cmd::Timer(at, token) => self.schedule_timer(at.max(self.now), Ev::App(app, token)),
             Cmd::Measure(metric, value) => {
                 let f = self.flow_of_app(app);
                 let now = self.now;

@@ -1,10 +1,28 @@
-//! The simulator's pending-event set: a binary min-heap keyed by `(time, sequence)`.
+//! The simulator's pending-event set: a binary min-heap keyed by `(time, sequence)`, fed
+//! by a hierarchical timer wheel.
 //!
 //! Time and insertion sequence are packed into one `u128` key (time in the high 64 bits),
 //! so ordering is one integer comparison and ties resolve in insertion order — the
 //! property that makes runs deterministic. Cancellation is lazy: an owner keeps a
 //! [`Timer`] holding the time of its one live entry and recognises stale entries when
 //! they pop.
+//!
+//! # Near-term entries in the heap, timers in the wheel
+//!
+//! Packet events (an arrival, a transmitter freeing up) are due within microseconds or
+//! milliseconds and go straight into the heap ([`EventQueue::push`]). Timers (a
+//! connection's RTO or delayed ACK, a shaper's tick, an application's think time) are
+//! mostly far ahead and usually superseded before they fire; [`EventQueue::push_timer`]
+//! keeps those beyond the current ~1 ms slot in a hierarchical timer wheel (eight levels
+//! of 64 slots, the finest 2^20 ns ≈ 1.05 ms wide, each level 64 times coarser, the
+//! eighth covering all of `u64` time) and moves a slot's entries into the heap only when
+//! the heap's earliest entry reaches that slot. The heap therefore holds only what is
+//! due in the next millisecond or so, not one entry per connection, and its pops stay
+//! cheap as the number of connections grows.
+//!
+//! An entry keeps the key it was given when pushed, wherever it waits, and the heap gives
+//! up its earliest entry only when no entry in the wheel could come before it; so the
+//! order of events — ties included — is exactly that of one heap holding everything.
 
 use asymlink_core::time::Instant;
 use std::collections::BinaryHeap;
@@ -13,6 +31,13 @@ use std::collections::BinaryHeap;
 struct Entry<E> {
     key: u128,
     ev: E,
+}
+
+impl<E> Entry<E> {
+    #[inline]
+    fn time(&self) -> u64 {
+        (self.key >> 64) as u64
+    }
 }
 
 impl<E> PartialEq for Entry<E> {
@@ -33,10 +58,137 @@ impl<E> Ord for Entry<E> {
     }
 }
 
+/// log2 of the finest slot's width in ns (2^20 ns ≈ 1.05 ms).
+const SLOT_BITS: u32 = 20;
+/// log2 of the slots per level.
+const LEVEL_BITS: u32 = 6;
+const SLOTS: usize = 1 << LEVEL_BITS;
+/// Levels: 20 + 6 × 8 = 68 ≥ 64 bits, so every time has a level.
+const LEVELS: usize = 8;
+
+/// A hierarchical timer wheel of entries due at or after `cur`.
+///
+/// Level `k` has 64 slots of 2^(20 + 6k) ns. An entry sits at the lowest level whose slot
+/// width covers the highest bit in which its time differs from `cur`, and no level above
+/// 0 holds an entry in the slot that contains `cur` (such a slot is spread over the finer
+/// levels as soon as `cur` enters it), so every entry of level `k` is earlier than every
+/// entry of level `k + 1`, and within a level the slots are in time order from `cur`'s
+/// slot on. The next entries due are therefore in the
+/// lowest occupied slot of the lowest occupied level: a level-0 slot is moved into the
+/// heap as a whole; a coarser slot is spread over the finer levels first (each entry
+/// moves down at most seven times in its life).
+#[derive(Debug)]
+struct Wheel<E> {
+    /// Entries due before `cur` are not here (they are in the heap); `cur` is a multiple
+    /// of the level-0 slot width and only grows.
+    cur: u64,
+    /// Bit `i` of `occupied[k]`: slot `i` of level `k` holds entries.
+    occupied: [u64; LEVELS],
+    /// `LEVELS × SLOTS` slots, level-major.
+    slots: Vec<Vec<Entry<E>>>,
+    /// Entries held.
+    len: usize,
+    /// An empty vector kept to swap with a slot being emptied (its capacity is reused).
+    spare: Vec<Entry<E>>,
+}
+
+impl<E: Copy> Wheel<E> {
+    fn new() -> Self {
+        Wheel {
+            cur: 0,
+            occupied: [0; LEVELS],
+            slots: (0..LEVELS * SLOTS).map(|_| Vec::new()).collect(),
+            len: 0,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Shift of level `k`'s slot index within a time.
+    #[inline]
+    fn shift(k: usize) -> u32 {
+        SLOT_BITS + LEVEL_BITS * k as u32
+    }
+
+    /// Hold `e`, due at or after `cur`.
+    #[inline]
+    fn insert(&mut self, e: Entry<E>) {
+        let t = e.time();
+        debug_assert!(t >= self.cur);
+        let diff = (t ^ self.cur) >> SLOT_BITS;
+        let k = if diff == 0 {
+            0
+        } else {
+            ((63 - diff.leading_zeros()) / LEVEL_BITS) as usize
+        };
+        let i = ((t >> Self::shift(k)) as usize) & (SLOTS - 1);
+        self.slots[k * SLOTS + i].push(e);
+        self.occupied[k] |= 1 << i;
+        self.len += 1;
+    }
+
+    /// The lowest occupied level and slot, and the time that slot starts (no earlier than
+    /// `cur`): no entry held is due before it.
+    #[inline]
+    fn next_slot(&self) -> Option<(usize, usize, u64)> {
+        let k = self.occupied.iter().position(|&o| o != 0)?;
+        let i = self.occupied[k].trailing_zeros() as usize;
+        let up = Self::shift(k) + LEVEL_BITS;
+        let base = if up >= 64 { 0 } else { self.cur >> up << up };
+        let start = base | (i as u64) << Self::shift(k);
+        Some((k, i, start.max(self.cur)))
+    }
+
+    /// Empty the lowest occupied slot: a level-0 slot into `heap` (then `cur` moves past
+    /// it), a coarser one into the finer levels (then `cur` moves to its start).
+    fn advance(&mut self, heap: &mut BinaryHeap<Entry<E>>) {
+        let Some((k, i, start)) = self.next_slot() else {
+            return;
+        };
+        self.occupied[k] &= !(1 << i);
+        let mut taken = std::mem::take(&mut self.spare);
+        std::mem::swap(&mut taken, &mut self.slots[k * SLOTS + i]);
+        self.len -= taken.len();
+        if k == 0 {
+            self.cur = start + (1 << SLOT_BITS);
+            heap.extend(taken.drain(..));
+        } else {
+            self.cur = start;
+            for e in taken.drain(..) {
+                self.insert(e);
+            }
+        }
+        self.spare = taken;
+        self.settle();
+    }
+
+    /// After `cur` moved: spread the coarse slots that now contain `cur` over the finer
+    /// levels, coarsest first. Afterwards no level above 0 holds an entry in `cur`'s own
+    /// slot, which is what keeps the levels in time order.
+    fn settle(&mut self) {
+        for k in (1..LEVELS).rev() {
+            let i = ((self.cur >> Self::shift(k)) as usize) & (SLOTS - 1);
+            if self.occupied[k] & (1 << i) == 0 {
+                continue;
+            }
+            self.occupied[k] &= !(1 << i);
+            let mut taken = std::mem::take(&mut self.spare);
+            std::mem::swap(&mut taken, &mut self.slots[k * SLOTS + i]);
+            self.len -= taken.len();
+            for e in taken.drain(..) {
+                self.insert(e);
+            }
+            self.spare = taken;
+        }
+    }
+}
+
 /// Pending events in time order, FIFO among equal times.
 #[derive(Debug)]
 pub struct EventQueue<E> {
+    /// Entries due before `wheel.cur`, and any pushed with [`EventQueue::push`].
     heap: BinaryHeap<Entry<E>>,
+    /// Timers due at or after `wheel.cur`.
+    wheel: Wheel<E>,
     seq: u64,
 }
 
@@ -44,6 +196,7 @@ impl<E: Copy> Default for EventQueue<E> {
     fn default() -> Self {
         EventQueue {
             heap: BinaryHeap::new(),
+            wheel: Wheel::new(),
             seq: 0,
         }
     }
@@ -55,22 +208,59 @@ impl<E: Copy> EventQueue<E> {
         Self::default()
     }
 
-    /// Schedule `ev` at `t`.
     #[inline]
-    pub fn push(&mut self, t: Instant, ev: E) {
+    fn entry(&mut self, t: Instant, ev: E) -> Entry<E> {
         self.seq += 1;
-        self.heap.push(Entry {
+        Entry {
             key: (t.as_nanos() as u128) << 64 | self.seq as u128,
             ev,
-        });
+        }
+    }
+
+    /// Schedule `ev` at `t`, straight into the heap: for events due soon (packet
+    /// arrivals, transmitters freeing up).
+    #[inline]
+    pub fn push(&mut self, t: Instant, ev: E) {
+        let e = self.entry(t, ev);
+        self.heap.push(e);
+    }
+
+    /// Schedule `ev` at `t`, a timer: beyond the current ~1 ms slot it waits in the wheel
+    /// until its slot comes up. The order of events is the same as with
+    /// [`EventQueue::push`].
+    #[inline]
+    pub fn push_timer(&mut self, t: Instant, ev: E) {
+        let e = self.entry(t, ev);
+        if e.time() < self.wheel.cur {
+            self.heap.push(e);
+        } else {
+            self.wheel.insert(e);
+        }
     }
 
     /// Remove and return the earliest event if it is due at or before `limit`.
     #[inline]
     pub fn pop_until(&mut self, limit: Instant) -> Option<(Instant, E)> {
+        let limit = limit.as_nanos();
+        // Move timers into the heap until its earliest entry is earlier than anything
+        // left in the wheel (or nothing in the wheel is due by `limit`).
+        loop {
+            let top = self.heap.peek().map(Entry::time);
+            // The common case: the heap's earliest entry is before the wheel's range.
+            if top.is_some_and(|t| t < self.wheel.cur) || self.wheel.len == 0 {
+                break;
+            }
+            let Some((_, _, start)) = self.wheel.next_slot() else {
+                break;
+            };
+            if top.is_some_and(|t| t < start) || start > limit {
+                break;
+            }
+            self.wheel.advance(&mut self.heap);
+        }
         let top = self.heap.peek()?;
-        let at = (top.key >> 64) as u64;
-        if at > limit.as_nanos() {
+        let at = top.time();
+        if at > limit {
             return None;
         }
         let e = self.heap.pop()?;
@@ -79,12 +269,17 @@ impl<E: Copy> EventQueue<E> {
 
     /// Number of pending entries (stale ones included).
     pub fn len(&self) -> usize {
+        self.heap.len() + self.wheel.len
+    }
+
+    /// Entries in the heap (the rest wait in the timer wheel).
+    pub fn heap_len(&self) -> usize {
         self.heap.len()
     }
 
     /// Whether nothing is pending.
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len() == 0
     }
 }
 
@@ -98,11 +293,12 @@ impl Timer {
     /// Make sure an entry fires at `t` or earlier: push `ev` at `t` unless the live entry
     /// is already due by then. For deadlines that may move later cheaply (the entry
     /// fires early, finds nothing due, and the owner re-arms) and must move earlier.
+    /// The entry is a timer ([`EventQueue::push_timer`]).
     #[inline]
     pub fn arm_by<E: Copy>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
         if self.0.is_none_or(|s| t < s) {
             self.0 = Some(t);
-            q.push(t, ev);
+            q.push_timer(t, ev);
         }
     }
 
@@ -153,6 +349,77 @@ mod tests {
         assert_eq!(q.pop_until(Instant(6)), None);
         assert_eq!(q.pop_until(Instant(7)), Some((Instant(7), 1)));
         assert!(q.is_empty());
+    }
+
+    /// Timers and near-term events, pushed and popped in random interleavings, come out
+    /// in exactly the order of one sorted list of `(time, push order)`.
+    #[test]
+    fn wheel_keeps_the_order_of_one_heap() {
+        use asymlink_core::rand::Rng;
+        for seed in 0..20 {
+            let mut rng = Rng::new(seed);
+            let mut q = EventQueue::new();
+            let mut reference: Vec<(u64, u64)> = Vec::new();
+            let mut got = Vec::new();
+            let mut now = 0u64;
+            let mut n = 0u64;
+            for _ in 0..4000 {
+                match rng.below(4) {
+                    0 | 1 => {
+                        // Near or far, on slot boundaries now and then, ties common.
+                        let span = [1u64 << 10, 1 << 20, 1 << 27, 1 << 40][rng.below(4) as usize];
+                        let mut t = now + rng.below(span);
+                        if rng.below(4) == 0 {
+                            t &= !((1 << 20) - 1);
+                            t = t.max(now);
+                        }
+                        n += 1;
+                        if rng.below(2) == 0 {
+                            q.push(Instant(t), n);
+                        } else {
+                            q.push_timer(Instant(t), n);
+                        }
+                        reference.push((t, n));
+                    }
+                    _ => {
+                        let limit = now + rng.below(1 << 22);
+                        while let Some((t, e)) = q.pop_until(Instant(limit)) {
+                            assert!(t.0 >= now && t.0 <= limit);
+                            now = t.0;
+                            got.push((t.0, e));
+                        }
+                        now = limit;
+                    }
+                }
+            }
+            while let Some((t, e)) = q.pop_until(Instant(u64::MAX)) {
+                got.push((t.0, e));
+            }
+            reference.sort_unstable();
+            assert_eq!(got, reference, "seed {seed}");
+            assert!(q.is_empty());
+        }
+    }
+
+    #[test]
+    fn far_timers_wait_outside_the_heap() {
+        let mut q = EventQueue::new();
+        for i in 0..1000u64 {
+            q.push_timer(Instant(1_000_000_000 + i * 1_000_000), i);
+        }
+        q.push(Instant(10), 5000);
+        assert_eq!(q.len(), 1001);
+        assert_eq!(q.heap_len(), 1);
+        assert_eq!(
+            q.pop_until(Instant(2_000_000_000)),
+            Some((Instant(10), 5000))
+        );
+        // The first timer's slot moved into the heap, not the whole wheel.
+        assert_eq!(
+            q.pop_until(Instant(2_000_000_000)),
+            Some((Instant(1_000_000_000), 0))
+        );
+        assert!(q.heap_len() <= 2, "heap holds {}", q.heap_len());
     }
 
     #[test]

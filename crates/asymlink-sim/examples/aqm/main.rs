@@ -1,10 +1,18 @@
 //! The AQM benchmark: `cargo run --release -p asymlink-sim --example aqm [-- duration]`
 //! (`-- --flows` adds per-flow goodput on stderr) runs `examples/aqm/*.toml` (FIFO, CoDel, FQ-CoDel, host-then-flow, and the unloaded
-//! baseline) and prints the table of docs/qdisc.md.
+//! baseline) and prints the table of docs/qdisc.md; its last row is `fq_codel` without the
+//! unresponsive UDP flow (the lab's flows: bulk TCP and the ping).
 
 mod row;
 
-const ARMS: [&str; 5] = ["unloaded", "fifo", "codel", "fq_codel", "host_fq_codel"];
+const ARMS: [&str; 6] = [
+    "unloaded",
+    "fifo",
+    "codel",
+    "fq_codel",
+    "host_fq_codel",
+    "fq_codel no UDP",
+];
 const WARMUP_S: f64 = 5.0;
 
 fn main() {
@@ -17,7 +25,13 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for arm in ARMS {
-        let src = std::fs::read_to_string(format!("{dir}/{arm}.toml")).expect("scenario file");
+        let file = arm.trim_end_matches(" no UDP");
+        let src = std::fs::read_to_string(format!("{dir}/{file}.toml")).expect("scenario file");
+        let src = if file == arm {
+            src
+        } else {
+            without_flow(&src, "udp")
+        };
         let r = row::run(arm, &src, duration.as_deref(), WARMUP_S);
         let loaded = r.host_mbps[0] + r.host_mbps[1] > 0.0;
         let hosts = if loaded {
@@ -26,7 +40,7 @@ fn main() {
                 r.host_mbps[0],
                 r.host_mbps[1],
                 r.h1_share() * 100.0,
-                r.udp_mbps
+                r.udp_mbps + 0.0 // no UDP flow: +0.00, not -0.00
             )
         } else {
             "— | — | —".to_string()
@@ -49,4 +63,18 @@ fn main() {
             }
         }
     }
+}
+
+/// The scenario text without the `[[flows]]` table named `name`.
+fn without_flow(src: &str, name: &str) -> String {
+    let tag = format!("name = \"{name}\"");
+    let mut parts = src.split("[[flows]]");
+    let mut out = parts.next().unwrap_or_default().to_string();
+    for p in parts {
+        if !p.lines().any(|l| l.trim() == tag) {
+            out.push_str("[[flows]]");
+            out.push_str(p);
+        }
+    }
+    out
 }
