@@ -140,3 +140,17 @@ def test_linux_recipe_applies_and_is_removed(live_ok: None) -> None:
         assert "htb" not in shown and "ifb0" not in shown and "ingress" not in shown, shown
     finally:
         lab.down()
+
+
+def test_trace_files_are_relative_to_the_scenario(tmp_path: Path) -> None:
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "up.trace").write_text("1\n")
+    path = tmp_path / "trace.toml"
+    path.write_text('[box.emulation.to_b]\ntrace = "traces/up.trace"\n'
+                    '[box.emulation.to_a]\ntrace = "builtin:cellular"\n'
+                    '[access.to_b]\ntrace = "traces/up.trace"\ndelay = "5ms"\n')
+    sc = LabScenario.from_file(path)
+    want = str(tmp_path / "traces" / "up.trace")
+    assert sc.box["emulation"]["to_b"]["trace"] == want
+    assert sc.box["emulation"]["to_a"]["trace"] == "builtin:cellular"
+    assert sc.access["to_b"]["trace"] == want

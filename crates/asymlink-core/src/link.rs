@@ -212,6 +212,15 @@ pub trait Feed<P> {
     fn available_since(&self, _p: &P, now: Instant) -> Instant {
         now
     }
+    /// Whether the feed holds no packet (`None`: it does not say). A trace-driven line
+    /// gives up the opportunities before a [`Link::pull`] while its feed is empty; a
+    /// driver that may call late says when a packet is waiting, so that the line keeps
+    /// the opportunity that packet can use instead of skipping past it at every late
+    /// call. The default (the feed is taken as empty until it hands over a packet) suits
+    /// a driver that calls exactly when something happens.
+    fn is_empty(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A transmission that started, for drivers that trace or capture them.
@@ -415,6 +424,10 @@ impl<P: Pkt> Link<P> {
                 // went unused.
                 tr.skip_to(now);
                 self.free_at = tr.next_time();
+            }
+            if feed.is_empty() == Some(false) {
+                // A packet waits from `now` on: later calls keep its opportunity.
+                self.feed_empty = false;
             }
         }
         self.start_buffered(now, drops, on_tx);

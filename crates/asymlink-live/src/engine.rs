@@ -624,6 +624,11 @@ impl Feed<LivePacket> for BoxFeed<'_> {
     fn available_since(&self, p: &LivePacket, _now: Instant) -> Instant {
         p.arrived
     }
+    /// The loop wakes after a trace's opportunity, never at it: a waiting packet must
+    /// keep the opportunity it was woken for.
+    fn is_empty(&self) -> Option<bool> {
+        Some(self.mb.backlog(self.dir).packets == 0)
+    }
 }
 
 fn qdisc_json(kind: &str, s: &QdiscStats) -> Map<String, Value> {

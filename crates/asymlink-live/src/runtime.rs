@@ -642,6 +642,9 @@ pub struct MemIo {
     pub refuse_len: Option<usize>,
     /// Set when `wait` found nothing left to do (no deadline, no scripted event).
     pub idle: bool,
+    /// How long after a deadline `wait` returns (zero: exactly at it), as a real
+    /// clock's timers wake late.
+    pub late: Duration,
 }
 
 impl MemIo {
@@ -655,6 +658,7 @@ impl MemIo {
             sent: Vec::new(),
             refuse_len: None,
             idle: false,
+            late: Duration::ZERO,
         }
     }
     /// A frame arriving on `side` at `t` (push in time order).
@@ -713,7 +717,7 @@ impl Io for MemIo {
     }
     fn wait(&mut self, timeout: Option<Duration>, _want_write: [bool; 2]) -> io::Result<[bool; 2]> {
         let now = self.clock.now();
-        let mut next = timeout.map(|d| now + d);
+        let mut next = timeout.map(|d| now + d + self.late);
         let ev = [
             self.arrivals.front().map(|a| a.0),
             self.signals.front().map(|s| s.0),

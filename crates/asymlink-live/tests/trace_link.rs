@@ -105,3 +105,29 @@ fn trace_files_are_relative_to_the_config_file() {
     assert!(e.msg.contains("either 'trace' or 'rate'"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn box_link_serves_the_trace_when_the_loop_wakes_late() {
+    // A real clock wakes after the deadline it was asked for, never at it. One
+    // opportunity per millisecond (12 Mbit/s); the loop wakes 50 µs late every time.
+    let dir = scratch("late");
+    let trace = dir.join("t.trace");
+    std::fs::write(&trace, "1\n").unwrap();
+    let (mut el, clock) = setup(&format!(
+        "[emulation.to_b]\ntrace = \"{}\"\n",
+        trace.display()
+    ));
+    el.io().late = std::time::Duration::from_micros(50);
+    // Twenty 1500-byte packets at 0.3 ms: one per opportunity from 1 ms on, each sent
+    // at the late wake-up after its opportunity.
+    for i in 0..20 {
+        el.io().arrive(us(300), 0, tcp(i, 1460));
+    }
+    run_until(&mut el, &clock, ms(40));
+    let sent: Vec<(Instant, u16)> = el.io().sent.iter().map(|s| (s.0, tag_of(&s.2))).collect();
+    let want: Vec<(Instant, u16)> = (0..20)
+        .map(|i| (us(1000 * (i as u64 + 1) + 50), i))
+        .collect();
+    assert_eq!(sent, want);
+    std::fs::remove_dir_all(&dir).ok();
+}

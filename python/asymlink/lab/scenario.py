@@ -23,7 +23,8 @@ modem_buffer = "30p"
 rate = "512kbit"              # the server (its own namespace and box, emulation only):
 delay = "5ms"                 # to_b the uplink, to_a the downlink; keys as in the box's
 linklayer = { encap = "llc_snap_routed" }   # [emulation.*]: rate, delay, linklayer,
-modem_buffer = "50p"          # loss, drop, modem_buffer
+modem_buffer = "50p"          # loss, drop, modem_buffer, trace (a file relative to
+                              # this one, or builtin:NAME)
 [access.to_a]
 rate = "8Mbit"
 modem_buffer = "50p"
@@ -172,6 +173,7 @@ class LabScenario:
             doc = tomllib.loads(Path(path).read_text())
         except tomllib.TOMLDecodeError as e:
             raise LabScenarioError(str(path), f"{e}") from None
+        _resolve_traces(doc, Path(path).resolve().parent)
         return cls.from_dict(doc, str(path))
 
     @classmethod
@@ -278,7 +280,22 @@ class LabScenario:
 
 #: The keys of an `[access.to_b]` / `[access.to_a]` table: the link vocabulary of the
 #: box's `[emulation.*]` (and of a simulator link direction).
-ACCESS_KEYS = ("rate", "delay", "linklayer", "loss", "drop", "modem_buffer")
+ACCESS_KEYS = ("rate", "trace", "delay", "linklayer", "loss", "drop", "modem_buffer")
+
+
+def _resolve_traces(doc: dict[str, Any], base: Path) -> None:
+    """Make the `trace` files of `[box.emulation.*]` and `[access.*]` absolute, relative
+    to the scenario file's directory `base` (the box reads a configuration the lab writes
+    elsewhere); `builtin:NAME` and absolute paths are kept."""
+    box = doc.get("box")
+    tables = [box.get("emulation") if isinstance(box, dict) else None, doc.get("access")]
+    for t in tables:
+        if not isinstance(t, dict):
+            continue
+        for d in t.values():
+            tr = d.get("trace") if isinstance(d, dict) else None
+            if isinstance(tr, str) and not tr.startswith("builtin:") and tr.strip():
+                d["trace"] = str(base / Path(tr).expanduser())
 
 
 def access_line(doc: Any) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,223 @@
+//! A trace-driven emulated link on real interfaces (root only; skipped otherwise):
+//! namespaces and veth pairs of our own, removed afterwards.
+//!
+//! ```text
+//!  ns C: c0 ══ ra ─┐ ns R: asymlink-box, [emulation.to_b] trace ┌─ rb ══ s0 :ns S
+//!                  └───────────────────────────────────────────┘
+//! ```
+//!
+//! The client sends UDP datagrams toward the server at about twice the trace's rate for
+//! a second; the server must receive them at the trace's rate (one 1500-byte opportunity
+//! per millisecond: 12 Mbit/s of IP bytes). The box's loop wakes after each opportunity,
+//! never exactly at it, which a fake clock does not show.
+
+use std::fs::File;
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MAC_C: &str = "02:00:00:78:00:01";
+const MAC_S: &str = "02:00:00:78:00:02";
+/// Datagram payload: 1400 bytes, 1428 IP bytes.
+const PAYLOAD: usize = 1400;
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip runs");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn in_ns(ns: &str, args: &[&str]) {
+    let mut a = vec!["netns", "exec", ns];
+    a.extend_from_slice(args);
+    ip(&a);
+}
+
+/// Our namespaces; removed (with their veths) when dropped.
+struct Lab {
+    names: [String; 3],
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn skip_reason() -> Option<&'static str> {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        return Some("needs root");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("needs iproute2");
+    }
+    if Command::new("ethtool").arg("--version").output().is_err() {
+        return Some("needs ethtool");
+    }
+    None
+}
+
+fn enter(ns: &str) {
+    let f = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+}
+
+#[test]
+fn box_trace_link_delivers_at_the_trace_rate() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let p = format!("al-tr{}", std::process::id() % 100_000);
+    let lab = Lab {
+        names: [format!("{p}c"), format!("{p}r"), format!("{p}s")],
+    };
+    let [c, r, s] = [&lab.names[0], &lab.names[1], &lab.names[2]];
+    for n in &lab.names {
+        ip(&["netns", "add", n]);
+        in_ns(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+        in_ns(n, &["ip", "link", "set", "lo", "up"]);
+    }
+    ip(&[
+        "link", "add", "c0", "address", MAC_C, "netns", c, "type", "veth", "peer", "name", "ra",
+        "netns", r,
+    ]);
+    ip(&[
+        "link", "add", "s0", "address", MAC_S, "netns", s, "type", "veth", "peer", "name", "rb",
+        "netns", r,
+    ]);
+    for (ns, d) in [(c, "c0"), (r, "ra"), (r, "rb"), (s, "s0")] {
+        in_ns(ns, &["ip", "link", "set", d, "up"]);
+        in_ns(ns, &["ethtool", "-K", d, "tx", "off"]);
+    }
+    in_ns(c, &["ip", "addr", "add", "10.78.0.1/24", "dev", "c0"]);
+    in_ns(s, &["ip", "addr", "add", "10.78.0.2/24", "dev", "s0"]);
+    for (ns, addr, mac, dev) in [(c, "10.78.0.2", MAC_S, "c0"), (s, "10.78.0.1", MAC_C, "s0")] {
+        in_ns(
+            ns,
+            &[
+                "ip",
+                "neigh",
+                "replace",
+                addr,
+                "lladdr",
+                mac,
+                "nud",
+                "permanent",
+                "dev",
+                dev,
+            ],
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("{p}-box"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("t.trace"), "1\n").unwrap();
+    let final_json = dir.join("final.json");
+    let cfg = dir.join("box.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "seed = 1\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
+             [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
+             [to_b]\nqdisc = {{ kind = \"fifo\", limit = \"100p\" }}\n\
+             [emulation.to_b]\ntrace = \"t.trace\"\n",
+            final_json.display()
+        ),
+    )
+    .unwrap();
+    let ready = dir.join("ready");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", r, env!("CARGO_BIN_EXE_asymlink-box")])
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("box starts");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&ready).map_or(true, |s| s.trim().is_empty()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the box did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The server: (arrival, bytes) of every datagram.
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    let s_ns = s.to_string();
+    let srv = std::thread::spawn(move || {
+        enter(&s_ns);
+        let sock = UdpSocket::bind("10.78.0.2:9000").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        bound_tx.send(()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Ok(len) = sock.recv(&mut buf) {
+            got.push((Instant::now(), len));
+        }
+        got
+    });
+    bound_rx.recv().unwrap();
+    // The client: 8 datagrams every 4 ms for 1 s, about 23 Mbit/s of IP bytes.
+    let c_ns = c.to_string();
+    std::thread::spawn(move || {
+        enter(&c_ns);
+        let sock = UdpSocket::bind("10.78.0.1:0").unwrap();
+        sock.connect("10.78.0.2:9000").unwrap();
+        let start = Instant::now();
+        let mut k = 0u32;
+        while start.elapsed() < Duration::from_secs(1) {
+            for _ in 0..8 {
+                let _ = sock.send(&[0x5a; PAYLOAD]);
+            }
+            k += 1;
+            let next = start + Duration::from_millis(4 * k as u64);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+    })
+    .join()
+    .unwrap();
+    let got = srv.join().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("the box did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "box exit status {status}");
+    let stats = std::fs::read_to_string(&final_json).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        got.len() > 100,
+        "{} datagrams arrived; box stats: {stats}",
+        got.len()
+    );
+    // The rate over the arrivals after the first (which may have found an idle line).
+    let span = got.last().unwrap().0 - got[0].0;
+    let ip_bytes: usize = got[1..].iter().map(|g| g.1 + 28).sum();
+    let mbps = ip_bytes as f64 * 8.0 / span.as_secs_f64() / 1e6;
+    eprintln!("{mbps:.2} Mbit/s through a 12 Mbit/s trace");
+    assert!(
+        (10.0..13.0).contains(&mbps),
+        "{mbps:.2} Mbit/s through a 12 Mbit/s trace ({} datagrams over {span:?})",
+        got.len()
+    );
+}
