@@ -132,14 +132,21 @@ def live_ok() -> None:
 
 #: Modules that build namespace labs or run the box on real packets. Under pytest-xdist
 #: (`-n 2 --dist loadgroup`, as scripts/test.sh runs) they share one worker and so run one
-#: at a time, while the simulator tests run on the other.
+#: at a time, while the simulator tests run on the other; so does every other test that
+#: asks for `live_ok` (see `_is_lab`).
 LAB_MODULES = {"test_lab", "test_lab_mechanisms", "test_live", "test_parity", "test_package",
                "test_lab_clients"}
 
 
 def _is_lab(item: pytest.Item) -> bool:
+    """A lab test: in one of LAB_MODULES, using the `live_ok` fixture (every test that
+    builds namespaces asks for it), or marked `xdist_group("lab")` itself."""
     module = getattr(item, "module", None)
-    return module is not None and module.__name__.rsplit(".", 1)[-1] in LAB_MODULES
+    if module is not None and module.__name__.rsplit(".", 1)[-1] in LAB_MODULES:
+        return True
+    if "live_ok" in getattr(item, "fixturenames", ()):
+        return True
+    return any(m.args[:1] == ("lab",) for m in item.iter_markers("xdist_group"))
 
 
 @pytest.hookimpl(tryfirst=True)   # before xdist reads the groups

@@ -134,7 +134,7 @@ def test_a_binary_scenario_file_is_one_line_everywhere(scenario_file: Path,
 
 def test_run_unknown_example(tmp_path: Path) -> None:
     code, _, err = invoke("run", "--example", "nope", "--out", str(tmp_path))
-    assert_user_error(code, err, "no example named 'nope' (available: showcase")
+    assert_user_error(code, err, "no example named 'nope' (available: dslam, showcase)")
 
 
 def test_parse_set_reads_toml_values_else_strings() -> None:

@@ -130,6 +130,7 @@ def test_cli_runs_the_simulator_half(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the lab half needs root (network namespaces)")
+@pytest.mark.xdist_group("lab")   # one lab at a time, beside the other lab modules
 def test_lab_half(tmp_path: Path) -> None:
     """The whole catalog through real Linux (both variants), compared with the
     simulator: Linux lost the scripted segments and repaired them."""

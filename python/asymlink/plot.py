@@ -38,14 +38,26 @@ def save(fig: Figure | SubFigure, path: str | PathLike[str]) -> Path:
     return p
 
 
+#: At most this many lines in one figure; `plot_series` keeps those of largest mean.
+MAX_SERIES = 12
+
+
 def plot_series(
     table: pd.DataFrame, key: str, column: str, ax: Axes, *, scale: float = 1.0,
     per_interval: bool = False,
 ) -> Axes:
-    """One line per value of `key`: `column` × `scale` against `t`. `per_interval`: the
+    """One line per value of `key` (the `MAX_SERIES` of largest mean `column` when there
+    are more): `column` × `scale` against `t`. `per_interval`: the
     values describe the interval that ends at `t` (throughput, utilization) and are drawn
     over it; otherwise they are samples held until the next one."""
     style = INTERVAL_DRAWSTYLE if per_interval else SAMPLE_DRAWSTYLE
+    legend = key
+    means = table.groupby(key)[column].mean()
+    if len(means) > MAX_SERIES:
+        # An access network's thousands of links: draw the busiest, say so in the legend.
+        keep = means.sort_values(ascending=False, kind="stable").index[:MAX_SERIES]
+        table = table[table[key].isin(keep)]
+        legend = f"{key} ({MAX_SERIES} of {len(means)}, largest mean)"
     for name, rows in table.groupby(key, sort=True):
         rows = rows.sort_values("t")
         t, y = rows["t"].to_numpy(dtype=float), rows[column].to_numpy(dtype=float) * scale
@@ -55,7 +67,7 @@ def plot_series(
         ax.plot(t, y, label=str(name), drawstyle=style)
     ax.set_xlabel("time (s)")
     if table[key].nunique() > 1:
-        ax.legend(title=key, fontsize="small")
+        ax.legend(title=legend, fontsize="small")
     ax.grid(alpha=0.3)
     return ax
 

@@ -144,8 +144,28 @@ def headline_table(results: Results) -> TextTable | None:
     return TextTable("Headline", headers, rows)
 
 
+#: The run summary lists at most this many link directions, the busiest.
+BUSIEST_LINKS = 12
+
+
+def busiest_links(results: Results, n: int = BUSIEST_LINKS) -> TextTable:
+    """The `n` link directions of largest mean utilization over the run (all of them when
+    there are fewer), busiest first."""
+    links = results.links
+    rows: list[list[str]] = []
+    if not links.empty:
+        per = links.groupby("link").agg(mean=("utilization", "mean"), sent=("tx_bytes", "sum"))
+        per = per.sort_values("mean", ascending=False, kind="stable")
+        rows = [[str(link), fmt_number(100.0 * float(r["mean"]), "%"),
+                 fmt_number(float(r["sent"]), "MB", 1e-6)]
+                for link, r in per.head(n).iterrows()]
+        if len(per) > n:
+            rows.append([f"... {len(per) - n} more", "", ""])
+    return TextTable("Busiest links", ["link", "mean utilization", "sent"], rows)
+
+
 def run_tables(results: Results) -> list[TextTable]:
-    """The headline (phases), per-flow throughput and per-queue drops."""
+    """The headline (phases), per-flow throughput, per-queue drops and the busiest links."""
     flows = flow_totals(results)
     queues = queue_totals(results)
     headline = headline_table(results)
@@ -177,6 +197,7 @@ def run_tables(results: Results) -> list[TextTable]:
                 )
             ],
         ),
+        busiest_links(results),
     ]
 
 

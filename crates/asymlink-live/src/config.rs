@@ -639,6 +639,26 @@ impl BoxConfig {
                     "captures need workers = 1 (each worker sends part of the traffic)",
                 ));
             }
+            for (dir, link) in [
+                ("to_a", &self.emulation.to_a),
+                ("to_b", &self.emulation.to_b),
+            ] {
+                let Some(link) = link else { continue };
+                let key = if link.trace.is_some() {
+                    "trace"
+                } else if link.rate.is_some() {
+                    "rate"
+                } else if link.packet_rate.is_some() {
+                    "packet_rate"
+                } else {
+                    continue;
+                };
+                return Err(ConfigError::new(
+                    format!("emulation.{dir}.{key}"),
+                    "an emulated line's capacity needs workers = 1 (each worker would \
+                     emulate a whole line of its own)",
+                ));
+            }
         }
         if self.privileges.user.is_empty() {
             return Err(ConfigError::new("privileges.user", "must not be empty"));
@@ -965,6 +985,31 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("captures need workers = 1"), "{e}");
+        // A line's capacity is one; a delay alone is the same on every worker.
+        let two = "[process]\nworkers = 2\n";
+        for (body, key) in [
+            (
+                "[emulation.to_b]\nrate = \"1Mbit\"\n",
+                "emulation.to_b.rate",
+            ),
+            (
+                "[emulation.to_a]\ntrace = \"builtin:dsl\"\n",
+                "emulation.to_a.trace",
+            ),
+            (
+                "[emulation.to_a]\npacket_rate = 100\n",
+                "emulation.to_a.packet_rate",
+            ),
+        ] {
+            let e = BoxConfig::parse(&format!("{MIN}{body}{two}"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(key) && e.contains("workers = 1"), "{e}");
+        }
+        let delay_only = format!("{MIN}[emulation.to_b]\ndelay = \"10ms\"\n{two}");
+        BoxConfig::parse(&delay_only).unwrap().validate().unwrap();
         let e = BoxConfig::parse(&format!("{MIN}[process]\ncpu = \"one\"\n")).unwrap_err();
         assert!(e.to_string().contains("process.cpu"), "{e}");
     }

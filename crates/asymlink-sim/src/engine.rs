@@ -27,7 +27,9 @@ use crate::pcap::Capture;
 use crate::queue::{EventQueue, Timer};
 use crate::scenario::Spec;
 use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
-use crate::topology::{build_links, build_middleboxes, build_routes, build_topology, NO_ROUTE};
+use crate::topology::{
+    build_links, build_middleboxes, build_routes, build_topology, RouterRoutes, NO_ROUTE,
+};
 use crate::RunOptions;
 use asymlink_core::config::ConfigError;
 use asymlink_core::link::{Feed, Link};
@@ -227,8 +229,8 @@ pub(crate) struct World {
     /// Every node, indexed by `NodeId` (scenario order).
     pub nodes: Vec<Node>,
     pub hosts: Vec<Host>,
-    /// `routes[router][host]`: the link direction a router forwards toward that host.
-    pub routes: Vec<Vec<u32>>,
+    /// `routes[router].toward(host)`: the link direction a router forwards toward that host.
+    pub(crate) routes: Vec<RouterRoutes>,
     /// Link directions: link i has `2i` (toward b) and `2i + 1` (toward a).
     pub dirs: Vec<LinkDir>,
     pub mbs: Vec<MbState>,
@@ -651,7 +653,7 @@ impl World {
                     self.unroutable += 1;
                     return;
                 };
-                let d = self.routes[r as usize][h as usize];
+                let d = self.routes[r as usize].toward(h);
                 if d == NO_ROUTE {
                     self.unroutable += 1;
                     return;

@@ -206,8 +206,71 @@ pub(crate) fn build_middleboxes(
     Ok(mbs)
 }
 
-/// Static routes, `routes[router][host]`: BFS from every host over the link graph (hop
-/// count, ties broken by link order) gives each router its next hop toward each host.
+/// One router's next hops toward every host. Most routers of a large topology (a home
+/// gateway, an access router) send almost everything one way: they keep that direction
+/// and the few hosts that differ, so an access network of 10 000 lines needs memory in
+/// proportion to its hosts, not hosts × routers. A router whose exceptions pass
+/// `DENSE_AFTER` keeps a table indexed by host instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RouterRoutes {
+    /// The direction toward every host not listed (the first host's), and the others
+    /// (host index, direction) in host order.
+    Sparse {
+        default: u32,
+        exceptions: Vec<(u32, u32)>,
+    },
+    /// The direction toward each host, by host index.
+    Dense(Vec<u32>),
+}
+
+/// A sparse router with more exceptions than this turns dense: a lookup then costs one
+/// index, and a dense table of its hosts is at most a few times the sparse list's size.
+const DENSE_AFTER: usize = 16;
+
+impl RouterRoutes {
+    /// The link direction toward host `h` (`NO_ROUTE` if none).
+    #[inline]
+    pub(crate) fn toward(&self, h: u32) -> u32 {
+        match self {
+            RouterRoutes::Dense(t) => t[h as usize],
+            RouterRoutes::Sparse {
+                default,
+                exceptions,
+            } => exceptions
+                .iter()
+                .find(|&&(host, _)| host == h)
+                .map_or(*default, |&(_, d)| d),
+        }
+    }
+
+    /// Record the direction toward host `h`; hosts come in increasing order from 0.
+    fn push(&mut self, h: u32, d: u32, hosts: usize) {
+        match self {
+            RouterRoutes::Dense(t) => t[h as usize] = d,
+            RouterRoutes::Sparse {
+                default,
+                exceptions,
+            } => {
+                if h == 0 {
+                    *default = d;
+                } else if d != *default {
+                    exceptions.push((h, d));
+                    if exceptions.len() > DENSE_AFTER {
+                        let mut t = vec![NO_ROUTE; hosts];
+                        for k in 0..h {
+                            t[k as usize] = self.toward(k);
+                        }
+                        t[h as usize] = d;
+                        *self = RouterRoutes::Dense(t);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Static routes, `routes[router]`: BFS from every host over the link graph (hop count,
+/// ties broken by link order) gives each router its next hop toward each host.
 /// The same search says whether a flow's sender reaches its receiver: fails if a flow's
 /// endpoints are not connected.
 pub(crate) fn build_routes(
@@ -215,12 +278,18 @@ pub(crate) fn build_routes(
     nodes: &[Node],
     hosts: &[Host],
     adj: &Adjacency,
-) -> Result<Vec<Vec<u32>>, ConfigError> {
+) -> Result<Vec<RouterRoutes>, ConfigError> {
     let routers = nodes
         .iter()
         .filter(|n| matches!(n.role, NodeRole::Router(_)))
         .count();
-    let mut routes = vec![vec![NO_ROUTE; hosts.len()]; routers];
+    let mut routes = vec![
+        RouterRoutes::Sparse {
+            default: NO_ROUTE,
+            exceptions: Vec::new(),
+        };
+        routers
+    ];
     // The flows toward each node, and the first flow without a path.
     let mut flows_to = vec![Vec::new(); nodes.len()];
     for (i, f) in spec.flows.iter().enumerate() {
@@ -232,17 +301,16 @@ pub(crate) fn build_routes(
         let dist = hops_to(nodes, adj, target);
         for (u, n) in nodes.iter().enumerate() {
             if let NodeRole::Router(r) = n.role {
-                if dist[u] == u32::MAX || u == target {
-                    continue;
-                }
-                let best = adj[u]
-                    .iter()
-                    .filter(|(v, _)| dist[*v] != u32::MAX && dist[*v] + 1 == dist[u])
-                    .map(|&(_, d)| d)
-                    .next();
-                if let Some(d) = best {
-                    routes[r as usize][hi] = d;
-                }
+                let best = if dist[u] == u32::MAX || u == target {
+                    None
+                } else {
+                    adj[u]
+                        .iter()
+                        .filter(|(v, _)| dist[*v] != u32::MAX && dist[*v] + 1 == dist[u])
+                        .map(|&(_, d)| d)
+                        .next()
+                };
+                routes[r as usize].push(hi as u32, best.unwrap_or(NO_ROUTE), hosts.len());
             }
         }
         // Links are two-way: a sender the search from the receiver reaches has a path.
@@ -340,6 +408,64 @@ mod tests {
         assert_eq!(
             error(&src).as_deref(),
             Some("flows[0]: no path from 's' to 'x'")
+        );
+    }
+
+    /// A router's routes answer as a full table would, whether they stay sparse (a home
+    /// gateway: one host on the LAN, everything else up the line) or turn dense (an
+    /// access router with a line per host).
+    #[test]
+    fn sparse_routes_answer_like_a_table() {
+        use super::{RouterRoutes, DENSE_AFTER, NO_ROUTE};
+        let hosts = 200u32;
+        let gateway = |h: u32| -> u32 {
+            if h == 57 {
+                3
+            } else {
+                8
+            }
+        };
+        let access = |h: u32| -> u32 {
+            if h < 16 {
+                1
+            } else {
+                100 + h
+            }
+        };
+        let island = |h: u32| -> u32 {
+            if h.is_multiple_of(2) {
+                NO_ROUTE
+            } else {
+                5
+            }
+        };
+        for (table, dense) in [
+            (&gateway as &dyn Fn(u32) -> u32, false),
+            (&access, true),
+            (&island, true),
+        ] {
+            let mut r = RouterRoutes::Sparse {
+                default: NO_ROUTE,
+                exceptions: Vec::new(),
+            };
+            for h in 0..hosts {
+                r.push(h, table(h), hosts as usize);
+            }
+            assert_eq!(matches!(r, RouterRoutes::Dense(_)), dense);
+            for h in 0..hosts {
+                assert_eq!(r.toward(h), table(h), "host {h}");
+            }
+        }
+        // At most DENSE_AFTER exceptions stay sparse.
+        let mut r = RouterRoutes::Sparse {
+            default: NO_ROUTE,
+            exceptions: Vec::new(),
+        };
+        for h in 0..=DENSE_AFTER as u32 {
+            r.push(h, if h == 0 { 1 } else { 2 }, 64);
+        }
+        assert!(
+            matches!(r, RouterRoutes::Sparse { ref exceptions, .. } if exceptions.len() == DENSE_AFTER)
         );
     }
 }
