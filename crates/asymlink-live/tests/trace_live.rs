@@ -11,62 +11,14 @@
 //! per millisecond: 12 Mbit/s of IP bytes). The box's loop wakes after each opportunity,
 //! never exactly at it, which a fake clock does not show.
 
-use std::fs::File;
-use std::net::UdpSocket;
+use std::net::{Ipv4Addr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MAC_C: &str = "02:00:00:78:00:01";
-const MAC_S: &str = "02:00:00:78:00:02";
-/// Datagram payload: 1400 bytes, 1428 IP bytes.
+mod netns;
+use netns::*;
+
 const PAYLOAD: usize = 1400;
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip runs");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn in_ns(ns: &str, args: &[&str]) {
-    let mut a = vec!["netns", "exec", ns];
-    a.extend_from_slice(args);
-    ip(&a);
-}
-
-/// Our namespaces; removed (with their veths) when dropped.
-struct Lab {
-    names: [String; 3],
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn skip_reason() -> Option<&'static str> {
-    if nix::unistd::geteuid().as_raw() != 0 {
-        return Some("needs root");
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("needs iproute2");
-    }
-    if Command::new("ethtool").arg("--version").output().is_err() {
-        return Some("needs ethtool");
-    }
-    None
-}
-
-fn enter(ns: &str) {
-    let f = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-}
 
 #[test]
 fn box_trace_link_delivers_at_the_trace_rate() {
@@ -74,48 +26,14 @@ fn box_trace_link_delivers_at_the_trace_rate() {
         eprintln!("skipped: {why}");
         return;
     }
-    let p = format!("al-tr{}", std::process::id() % 100_000);
-    let lab = Lab {
-        names: [format!("{p}c"), format!("{p}r"), format!("{p}s")],
-    };
-    let [c, r, s] = [&lab.names[0], &lab.names[1], &lab.names[2]];
-    for n in &lab.names {
-        ip(&["netns", "add", n]);
-        in_ns(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-        in_ns(n, &["ip", "link", "set", "lo", "up"]);
-    }
-    ip(&[
-        "link", "add", "c0", "address", MAC_C, "netns", c, "type", "veth", "peer", "name", "ra",
-        "netns", r,
-    ]);
-    ip(&[
-        "link", "add", "s0", "address", MAC_S, "netns", s, "type", "veth", "peer", "name", "rb",
-        "netns", r,
-    ]);
-    for (ns, d) in [(c, "c0"), (r, "ra"), (r, "rb"), (s, "s0")] {
-        in_ns(ns, &["ip", "link", "set", d, "up"]);
-        in_ns(ns, &["ethtool", "-K", d, "tx", "off"]);
-    }
-    in_ns(c, &["ip", "addr", "add", "10.78.0.1/24", "dev", "c0"]);
-    in_ns(s, &["ip", "addr", "add", "10.78.0.2/24", "dev", "s0"]);
-    for (ns, addr, mac, dev) in [(c, "10.78.0.2", MAC_S, "c0"), (s, "10.78.0.1", MAC_C, "s0")] {
-        in_ns(
-            ns,
-            &[
-                "ip",
-                "neigh",
-                "replace",
-                addr,
-                "lladdr",
-                mac,
-                "nud",
-                "permanent",
-                "dev",
-                dev,
-            ],
-        );
-    }
-    let dir = std::env::temp_dir().join(format!("{p}-box"));
+    let lab = lab(
+        "al-tr",
+        "",
+        &[Ipv4Addr::new(10, 78, 0, 1)],
+        Ipv4Addr::new(10, 78, 0, 2),
+    );
+    let (c, r, s) = (lab.c(), lab.r(), lab.s());
+    let dir = std::env::temp_dir().join(format!("{r}-box"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("t.trace"), "1\n").unwrap();
     let final_json = dir.join("final.json");

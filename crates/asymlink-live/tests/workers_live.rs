@@ -13,173 +13,16 @@
 //! no datagram arrived out of order, either way. Socket and memory-mapped I/O.
 
 use asymlink_live::sys::subscriber_hash;
-use nix::sched::{setns, CloneFlags};
 use serde_json::Value;
-use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod netns;
+use netns::*;
+
 const PER_SUB: u32 = 400;
-const MAC_C: &str = "02:00:00:77:00:01";
-const MAC_S: &str = "02:00:00:77:00:02";
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip runs");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn in_ns(ns: &str, args: &[&str]) {
-    let mut a = vec!["netns", "exec", ns];
-    a.extend_from_slice(args);
-    ip(&a);
-}
-
-/// Our namespaces; removed (with their veths) when dropped.
-struct Lab {
-    names: [String; 3],
-}
-
-impl Lab {
-    fn c(&self) -> &str {
-        &self.names[0]
-    }
-    fn r(&self) -> &str {
-        &self.names[1]
-    }
-    fn s(&self) -> &str {
-        &self.names[2]
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn skip_reason() -> Option<&'static str> {
-    if nix::unistd::geteuid().as_raw() != 0 {
-        return Some("needs root");
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("needs iproute2");
-    }
-    if Command::new("ethtool").arg("--version").output().is_err() {
-        return Some("needs ethtool");
-    }
-    None
-}
-
-fn lab(tag: &str, subs: &[Ipv4Addr]) -> Lab {
-    let p = format!("alw{}{tag}", std::process::id() % 100_000);
-    let lab = Lab {
-        names: [format!("{p}c"), format!("{p}r"), format!("{p}s")],
-    };
-    for n in &lab.names {
-        ip(&["netns", "add", n]);
-    }
-    ip(&[
-        "link",
-        "add",
-        "c0",
-        "address",
-        MAC_C,
-        "netns",
-        lab.c(),
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "ra",
-        "netns",
-        lab.r(),
-    ]);
-    ip(&[
-        "link",
-        "add",
-        "s0",
-        "address",
-        MAC_S,
-        "netns",
-        lab.s(),
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "rb",
-        "netns",
-        lab.r(),
-    ]);
-    for n in &lab.names {
-        // No IPv6 neighbour discovery or router solicitations in the counts.
-        in_ns(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-        in_ns(
-            n,
-            &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
-        );
-        in_ns(n, &["ip", "link", "set", "lo", "up"]);
-    }
-    for (ns, d) in [
-        (lab.c(), "c0"),
-        (lab.r(), "ra"),
-        (lab.r(), "rb"),
-        (lab.s(), "s0"),
-    ] {
-        in_ns(ns, &["ip", "link", "set", d, "up"]);
-        // Checksums computed by the sender, not left to an offload the frame never
-        // reaches once the box has read it from the wire.
-        in_ns(ns, &["ethtool", "-K", d, "tx", "off"]);
-    }
-    for a in subs {
-        in_ns(
-            lab.c(),
-            &["ip", "addr", "add", &format!("{a}/24"), "dev", "c0"],
-        );
-    }
-    in_ns(
-        lab.s(),
-        &["ip", "addr", "add", "10.77.0.200/24", "dev", "s0"],
-    );
-    // Static neighbours: no address resolution while the datagrams flow (a kernel that
-    // resolves an address while a socket keeps sending may let a later datagram overtake
-    // the ones it queued, which is not the box's doing).
-    let perm = |ns: &str, addr: &str, mac: &str, dev: &str| {
-        in_ns(
-            ns,
-            &[
-                "ip",
-                "neigh",
-                "replace",
-                addr,
-                "lladdr",
-                mac,
-                "nud",
-                "permanent",
-                "dev",
-                dev,
-            ],
-        );
-    };
-    perm(lab.c(), "10.77.0.200", MAC_S, "c0");
-    for a in subs {
-        perm(lab.s(), &a.to_string(), MAC_C, "s0");
-    }
-    lab
-}
-
-fn enter(ns: &str) {
-    let f = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
-    setns(f, CloneFlags::CLONE_NEWNET).expect("setns");
-}
 
 fn start_box(lab: &Lab, dir: &Path, io: &str) -> (Child, PathBuf) {
     let final_json = dir.join("final.json");
@@ -306,7 +149,12 @@ fn two_workers(io: &str) {
             .expect("an address for each worker")
     };
     let subs = [pick(0), pick(1)];
-    let lab = lab(if io == "mmap" { "m" } else { "s" }, &subs);
+    let lab = lab(
+        "alw",
+        if io == "mmap" { "m" } else { "s" },
+        &subs,
+        Ipv4Addr::new(10, 77, 0, 200),
+    );
     let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
     std::fs::create_dir_all(&dir).unwrap();
     let (mut child, final_json) = start_box(&lab, &dir, io);

@@ -1,0 +1,175 @@
+//! Namespaces for the root-only live tests, removed (with their veths) when dropped:
+//!
+//! ```text
+//!  ns C: c0 ══ ra ─┐ ns R: the box ┌─ rb ══ s0 :ns S
+//!                  └───────────────┘
+//! ```
+//!
+//! The client's addresses and the server's share one /24; neighbours are static.
+#![allow(dead_code)]
+
+use nix::sched::{setns, CloneFlags};
+use std::fs::File;
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+pub const MAC_C: &str = "02:00:00:78:00:01";
+pub const MAC_S: &str = "02:00:00:78:00:02";
+
+pub fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip runs");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn in_ns(ns: &str, args: &[&str]) {
+    let mut a = vec!["netns", "exec", ns];
+    a.extend_from_slice(args);
+    ip(&a);
+}
+
+/// Our namespaces; removed (with their veths) when dropped.
+pub struct Lab {
+    pub names: [String; 3],
+}
+
+impl Lab {
+    pub fn c(&self) -> &str {
+        &self.names[0]
+    }
+    pub fn r(&self) -> &str {
+        &self.names[1]
+    }
+    pub fn s(&self) -> &str {
+        &self.names[2]
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+pub fn skip_reason() -> Option<&'static str> {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        return Some("needs root");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("needs iproute2");
+    }
+    if Command::new("ethtool").arg("--version").output().is_err() {
+        return Some("needs ethtool");
+    }
+    None
+}
+
+/// Namespaces `<prefix><pid><tag>{c,r,s}`: the client carries `subs`, the server
+/// `server`, each side knows the other's MAC; no IPv6, no transmit checksum offload.
+pub fn lab(prefix: &str, tag: &str, subs: &[Ipv4Addr], server: Ipv4Addr) -> Lab {
+    let p = format!("{prefix}{}{tag}", std::process::id() % 100_000);
+    let lab = Lab {
+        names: [format!("{p}c"), format!("{p}r"), format!("{p}s")],
+    };
+    for n in &lab.names {
+        ip(&["netns", "add", n]);
+    }
+    ip(&[
+        "link",
+        "add",
+        "c0",
+        "address",
+        MAC_C,
+        "netns",
+        lab.c(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "ra",
+        "netns",
+        lab.r(),
+    ]);
+    ip(&[
+        "link",
+        "add",
+        "s0",
+        "address",
+        MAC_S,
+        "netns",
+        lab.s(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "rb",
+        "netns",
+        lab.r(),
+    ]);
+    for n in &lab.names {
+        // No IPv6 neighbour discovery or router solicitations in the counts.
+        in_ns(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+        in_ns(
+            n,
+            &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+        );
+        in_ns(n, &["ip", "link", "set", "lo", "up"]);
+    }
+    for (ns, d) in [
+        (lab.c(), "c0"),
+        (lab.r(), "ra"),
+        (lab.r(), "rb"),
+        (lab.s(), "s0"),
+    ] {
+        in_ns(ns, &["ip", "link", "set", d, "up"]);
+        // Checksums computed by the sender, not left to an offload the frame never
+        // reaches once the box has read it from the wire.
+        in_ns(ns, &["ethtool", "-K", d, "tx", "off"]);
+    }
+    for a in subs {
+        in_ns(
+            lab.c(),
+            &["ip", "addr", "add", &format!("{a}/24"), "dev", "c0"],
+        );
+    }
+    in_ns(
+        lab.s(),
+        &["ip", "addr", "add", &format!("{server}/24"), "dev", "s0"],
+    );
+    // Static neighbours: no address resolution while the datagrams flow (a kernel that
+    // resolves an address while a socket keeps sending may let a later datagram overtake
+    // the ones it queued, which is not the box's doing).
+    let perm = |ns: &str, addr: &str, mac: &str, dev: &str| {
+        in_ns(
+            ns,
+            &[
+                "ip",
+                "neigh",
+                "replace",
+                addr,
+                "lladdr",
+                mac,
+                "nud",
+                "permanent",
+                "dev",
+                dev,
+            ],
+        );
+    };
+    perm(lab.c(), &server.to_string(), MAC_S, "c0");
+    for a in subs {
+        perm(lab.s(), &a.to_string(), MAC_C, "s0");
+    }
+    lab
+}
+
+pub fn enter(ns: &str) {
+    let f = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
+    setns(f, CloneFlags::CLONE_NEWNET).expect("setns");
+}
