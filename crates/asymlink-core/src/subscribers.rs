@@ -435,20 +435,25 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     }
 
     /// Build subscriber `s`'s tree (slot `s`), evicting the longest idle tree at the cap.
+    /// The subscriber tree with nothing queued either way that was active longest ago
+    /// (the one to evict), if any.
+    fn idle_longest_empty(&self) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(_, sl)| {
+                sl.mb.as_ref().is_some_and(|mb| {
+                    mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
+                })
+            })
+            .min_by_key(|(_, sl)| sl.last_active)
+            .map(|(i, _)| i)
+    }
+
     fn create(&mut self, s: usize) -> bool {
         if self.live >= self.max {
-            let victim = self
-                .slots
-                .iter()
-                .enumerate()
-                .skip(1)
-                .filter(|(_, sl)| {
-                    sl.mb.as_ref().is_some_and(|mb| {
-                        mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
-                    })
-                })
-                .min_by_key(|(_, sl)| sl.last_active)
-                .map(|(i, _)| i);
+            let victim = self.idle_longest_empty();
             let Some(v) = victim else {
                 return false;
             };
@@ -776,18 +781,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             self.refresh_timer(s);
         }
         while self.live > self.max {
-            let victim = self
-                .slots
-                .iter()
-                .enumerate()
-                .skip(1)
-                .filter(|(_, sl)| {
-                    sl.mb.as_ref().is_some_and(|mb| {
-                        mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
-                    })
-                })
-                .min_by_key(|(_, sl)| sl.last_active)
-                .map(|(i, _)| i);
+            let victim = self.idle_longest_empty();
             let Some(v) = victim else { break };
             self.slots[v].mb = None;
             self.slots[v].timer = None;
