@@ -241,6 +241,9 @@ pub(crate) struct World {
     pub apps: Vec<Box<dyn App>>,
     app_rngs: Vec<Rng>,
     pub flows: Vec<FlowState>,
+    /// Per application: its connections opened so far, `[not primary, primary]` (the
+    /// suffix of the next connection's label).
+    opened: Vec<[u32; 2]>,
     /// Connection names as the tables show them (see `ConnSlot::label`).
     pub labels: Vec<String>,
     /// Sampled time series and events (the results tables).
@@ -293,6 +296,7 @@ impl World {
             apps: Vec::new(),
             app_rngs: Vec::new(),
             flows: Vec::new(),
+            opened: Vec::new(),
             labels: Vec::new(),
             monitor: Monitor::new(&spec.monitor),
             captures: Vec::new(),
@@ -322,7 +326,9 @@ impl World {
         let seed = self.spec.seed;
         for (i, f) in self.spec.flows.clone().iter().enumerate() {
             let app = self.apps.len() as u32;
+            debug_assert_eq!(app as usize, i, "one application per flow, in order");
             self.apps.push(apps::build(f));
+            self.opened.push([0, 0]);
             self.app_rngs
                 .push(Rng::child(seed, &format!("app:{}", f.name)));
             self.flows.push(FlowState {
@@ -449,7 +455,9 @@ impl World {
                 let mut drops = std::mem::take(&mut self.drops);
                 self.mbs[m as usize].mb.handle_timeout(now, &mut drops);
                 self.drops = drops;
-                self.handle_drops(&format!("mb:{}", self.mbs[m as usize].name));
+                if !self.drops.is_empty() {
+                    self.handle_drops(&format!("mb:{}", self.mbs[m as usize].name));
+                }
                 self.after_mb(m);
             }
             Ev::Host(h) => {
@@ -719,11 +727,31 @@ impl World {
         }
     }
 
+    /// The flow an application drives: each flow has one application, built in flow
+    /// order, so the indices agree.
+    #[inline]
     fn flow_of_app(&self, app: u32) -> usize {
-        self.flows
-            .iter()
-            .position(|f| f.app == app)
-            .expect("every app has a flow")
+        debug_assert_eq!(self.flows[app as usize].app, app);
+        app as usize
+    }
+
+    /// The label of the `n`-th connection (from 0) of flow `f` on one side.
+    fn conn_label(&self, f: usize, n: u32) -> String {
+        let base = &self.flows[f].name;
+        if n == 0 {
+            base.clone()
+        } else {
+            format!("{base}#{n}")
+        }
+    }
+
+    /// Connection `id` became open (its endpoint exists): it counts toward the labels of
+    /// the application's later connections on its side.
+    fn count_open(&mut self, id: ConnId) {
+        let s = &self.conns[id as usize];
+        if s.conn.is_some() {
+            self.opened[s.app as usize][s.primary as usize] += 1;
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -752,17 +780,7 @@ impl World {
         }
         let f = self.flow_of_app(app);
         let label = {
-            let n = self
-                .conns
-                .iter()
-                .filter(|s| s.app == app && s.primary == primary && s.conn.is_some())
-                .count();
-            let base = &self.flows[f].name;
-            let name = if n == 0 {
-                base.clone()
-            } else {
-                format!("{base}#{n}")
-            };
+            let name = self.conn_label(f, self.opened[app as usize][primary as usize]);
             self.labels.push(name);
             self.labels.len() as u32 - 1
         };
@@ -810,32 +828,27 @@ impl World {
             .demux
             .insert((remote.0, remote.1, local.1), id);
         self.conns[id as usize].conn = Some(conn);
+        self.count_open(id);
         let peer = p.src_conn;
         let mut primary = false;
         self.app_call(app, |a, api| primary = a.on_accept(id, peer, api));
-        self.conns[id as usize].primary = primary;
         if primary {
+            self.opened[app as usize][0] -= 1;
+            self.conns[id as usize].primary = true;
             self.relabel(id);
+            self.count_open(id);
         }
         self.flush_io(id);
         self.schedule_conn(id);
     }
 
+    /// Name connection `id` (open, not yet counted) after the primary connections of its
+    /// application opened before it.
     fn relabel(&mut self, id: ConnId) {
         let app = self.conns[id as usize].app;
         let f = self.flow_of_app(app);
-        let n = self
-            .conns
-            .iter()
-            .enumerate()
-            .filter(|(i, s)| *i != id as usize && s.app == app && s.primary && s.conn.is_some())
-            .count();
-        let base = &self.flows[f].name;
-        self.labels[self.conns[id as usize].label as usize] = if n == 0 {
-            base.clone()
-        } else {
-            format!("{base}#{n}")
-        };
+        let name = self.conn_label(f, self.opened[app as usize][1]);
+        self.labels[self.conns[id as usize].label as usize] = name;
     }
 
     // ------------------------------------------------------------------ connections
@@ -1039,6 +1052,7 @@ impl World {
                     made = Some(Connection::connect(now, conn, &cfg, local, remote, iss, io));
                 });
                 self.conns[conn as usize].conn = made;
+                self.count_open(conn);
                 self.flush_io(conn);
                 self.schedule_conn(conn);
             }
