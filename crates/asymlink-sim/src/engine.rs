@@ -261,6 +261,13 @@ pub(crate) struct World {
     pool_out: Vec<Vec<Headers>>,
     pool_ev: Vec<Vec<ConnEvent>>,
     pool_cmd: Vec<Vec<Cmd>>,
+    /// Header boxes of delivered and dropped packets, reused for new packets (the boxes
+    /// themselves are what is kept: a new packet takes one without allocating).
+    #[allow(
+        clippy::vec_box,
+        reason = "the pool holds allocations to hand out again"
+    )]
+    pool_hdr: Vec<Box<Headers>>,
     drops: Drops<SimPacket>,
     /// Outputs of connection calls not yet flushed (a stack: calls nest).
     pending_out: Vec<(Vec<Headers>, Vec<ConnEvent>)>,
@@ -308,6 +315,7 @@ impl World {
             pool_out: Vec::new(),
             pool_ev: Vec::new(),
             pool_cmd: Vec::new(),
+            pool_hdr: Vec::new(),
             drops: Drops::new(),
             pending_out: Vec::new(),
             unroutable: 0,
@@ -403,6 +411,26 @@ impl World {
     #[inline]
     fn schedule_timer(&mut self, t: Instant, ev: Ev) {
         self.queue.push_timer(t, ev);
+    }
+
+    /// `hdr` in a header box, reused if one is free.
+    #[inline]
+    fn boxed(&mut self, hdr: Headers) -> Box<Headers> {
+        match self.pool_hdr.pop() {
+            Some(mut b) => {
+                *b = hdr;
+                b
+            }
+            None => Box::new(hdr),
+        }
+    }
+
+    /// Keep the header box of a packet that is gone, for the next packet.
+    #[inline]
+    fn recycle(&mut self, b: Box<Headers>) {
+        if self.pool_hdr.len() < HDR_POOL_MAX {
+            self.pool_hdr.push(b);
+        }
     }
 
     /// Process events up to `t` (inclusive, capped at the end).
@@ -644,6 +672,7 @@ impl World {
                 let label = self.label_of(dsc.pkt.src_conn);
                 self.monitor.event(now, kind, at, label, reason);
             }
+            self.recycle(dsc.pkt.hdr);
         }
         self.drops = drops;
     }
@@ -659,11 +688,13 @@ impl World {
             NodeRole::Router(r) => {
                 let NodeRole::Host(h) = self.nodes[p.dst_node as usize].role else {
                     self.unroutable += 1;
+                    self.recycle(p.hdr);
                     return;
                 };
                 let d = self.routes[r as usize].toward(h);
                 if d == NO_ROUTE {
                     self.unroutable += 1;
+                    self.recycle(p.hdr);
                     return;
                 }
                 self.enqueue(d, p);
@@ -671,6 +702,7 @@ impl World {
             NodeRole::Host(h) => {
                 if p.dst_node != node {
                     self.unroutable += 1;
+                    self.recycle(p.hdr);
                     return;
                 }
                 self.host_receive(h, p);
@@ -699,7 +731,8 @@ impl World {
                     if slot.peer == NO_CONN {
                         slot.peer = p.src_conn;
                     }
-                    let hdr = p.hdr;
+                    let hdr = *p.hdr;
+                    self.recycle(p.hdr);
                     self.conn_call(cid, move |c, now, io| c.on_segment(now, &hdr, io));
                     return;
                 }
@@ -711,6 +744,7 @@ impl World {
                     .filter(|_| syn)
                 else {
                     self.no_listener += 1;
+                    self.recycle(p.hdr);
                     return;
                 };
                 self.accept(h, app, &p);
@@ -725,6 +759,7 @@ impl World {
             }
             Transport::Other(_) => {}
         }
+        self.recycle(p.hdr);
     }
 
     /// The flow an application drives: each flow has one application, built in flow
@@ -817,7 +852,7 @@ impl World {
         );
         self.new_slot(id, h, p.src_node, app, false, local, remote);
         self.conns[id as usize].peer = p.src_conn;
-        let hdr = p.hdr;
+        let hdr = *p.hdr;
         let mut made = None;
         self.with_io(h, |now, io| {
             made = Connection::accept(now, id, &cfg, local, &hdr, iss, io);
@@ -984,8 +1019,9 @@ impl World {
     }
 
     fn host_send(&mut self, h: u32, cid: ConnId, hdr: Headers) {
-        let slot = &self.conns[cid as usize];
         self.next_uid += 1;
+        let hdr = self.boxed(hdr);
+        let slot = &self.conns[cid as usize];
         let p = SimPacket::new(
             hdr,
             self.hosts[h as usize].node,
@@ -1088,6 +1124,7 @@ impl World {
                     payload_len: size.saturating_sub(ip.header_len() as u32 + 8),
                 };
                 self.next_uid += 1;
+                let hdr = self.boxed(hdr);
                 let p = SimPacket::new(
                     hdr,
                     from as NodeId,
@@ -1168,6 +1205,9 @@ pub(crate) fn dir_stats<'a>(mbs: &'a [MbState], d: &'a LinkDir) -> &'a QdiscStat
         Source::Mb(m, md) => mbs[*m as usize].mb.qdisc_stats(*md),
     }
 }
+
+/// Most header boxes kept for reuse (about 10 MB).
+const HDR_POOL_MAX: usize = 1 << 16;
 
 #[inline]
 fn trace_mix(mut h: u64, t: u64, dir: u32, p: &SimPacket) -> u64 {
