@@ -25,7 +25,7 @@
 //! ```sh
 //! cargo build --release -p asymlink-live --example afxdp_forward --bin asymlink-box
 //! sudo target/release/examples/afxdp_forward [--runs 3] [--seconds 5] \
-//!      [--modes kernel,xdp,mmap] [--xdp-mode native|generic] [--rt 20]
+//!      [--modes kernel,xdp,mmap] [--xdp-mode native|generic] [--zerocopy] [--rt 20]
 //! ```
 //!
 //! Prints one line per measurement and the ratios to the kernel of the same run.
@@ -514,6 +514,7 @@ fn xsk(
     ifindex: u32,
     umem: Option<(*mut libc::c_void, usize)>,
     shared: Option<&Xsk>,
+    zerocopy: bool,
 ) -> io::Result<Xsk> {
     let e = |what: &'static str| move |err: io::Error| io::Error::other(format!("{what}: {err}"));
     // SAFETY: plain socket(2).
@@ -589,6 +590,7 @@ fn xsk(
             sa.sxdp_flags = libc::XDP_SHARED_UMEM;
             sa.sxdp_shared_umem_fd = s.fd.as_raw_fd() as u32;
         }
+        None if zerocopy => sa.sxdp_flags = libc::XDP_ZEROCOPY,
         None => sa.sxdp_flags = libc::XDP_COPY,
     }
     // SAFETY: a valid sockaddr_xdp of the size given.
@@ -600,14 +602,14 @@ fn xsk(
         )
     } < 0
     {
+        let err = io::Error::last_os_error();
+        let how = match (shared.is_some(), zerocopy) {
+            (true, _) => "shared UMEM",
+            (false, true) => "zero-copy",
+            (false, false) => "copy mode",
+        };
         return Err(io::Error::other(format!(
-            "bind(AF_XDP, ifindex {ifindex}, queue 0{}): {}",
-            if shared.is_some() {
-                ", shared UMEM"
-            } else {
-                ", copy mode"
-            },
-            io::Error::last_os_error()
+            "bind(AF_XDP, ifindex {ifindex}, queue 0, {how}): {err}"
         )));
     }
     Ok(Xsk {
@@ -715,10 +717,20 @@ fn xdp_stats(x: &Xsk) -> libc::xdp_statistics {
 
 /// The forwarder: sets up in namespace `ns`, reports readiness (or the error) on `ready`,
 /// and forwards until `stop`.
+/// How the forwarder attaches and runs.
+#[derive(Clone, Copy)]
+struct XdpOpts {
+    /// XDP in the generic (skb) path instead of the driver's.
+    generic: bool,
+    /// Ask for zero-copy AF_XDP sockets.
+    zerocopy: bool,
+    /// SCHED_FIFO priority of the forwarding thread (0: normal scheduling).
+    rt: u8,
+}
+
 fn xdp_forwarder(
     ns: &str,
-    generic: bool,
-    rt: u8,
+    opts: XdpOpts,
     stop: &AtomicBool,
     ready: &mpsc::Sender<Result<(), String>>,
 ) -> io::Result<FwdStats> {
@@ -741,8 +753,8 @@ fn xdp_forwarder(
     }
     let result = (|| {
         let (map, prog) = load_program()?;
-        let mut a = xsk(ia, Some((area, len)), None)?;
-        let mut b = xsk(ib, None, Some(&a))?;
+        let mut a = xsk(ia, Some((area, len)), None, opts.zerocopy)?;
+        let mut b = xsk(ib, None, Some(&a), false)?;
         let mut free: Vec<u64> = (0..FRAMES as u64).map(|i| i * FRAME as u64).collect();
         refill(&mut a, &mut free, RING as usize);
         refill(&mut b, &mut free, RING as usize);
@@ -751,11 +763,11 @@ fn xdp_forwarder(
         map_put(&map, 0, a.fd.as_raw_fd())?;
         let (map_b, prog_b) = load_program()?;
         map_put(&map_b, 0, b.fd.as_raw_fd())?;
-        let _la = attach(&prog, ia, generic)?;
-        let _lb = attach(&prog_b, ib, generic)?;
-        if rt > 0 {
+        let _la = attach(&prog, ia, opts.generic)?;
+        let _lb = attach(&prog_b, ib, opts.generic)?;
+        if opts.rt > 0 {
             let p = libc::sched_param {
-                sched_priority: rt as libc::c_int,
+                sched_priority: opts.rt as libc::c_int,
             };
             // SAFETY: plain syscall with a valid sched_param.
             unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
@@ -842,17 +854,19 @@ fn with_kernel(lab: &Lab, seconds: f64) -> io::Result<(f64, u64)> {
     g
 }
 
-fn with_xdp(lab: &Lab, seconds: f64, generic: bool, rt: u8) -> io::Result<((f64, u64), FwdStats)> {
+fn with_xdp(lab: &Lab, seconds: f64, opts: XdpOpts) -> io::Result<((f64, u64), FwdStats)> {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let (ns, st) = (lab.r.clone(), stop.clone());
-    let h = std::thread::spawn(move || {
-        let r = xdp_forwarder(&ns, generic, rt, &st, &tx);
-        if let Err(e) = &r {
-            let _ = tx.send(Err(e.to_string()));
-        }
-        r
-    });
+    let h = std::thread::Builder::new()
+        .name("axdp-fwd".into())
+        .spawn(move || {
+            let r = xdp_forwarder(&ns, opts, &st, &tx);
+            if let Err(e) = &r {
+                let _ = tx.send(Err(e.to_string()));
+            }
+            r
+        })?;
     match rx.recv_timeout(Duration::from_secs(10)) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -947,7 +961,12 @@ fn main() {
         std::process::exit(2);
     }
     let mut args = std::env::args().skip(1);
-    let (mut runs, mut seconds, mut generic, mut rt) = (3usize, 5.0f64, false, 20u8);
+    let (mut runs, mut seconds) = (3usize, 5.0f64);
+    let mut opts = XdpOpts {
+        generic: false,
+        zerocopy: false,
+        rt: 20,
+    };
     let mut modes = vec!["kernel".to_string(), "xdp".into(), "mmap".into()];
     let mut exe = std::env::current_exe()
         .ok()
@@ -959,13 +978,14 @@ fn main() {
             "--runs" => runs = val().parse().expect("--runs N"),
             "--seconds" => seconds = val().parse().expect("--seconds S"),
             "--modes" => modes = val().split(',').map(str::to_string).collect(),
-            "--xdp-mode" => generic = val() == "generic",
-            "--rt" => rt = val().parse().expect("--rt PRIORITY (0: normal scheduling)"),
+            "--xdp-mode" => opts.generic = val() == "generic",
+            "--zerocopy" => opts.zerocopy = true,
+            "--rt" => opts.rt = val().parse().expect("--rt PRIORITY (0: normal scheduling)"),
             "--box" => exe = val().into(),
             _ => {
                 eprintln!(
                     "usage: afxdp_forward [--runs N] [--seconds S] [--modes kernel,xdp,mmap,socket] \
-                     [--xdp-mode native|generic] [--rt PRIORITY] [--box PATH]"
+                     [--xdp-mode native|generic] [--zerocopy] [--rt PRIORITY] [--box PATH]"
                 );
                 std::process::exit(2);
             }
@@ -979,14 +999,19 @@ fn main() {
         }
     };
     println!(
-        "# lab {} / {} / {}; {seconds} s per transfer after 0.5 s; XDP {} mode, AF_XDP copy mode",
+        "# lab {} / {} / {}; {seconds} s per transfer after 0.5 s; XDP {} mode, AF_XDP {}",
         lab.c,
         lab.r,
         lab.s,
-        if generic {
+        if opts.generic {
             "generic (skb)"
         } else {
             "native (driver)"
+        },
+        if opts.zerocopy {
+            "zero-copy"
+        } else {
+            "copy mode"
         }
     );
     let mut failed = false;
@@ -1000,7 +1025,7 @@ fn main() {
             // Goodput, bytes, and the forwarder's CPU time where it has its own thread.
             let r = match m.as_str() {
                 "kernel" => with_kernel(&lab, seconds).map(|g| (g, None, String::new())),
-                "xdp" => with_xdp(&lab, seconds, generic, rt)
+                "xdp" => with_xdp(&lab, seconds, opts)
                     .map(|(g, st)| (g, Some(st.cpu_ns), format!("{st:?}"))),
                 "mmap" | "socket" => {
                     with_box(&lab, seconds, &exe, m).map(|(g, cpu)| (g, Some(cpu), String::new()))
