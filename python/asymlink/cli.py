@@ -405,12 +405,18 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
     if as_json:
         click.echo(json.dumps(result))
         return
-    shown = result.get("subscriber_lines", result)
-    rows = [[k, v if isinstance(v, str) else fmt_number(v, digits=4)] for k, v in shown.items()
-            if not isinstance(v, dict | list)]
-    rows += [[f"{k}.{q}", fmt_number(x, digits=4)] for k, v in shown.items()
-             if k != "per_subscriber_ip_mbps_all" and isinstance(v, dict)
-             for q, x in v.items() if isinstance(x, int | float) and "subscriber_lines" in result]
+    lines = result.get("subscriber_lines")
+    shown = lines if lines is not None else result
+    digits = 4 if lines is None else 6   # memory in kB
+    rows = [[k, v if isinstance(v, str) else fmt_number(v, digits=digits)]
+            for k, v in shown.items() if not isinstance(v, dict | list)]
+    if lines is not None:
+        # The summaries one level down (per-subscriber quantiles, pings, CPU by kind); not
+        # every subscriber's rate, nor the box's whole counters.
+        rows += [[f"{k}.{q}", fmt_number(x, digits=digits)] for k, v in lines.items()
+                 if isinstance(v, dict) and k not in ("per_subscriber_ip_mbps_all",
+                                                      "box_directions")
+                 for q, x in v.items() if isinstance(x, int | float)]
     _stdout().print(TextTable("Live box benchmark", ["metric", "value"], rows).rich())
     for key, reason in result["not_measured"].items():
         click.echo(f"not measured: {key}: {reason}", err=True)
