@@ -389,13 +389,13 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
     if subscribers is not None:
         if len(workers) > 1:
             raise UserError("--workers: one count with --subscribers (the box's workers)")
-        if io_modes != "socket":
-            raise UserError("--io: the subscriber lines are measured with io = socket")
+        if io_modes == "both":
+            raise UserError("--io: one mode with --subscribers (socket or mmap)")
         rate = _rate_option("--subscriber-rate", subscriber_rate)
     try:
         if subscribers is not None:
             result = run_lines_bench(subscribers, rate, seconds, workers[0] if workers else 2,
-                                     direction)
+                                     direction, io[0])
         else:
             result = run_bench(seconds=seconds, io=io, workers=workers)
     except LabError as e:
