@@ -49,6 +49,16 @@ fn flow_summary(w: &World) -> Table {
     let mut started = Vec::with_capacity(n);
     let mut goodput = Vec::with_capacity(n);
     let end = w.now.as_secs_f64();
+    // Each application's primary connections, in connection order (one pass, not one per
+    // flow).
+    let mut primaries: Vec<Vec<u32>> = vec![Vec::new(); w.apps.len()];
+    for (i, slot) in w.conns.iter().enumerate() {
+        if slot.primary {
+            if let Some(v) = primaries.get_mut(slot.app as usize) {
+                v.push(i as u32);
+            }
+        }
+    }
     for (fi, f) in w.flows.iter().enumerate() {
         let _ = fi;
         name.push(f.name.clone());
@@ -60,7 +70,10 @@ fn flow_summary(w: &World) -> Table {
         let (mut s, mut rb, mut d, mut r, mut t, mut fr) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
         let mut lp = 0u64;
         let (mut prtt, mut sx, mut st0) = (0u64, f64::NAN, f64::NAN);
-        for slot in w.conns.iter().filter(|s| s.app == f.app && s.primary) {
+        for slot in primaries[f.app as usize]
+            .iter()
+            .map(|&i| &w.conns[i as usize])
+        {
             let Some(conn) = &slot.conn else { continue };
             c += 1;
             let st = conn.stats();
