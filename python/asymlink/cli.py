@@ -431,7 +431,8 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
               help="The box configuration (TOML, see docs/live.md).")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @click.option("--print-effective", is_flag=True,
-              help="Print the configuration as the box runs it (a `line` expanded) and exit.")
+              help="Print the configuration as the box runs it (a `line` expanded, every "
+                   "subscriber listed) and exit.")
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), help="Master seed.")
 def box_cmd(config: Path, check: bool, print_effective: bool, seed: int | None) -> None:
     """Run the live middlebox in the foreground (in this process).
