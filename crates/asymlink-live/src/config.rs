@@ -154,6 +154,10 @@ pub struct StatsConfig {
     /// How often the served snapshot is refreshed (default 100 ms).
     #[serde(default)]
     pub interval: Option<asymlink_core::units::Span>,
+    /// Each subscriber's counters in the snapshot (`subscribers.lines`; default off: with
+    /// a thousand subscribers they cost milliseconds per snapshot).
+    #[serde(default)]
+    pub subscriber_lines: bool,
 }
 
 /// `[privileges]`.
