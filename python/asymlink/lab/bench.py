@@ -454,12 +454,13 @@ def subscriber_line(rate_bps: float) -> dict[str, Any]:
 LINES_HORIZON = "1ms"
 
 
-def subscriber_box(addrs: list[str], rate_bps: float, workers: int) -> dict[str, Any]:
+def subscriber_box(addrs: list[str], rate_bps: float, workers: int,
+                   io: str = "socket") -> dict[str, Any]:
     """The box of the subscriber-lines run: one `[[subscribers]]` entry per address, each
-    its own line at `rate_bps`, and `workers` workers."""
+    its own line at `rate_bps`, `workers` workers, `[process] io` mode `io`."""
     line = subscriber_line(rate_bps)
     return {"seed": 1,
-            "process": {**PROCESS, "horizon": LINES_HORIZON, "workers": workers},
+            "process": {**PROCESS, "horizon": LINES_HORIZON, "workers": workers, "io": io},
             "subscribers": [{"prefix": a, "line": dict(line)} for a in addrs]}
 
 
@@ -566,7 +567,8 @@ def _ping(lab: Lab, src: str, t0: float, start: float, stop: float,
 
 
 def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: int,
-                  direction: str, not_measured: dict[str, str]) -> dict[str, Any]:
+                  direction: str, not_measured: dict[str, str],
+                  io: str = "socket") -> dict[str, Any]:
     """`n` subscribers, each its own line at `rate_bps` through a box with `workers`
     workers, each saturating its line with one bulk TCP transfer (`direction` `down`:
     from the server to the subscriber; `up`: the other way), all at once, from
@@ -578,9 +580,10 @@ def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: in
     sources = lab.dir / "sources.txt"
     sources.write_text("".join(a + "\n" for a in loaded))
     work = lab.dir
-    box = start_box(lab, subscriber_box(addrs, rate_bps, workers), timeout=60)
+    box = start_box(lab, subscriber_box(addrs, rate_bps, workers, io), timeout=60)
     pid = box.proc.pid
-    out: dict[str, Any] = {"subscribers": n, "workers": workers, "direction": direction,
+    out: dict[str, Any] = {"subscribers": n, "workers": workers, "io": io,
+                           "direction": direction,
                            "rate_mbps": rate_bps / 1e6, "line": subscriber_line(rate_bps),
                            "load_average_start": os.getloadavg()[0]}
     try:
@@ -678,18 +681,20 @@ def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: in
 
 
 def run_lines_bench(n: int, rate_bps: float = 1e6, seconds: float = 5.0, workers: int = 2,
-                    direction: str = "down") -> dict[str, Any]:
+                    direction: str = "down", io: str = "socket") -> dict[str, Any]:
     """`asymlink bench live --subscribers N`: `measure_lines` in a fresh lab (removed
     afterwards), with the run's facts as the other sections have them."""
     if not 1 <= n <= MAX_SUBSCRIBER_LINES:
         raise LabError(f"subscribers: 1 to {MAX_SUBSCRIBER_LINES}, not {n}")
     if direction not in ("down", "up"):
         raise LabError(f"direction: 'down' or 'up', not '{direction}'")
+    if io not in IO_MODES:
+        raise LabError(f"io: unknown mode '{io}' (one of {', '.join(IO_MODES)})")
     lab = Lab.up()
     skipped: dict[str, str] = {}
     try:
         add_subscriber_addresses(lab, subscriber_addrs(n + 1))
-        lines = measure_lines(lab, n, rate_bps, seconds, workers, direction, skipped)
+        lines = measure_lines(lab, n, rate_bps, seconds, workers, direction, skipped, io)
     finally:
         lab.down()
     return {"subscriber_lines": lines, "not_measured": skipped, "seconds": seconds,
