@@ -335,6 +335,16 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
     _stdout().print(TextTable("Simulator benchmark", ["metric", "value"], lines).rich())
 
 
+def _rate_option(name: str, value: str) -> float:
+    """A rate option (`1Mbit`, `512kbit`) in bit/s; a `UserError` naming the option."""
+    from asymlink import validate
+
+    try:
+        return float(validate.rate(value, name))
+    except ConfigError as e:
+        raise UserError(f"{name}: {e.msg}") from None
+
+
 @bench_group.command("live")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--seconds", type=click.FloatRange(min=1, max=60), default=5.0, show_default=True,
@@ -347,13 +357,27 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
                    "the same kernel run.")
 @click.option("--workers", "workers_list", default="", metavar="N[,N...]",
               help="Also measure several clients at once through the box with each of these "
-                   "[process] workers counts (e.g. 1,2), one client per worker.")
+                   "[process] workers counts (e.g. 1,2), one client per worker. With "
+                   "--subscribers: the box's one workers count (default 2).")
+@click.option("--subscribers", "subscribers", type=click.IntRange(min=1, max=4000),
+              default=None, metavar="N",
+              help="Measure N subscriber lines instead: N addresses on the client side, a "
+                   "[[subscribers]] line each, every line saturated by one bulk TCP transfer "
+                   "at once; aggregate and per-subscriber rates, an idle subscriber's ping, "
+                   "the box's memory.")
+@click.option("--subscriber-rate", "subscriber_rate", default="1Mbit", show_default=True,
+              help="With --subscribers: each subscriber's line rate, both ways.")
+@click.option("--direction", type=click.Choice(["down", "up"]), default="down",
+              show_default=True,
+              help="With --subscribers: downloads (server to subscriber) or uploads.")
 def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_modes: str,
-                   workers_list: str) -> None:
+                   workers_list: str, subscribers: int | None, subscriber_rate: str,
+                   direction: str) -> None:
     """Forwarding speed of the live box in a namespace lab (needs root): box_gbps,
-    kernel_gbps, box_shaped_gbps, added latency at half load."""
+    kernel_gbps, box_shaped_gbps, added latency at half load; or, with --subscribers N,
+    N shaped subscriber lines at once."""
     from asymlink.lab import LabError
-    from asymlink.lab.bench import IO_MODES, run_bench
+    from asymlink.lab.bench import IO_MODES, run_bench, run_lines_bench
 
     io = IO_MODES if io_modes == "both" else (io_modes,)
     try:
@@ -362,8 +386,18 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
         raise UserError(f"--workers: '{workers_list}' is not a list of numbers") from None
     if any(not 1 <= w <= 8 for w in workers):
         raise UserError("--workers: each count must be 1..8 (one client host per worker)")
+    if subscribers is not None:
+        if len(workers) > 1:
+            raise UserError("--workers: one count with --subscribers (the box's workers)")
+        if io_modes == "both":
+            raise UserError("--io: one mode with --subscribers (socket or mmap)")
+        rate = _rate_option("--subscriber-rate", subscriber_rate)
     try:
-        result = run_bench(seconds=seconds, io=io, workers=workers)
+        if subscribers is not None:
+            result = run_lines_bench(subscribers, rate, seconds, workers[0] if workers else 2,
+                                     direction, io[0])
+        else:
+            result = run_bench(seconds=seconds, io=io, workers=workers)
     except LabError as e:
         raise UserError(str(e)) from None
     if out_file is not None:
@@ -371,8 +405,18 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
     if as_json:
         click.echo(json.dumps(result))
         return
-    rows = [[k, v if isinstance(v, str) else fmt_number(v, digits=4)] for k, v in result.items()
-            if not isinstance(v, dict)]
+    lines = result.get("subscriber_lines")
+    shown = lines if lines is not None else result
+    digits = 4 if lines is None else 6   # memory in kB
+    rows = [[k, v if isinstance(v, str) else fmt_number(v, digits=digits)]
+            for k, v in shown.items() if not isinstance(v, dict | list)]
+    if lines is not None:
+        # The summaries one level down (per-subscriber quantiles, pings, CPU by kind); not
+        # every subscriber's rate, nor the box's whole counters.
+        rows += [[f"{k}.{q}", fmt_number(x, digits=digits)] for k, v in lines.items()
+                 if isinstance(v, dict) and k not in ("per_subscriber_ip_mbps_all",
+                                                      "box_directions")
+                 for q, x in v.items() if isinstance(x, int | float)]
     _stdout().print(TextTable("Live box benchmark", ["metric", "value"], rows).rich())
     for key, reason in result["not_measured"].items():
         click.echo(f"not measured: {key}: {reason}", err=True)
@@ -387,7 +431,8 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
               help="The box configuration (TOML, see docs/live.md).")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @click.option("--print-effective", is_flag=True,
-              help="Print the configuration as the box runs it (a `line` expanded) and exit.")
+              help="Print the configuration as the box runs it (a `line` expanded, every "
+                   "subscriber listed) and exit.")
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), help="Master seed.")
 def box_cmd(config: Path, check: bool, print_effective: bool, seed: int | None) -> None:
     """Run the live middlebox in the foreground (in this process).

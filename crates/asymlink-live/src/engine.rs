@@ -232,16 +232,10 @@ impl Engine {
     /// side b is `b`, toward side a is `a`).
     pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, ConfigError> {
         let top = Middlebox::new(&cfg.middlebox(), cfg.rates(), pipeline_seed(seed, 0))?;
-        let mut mb = SubscriberBox::new(
-            top,
-            cfg.subscriber_table.clone(),
-            cfg.max_subscribers(),
-            seed,
-        );
-        mb.set_idle_timeout(cfg.subscriber_idle_timeout());
+        let mb = cfg.subscribers.build(top, seed);
         let none = LinkConfig::default();
         let links = [Dir::ToB, Dir::ToA].map(|d| {
-            let idle = mb.top_level().egress(d).qdisc().wants_idle_dequeue();
+            let idle = mb.wants_idle_dequeue(d);
             let side = if d == Dir::ToB { "b" } else { "a" };
             let rng = Rng::new(loss_seed(seed, side, d.name()));
             Link::new(cfg.emulation(d).unwrap_or(&none), rng, idle)
@@ -386,11 +380,11 @@ impl Engine {
         let r = self.mb.reconfigure(
             now,
             new,
-            cfg.subscriber_table.clone(),
-            cfg.max_subscribers(),
+            cfg.subscribers.table.clone(),
+            cfg.subscribers.max_subscribers(),
             &mut self.drops,
         );
-        self.mb.set_idle_timeout(cfg.subscriber_idle_timeout());
+        self.mb.set_idle_timeout(cfg.subscribers.idle_timeout());
         for d in [Dir::ToB, Dir::ToA] {
             self.retired[d.index()].push(r.retired[d.index()].clone());
             self.counters[d.index()]
@@ -401,7 +395,7 @@ impl Engine {
         self.absorb_drops();
         let none = LinkConfig::default();
         for d in [Dir::ToB, Dir::ToA] {
-            let idle = self.mb.top_level().egress(d).qdisc().wants_idle_dequeue();
+            let idle = self.mb.wants_idle_dequeue(d);
             self.links[d.index()].reconfigure(cfg.emulation(d).unwrap_or(&none), idle);
         }
         self.malformed = cfg.malformed;
@@ -584,17 +578,7 @@ impl Engine {
             "latency_us": self.latency.to_json(),
         });
         if !self.mb.table().is_empty() {
-            let st = self.mb.stats();
-            snap["subscribers"] = json!({
-                "configured": self.mb.table().len(),
-                "max": self.mb.max(),
-                "live": self.mb.live(),
-                "created": st.created,
-                "evicted": st.evicted,
-                "expired": st.expired,
-                "unplaced": st.unplaced,
-                "replaced": st.replaced,
-            });
+            snap["subscribers"] = crate::stats::subscribers_json(&self.mb);
         }
         snap
     }

@@ -13,7 +13,6 @@
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod netns;
@@ -36,28 +35,10 @@ fn box_config(dir: &Path, tbf_rate: &str) -> String {
     )
 }
 
-fn start_box(lab: &Lab, dir: &Path) -> (Child, PathBuf) {
+fn start_box(lab: &Lab, dir: &Path) -> (BoxProcess, PathBuf) {
     let cfg = dir.join("box.toml");
     std::fs::write(&cfg, box_config(dir, "4Mbit")).unwrap();
-    let ready = dir.join("ready");
-    let child = Command::new("ip")
-        .args(["netns", "exec", lab.r(), env!("CARGO_BIN_EXE_asymlink-box")])
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--ready-file")
-        .arg(&ready)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("box starts");
-    let t0 = Instant::now();
-    while std::fs::read_to_string(&ready).map_or(true, |s| s.trim().is_empty()) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the box did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child, dir.join("final.json"))
+    (BoxProcess::start(lab.r(), &cfg), dir.join("final.json"))
 }
 
 /// The server sends `PAYLOAD`-byte datagrams to each subscriber at about 20 Mbit/s for
@@ -145,27 +126,14 @@ fn each_subscriber_gets_its_own_rate() {
     let lab = lab("als", "r", &subs, Ipv4Addr::new(10, 78, 0, 200));
     let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (mut child, final_json) = start_box(&lab, &dir);
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (boxp, final_json) = start_box(&lab, &dir);
     let cfg = dir.join("box.toml");
     let new_cfg = box_config(&dir, "3Mbit");
     let got = blast(&lab, &subs, 6.0, || {
         std::fs::write(&cfg, &new_cfg).unwrap();
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        boxp.signal(nix::sys::signal::Signal::SIGHUP);
     });
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            panic!("the box did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "box exit status {status}");
+    boxp.stop();
     let stats: Value =
         serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
     let _ = std::fs::remove_dir_all(&dir);

@@ -12,7 +12,6 @@
 //! never exactly at it, which a fake clock does not show.
 
 use std::net::{Ipv4Addr, UdpSocket};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod netns;
@@ -49,24 +48,7 @@ fn box_trace_link_delivers_at_the_trace_rate() {
         ),
     )
     .unwrap();
-    let ready = dir.join("ready");
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", r, env!("CARGO_BIN_EXE_asymlink-box")])
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--ready-file")
-        .arg(&ready)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("box starts");
-    let t0 = Instant::now();
-    while std::fs::read_to_string(&ready).map_or(true, |s| s.trim().is_empty()) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the box did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let boxp = BoxProcess::start(r, &cfg);
     // The server: (arrival, bytes) of every datagram.
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let s_ns = s.to_string();
@@ -104,23 +86,7 @@ fn box_trace_link_delivers_at_the_trace_rate() {
     .join()
     .unwrap();
     let got = srv.join().unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            panic!("the box did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "box exit status {status}");
+    boxp.stop();
     let stats = std::fs::read_to_string(&final_json).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(

@@ -16,7 +16,6 @@ use asymlink_live::sys::subscriber_hash;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod netns;
@@ -24,7 +23,7 @@ use netns::*;
 
 const PER_SUB: u32 = 400;
 
-fn start_box(lab: &Lab, dir: &Path, io: &str) -> (Child, PathBuf) {
+fn start_box(lab: &Lab, dir: &Path, io: &str) -> (BoxProcess, PathBuf) {
     let final_json = dir.join("final.json");
     let cfg = dir.join("box.toml");
     std::fs::write(
@@ -37,25 +36,7 @@ fn start_box(lab: &Lab, dir: &Path, io: &str) -> (Child, PathBuf) {
         ),
     )
     .unwrap();
-    let ready = dir.join("ready");
-    let child = Command::new("ip")
-        .args(["netns", "exec", lab.r(), env!("CARGO_BIN_EXE_asymlink-box")])
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--ready-file")
-        .arg(&ready)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("box starts");
-    let t0 = Instant::now();
-    while std::fs::read_to_string(&ready).map_or(true, |s| s.trim().is_empty()) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the box did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child, final_json)
+    (BoxProcess::start(lab.r(), &cfg), final_json)
 }
 
 /// Datagrams `[subscriber][seq: u32 BE]` from each subscriber, echoed back. Returns, per
@@ -157,7 +138,7 @@ fn two_workers(io: &str) {
     );
     let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (mut child, final_json) = start_box(&lab, &dir, io);
+    let (boxp, final_json) = start_box(&lab, &dir, io);
     let (got, back) = traffic(&lab, &subs);
     // A reload reaches every worker (the supervisor reads the file once).
     let cfg = dir.join("box.toml");
@@ -167,26 +148,9 @@ fn two_workers(io: &str) {
         format!("{text}[to_b]\nqdisc = {{ kind = \"fifo\", limit = \"500p\" }}\n"),
     )
     .unwrap();
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    boxp.signal(nix::sys::signal::Signal::SIGHUP);
     std::thread::sleep(Duration::from_millis(300));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            panic!("the box did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "box exit status {status}");
+    boxp.stop();
     let stats: Value =
         serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
     let _ = std::fs::remove_dir_all(&dir);

@@ -136,6 +136,9 @@ pub struct BenchResult {
     pub ns_per_hop: f64,
     /// Bottleneck utilisation (delivered bits / capacity over the run).
     pub goodput_fraction: f64,
+    /// Hash of every packet-hop (equal for equal runs: a change to the engine that keeps
+    /// it kept every packet's path and timing).
+    pub trace_hash: u64,
 }
 
 /// Run a benchmark.
@@ -164,5 +167,6 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult, crate::ConfigError> {
         events_per_sec: r.events as f64 / wall,
         ns_per_hop: wall * 1e9 / r.packet_hops.max(1) as f64,
         goodput_fraction: delivered as f64 * 8.0 / (spec.bottleneck_bps as f64 * spec.duration_s),
+        trace_hash: r.trace_hash,
     })
 }

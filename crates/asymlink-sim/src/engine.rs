@@ -34,12 +34,14 @@ use crate::RunOptions;
 use asymlink_core::config::ConfigError;
 use asymlink_core::link::{Feed, Link};
 use asymlink_core::packet::ClassId;
-use asymlink_core::pipeline::{Dir, Egress, Middlebox};
+use asymlink_core::pipeline::{Dir, Egress};
 use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats, Verdict};
 use asymlink_core::rand::Rng;
+use asymlink_core::subscribers::SubscriberBox;
 use asymlink_core::time::{Duration, Instant};
 use asymlink_core::wire::{Headers, IpRepr, Transport, UdpRepr};
 use core::net::IpAddr;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// A scheduled event.
@@ -194,8 +196,9 @@ pub(crate) struct Node {
 pub(crate) struct MbState {
     /// Its name in the scenario.
     pub name: String,
-    /// The core's middlebox (rewriters, classifier, one discipline per direction).
-    pub mb: Middlebox<SimPacket>,
+    /// The core's middlebox: the top-level pipeline (rewriters, classifier, one discipline
+    /// per direction) and its subscribers' trees, if any.
+    pub mb: SubscriberBox<SimPacket>,
     /// The link directions it feeds, indexed by `Dir` (toward a, toward b).
     pub dirs: [u32; 2],
     /// Its live `Mb` event (a discipline's or rewriter's timer).
@@ -241,6 +244,9 @@ pub(crate) struct World {
     pub apps: Vec<Box<dyn App>>,
     app_rngs: Vec<Rng>,
     pub flows: Vec<FlowState>,
+    /// Per application: its connections opened so far, `[not primary, primary]` (the
+    /// suffix of the next connection's label).
+    opened: Vec<[u32; 2]>,
     /// Connection names as the tables show them (see `ConnSlot::label`).
     pub labels: Vec<String>,
     /// Sampled time series and events (the results tables).
@@ -258,6 +264,13 @@ pub(crate) struct World {
     pool_out: Vec<Vec<Headers>>,
     pool_ev: Vec<Vec<ConnEvent>>,
     pool_cmd: Vec<Vec<Cmd>>,
+    /// Header boxes of delivered and dropped packets, reused for new packets (the boxes
+    /// themselves are what is kept: a new packet takes one without allocating).
+    #[allow(
+        clippy::vec_box,
+        reason = "the pool holds allocations to hand out again"
+    )]
+    pool_hdr: Vec<Box<Headers>>,
     drops: Drops<SimPacket>,
     /// Outputs of connection calls not yet flushed (a stack: calls nest).
     pending_out: Vec<(Vec<Headers>, Vec<ConnEvent>)>,
@@ -293,6 +306,7 @@ impl World {
             apps: Vec::new(),
             app_rngs: Vec::new(),
             flows: Vec::new(),
+            opened: Vec::new(),
             labels: Vec::new(),
             monitor: Monitor::new(&spec.monitor),
             captures: Vec::new(),
@@ -304,6 +318,7 @@ impl World {
             pool_out: Vec::new(),
             pool_ev: Vec::new(),
             pool_cmd: Vec::new(),
+            pool_hdr: Vec::new(),
             drops: Drops::new(),
             pending_out: Vec::new(),
             unroutable: 0,
@@ -322,7 +337,9 @@ impl World {
         let seed = self.spec.seed;
         for (i, f) in self.spec.flows.clone().iter().enumerate() {
             let app = self.apps.len() as u32;
+            debug_assert_eq!(app as usize, i, "one application per flow, in order");
             self.apps.push(apps::build(f));
+            self.opened.push([0, 0]);
             self.app_rngs
                 .push(Rng::child(seed, &format!("app:{}", f.name)));
             self.flows.push(FlowState {
@@ -399,6 +416,26 @@ impl World {
         self.queue.push_timer(t, ev);
     }
 
+    /// `hdr` in a header box, reused if one is free.
+    #[inline]
+    fn boxed(&mut self, hdr: Headers) -> Box<Headers> {
+        match self.pool_hdr.pop() {
+            Some(mut b) => {
+                *b = hdr;
+                b
+            }
+            None => Box::new(hdr),
+        }
+    }
+
+    /// Keep the header box of a packet that is gone, for the next packet.
+    #[inline]
+    fn recycle(&mut self, b: Box<Headers>) {
+        if self.pool_hdr.len() < HDR_POOL_MAX {
+            self.pool_hdr.push(b);
+        }
+    }
+
     /// Process events up to `t` (inclusive, capped at the end).
     pub fn run_until(&mut self, t: Instant) {
         let limit = t.min(self.end);
@@ -449,7 +486,9 @@ impl World {
                 let mut drops = std::mem::take(&mut self.drops);
                 self.mbs[m as usize].mb.handle_timeout(now, &mut drops);
                 self.drops = drops;
-                self.handle_drops(&format!("mb:{}", self.mbs[m as usize].name));
+                if !self.drops.is_empty() {
+                    self.handle_drops(&format!("mb:{}", self.mbs[m as usize].name));
+                }
                 self.after_mb(m);
             }
             Ev::Host(h) => {
@@ -636,6 +675,7 @@ impl World {
                 let label = self.label_of(dsc.pkt.src_conn);
                 self.monitor.event(now, kind, at, label, reason);
             }
+            self.recycle(dsc.pkt.hdr);
         }
         self.drops = drops;
     }
@@ -651,11 +691,13 @@ impl World {
             NodeRole::Router(r) => {
                 let NodeRole::Host(h) = self.nodes[p.dst_node as usize].role else {
                     self.unroutable += 1;
+                    self.recycle(p.hdr);
                     return;
                 };
                 let d = self.routes[r as usize].toward(h);
                 if d == NO_ROUTE {
                     self.unroutable += 1;
+                    self.recycle(p.hdr);
                     return;
                 }
                 self.enqueue(d, p);
@@ -663,6 +705,7 @@ impl World {
             NodeRole::Host(h) => {
                 if p.dst_node != node {
                     self.unroutable += 1;
+                    self.recycle(p.hdr);
                     return;
                 }
                 self.host_receive(h, p);
@@ -691,7 +734,8 @@ impl World {
                     if slot.peer == NO_CONN {
                         slot.peer = p.src_conn;
                     }
-                    let hdr = p.hdr;
+                    let hdr = *p.hdr;
+                    self.recycle(p.hdr);
                     self.conn_call(cid, move |c, now, io| c.on_segment(now, &hdr, io));
                     return;
                 }
@@ -703,6 +747,7 @@ impl World {
                     .filter(|_| syn)
                 else {
                     self.no_listener += 1;
+                    self.recycle(p.hdr);
                     return;
                 };
                 self.accept(h, app, &p);
@@ -717,13 +762,34 @@ impl World {
             }
             Transport::Other(_) => {}
         }
+        self.recycle(p.hdr);
     }
 
+    /// The flow an application drives: each flow has one application, built in flow
+    /// order, so the indices agree.
+    #[inline]
     fn flow_of_app(&self, app: u32) -> usize {
-        self.flows
-            .iter()
-            .position(|f| f.app == app)
-            .expect("every app has a flow")
+        debug_assert_eq!(self.flows[app as usize].app, app);
+        app as usize
+    }
+
+    /// The label of the `n`-th connection (from 0) of flow `f` on one side.
+    fn conn_label(&self, f: usize, n: u32) -> String {
+        let base = &self.flows[f].name;
+        if n == 0 {
+            base.clone()
+        } else {
+            format!("{base}#{n}")
+        }
+    }
+
+    /// Connection `id` became open (its endpoint exists): it counts toward the labels of
+    /// the application's later connections on its side.
+    fn count_open(&mut self, id: ConnId) {
+        let s = &self.conns[id as usize];
+        if s.conn.is_some() {
+            self.opened[s.app as usize][s.primary as usize] += 1;
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -752,17 +818,7 @@ impl World {
         }
         let f = self.flow_of_app(app);
         let label = {
-            let n = self
-                .conns
-                .iter()
-                .filter(|s| s.app == app && s.primary == primary && s.conn.is_some())
-                .count();
-            let base = &self.flows[f].name;
-            let name = if n == 0 {
-                base.clone()
-            } else {
-                format!("{base}#{n}")
-            };
+            let name = self.conn_label(f, self.opened[app as usize][primary as usize]);
             self.labels.push(name);
             self.labels.len() as u32 - 1
         };
@@ -799,7 +855,7 @@ impl World {
         );
         self.new_slot(id, h, p.src_node, app, false, local, remote);
         self.conns[id as usize].peer = p.src_conn;
-        let hdr = p.hdr;
+        let hdr = *p.hdr;
         let mut made = None;
         self.with_io(h, |now, io| {
             made = Connection::accept(now, id, &cfg, local, &hdr, iss, io);
@@ -810,32 +866,27 @@ impl World {
             .demux
             .insert((remote.0, remote.1, local.1), id);
         self.conns[id as usize].conn = Some(conn);
+        self.count_open(id);
         let peer = p.src_conn;
         let mut primary = false;
         self.app_call(app, |a, api| primary = a.on_accept(id, peer, api));
-        self.conns[id as usize].primary = primary;
         if primary {
+            self.opened[app as usize][0] -= 1;
+            self.conns[id as usize].primary = true;
             self.relabel(id);
+            self.count_open(id);
         }
         self.flush_io(id);
         self.schedule_conn(id);
     }
 
+    /// Name connection `id` (open, not yet counted) after the primary connections of its
+    /// application opened before it.
     fn relabel(&mut self, id: ConnId) {
         let app = self.conns[id as usize].app;
         let f = self.flow_of_app(app);
-        let n = self
-            .conns
-            .iter()
-            .enumerate()
-            .filter(|(i, s)| *i != id as usize && s.app == app && s.primary && s.conn.is_some())
-            .count();
-        let base = &self.flows[f].name;
-        self.labels[self.conns[id as usize].label as usize] = if n == 0 {
-            base.clone()
-        } else {
-            format!("{base}#{n}")
-        };
+        let name = self.conn_label(f, self.opened[app as usize][1]);
+        self.labels[self.conns[id as usize].label as usize] = name;
     }
 
     // ------------------------------------------------------------------ connections
@@ -971,8 +1022,9 @@ impl World {
     }
 
     fn host_send(&mut self, h: u32, cid: ConnId, hdr: Headers) {
-        let slot = &self.conns[cid as usize];
         self.next_uid += 1;
+        let hdr = self.boxed(hdr);
+        let slot = &self.conns[cid as usize];
         let p = SimPacket::new(
             hdr,
             self.hosts[h as usize].node,
@@ -1039,6 +1091,7 @@ impl World {
                     made = Some(Connection::connect(now, conn, &cfg, local, remote, iss, io));
                 });
                 self.conns[conn as usize].conn = made;
+                self.count_open(conn);
                 self.flush_io(conn);
                 self.schedule_conn(conn);
             }
@@ -1074,6 +1127,7 @@ impl World {
                     payload_len: size.saturating_sub(ip.header_len() as u32 + 8),
                 };
                 self.next_uid += 1;
+                let hdr = self.boxed(hdr);
                 let p = SimPacket::new(
                     hdr,
                     from as NodeId,
@@ -1107,13 +1161,16 @@ impl World {
     pub fn check_conservation(&self) -> Result<(), String> {
         for d in &self.dirs {
             let (st, backlog) = match &d.source {
-                Source::Own(e) => (e.qdisc().stats(), e.qdisc().backlog()),
+                Source::Own(e) => (Cow::Borrowed(e.qdisc().stats()), e.qdisc().backlog()),
                 Source::Mb(m, md) => {
                     let mb = &self.mbs[*m as usize].mb;
                     (mb.qdisc_stats(*md), mb.backlog(*md))
                 }
             };
             st.check(backlog).map_err(|e| format!("{}: {e}", d.name))?;
+        }
+        for m in &self.mbs {
+            m.mb.check().map_err(|e| format!("{}: {e}", m.name))?;
         }
         Ok(())
     }
@@ -1140,20 +1197,24 @@ impl World {
                 let st = dir_stats(&self.mbs, d);
                 let ls = d.line.stats();
                 self.monitor
-                    .queue_row(now, i, st, (d.sojourn_sum_ns, ls.sent));
+                    .queue_row(now, i, &st, (d.sojourn_sum_ns, ls.sent));
                 self.monitor.link_row(now, i, ls.busy_ns, ls.sent_bytes);
             }
         }
     }
 }
 
-/// The counters of the discipline feeding a link direction.
-pub(crate) fn dir_stats<'a>(mbs: &'a [MbState], d: &'a LinkDir) -> &'a QdiscStats {
+/// The counters of the discipline feeding a link direction (a middlebox's: over all its
+/// subscribers' trees).
+pub(crate) fn dir_stats<'a>(mbs: &'a [MbState], d: &'a LinkDir) -> Cow<'a, QdiscStats> {
     match &d.source {
-        Source::Own(e) => e.qdisc().stats(),
+        Source::Own(e) => Cow::Borrowed(e.qdisc().stats()),
         Source::Mb(m, md) => mbs[*m as usize].mb.qdisc_stats(*md),
     }
 }
+
+/// Most header boxes kept for reuse (about 10 MB).
+const HDR_POOL_MAX: usize = 1 << 16;
 
 #[inline]
 fn trace_mix(mut h: u64, t: u64, dir: u32, p: &SimPacket) -> u64 {

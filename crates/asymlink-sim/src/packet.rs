@@ -12,10 +12,15 @@ pub const NO_CONN: ConnId = u32::MAX;
 
 /// A packet in flight in the simulator. Only `hdr` is "on the wire"; the rest is the
 /// simulator's bookkeeping (routing shortcut, demultiplexing shortcut, tracing).
+///
+/// The headers (addresses, TCP options with their SACK blocks: 136 bytes) live out of
+/// line, so the packet itself is 56 bytes: that is what queues and delay lines hold and
+/// move, and what their spare capacity costs. The engine reuses the header boxes of
+/// delivered and dropped packets for new ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimPacket {
     /// The headers (payload bytes are not simulated, only their count).
-    pub hdr: Headers,
+    pub hdr: Box<Headers>,
     /// Class assigned by a classifier on the current hop.
     pub class: ClassId,
     /// Destination node (routing uses it instead of looking up the address).
@@ -40,7 +45,7 @@ pub struct SimPacket {
 impl SimPacket {
     /// A packet with the given headers and bookkeeping; the length is cached from `hdr`.
     pub fn new(
-        hdr: Headers,
+        hdr: Box<Headers>,
         src_node: NodeId,
         dst_node: NodeId,
         src_conn: ConnId,
@@ -63,6 +68,8 @@ impl SimPacket {
     }
 }
 
+const _: () = assert!(core::mem::size_of::<SimPacket>() <= 64);
+
 impl Pkt for SimPacket {
     #[inline]
     fn ip_len(&self) -> u32 {
@@ -70,7 +77,7 @@ impl Pkt for SimPacket {
     }
     #[inline]
     fn headers(&self) -> Option<&Headers> {
-        Some(&self.hdr)
+        Some(&*self.hdr)
     }
     #[inline]
     fn class(&self) -> ClassId {

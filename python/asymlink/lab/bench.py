@@ -45,6 +45,7 @@ from typing import Any
 
 from asymlink.lab.box import start_box
 from asymlink.lab.netns import MAX_CLIENTS, TCP_CC, Lab, LabError, client_addr
+from asymlink.lab.netns import run as run_cmd
 from asymlink.lab.scenario import TRAFFIC
 
 #: The forwarding thread runs under SCHED_FIFO (see docs/performance.md: on this shared
@@ -400,3 +401,303 @@ def _git_rev() -> str:
         return r.stdout.strip()
     except OSError:
         return ""
+
+
+# --- subscriber lines ---------------------------------------------------------------------
+
+#: The subscribers' addresses: 198.18.16.1, 198.18.16.2, ... (inside the lab's benchmarking
+#: range, outside its /24), all on the client namespace's one interface; the server
+#: reaches them through the client's own address.
+SUBSCRIBER_NET = ipaddress.IPv4Network("198.18.16.0/20")
+#: Most subscriber lines a run measures (the /20, less one address for the idle
+#: subscriber that pings).
+MAX_SUBSCRIBER_LINES = 4000
+#: Each line's transfer runs this long before its measured window: N connections set up at
+#: once (a SYN lost to a full backlog is sent again after 1 s) and slow start.
+LINES_WARMUP_S = 2.0
+#: The idle subscriber's ping: one echo request every 20 ms.
+PING_EVERY_S = 0.02
+LINES_PORT = 5400
+BULK = str(Path(__file__).with_name("bulk.py"))
+#: The load generators and the ping run SCHED_FIFO at this priority, above the box's
+#: (`PROCESS`): they sleep between rounds and take a few percent of a core, but a
+#: receiver that samples late or a ping timed late measures itself, not the lines —
+#: with a thousand lines the box's workers alone can keep both cores of this machine busy.
+LOAD_PRIORITY = 30
+RT = ["chrt", "-f", str(LOAD_PRIORITY)]
+#: A full-sized segment: 1448 bytes of payload (MSS with timestamps) in a 1500-byte IP
+#: packet. The lines' shapers count IP bytes.
+PAYLOAD_PER_IP = 1448 / 1500
+
+
+def subscriber_addrs(n: int) -> list[str]:
+    """The first `n` subscriber addresses."""
+    base = int(SUBSCRIBER_NET.network_address)
+    return [str(ipaddress.IPv4Address(base + k)) for k in range(1, n + 1)]
+
+
+def subscriber_line(rate_bps: float) -> dict[str, Any]:
+    """A subscriber's line as an operator selling a plan of `rate_bps` each way writes it
+    (`[[subscribers]]`, docs/live.md): line mode at the provider's end, shaped at the plan
+    rate itself (`*_fraction = 1.0`: no DSL line behind it to move the queue away from) in
+    IP bytes — per subscriber an HTB with a flow-queueing leaf, what LibreQoS builds per
+    subscriber with HTB and CAKE or fq_codel."""
+    rate = f"{int(rate_bps)}bit"
+    return {"down": rate, "up": rate, "down_fraction": 1.0, "up_fraction": 1.0}
+
+
+#: The subscriber-lines box's clock runs this far ahead ([live.md](live.md), Time): many
+#: slow lines have a departure every few microseconds between them, each line only one
+#: every 12 ms (1500 bytes at 1 Mbit/s); a 1 ms horizon lets a wake-up send what is due
+#: within the next millisecond together, and lets no line burst by more than 1 ms of its
+#: rate (125 bytes at 1 Mbit/s).
+LINES_HORIZON = "1ms"
+
+
+def subscriber_box(addrs: list[str], rate_bps: float, workers: int,
+                   io: str = "socket") -> dict[str, Any]:
+    """The box of the subscriber-lines run: one `[[subscribers]]` entry per address, each
+    its own line at `rate_bps`, `workers` workers, `[process] io` mode `io`."""
+    line = subscriber_line(rate_bps)
+    return {"seed": 1,
+            "process": {**PROCESS, "horizon": LINES_HORIZON, "workers": workers, "io": io},
+            "subscribers": [{"prefix": a, "line": dict(line)} for a in addrs]}
+
+
+def add_subscriber_addresses(lab: Lab, addrs: list[str]) -> None:
+    """Give the client namespace's interface every address of `addrs` (one `ip -batch`),
+    and the server a route to them through the client."""
+    batch = lab.dir / "subscribers.ip"
+    batch.write_text("".join(f"address add {a}/32 dev eth0\n" for a in addrs))
+    run_cmd(["ip", "-n", lab.client, "-batch", str(batch)], timeout=120)
+    lab.ip(lab.server, "route", "add", str(SUBSCRIBER_NET), "via", lab.addr("client"))
+
+
+def quantiles(values: list[float], qs: tuple[float, ...]) -> list[float]:
+    """Nearest-rank quantiles of `values` (not empty)."""
+    s = sorted(values)
+    return [s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))] for q in qs]
+
+
+def line_rates(flows: dict[str, list[tuple[float, int]]], addrs: list[str], lo: float,
+               hi: float) -> tuple[dict[str, float], dict[str, str]]:
+    """Each subscriber's IP rate in Mbit/s over `[lo, hi]` from the receiver's samples
+    (goodput / `PAYLOAD_PER_IP`), and the reason for each subscriber without one (no
+    connection, too few samples in the window)."""
+    rates: dict[str, float] = {}
+    missing: dict[str, str] = {}
+    for a in addrs:
+        samples = flows.get(a)
+        if not samples:
+            missing[a] = "no connection"
+            continue
+        try:
+            rates[a] = goodput_gbps(samples, lo, hi) * 1e3 / PAYLOAD_PER_IP
+        except NotMeasured as e:
+            missing[a] = str(e)
+    return rates, missing
+
+
+def summarize_lines(rates: dict[str, float], n: int, rate_bps: float) -> dict[str, Any]:
+    """Aggregate and per-subscriber accuracy of `rates` (IP Mbit/s by subscriber) against
+    `n` lines of `rate_bps`."""
+    want = rate_bps / 1e6
+    vals = list(rates.values())
+    total = sum(vals)
+    out: dict[str, Any] = {
+        "configured_sum_mbps": n * want,
+        "aggregate_ip_mbps": total,
+        "aggregate_goodput_mbps": total * PAYLOAD_PER_IP,
+        "aggregate_vs_configured": total / (n * want) if n else float("nan"),
+        "measured": len(vals),
+        "within_5pct": sum(1 for v in vals if abs(v - want) <= 0.05 * want),
+    }
+    if vals:
+        lo, med, hi = quantiles(vals, (0.0, 0.5, 1.0))
+        out["per_subscriber_ip_mbps"] = {"min": lo, "median": med, "max": hi}
+    return out
+
+
+def _proc_status_kb(pid: int, key: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process `pid`, all its threads."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_cpu() -> dict[str, float]:
+    """The machine's CPU time so far by kind (user, system, softirq, idle, ...), in
+    seconds summed over all CPUs (/proc/stat)."""
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:1 + len(names)]
+    tck = os.sysconf("SC_CLK_TCK")
+    return {k: int(v) / tck for k, v in zip(names, fields, strict=True)}
+
+
+def _ping_stats(report: Path) -> dict[str, Any]:
+    """p50 / p99 / max of a ping report's round-trip times, in ms."""
+    if not report.exists():
+        return {"count": 0}
+    doc = json.loads(report.read_text())
+    rtts = [r * 1e3 for _, r in doc["samples"]]
+    out: dict[str, Any] = {"count": len(rtts), "sent": doc.get("sent")}
+    if rtts:
+        out["p50"], out["p99"], out["max"] = quantiles(rtts, (0.5, 0.99, 1.0))
+    return out
+
+
+def _ping(lab: Lab, src: str, t0: float, start: float, stop: float,
+          report: Path) -> Any:
+    return lab.spawn("client", [*RT, sys.executable, TRAFFIC, "ping", "--to", lab.addr("server"),
+                                "--bind", src, "--t0", repr(t0), "--start", repr(start),
+                                "--stop", repr(stop), "--every", repr(PING_EVERY_S),
+                                "--timeout", "1", "--report", str(report)])
+
+
+def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: int,
+                  direction: str, not_measured: dict[str, str],
+                  io: str = "socket") -> dict[str, Any]:
+    """`n` subscribers, each its own line at `rate_bps` through a box with `workers`
+    workers, each saturating its line with one bulk TCP transfer (`direction` `down`:
+    from the server to the subscriber; `up`: the other way), all at once, from
+    `LINES_WARMUP_S` before the measured window of `seconds`; a subscriber more, idle,
+    pings the server before and during the load. The lab's client namespace must carry
+    `subscriber_addrs(n + 1)` (`add_subscriber_addresses`)."""
+    addrs = subscriber_addrs(n + 1)
+    loaded, idle = addrs[:n], addrs[n]
+    sources = lab.dir / "sources.txt"
+    sources.write_text("".join(a + "\n" for a in loaded))
+    work = lab.dir
+    box = start_box(lab, subscriber_box(addrs, rate_bps, workers, io), timeout=60)
+    pid = box.proc.pid
+    out: dict[str, Any] = {"subscribers": n, "workers": workers, "io": io,
+                           "direction": direction,
+                           "rate_mbps": rate_bps / 1e6, "line": subscriber_line(rate_bps),
+                           "load_average_start": os.getloadavg()[0]}
+    try:
+        out["box_rss_start_kb"] = _proc_status_kb(pid, "VmRSS")
+        # The idle box first: the ping's round trip without the load.
+        t_idle = time.monotonic()
+        _ping(lab, idle, t_idle, 0.0, 1.5, work / "ping-idle.json").wait(timeout=20)
+        # The load: the server's side, then every subscriber's connection at once.
+        ready = work / "bulk.ready"
+        ready.unlink(missing_ok=True)
+        sender_mode, receiver = ("send", "connect") if direction == "down" else ("recv", "serve")
+        receiver_report = work / f"bulk-{receiver}.json"
+        serve_report = work / "bulk-serve.json"
+        connect_report = work / "bulk-connect.json"
+        t0 = time.monotonic() + 0.5
+        end = LINES_WARMUP_S + seconds
+        common = ["--port", str(LINES_PORT), "--t0", repr(t0), "--stop", repr(end),
+                  "--interval", repr(sample_interval(seconds + WARMUP_S)), "--cc", TCP_CC]
+        server = lab.spawn("server", [*RT, sys.executable, BULK, "serve", *common, "--mode",
+                                      sender_mode, "--ready", str(ready), "--report",
+                                      str(serve_report)])
+        deadline = time.monotonic() + 10
+        while not ready.exists():
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise LabError("the bulk server did not start")
+            time.sleep(0.02)
+        client = lab.spawn("client", [
+            *RT, sys.executable, BULK, "connect", *common, "--mode",
+            "recv" if direction == "down" else "send", "--to", lab.addr("server"),
+            "--sources", str(sources), "--report", str(connect_report)])
+        ping = _ping(lab, idle, t0, LINES_WARMUP_S, end, work / "ping-load.json")
+        # The box's CPU time over the measured window, and its memory near its end.
+        time.sleep(max(0.0, t0 + LINES_WARMUP_S - time.monotonic()))
+        procs = {"box": pid, "server": server.pid, "client": client.pid}
+        cpu0, w0 = {k: _cpu_seconds(p) for k, p in procs.items()}, time.monotonic()
+        m0 = _machine_cpu()
+        time.sleep(max(0.0, t0 + end - 0.3 - time.monotonic()))
+        cpu1, w1 = {k: _cpu_seconds(p) for k, p in procs.items()}, time.monotonic()
+        m1 = _machine_cpu()
+        # The whole machine's CPUs over the window, by kind, in cores (other jobs too).
+        out["machine_cpu_cores"] = {k: (m1[k] - m0[k]) / (w1 - w0) for k in m0}
+        out["box_rss_loaded_kb"] = _proc_status_kb(pid, "VmRSS")
+        stats = box.stats()
+        # CPU time over the window (1.0: one core busy): the box's, and the load
+        # generator's on each side (a side that takes a whole core limits the load).
+        for k in procs:
+            a, b = cpu0[k], cpu1[k]
+            if a is not None and b is not None:
+                out[f"{k}_cpu_cores"] = (b - a) / (w1 - w0)
+        for proc in (client, server, ping):
+            proc.wait(timeout=end + 30)
+        out["load_average"] = os.getloadavg()[0]
+        # Every tree still alive, now idle (the idle timeout is 60 s).
+        out["box_rss_after_kb"] = _proc_status_kb(pid, "VmRSS")
+        out["box_rss_peak_kb"] = _proc_status_kb(pid, "VmHWM")
+        after = box.stats()
+    finally:
+        final = box.stop()
+    subs = dict(after.get("subscribers", stats.get("subscribers", {})))
+    out["box_subscribers"] = subs
+    live = subs.get("live")
+    rss0, rss1 = out.get("box_rss_start_kb"), out.get("box_rss_after_kb")
+    out["memory_per_idle_subscriber_kb"] = ((rss1 - rss0) / live if live and rss0 is not None
+                                            and rss1 is not None else None)
+    out["per_worker_received"] = [w["received"]["to_b"] + w["received"]["to_a"]
+                                  for w in final.get("workers", [])]
+    out["rx_kernel_drops"] = sum(d.get("rx_kernel_drops", 0)
+                                 for d in final.get("directions", {}).values())
+    # Every direction's counters (all subscribers' traffic): what the lines dropped, why.
+    out["box_directions"] = final.get("directions", {})
+    conn = json.loads(connect_report.read_text()) if connect_report.exists() else {}
+    out["connected"] = conn.get("connected")
+    out["connect_errors"] = conn.get("errors")
+    flows = (json.loads(receiver_report.read_text()).get("flows", {})
+             if receiver_report.exists() else {})
+    # The receiver's times are seconds since t0.
+    rates, missing = line_rates(flows, loaded, LINES_WARMUP_S, end)
+    out.update(summarize_lines(rates, n, rate_bps))
+    if missing:
+        first = next(iter(missing.items()))
+        not_measured["subscriber_lines.per_subscriber"] = (
+            f"{len(missing)} of {n} subscribers have no rate (e.g. {first[0]}: {first[1]})")
+    out["per_subscriber_ip_mbps_all"] = {a: round(r, 4) for a, r in rates.items()}
+    idle_ping, load_ping = (_ping_stats(work / "ping-idle.json"),
+                            _ping_stats(work / "ping-load.json"))
+    out["ping_idle_ms"], out["ping_loaded_ms"] = idle_ping, load_ping
+    for q in ("p50", "p99"):
+        if q in idle_ping and q in load_ping:
+            out[f"added_latency_{q}_ms"] = load_ping[q] - idle_ping[q]
+        else:
+            not_measured[f"subscriber_lines.added_latency_{q}_ms"] = (
+                f"the idle subscriber's ping got {idle_ping['count']} answers idle and "
+                f"{load_ping['count']} under load")
+    return out
+
+
+def run_lines_bench(n: int, rate_bps: float = 1e6, seconds: float = 5.0, workers: int = 2,
+                    direction: str = "down", io: str = "socket") -> dict[str, Any]:
+    """`asymlink bench live --subscribers N`: `measure_lines` in a fresh lab (removed
+    afterwards), with the run's facts as the other sections have them."""
+    if not 1 <= n <= MAX_SUBSCRIBER_LINES:
+        raise LabError(f"subscribers: 1 to {MAX_SUBSCRIBER_LINES}, not {n}")
+    if direction not in ("down", "up"):
+        raise LabError(f"direction: 'down' or 'up', not '{direction}'")
+    if io not in IO_MODES:
+        raise LabError(f"io: unknown mode '{io}' (one of {', '.join(IO_MODES)})")
+    lab = Lab.up()
+    skipped: dict[str, str] = {}
+    try:
+        add_subscriber_addresses(lab, subscriber_addrs(n + 1))
+        lines = measure_lines(lab, n, rate_bps, seconds, workers, direction, skipped, io)
+    finally:
+        lab.down()
+    return {"subscriber_lines": lines, "not_measured": skipped, "seconds": seconds,
+            "warmup_s": LINES_WARMUP_S, "mtu": 1500, "cpus": os.cpu_count(),
+            "kernel": platform.release(), "load_average": os.getloadavg()[0],
+            "git": _git_rev()}

@@ -293,9 +293,10 @@ def bbr_rows(arms: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> list[Row
     and how long STARTUP lasted, counted from the first ACK BBR took (so the lab's
     process start-up does not count), within one RTT (the lab's minimum RTT as Linux's
     BBR measured it). The STARTUP row is reported, not decisive: STARTUP ends at a round
-    boundary once the bandwidth estimate stopped growing, and on the slow ACK path Linux
-    still ends it one or two rounds later than the model (docs/tcp.md, "Agreement with
-    Linux")."""
+    boundary once the bandwidth estimate grew by less than 25 % for three rounds, and on
+    the slow ACK path the estimate climbs in steps near that threshold, so a few quick
+    ACKs more or less in the first round trips move the end by a round of about 100 ms
+    (docs/tcp.md, "STARTUP on the slow ACK path, segment by segment")."""
     rows = []
     for arm, (s, lab) in arms.items():
         for flow, lb in lab.get("bbr", {}).items():

@@ -18,7 +18,8 @@ Commands:
               waiting for the previous echo), echoed back; the time to the echo is
               `echo_latency_s`, recorded when the echo arrives (as the simulator's telnet
               app).
-* `ping`    — ICMP echo over a raw socket (root in the namespace): `ping_rtt_s`.
+* `ping`    — ICMP echo over a raw socket (root in the namespace): `ping_rtt_s`; `--bind`
+              chooses the source address.
 
 Times in reports are seconds since `--t0` (a `time.monotonic()` value shared by every
 process of a run; namespaces share the monotonic clock).
@@ -368,6 +369,9 @@ def _icmp_checksum(b: bytes) -> int:
 def ping(a: argparse.Namespace) -> None:
     time.sleep(max(0.0, a.t0 + a.start - time.monotonic()))
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    if a.bind:
+        # The echo request's source address (a host with several, e.g. subscribers).
+        s.bind((a.bind, 0))
     ident = os.getpid() & 0xFFFF
     deadline = a.t0 + a.stop
     out: list[tuple[float, float]] = []
@@ -429,6 +433,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--timeout", type=float, default=2.0)
         sp.add_argument("--cc-every", type=float, default=0.002,
                         help="send: how often BBR's gains are looked at (phase changes), s")
+        if name == "ping":
+            sp.add_argument("--bind", default="", help="source address of the requests")
         sp.set_defaults(fn=fn)
     sp = sub.add_parser("echo-server")
     common(sp)

@@ -11,7 +11,9 @@
 use nix::sched::{setns, CloneFlags};
 use std::fs::File;
 use std::net::Ipv4Addr;
-use std::process::Command;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 pub const MAC_C: &str = "02:00:00:78:00:01";
 pub const MAC_S: &str = "02:00:00:78:00:02";
@@ -172,4 +174,72 @@ pub fn lab(prefix: &str, tag: &str, subs: &[Ipv4Addr], server: Ipv4Addr) -> Lab 
 pub fn enter(ns: &str) {
     let f = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
     setns(f, CloneFlags::CLONE_NEWNET).expect("setns");
+}
+
+/// `asymlink-box` running in a namespace; killed if still running when dropped.
+pub struct BoxProcess {
+    child: Child,
+}
+
+impl BoxProcess {
+    /// Starts the box in `ns` with the configuration file `config`, and returns once it
+    /// has written its ready file (in the configuration's directory; at most 10 s).
+    pub fn start(ns: &str, config: &Path) -> BoxProcess {
+        let ready = config.with_file_name("ready");
+        let _ = std::fs::remove_file(&ready);
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_asymlink-box")])
+            .arg("--config")
+            .arg(config)
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("box starts");
+        let mut b = BoxProcess { child };
+        let t0 = Instant::now();
+        while std::fs::read_to_string(&ready).map_or(true, |s| s.trim().is_empty()) {
+            if let Some(status) = b.child.try_wait().unwrap() {
+                panic!("the box exited before it was ready: {status}");
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the box did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        b
+    }
+
+    /// Sends the box `sig` (SIGHUP reloads its configuration).
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, sig).expect("signal the box");
+    }
+
+    /// Stops the box with SIGTERM and asserts that it exits cleanly within 10 s.
+    pub fn stop(mut self) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the box did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "box exit status {status}");
+    }
+}
+
+impl Drop for BoxProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }

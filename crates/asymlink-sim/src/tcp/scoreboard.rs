@@ -156,6 +156,10 @@ pub struct Scoreboard {
     lost_scanned: u64,
     /// No segment starting below this offset is a retransmission candidate.
     retx_hint: u64,
+    /// No segment ending above this offset has a retransmission in flight (the largest
+    /// end of a segment retransmitted since the last timeout): the search for the highest
+    /// one (RFC 6675 HighRxt) starts there, not at the end of the board.
+    retx_top: u64,
     /// SACKed ranges already applied (sorted, merged), so a SACK block repeated on every
     /// ACK costs only a lookup, not a walk over its segments.
     sacked_ranges: Vec<(u64, u64)>,
@@ -367,7 +371,10 @@ impl Scoreboard {
         let mut count = 0u32;
         let mut bytes = 0u64;
         let mut boundary = None;
-        for i in (0..self.segs.len()).rev() {
+        // Every SACKed segment ends at or below the highest SACKed offset: the walk down
+        // to the `dupthresh`-th SACKed segment starts there, not at the end of the board.
+        let top = self.segs.partition_point(|s| s.start < self.high_sacked);
+        for i in (0..top).rev() {
             let s = &self.segs[i];
             if s.has(SACKED) {
                 count += 1;
@@ -406,18 +413,8 @@ impl Scoreboard {
         if head.has(SACKED) {
             return false;
         }
-        let mut count = 0u32;
-        let mut bytes = 0u64;
-        for s in self.segs.iter().skip(1) {
-            if s.has(SACKED) {
-                count += 1;
-                bytes += s.len();
-                if count >= dupthresh || bytes > (dupthresh as u64 - 1) * mss {
-                    return true;
-                }
-            }
-        }
-        false
+        // Every SACKed segment lies above the head: the counters say it without a walk.
+        self.sacked_segs >= dupthresh as u64 || self.sacked > (dupthresh as u64 - 1) * mss
     }
 
     /// Mark the first outstanding segment lost (fast retransmit / NewReno partial ACK).
@@ -444,6 +441,7 @@ impl Scoreboard {
         self.retx_out = 0;
         self.lost = 0;
         self.retx_hint = 0;
+        self.retx_top = 0;
         self.lost_scanned = self.segs.back().map_or(0, |s| s.end);
         for s in self.segs.iter_mut() {
             if !s.has(SACKED) {
@@ -493,9 +491,10 @@ impl Scoreboard {
     /// flight (HighRxt) and wholly below the highest SACKed offset (HighSACK) that is not
     /// SACKed, not presumed lost and not being retransmitted.
     pub fn next_below_high_sacked(&self) -> Option<usize> {
+        let top = self.segs.partition_point(|s| s.end <= self.retx_top);
         let from = self
             .segs
-            .iter()
+            .range(..top)
             .rposition(|s| s.has(RETX_OUT))
             .map_or(0, |i| i + 1);
         self.segs
@@ -525,6 +524,7 @@ impl Scoreboard {
     pub fn retransmitted(&mut self, i: usize, now: Instant) {
         let s = &mut self.segs[i];
         self.retx_hint = self.retx_hint.max(s.start);
+        self.retx_top = self.retx_top.max(s.end);
         if !s.has(RETX_OUT) && !s.has(SACKED) {
             self.retx_out += s.end - s.start;
         }
@@ -711,6 +711,153 @@ mod tests {
             });
         }
         b
+    }
+
+    /// The board's former walks over every segment, kept as the reference for the
+    /// searches that now start from the counters and offsets.
+    fn walk_head_is_lost(b: &Scoreboard, dupthresh: u32, mss: u64) -> bool {
+        let Some(head) = b.segs.front() else {
+            return false;
+        };
+        if head.has(SACKED) {
+            return false;
+        }
+        let (mut count, mut bytes) = (0u32, 0u64);
+        for s in b.segs.iter().skip(1) {
+            if s.has(SACKED) {
+                count += 1;
+                bytes += s.len();
+                if count >= dupthresh || bytes > (dupthresh as u64 - 1) * mss {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn walk_next_below_high_sacked(b: &Scoreboard) -> Option<usize> {
+        let from = b
+            .segs
+            .iter()
+            .rposition(|s| s.has(RETX_OUT))
+            .map_or(0, |i| i + 1);
+        b.segs
+            .range(from..)
+            .take_while(|s| s.end <= b.high_sacked)
+            .position(|s| !s.has(SACKED | LOST | RETX_OUT))
+            .map(|i| i + from)
+    }
+
+    fn walk_mark_lost(b: &mut Scoreboard, dupthresh: u32, mss: u64) -> u64 {
+        if b.sacked == 0 {
+            return 0;
+        }
+        let (mut count, mut bytes, mut boundary) = (0u32, 0u64, None);
+        for i in (0..b.segs.len()).rev() {
+            let s = &b.segs[i];
+            if s.has(SACKED) {
+                count += 1;
+                bytes += s.len();
+                if count >= dupthresh || bytes > (dupthresh as u64 - 1) * mss {
+                    boundary = Some(i);
+                    break;
+                }
+            }
+        }
+        let Some(bd) = boundary else { return 0 };
+        let mut newly = 0;
+        let from = b.segs.partition_point(|s| s.end <= b.lost_scanned);
+        if from < bd {
+            b.lost_scanned = b.segs[bd - 1].end;
+            b.retx_hint = b.retx_hint.min(b.segs[from].start);
+        }
+        for i in from..bd {
+            let s = b.segs[i];
+            if !s.has(SACKED | LOST | RETX_OUT) {
+                b.lost_marks += 1;
+                b.segs[i].flags |= LOST;
+                b.lost += s.len();
+                newly += s.len();
+            }
+        }
+        newly
+    }
+
+    #[test]
+    fn searches_agree_with_walks_over_the_whole_board() {
+        // Random sends, SACKs, cumulative ACKs, loss marks, retransmissions and timeouts;
+        // after each step the searches must answer as the walks over every segment do.
+        for seed in 0..40 {
+            let mut rng = asymlink_core::rand::Rng::new(seed);
+            let mut b = Scoreboard::default();
+            let (mut next, mut una, mut t) = (1u64, 1u64, 0u64);
+            for _ in 0..600 {
+                t += 1;
+                let now = Instant::from_millis(t);
+                match rng.below(16) {
+                    0..=4 => {
+                        let len = 50 + rng.below(3) * 25;
+                        b.push(SentSeg {
+                            start: next,
+                            end: next + len,
+                            sent_at: now,
+                            flags: 0,
+                            order: 0,
+                        });
+                        next += len;
+                    }
+                    5..=7 if next > una => {
+                        let l = una + rng.below(next - una);
+                        let r = (l + 1 + rng.below(300)).min(next);
+                        b.sack(l, r);
+                    }
+                    8 if next > una => {
+                        let prior = b.fack();
+                        una += rng.below((next - una).min(400) + 1);
+                        b.ack_to(una, prior);
+                    }
+                    9 | 10 => {
+                        let mut w = b.clone();
+                        let got = b.mark_lost(3, 100);
+                        assert_eq!(got, walk_mark_lost(&mut w, 3, 100), "seed {seed}");
+                        assert_eq!(format!("{b:?}"), format!("{w:?}"), "seed {seed}");
+                    }
+                    11 => {
+                        if let Some(i) = b.next_retransmit_mut() {
+                            b.retransmitted(i, now);
+                        }
+                    }
+                    12 => {
+                        if let Some(i) = b.next_below_high_sacked() {
+                            b.retransmitted(i, now);
+                        } else if let Some(i) = b.last_unsacked() {
+                            b.retransmitted(i, now);
+                        }
+                    }
+                    13 => b.mark_head_lost(),
+                    14 => match rng.below(8) {
+                        0 => b.mark_all_lost(),
+                        1 => b.unmark_lost(),
+                        2 => b.clear_sacks(),
+                        _ => {}
+                    },
+                    _ => {}
+                }
+                b.check();
+                for dupthresh in [1, 3, 5] {
+                    assert_eq!(
+                        b.head_is_lost(dupthresh, 100),
+                        walk_head_is_lost(&b, dupthresh, 100),
+                        "seed {seed}"
+                    );
+                }
+                assert_eq!(
+                    b.next_below_high_sacked(),
+                    walk_next_below_high_sacked(&b),
+                    "seed {seed}"
+                );
+            }
+        }
     }
 
     #[test]
