@@ -47,7 +47,8 @@ def test_subscriber_addresses_are_distinct_and_outside_the_lab_hosts() -> None:
 
 def test_subscriber_box_is_a_valid_configuration(tmp_path: Path) -> None:
     body = subscriber_box(subscriber_addrs(3), 2e6, 2)
-    assert body["process"]["workers"] == 2
+    assert body["process"]["workers"] == 2 and body["process"]["io"] == "socket"
+    assert subscriber_box(subscriber_addrs(3), 2e6, 2, "mmap")["process"]["io"] == "mmap"
     assert [s["prefix"] for s in body["subscribers"]] == subscriber_addrs(3)
     assert body["subscribers"][0]["line"] == {"down": "2000000bit", "up": "2000000bit",
                                               "down_fraction": 1.0, "up_fraction": 1.0}
@@ -84,6 +85,8 @@ def test_subscriber_options_are_checked_before_any_lab() -> None:
     assert r.exit_code != 0 and "--subscriber-rate" in r.output
     r = CliRunner().invoke(cli, ["bench", "live", "--subscribers", "4001"])
     assert r.exit_code != 0
+    r = CliRunner().invoke(cli, ["bench", "live", "--subscribers", "4", "--io", "both"])
+    assert r.exit_code != 0 and "one mode" in r.output
 
 
 def test_bulk_carries_many_connections_over_loopback(tmp_path: Path) -> None:

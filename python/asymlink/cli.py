@@ -389,13 +389,13 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
     if subscribers is not None:
         if len(workers) > 1:
             raise UserError("--workers: one count with --subscribers (the box's workers)")
-        if io_modes != "socket":
-            raise UserError("--io: the subscriber lines are measured with io = socket")
+        if io_modes == "both":
+            raise UserError("--io: one mode with --subscribers (socket or mmap)")
         rate = _rate_option("--subscriber-rate", subscriber_rate)
     try:
         if subscribers is not None:
             result = run_lines_bench(subscribers, rate, seconds, workers[0] if workers else 2,
-                                     direction)
+                                     direction, io[0])
         else:
             result = run_bench(seconds=seconds, io=io, workers=workers)
     except LabError as e:
@@ -405,12 +405,18 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
     if as_json:
         click.echo(json.dumps(result))
         return
-    shown = result.get("subscriber_lines", result)
-    rows = [[k, v if isinstance(v, str) else fmt_number(v, digits=4)] for k, v in shown.items()
-            if not isinstance(v, dict | list)]
-    rows += [[f"{k}.{q}", fmt_number(x, digits=4)] for k, v in shown.items()
-             if k != "per_subscriber_ip_mbps_all" and isinstance(v, dict)
-             for q, x in v.items() if isinstance(x, int | float) and "subscriber_lines" in result]
+    lines = result.get("subscriber_lines")
+    shown = lines if lines is not None else result
+    digits = 4 if lines is None else 6   # memory in kB
+    rows = [[k, v if isinstance(v, str) else fmt_number(v, digits=digits)]
+            for k, v in shown.items() if not isinstance(v, dict | list)]
+    if lines is not None:
+        # The summaries one level down (per-subscriber quantiles, pings, CPU by kind); not
+        # every subscriber's rate, nor the box's whole counters.
+        rows += [[f"{k}.{q}", fmt_number(x, digits=digits)] for k, v in lines.items()
+                 if isinstance(v, dict) and k not in ("per_subscriber_ip_mbps_all",
+                                                      "box_directions")
+                 for q, x in v.items() if isinstance(x, int | float)]
     _stdout().print(TextTable("Live box benchmark", ["metric", "value"], rows).rich())
     for key, reason in result["not_measured"].items():
         click.echo(f"not measured: {key}: {reason}", err=True)
@@ -425,7 +431,8 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
               help="The box configuration (TOML, see docs/live.md).")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @click.option("--print-effective", is_flag=True,
-              help="Print the configuration as the box runs it (a `line` expanded) and exit.")
+              help="Print the configuration as the box runs it (a `line` expanded, every "
+                   "subscriber listed) and exit.")
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), help="Master seed.")
 def box_cmd(config: Path, check: bool, print_effective: bool, seed: int | None) -> None:
     """Run the live middlebox in the foreground (in this process).

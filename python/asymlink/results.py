@@ -38,6 +38,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "flow_summary": ("flow",),
     "queue_summary": ("queue",),
     "qdisc_counters": ("queue", "counter", "value"),
+    "subscriber_summary": ("middlebox", "subscriber"),
 }
 
 

@@ -32,16 +32,30 @@
 //! thousand subscribers. [`SubscriberBox::reconfigure`] (a reload) keeps the tree of every
 //! subscriber whose entry did not change, with its queues; the packets of changed and
 //! removed subscribers are offered again to what now matches them.
+//!
+//! When no tree has a packet ready the link goes idle: a discipline that watches for
+//! that ([`Qdisc::wants_idle_dequeue`](crate::qdisc::Qdisc::wants_idle_dequeue), the ACK
+//! filter's channel estimator) is asked then, in the top-level pipeline and in every
+//! subscriber's tree alike — at a cost in proportion to the trees whose configuration
+//! has such a discipline, paid only when the link idles.
+//!
+//! Each subscriber keeps counters over the lives of its trees
+//! ([`SubscriberBox::counters`]: packets and bytes sent and discarded per direction,
+//! trees created and evicted). The keys are read by [`SubscriberConfig::take`], for the
+//! live box's file and a simulator `[[middleboxes]]` entry alike.
 
 use crate::config::ConfigError;
 use crate::packet::{ClassId, HeaderPacket, Pkt};
 use crate::pipeline::{Dir, Middlebox, MiddleboxConfig};
 use crate::qdisc::{Backlog, Dequeued, Drops, QdiscStats};
 use crate::time::{earliest, Duration, Instant};
+use crate::units::Span;
 use core::fmt;
 use core::net::IpAddr;
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::path::Path;
 use toml::{Table, Value};
 
 /// An address prefix, IPv4 or IPv6, with no host bits set.
@@ -126,6 +140,9 @@ pub struct SubscriberEntry {
     /// The entry as written, without `prefix` and with its `line` expanded: a reload
     /// keeps a subscriber's tree when this did not change.
     pub table: Table,
+    /// Whether its discipline of each direction (`Dir::index`) watches the link go idle
+    /// ([`Qdisc::wants_idle_dequeue`](crate::qdisc::Qdisc::wants_idle_dequeue)).
+    pub wants_idle: [bool; 2],
 }
 
 /// Longest-prefix match: one hash map per prefix length in use, longest first.
@@ -238,6 +255,196 @@ impl SubscriberTable {
     }
 }
 
+/// The keys of a middlebox's configuration that describe its subscribers — the same in the
+/// box's file and in a scenario's `[[middleboxes]]` entry.
+pub const KEYS: [&str; 4] = [
+    "subscribers",
+    "subscribers_file",
+    "max_subscribers",
+    "subscriber_idle_timeout",
+];
+
+/// `subscriber_idle_timeout` when not given.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The subscriber keys of a middlebox's configuration, checked:
+///
+/// ```toml
+/// max_subscribers = 5000            # trees alive at once (default: one per entry)
+/// subscriber_idle_timeout = "60s"   # "0s": evict only at the cap
+/// subscribers_file = "subs.toml"    # more [[subscribers]] entries (relative to the file)
+/// [[subscribers]]
+/// prefix = "198.18.0.12"
+/// line = { down = "8Mbit", up = "1Mbit" }
+/// ```
+///
+/// The box and the simulator both take these keys off the configuration table with
+/// [`SubscriberConfig::take`] before the rest is deserialised, and build their middlebox
+/// with [`SubscriberConfig::build`].
+#[derive(Clone, Debug, Default)]
+pub struct SubscriberConfig {
+    /// The entries of `subscribers`, then those of `subscribers_file`.
+    pub table: SubscriberTable,
+    /// How many entries `subscribers` gave (the rest came from `subscribers_file`).
+    pub inline: usize,
+    /// `max_subscribers` (`None`: one tree per entry).
+    pub max: Option<usize>,
+    /// `subscriber_idle_timeout` (`None`: [`DEFAULT_IDLE_TIMEOUT`]).
+    pub idle_timeout: Option<Duration>,
+}
+
+impl SubscriberConfig {
+    /// Take the subscriber keys ([`KEYS`]) out of `t`, a middlebox's configuration table,
+    /// and check them; `subscribers_file` is read with `read`, relative to `base`. Errors
+    /// name the key: `subscribers[3].prefix`, `subscribers_file.subscribers[0].to_b.qdisc`,
+    /// `max_subscribers`.
+    pub fn take(
+        t: &mut Table,
+        base: Option<&Path>,
+        read: &mut dyn FnMut(&Path) -> std::io::Result<String>,
+    ) -> Result<SubscriberConfig, ConfigError> {
+        let mut c = SubscriberConfig::default();
+        match t.remove("subscribers") {
+            None => {}
+            Some(Value::Array(list)) => {
+                c.table.add_entries("subscribers", &list)?;
+                c.inline = list.len();
+            }
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "subscribers",
+                    "must be an array of tables ([[subscribers]])",
+                ))
+            }
+        }
+        if let Some(v) = t.remove("subscribers_file") {
+            let key = "subscribers_file";
+            let Value::String(f) = v else {
+                return Err(ConfigError::new(key, "must be a path (a string)"));
+            };
+            let f = Path::new(&f);
+            let path = match base {
+                Some(b) if f.is_relative() => b.join(f),
+                _ => f.to_path_buf(),
+            };
+            let text = read(&path).map_err(|e| {
+                ConfigError::new(key, format!("cannot read '{}': {e}", path.display()))
+            })?;
+            let mut ft: Table = text.parse().map_err(|e: toml::de::Error| {
+                ConfigError::new(
+                    key,
+                    format!("'{}': {}", path.display(), e.to_string().trim()),
+                )
+            })?;
+            let list = match ft.remove("subscribers") {
+                None => Vec::new(),
+                Some(Value::Array(a)) => a,
+                Some(_) => {
+                    return Err(ConfigError::new(
+                        format!("{key}.subscribers"),
+                        format!("'{}': must be an array of tables", path.display()),
+                    ))
+                }
+            };
+            if let Some(k) = ft.keys().next() {
+                return Err(ConfigError::new(
+                    format!("{key}.{k}"),
+                    format!(
+                        "'{}': unknown key; the file holds [[subscribers]] entries only",
+                        path.display()
+                    ),
+                ));
+            }
+            // Errors name the file's entry: subscribers_file.subscribers[3].prefix.
+            c.table
+                .add_entries("subscribers", &list)
+                .map_err(|e| e.within(key))?;
+        }
+        match t.remove("max_subscribers") {
+            None => {}
+            Some(Value::Integer(n)) if n > 0 => {
+                c.max = Some(usize::try_from(n).unwrap_or(usize::MAX))
+            }
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "max_subscribers",
+                    "must be a positive integer",
+                ))
+            }
+        }
+        if let Some(v) = t.remove("subscriber_idle_timeout") {
+            let s: Span = v.try_into().map_err(|e: toml::de::Error| {
+                ConfigError::new("subscriber_idle_timeout", e.message().trim().to_string())
+            })?;
+            c.idle_timeout = Some(s.0);
+        }
+        Ok(c)
+    }
+
+    /// Whether there are no subscribers.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Trees alive at once: `max_subscribers`, or one per entry.
+    pub fn max_subscribers(&self) -> usize {
+        self.max.unwrap_or(self.table.len()).max(1)
+    }
+
+    /// How long a tree may stay idle (`None`: until the cap needs it).
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        let t = self.idle_timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
+        (!t.is_zero()).then_some(t)
+    }
+
+    /// The key of entry `i`: `subscribers[i]`, or `subscribers_file.subscribers[j]`.
+    pub fn key_of(&self, i: usize) -> String {
+        if i < self.inline {
+            format!("subscribers[{i}]")
+        } else {
+            format!("subscribers_file.subscribers[{}]", i - self.inline)
+        }
+    }
+
+    /// The top-level pipeline `top` and these subscribers as one middlebox; the trees
+    /// derive their seeds from `seed`.
+    pub fn build<P: Pkt + Send + 'static>(&self, top: Middlebox<P>, seed: u64) -> SubscriberBox<P> {
+        let mut b = SubscriberBox::new(top, self.table.clone(), self.max_subscribers(), seed);
+        b.set_idle_timeout(self.idle_timeout());
+        b
+    }
+
+    /// Put the subscribers into `t` as the middlebox runs them: every entry (those of
+    /// `subscribers_file` too) with its prefix and its `line` expanded into `to_a` and
+    /// `to_b`, and `max_subscribers` and `subscriber_idle_timeout` in effect. Nothing
+    /// when there are none.
+    pub fn write_effective(&self, t: &mut Table) {
+        if self.is_empty() {
+            return;
+        }
+        let list = self
+            .table
+            .entries()
+            .iter()
+            .map(|e| {
+                let mut et = Table::new();
+                et.insert("prefix".into(), Value::String(e.prefix.to_string()));
+                et.extend(e.table.clone());
+                Value::Table(et)
+            })
+            .collect();
+        t.insert(
+            "max_subscribers".into(),
+            Value::Integer(i64::try_from(self.max_subscribers()).unwrap_or(i64::MAX)),
+        );
+        t.insert(
+            "subscriber_idle_timeout".into(),
+            Value::String(Span(self.idle_timeout().unwrap_or(Duration::ZERO)).to_string()),
+        );
+        t.insert("subscribers".into(), Value::Array(list));
+    }
+}
+
 fn parse_entry(v: &Value) -> Result<SubscriberEntry, ConfigError> {
     let Value::Table(t) = v else {
         return Err(ConfigError::new("", "must be a table"));
@@ -269,11 +476,13 @@ fn parse_entry(v: &Value) -> Result<SubscriberEntry, ConfigError> {
     }
     crate::line::expand(&mut t)?;
     let config: MiddleboxConfig = crate::config::from_toml_table(t.clone(), "")?;
-    Middlebox::<HeaderPacket>::new(&config, [None, None], 0)?;
+    let mb = Middlebox::<HeaderPacket>::new(&config, [None, None], 0)?;
+    let wants_idle = [Dir::ToB, Dir::ToA].map(|d| mb.egress(d).qdisc().wants_idle_dequeue());
     Ok(SubscriberEntry {
         prefix,
         config,
         table: t,
+        wants_idle,
     })
 }
 
@@ -323,6 +532,49 @@ pub struct SubscriberStats {
     pub replaced: u64,
 }
 
+/// Counters of one subscriber over the lives of its trees; per direction arrays are
+/// indexed by [`Dir::index`] (toward b, toward a).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SubscriberCounters {
+    /// Packets its trees handed to the link.
+    pub sent: [u64; 2],
+    /// IP bytes of those packets.
+    pub sent_bytes: [u64; 2],
+    /// Packets its trees discarded (dropped or filtered).
+    pub dropped: [u64; 2],
+    /// IP bytes of those packets.
+    pub dropped_bytes: [u64; 2],
+    /// Trees built for it.
+    pub created: u64,
+    /// Its trees evicted, at the cap or after the idle timeout.
+    pub evicted: u64,
+}
+
+impl SubscriberCounters {
+    /// Whether it ever had a tree.
+    pub fn is_zero(&self) -> bool {
+        *self == SubscriberCounters::default()
+    }
+}
+
+/// Add `s`'s counters to `acc` (the high-water marks excepted).
+fn add_stats(acc: &mut QdiscStats, s: &QdiscStats) {
+    acc.received += s.received;
+    acc.enqueued += s.enqueued;
+    acc.dequeued += s.dequeued;
+    acc.dequeued_bytes += s.dequeued_bytes;
+    acc.rejected += s.rejected;
+    acc.removed += s.removed;
+    for (a, b) in acc.dropped.iter_mut().zip(&s.dropped) {
+        *a += b;
+    }
+    for (a, b) in acc.filtered.iter_mut().zip(&s.filtered) {
+        *a += b;
+    }
+    acc.backlog.packets += s.backlog.packets;
+    acc.backlog.bytes += s.backlog.bytes;
+}
+
 /// What a reload did.
 #[derive(Debug, Default)]
 pub struct Reconfigured {
@@ -351,6 +603,23 @@ pub struct SubscriberBox<P> {
     stats: SubscriberStats,
     idle_timeout: Option<Duration>,
     next_sweep: Option<Instant>,
+    /// Per subscriber (table order).
+    counters: Vec<SubscriberCounters>,
+    /// The discipline counters of evicted trees, per direction.
+    retired: [QdiscStats; 2],
+    /// The largest total backlog seen, per direction.
+    max_backlog: [Backlog; 2],
+    /// Subscribers whose discipline of a direction watches the link go idle.
+    idle_watchers: [Vec<u32>; 2],
+}
+
+/// The subscribers (table indices) whose tree watches the link go idle, per direction.
+fn idle_watchers(t: &SubscriberTable) -> [Vec<u32>; 2] {
+    [0, 1].map(|d| {
+        (0..t.len() as u32)
+            .filter(|&k| t.entries[k as usize].wants_idle[d])
+            .collect()
+    })
 }
 
 fn add(b: &mut Backlog, new: Backlog, old: Backlog) {
@@ -364,6 +633,8 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     pub fn new(default: Middlebox<P>, table: SubscriberTable, max: usize, seed: u64) -> Self {
         let mut slots: Vec<Slot<P>> = (0..=table.len()).map(|_| Slot::empty()).collect();
         slots[0].mb = Some(Box::new(default));
+        let table_len = table.len();
+        let watchers = idle_watchers(&table);
         let mut b = SubscriberBox {
             table,
             max: max.max(1),
@@ -378,9 +649,54 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             stats: SubscriberStats::default(),
             idle_timeout: None,
             next_sweep: None,
+            counters: vec![SubscriberCounters::default(); table_len],
+            retired: Default::default(),
+            max_backlog: Default::default(),
+            idle_watchers: watchers,
         };
         b.refresh_timer(0);
         b
+    }
+
+    /// Give up slot `s`'s tree (empty), keeping its discipline counters.
+    fn retire(&mut self, s: usize) {
+        if let Some(mb) = self.slots[s].mb.take() {
+            for d in [Dir::ToB, Dir::ToA] {
+                add_stats(&mut self.retired[d.index()], mb.qdisc_stats(d));
+            }
+            self.slots[s].timer = None;
+            self.live -= 1;
+            self.counters[s - 1].evicted += 1;
+        }
+    }
+
+    /// Count the discards slot `s`'s tree added to `drops` from index `from` on: in `dir`,
+    /// or (`None`) in the direction the packet's addresses say.
+    fn count_drops(&mut self, s: usize, from: usize, dir: Option<Dir>, drops: &Drops<P>) {
+        if s == 0 || drops.len() <= from {
+            return;
+        }
+        for x in drops.since(from) {
+            let d = dir.unwrap_or_else(|| {
+                if self.slot_of(Dir::ToB, &x.pkt) == s {
+                    Dir::ToB
+                } else {
+                    Dir::ToA
+                }
+            });
+            let c = &mut self.counters[s - 1];
+            c.dropped[d.index()] += 1;
+            c.dropped_bytes[d.index()] += u64::from(x.pkt.ip_len());
+        }
+    }
+
+    /// Count a packet slot `s`'s tree hands to the link in `dir`.
+    fn count_sent(&mut self, s: usize, dir: Dir, p: &P) {
+        if s > 0 {
+            let c = &mut self.counters[s - 1];
+            c.sent[dir.index()] += 1;
+            c.sent_bytes[dir.index()] += u64::from(p.ip_len());
+        }
     }
 
     /// Evict trees that had no packet and held nothing for `t` (`None`: only at the cap).
@@ -404,9 +720,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
             });
             if idle && sl.last_active.saturating_add(timeout) <= now {
-                sl.mb = None;
-                sl.timer = None;
-                self.live -= 1;
+                self.retire(s);
                 self.stats.expired += 1;
             }
         }
@@ -457,9 +771,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             let Some(v) = victim else {
                 return false;
             };
-            self.slots[v].mb = None;
-            self.slots[v].timer = None;
-            self.live -= 1;
+            self.retire(v);
             self.stats.evicted += 1;
         }
         let e = &self.table.entries[s - 1];
@@ -472,6 +784,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 self.slots[s].mb = Some(Box::new(mb));
                 self.live += 1;
                 self.stats.created += 1;
+                self.counters[s - 1].created += 1;
                 true
             }
             // The entry was built once when the configuration was checked.
@@ -488,6 +801,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         let after = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
         for d in 0..2 {
             add(&mut self.backlog[d], after[d], before[d]);
+            let (b, m) = (self.backlog[d], &mut self.max_backlog[d]);
+            m.packets = m.packets.max(b.packets);
+            m.bytes = m.bytes.max(b.bytes);
         }
         if wake {
             for d in [Dir::ToB, Dir::ToA] {
@@ -520,7 +836,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             s = 0;
         }
         self.slots[s].last_active = now;
+        let from = drops.len();
         self.op(s, true, |mb| mb.handle_packet(now, dir, pkt, drops));
+        self.count_drops(s, from, Some(dir), drops);
         if s > 0 && self.next_sweep.is_none() {
             self.next_sweep = self.idle_timeout.map(|t| now.saturating_add(t / 4));
         }
@@ -546,10 +864,13 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 break;
             };
             let s = s as usize;
+            let from = drops.len();
             let r = self.op(s, false, |mb| {
                 let r = mb.poll_transmit(now, dir, drops);
                 (r, mb.backlog(dir).packets)
             });
+            self.count_drops(s, from, Some(dir), drops);
+            self.rewake(s, dir.reverse());
             match r {
                 Some((Dequeued::Packet(p), left)) => {
                     if left > 0 {
@@ -558,6 +879,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                         self.slots[s].sched[d] = Sched::Idle;
                     }
                     self.slots[s].last_active = now;
+                    self.count_sent(s, dir, &p);
                     return Dequeued::Packet(p);
                 }
                 Some((Dequeued::NotBefore(t), _)) => {
@@ -567,28 +889,70 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 Some((Dequeued::Empty, _)) | None => self.slots[s].sched[d] = Sched::Idle,
             }
         }
-        // A top-level discipline that watches the link go idle is asked even with nothing
-        // queued, as the runtimes ask a lone pipeline.
-        if self.slots[0].sched[d] == Sched::Idle && self.default_wants_idle(dir) {
-            match self.op(0, false, |mb| mb.poll_transmit(now, dir, drops)) {
-                Some(Dequeued::Packet(p)) => {
-                    if self.backlog_of(0, dir) > 0 {
-                        self.slots[0].sched[d] = Sched::Active;
-                        self.active[d].push_back(0);
-                    }
-                    return Dequeued::Packet(p);
-                }
-                Some(Dequeued::NotBefore(t)) => {
-                    self.slots[0].sched[d] = Sched::Waiting(t);
-                    self.waiting[d].push(Reverse((t, 0)));
-                }
-                _ => {}
+        // Nothing is ready: the link goes idle. A discipline that watches for that is asked
+        // even with nothing queued, as the runtimes ask a lone pipeline — the top level's
+        // and every subscriber tree's alive.
+        if self.default_wants_idle(dir) {
+            if let Some(p) = self.ask_idle(now, dir, 0, drops) {
+                return Dequeued::Packet(p);
+            }
+        }
+        for i in 0..self.idle_watchers[d].len() {
+            let s = self.idle_watchers[d][i] as usize + 1;
+            if let Some(p) = self.ask_idle(now, dir, s, drops) {
+                return Dequeued::Packet(p);
             }
         }
         match self.waiting[d].peek() {
             Some(&Reverse((t, _))) => Dequeued::NotBefore(t),
             None => Dequeued::Empty,
         }
+    }
+
+    /// A call in one direction told the other direction's discipline what changed (the
+    /// pipeline's peer observation): if it waits for a "not before" instant, it is asked
+    /// again at the next call instead, as a lone pipeline would be.
+    fn rewake(&mut self, s: usize, dir: Dir) {
+        let d = dir.index();
+        if matches!(self.slots[s].sched[d], Sched::Waiting(_)) {
+            self.slots[s].sched[d] = Sched::Active;
+            self.active[d].push_back(s as u32);
+        }
+    }
+
+    /// Tell slot `s`'s tree, if alive and not scheduled in `dir`, that the link is idle.
+    fn ask_idle(&mut self, now: Instant, dir: Dir, s: usize, drops: &mut Drops<P>) -> Option<P> {
+        let d = dir.index();
+        if self.slots[s].sched[d] != Sched::Idle {
+            return None;
+        }
+        let from = drops.len();
+        let r = self.op(s, false, |mb| mb.poll_transmit(now, dir, drops));
+        self.count_drops(s, from, Some(dir), drops);
+        self.rewake(s, dir.reverse());
+        match r {
+            Some(Dequeued::Packet(p)) => {
+                if self.backlog_of(s, dir) > 0 {
+                    self.slots[s].sched[d] = Sched::Active;
+                    self.active[d].push_back(s as u32);
+                }
+                self.count_sent(s, dir, &p);
+                Some(p)
+            }
+            Some(Dequeued::NotBefore(t)) => {
+                self.slots[s].sched[d] = Sched::Waiting(t);
+                self.waiting[d].push(Reverse((t, s as u32)));
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a discipline of `dir` — the top level's or a subscriber's — watches the
+    /// link go idle: the link must then ask [`SubscriberBox::poll_transmit`] each time its
+    /// transmitter frees up, even with nothing queued.
+    pub fn wants_idle_dequeue(&self, dir: Dir) -> bool {
+        self.default_wants_idle(dir) || !self.idle_watchers[dir.index()].is_empty()
     }
 
     fn default_wants_idle(&self, dir: Dir) -> bool {
@@ -622,7 +986,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 continue; // superseded
             }
             self.slots[s].timer = None;
+            let from = drops.len();
             self.op(s, true, |mb| mb.handle_timeout(now, drops));
+            self.count_drops(s, from, None, drops);
         }
         if self.next_sweep.is_some_and(|t| t <= now) {
             self.sweep(now);
@@ -665,6 +1031,31 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     /// Counters.
     pub fn stats(&self) -> &SubscriberStats {
         &self.stats
+    }
+
+    /// Each subscriber's counters, in table order.
+    pub fn counters(&self) -> &[SubscriberCounters] {
+        &self.counters
+    }
+
+    /// The discipline counters of `dir` over every tree: the top level's alone when there
+    /// are no subscribers; otherwise the sum of the top level's, the live trees' and the
+    /// evicted trees' (trees a reload replaced are not counted), with the largest total
+    /// backlog seen as the high-water marks. The conservation identities hold for it.
+    pub fn qdisc_stats(&self, dir: Dir) -> Cow<'_, QdiscStats> {
+        if self.table.is_empty() {
+            return Cow::Borrowed(self.top_level().qdisc_stats(dir));
+        }
+        let mut acc = self.retired[dir.index()].clone();
+        for sl in &self.slots {
+            if let Some(mb) = &sl.mb {
+                add_stats(&mut acc, mb.qdisc_stats(dir));
+            }
+        }
+        let m = self.max_backlog[dir.index()];
+        acc.max_backlog_packets = m.packets;
+        acc.max_backlog_bytes = m.bytes;
+        Cow::Owned(acc)
     }
 
     /// Empty every tree's discipline of `dir` for good (see
@@ -755,6 +1146,17 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             }
         }
         self.slots = slots;
+        // A subscriber's counters follow its prefix.
+        self.counters = table
+            .entries()
+            .iter()
+            .map(|e| {
+                self.table
+                    .find(&e.prefix)
+                    .map_or_else(Default::default, |i| self.counters[i])
+            })
+            .collect();
+        self.idle_watchers = idle_watchers(&table);
         self.table = table;
         self.max = max.max(1);
         self.generation += 1;
@@ -783,9 +1185,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         while self.live > self.max {
             let victim = self.idle_longest_empty();
             let Some(v) = victim else { break };
-            self.slots[v].mb = None;
-            self.slots[v].timer = None;
-            self.live -= 1;
+            self.retire(v);
             self.stats.evicted += 1;
         }
         out.moved = pending.len();
@@ -1133,6 +1533,215 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 9);
+        b.check().unwrap();
+    }
+
+    fn take(src: &str) -> Result<SubscriberConfig, ConfigError> {
+        let mut t: Table = src.parse().unwrap();
+        let files = |p: &Path| match p.file_name().and_then(|f| f.to_str()) {
+            Some("subs.toml") => Ok("[[subscribers]]\nprefix = \"10.0.1.0/24\"\n\
+                                    line = { down = \"8Mbit\", up = \"1Mbit\" }\n"
+                .to_string()),
+            Some("bad.toml") => {
+                Ok("[[subscribers]]\nprefix = \"10.0.2.1\"\nto_a = 3\n".to_string())
+            }
+            Some("other.toml") => Ok("[x]\n".to_string()),
+            _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        };
+        let c = SubscriberConfig::take(&mut t, Some(Path::new("/etc/al")), &mut |p| files(p))?;
+        for k in KEYS {
+            assert!(!t.contains_key(k), "{k} taken off");
+        }
+        Ok(c)
+    }
+
+    #[test]
+    fn the_subscriber_keys_of_a_middlebox_table() {
+        let c = take(
+            "max_subscribers = 2\nsubscriber_idle_timeout = \"5s\"\n\
+             subscribers_file = \"subs.toml\"\nkept = 1\n\
+             [[subscribers]]\nprefix = \"10.0.0.1\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.table.len(), 2);
+        assert_eq!(c.inline, 1);
+        assert_eq!(c.max_subscribers(), 2);
+        assert_eq!(c.idle_timeout(), Some(Duration::from_secs(5)));
+        assert_eq!(c.key_of(0), "subscribers[0]");
+        assert_eq!(c.key_of(1), "subscribers_file.subscribers[0]");
+        let c =
+            take("subscriber_idle_timeout = \"0s\"\n[[subscribers]]\nprefix = \"::1\"\n").unwrap();
+        assert_eq!(c.idle_timeout(), None, "only at the cap");
+        assert_eq!(c.max_subscribers(), 1, "one tree per entry");
+        let c = take("").unwrap();
+        assert!(c.is_empty());
+        assert_eq!(c.idle_timeout(), Some(DEFAULT_IDLE_TIMEOUT));
+        for (src, path) in [
+            ("max_subscribers = 0", "max_subscribers"),
+            ("max_subscribers = \"3\"", "max_subscribers"),
+            (
+                "subscriber_idle_timeout = \"soon\"",
+                "subscriber_idle_timeout",
+            ),
+            ("subscribers = 3", "subscribers"),
+            ("subscribers_file = \"none.toml\"", "subscribers_file"),
+            ("subscribers_file = \"other.toml\"", "subscribers_file.x"),
+            (
+                "[[subscribers]]\nprefix = \"10.0.0.1/40\"",
+                "subscribers[0].prefix",
+            ),
+        ] {
+            let e = take(src).unwrap_err();
+            assert_eq!(e.path, path, "{src}: {e}");
+        }
+        let e = take("subscribers_file = \"bad.toml\"").unwrap_err();
+        assert!(
+            e.path.starts_with("subscribers_file.subscribers[0].to_a"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_effective_subscribers_have_their_lines_expanded() {
+        let c = take(
+            "subscribers_file = \"subs.toml\"\n[[subscribers]]\nprefix = \"10.0.0.1\"\n\
+             to_b = { qdisc = { kind = \"fifo\", limit = \"10p\" } }\n",
+        )
+        .unwrap();
+        let mut t = Table::new();
+        c.write_effective(&mut t);
+        assert_eq!(t["max_subscribers"].as_integer(), Some(2));
+        assert_eq!(t["subscriber_idle_timeout"].as_str(), Some("60s"));
+        let list = t["subscribers"].as_array().unwrap();
+        assert_eq!(list.len(), 2, "the file's entry too");
+        assert_eq!(list[0]["prefix"].as_str(), Some("10.0.0.1/32"));
+        let line = list[1].as_table().unwrap();
+        assert_eq!(line["prefix"].as_str(), Some("10.0.1.0/24"));
+        assert!(!line.contains_key("line"), "expanded");
+        let down = line["to_a"]["qdisc"].as_table().unwrap();
+        assert_eq!(down["kind"].as_str(), Some("htb"), "{down}");
+        assert!(
+            line["to_b"]["qdisc"]["ingress"].as_bool().unwrap(),
+            "the uplink comes off the line"
+        );
+        // What it writes reads back as the same subscribers.
+        let again = take(&toml::to_string(&t).unwrap()).unwrap();
+        assert_eq!(again.table.len(), 2);
+        for (a, b) in again.table.entries().iter().zip(c.table.entries()) {
+            assert_eq!((a.prefix, &a.table), (b.prefix, &b.table));
+        }
+    }
+
+    #[test]
+    fn each_subscriber_counts_what_its_trees_sent_and_dropped() {
+        let src = "[[subscribers]]\nprefix = \"10.0.0.1\"\n\
+                   to_b = { qdisc = { kind = \"fifo\", limit = \"2p\" } }\n\
+                   [[subscribers]]\nprefix = \"10.0.0.2\"\n\
+                   [[subscribers]]\nprefix = \"10.0.0.3\"\n";
+        let mut b = fifo_box(table(src), 2);
+        let mut d = Drops::new();
+        for (i, len) in [100, 200, 300].into_iter().enumerate() {
+            b.handle_packet(
+                ms(0),
+                Dir::ToB,
+                pkt("10.0.0.1", "192.0.2.1", len, i as u16),
+                &mut d,
+            );
+        }
+        b.handle_packet(
+            ms(0),
+            Dir::ToA,
+            pkt("192.0.2.1", "10.0.0.1", 1000, 9),
+            &mut d,
+        );
+        b.handle_packet(
+            ms(0),
+            Dir::ToA,
+            pkt("192.0.2.1", "10.0.0.2", 400, 9),
+            &mut d,
+        );
+        b.handle_packet(
+            ms(0),
+            Dir::ToB,
+            pkt("10.9.9.9", "192.0.2.1", 500, 9),
+            &mut d,
+        );
+        assert_eq!(d.len(), 1, "subscriber 1's third packet");
+        while let Dequeued::Packet(_) = b.poll_transmit(ms(1), Dir::ToB, &mut d) {}
+        // Subscriber 1's packet down first (its tree was listed first), then 2's.
+        assert!(b.poll_transmit(ms(1), Dir::ToA, &mut d).packet().is_some());
+        assert!(b.poll_transmit(ms(2), Dir::ToA, &mut d).packet().is_some());
+        let c = b.counters();
+        assert_eq!(c[0].sent, [2, 1]);
+        assert_eq!(c[0].sent_bytes, [300, 1000]);
+        assert_eq!(c[0].dropped, [1, 0]);
+        assert_eq!(c[0].dropped_bytes, [300, 0]);
+        assert_eq!(c[1].sent_bytes, [0, 400]);
+        assert_eq!((c[0].created, c[1].created, c[2].created), (1, 1, 0));
+        // At the cap, subscriber 3's first packet evicts the tree idle longest.
+        b.handle_packet(
+            ms(3),
+            Dir::ToB,
+            pkt("10.0.0.3", "192.0.2.1", 100, 9),
+            &mut d,
+        );
+        let c = b.counters();
+        assert_eq!((c[0].evicted, c[1].evicted, c[2].created), (1, 0, 1));
+        // The link's discipline counters cover every tree, the evicted one's too.
+        let st = b.qdisc_stats(Dir::ToB);
+        assert_eq!(st.received, 5);
+        assert_eq!(st.dequeued, 3, "two of subscriber 1, one of the top level");
+        assert_eq!(st.dequeued_bytes, 800);
+        assert_eq!(st.rejected, 1);
+        assert_eq!(st.backlog.packets, 1);
+        assert_eq!(st.max_backlog_packets, 3, "all the packets of time 0");
+        st.check(b.backlog(Dir::ToB)).unwrap();
+        b.check().unwrap();
+        assert_eq!(b.qdisc_stats(Dir::ToA).dequeued_bytes, 1400);
+        // A reload keeps a subscriber's counters by its prefix.
+        let top = Middlebox::new(&MiddleboxConfig::default(), [None, None], 2).unwrap();
+        let new = table(
+            "[[subscribers]]\nprefix = \"10.0.0.9\"\n[[subscribers]]\nprefix = \"10.0.0.1\"\n",
+        );
+        b.reconfigure(ms(4), top, new, 2, &mut d);
+        assert_eq!(b.counters()[1].sent_bytes, [300, 1000]);
+        assert!(b.counters()[0].is_zero());
+    }
+
+    /// The link going idle reaches a subscriber tree's discipline that watches for it, as
+    /// it reaches the top level's: the ACK filter's presence estimate sees a mostly idle
+    /// link, and delayed filtering stays off. (Without it the tree's channel looked busy
+    /// from its first packet on, and the filter erased the older of two ACKs.)
+    #[test]
+    fn subscriber_trees_see_the_link_go_idle() {
+        use crate::wire::SeqNumber;
+        let src = "[[subscribers]]\nprefix = \"10.0.0.1\"\n\
+                   to_b = { qdisc = { kind = \"ack_filter\", policy = \"delayed\", \
+                   measure = \"presence\", window = \"100ms\" } }\n";
+        let mut b = fifo_box(table(src), 10);
+        assert!(b.wants_idle_dequeue(Dir::ToB));
+        assert!(!b.wants_idle_dequeue(Dir::ToA));
+        // Pure ACKs of one connection from 10.0.0.1, acknowledging more each time.
+        let ack = |n: u32| {
+            let mut p = crate::qdisc::testutil::data_flow(n, 40, 0);
+            if let Transport::Tcp(t) = &mut p.hdr.transport {
+                t.ack = SeqNumber(n * 1000);
+            }
+            p
+        };
+        let mut d = Drops::new();
+        // One ACK every 10 ms, sent at once: the link idles between them.
+        for k in 1..=100u32 {
+            let t = ms(10 * u64::from(k));
+            b.handle_packet(t, Dir::ToB, ack(k), &mut d);
+            while let Dequeued::Packet(_) = b.poll_transmit(t, Dir::ToB, &mut d) {}
+        }
+        // Two at once: well below the utilization threshold, both stay.
+        let t = ms(1005);
+        b.handle_packet(t, Dir::ToB, ack(101), &mut d);
+        b.handle_packet(t, Dir::ToB, ack(102), &mut d);
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(b.backlog(Dir::ToB).packets, 2);
         b.check().unwrap();
     }
 }

@@ -24,7 +24,8 @@ const USAGE: &str = "usage: asymlink-box --config FILE [--check | --print-effect
   --config FILE      the box configuration (TOML; see docs/live.md)
   --check            validate the configuration and exit (0: valid, 2: invalid)
   --print-effective  validate, print the configuration as the box runs it (a `line`
-                     expanded into both directions) and exit
+                     expanded into both directions, every subscriber listed with its
+                     `line` expanded) and exit
   --seed N           master seed (overrides the file; default: the file's, else random)
   --ready-file PATH  write the box's pid to PATH once devices, captures and endpoints
                      are open and privileges dropped (PATH is created empty before)

@@ -41,7 +41,7 @@
 //! cpu = 1                               # pin it (with workers: a list, one per worker)
 //! workers = 1                           # forwarding threads (frames spread by subscriber)
 //! horizon = "50us"                      # release packets up to 50 µs early (batching)
-//! io = "socket"                         # or "mmap": memory-mapped rings
+//! io = "socket"                         # or "mmap": memory-mapped rings, "xdp": AF_XDP
 //!
 //! [[subscribers]]                       # one pipeline per subscriber line (side a)
 //! prefix = "198.18.0.12"                # LAN address or prefix, IPv4 or IPv6
@@ -59,7 +59,7 @@
 use asymlink_core::config::ConfigError;
 use asymlink_core::link::LinkConfig;
 use asymlink_core::pipeline::{Dir, EgressConfig, Middlebox, MiddleboxConfig, RewriterConfig};
-use asymlink_core::subscribers::SubscriberTable;
+use asymlink_core::subscribers::SubscriberConfig;
 use asymlink_core::units::Rate;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -154,6 +154,10 @@ pub struct StatsConfig {
     /// How often the served snapshot is refreshed (default 100 ms).
     #[serde(default)]
     pub interval: Option<asymlink_core::units::Span>,
+    /// Each subscriber's counters in the snapshot (`subscribers.lines`; default off: with
+    /// a thousand subscribers they cost milliseconds per snapshot).
+    #[serde(default)]
+    pub subscriber_lines: bool,
 }
 
 /// `[privileges]`.
@@ -186,6 +190,10 @@ pub enum IoMode {
     /// Memory-mapped receive and transmit rings (`PACKET_RX_RING` / `PACKET_TX_RING`):
     /// frames are read where the kernel wrote them and written where it sends them from.
     Mmap,
+    /// Experimental: AF_XDP sockets (copy mode) fed by an XDP program that redirects
+    /// every frame of receive queue 0; one worker; needs CAP_BPF and CAP_NET_ADMIN at
+    /// start.
+    Xdp,
 }
 
 /// `[process]`: scheduling of the forwarding thread.
@@ -305,22 +313,12 @@ pub struct BoxConfig {
     /// Scheduling.
     #[serde(default)]
     pub process: ProcessConfig,
-    /// Subscriber lines, each with its own pipeline (see [`asymlink_core::subscribers`]).
-    #[serde(default)]
-    pub subscribers: Vec<toml::Value>,
-    /// A file of further `[[subscribers]]` entries (relative to this file).
-    #[serde(default)]
-    pub subscribers_file: Option<PathBuf>,
-    /// Subscriber trees alive at once (default: one per subscriber).
-    #[serde(default)]
-    pub max_subscribers: Option<usize>,
-    /// A subscriber's tree is evicted after this long without a packet and with nothing
-    /// queued (default 60 s; `"0s"`: only at the `max_subscribers` cap).
-    #[serde(default)]
-    pub subscriber_idle_timeout: Option<asymlink_core::units::Span>,
-    /// The subscribers of `subscribers` and `subscribers_file`, checked.
+    /// Subscriber lines, each with its own pipeline: the keys `subscribers`,
+    /// `subscribers_file` (relative to this file), `max_subscribers` and
+    /// `subscriber_idle_timeout`, checked by the core ([`SubscriberConfig::take`], as for
+    /// a simulator middlebox).
     #[serde(skip)]
-    pub subscriber_table: SubscriberTable,
+    pub subscribers: SubscriberConfig,
 }
 
 impl BoxConfig {
@@ -333,10 +331,12 @@ impl BoxConfig {
     /// [`BoxConfig::parse`] for the text of a file in directory `base`: trace files are
     /// relative to it.
     pub fn parse_in(text: &str, base: Option<&Path>) -> Result<BoxConfig, ConfigError> {
-        let mut cfg: BoxConfig = match BoxConfig::expand_line(text)? {
+        let (table, subscribers) = BoxConfig::expand(text, base)?;
+        let mut cfg: BoxConfig = match table {
             Some(t) => asymlink_core::config::from_toml_table(t, text)?,
             None => asymlink_core::config::from_toml(text)?,
         };
+        cfg.subscribers = subscribers;
         for (d, e) in [
             ("to_a", &mut cfg.emulation.to_a),
             ("to_b", &mut cfg.emulation.to_b),
@@ -346,93 +346,48 @@ impl BoxConfig {
                     .map_err(|e| e.within(format!("emulation.{d}.trace")).with_line(text))?;
             }
         }
-        cfg.load_subscribers(base).map_err(|e| e.with_line(text))?;
         Ok(cfg)
     }
 
-    /// Check the `subscribers` entries and read `subscribers_file` (relative to `base`).
-    fn load_subscribers(&mut self, base: Option<&Path>) -> Result<(), ConfigError> {
-        let mut table = SubscriberTable::default();
-        table.add_entries("subscribers", &self.subscribers)?;
-        if let Some(f) = &self.subscribers_file {
-            let path = match base {
-                Some(b) if f.is_relative() => b.join(f),
-                _ => f.clone(),
-            };
-            let key = "subscribers_file";
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                ConfigError::new(key, format!("cannot read '{}': {e}", path.display()))
-            })?;
-            let mut t: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-                ConfigError::new(
-                    key,
-                    format!("'{}': {}", path.display(), e.to_string().trim()),
-                )
-            })?;
-            let list = match t.remove("subscribers") {
-                None => Vec::new(),
-                Some(toml::Value::Array(a)) => a,
-                Some(_) => {
-                    return Err(ConfigError::new(
-                        format!("{key}.subscribers"),
-                        format!("'{}': must be an array of tables", path.display()),
-                    ))
-                }
-            };
-            if let Some(k) = t.keys().next() {
-                return Err(ConfigError::new(
-                    format!("{key}.{k}"),
-                    format!(
-                        "'{}': unknown key; the file holds [[subscribers]] entries only",
-                        path.display()
-                    ),
-                ));
-            }
-            // Errors name the file's entry: subscribers_file.subscribers[3].prefix.
-            table
-                .add_entries("subscribers", &list)
-                .map_err(|e| e.within(key))?;
-        }
-        self.subscriber_table = table;
-        Ok(())
-    }
-
-    /// How long a subscriber's tree may stay idle (`None`: until the cap needs it).
-    pub fn subscriber_idle_timeout(&self) -> Option<std::time::Duration> {
-        let t = self
-            .subscriber_idle_timeout
-            .map_or(std::time::Duration::from_secs(60), |s| s.0);
-        (!t.is_zero()).then_some(t)
-    }
-
-    /// Subscriber trees alive at once.
-    pub fn max_subscribers(&self) -> usize {
-        self.max_subscribers
-            .unwrap_or(self.subscriber_table.len())
-            .max(1)
-    }
-
-    /// The file's table with its `line` expanded into `to_a` and `to_b` (`None`: the file
-    /// has no `line`).
-    fn expand_line(text: &str) -> Result<Option<toml::Table>, ConfigError> {
+    /// The file's table with its `line` expanded into `to_a` and `to_b` and its subscriber
+    /// keys taken off (`None`: the file has neither), and its subscribers
+    /// (`subscribers_file` relative to `base`).
+    fn expand(
+        text: &str,
+        base: Option<&Path>,
+    ) -> Result<(Option<toml::Table>, SubscriberConfig), ConfigError> {
         // A syntax error is reported (one line, with its line number) by the parse proper.
         let Ok(mut t) = text.parse::<toml::Table>() else {
-            return Ok(None);
+            return Ok((None, SubscriberConfig::default()));
         };
-        Ok(asymlink_core::line::expand(&mut t)?.then_some(t))
+        let line = asymlink_core::line::expand(&mut t)?;
+        let subs = asymlink_core::subscribers::KEYS
+            .iter()
+            .any(|k| t.contains_key(*k));
+        let s = SubscriberConfig::take(&mut t, base, &mut |p| std::fs::read_to_string(p))
+            .map_err(|e| e.with_line(text))?;
+        Ok(((line || subs).then_some(t), s))
     }
 
-    /// The configuration as the box runs it: the file with its `line` expanded (what
-    /// `--print-effective` shows). Validates it first.
+    /// The configuration as the box runs it (what `--print-effective` shows): the file
+    /// with its `line` expanded, and every subscriber — those of `subscribers_file` too —
+    /// with its `line` expanded, with `max_subscribers` and `subscriber_idle_timeout` in
+    /// effect. Validates it first.
     pub fn effective(path: &Path) -> Result<String, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::value(e.to_string()))?;
-        BoxConfig::from_text(&text, path.parent())?;
-        let t = match BoxConfig::expand_line(&text)? {
+        BoxConfig::effective_text(&text, path.parent())
+    }
+
+    /// [`BoxConfig::effective`] of the text of a file in directory `base`.
+    fn effective_text(text: &str, base: Option<&Path>) -> Result<String, ConfigError> {
+        let cfg = BoxConfig::from_text(text, base)?;
+        let mut t = match BoxConfig::expand(text, base)?.0 {
             Some(t) => t,
             None => text
                 .parse()
                 .map_err(|e| ConfigError::new("", format!("TOML syntax: {e}")))?,
         };
+        cfg.subscribers.write_effective(&mut t);
         toml::to_string(&t).map_err(|e| ConfigError::new("", e.to_string()))
     }
 
@@ -590,6 +545,20 @@ impl BoxConfig {
             ));
         }
         let n = self.process.workers();
+        if self.process.io == IoMode::Xdp {
+            if self.interfaces.kind != IfaceKind::Packet {
+                return Err(ConfigError::new(
+                    "process.io",
+                    "\"xdp\" needs interfaces.kind = \"packet\" (XDP runs on network devices)",
+                ));
+            }
+            if n != 1 {
+                return Err(ConfigError::new(
+                    "process.io",
+                    "\"xdp\" runs one worker (its sockets serve receive queue 0 only)",
+                ));
+            }
+        }
         if !(1..=MAX_WORKERS).contains(&n) {
             return Err(ConfigError::new(
                 "process.workers",
@@ -663,27 +632,18 @@ impl BoxConfig {
         if self.privileges.user.is_empty() {
             return Err(ConfigError::new("privileges.user", "must not be empty"));
         }
-        if self.max_subscribers == Some(0) {
-            return Err(ConfigError::new("max_subscribers", "must be positive"));
-        }
         if n > 1 {
             // The fanout program hashes a whole IPv4 address and the first 56 bits of an
             // IPv6 one: a subscriber must not be wider, or its traffic would be spread
             // over workers that each shape it to the whole rate.
-            let n_file = self.subscribers.len();
-            for (i, e) in self.subscriber_table.entries().iter().enumerate() {
+            for (i, e) in self.subscribers.table.entries().iter().enumerate() {
                 let (ok, need) = match e.prefix.addr {
                     std::net::IpAddr::V4(_) => (e.prefix.len == 32, "one IPv4 address (/32)"),
                     std::net::IpAddr::V6(_) => (e.prefix.len >= 56, "an IPv6 /56 or longer"),
                 };
                 if !ok {
-                    let key = if i < n_file {
-                        format!("subscribers[{i}].prefix")
-                    } else {
-                        format!("subscribers_file.subscribers[{}].prefix", i - n_file)
-                    };
                     return Err(ConfigError::new(
-                        key,
+                        format!("{}.prefix", self.subscribers.key_of(i)),
                         format!(
                             "{}: with several workers a subscriber is {need}, what the \
                              workers' fanout hash keeps on one worker",
@@ -921,10 +881,26 @@ mod tests {
         let c = BoxConfig::parse(&format!("{MIN}[process]\nio = \"mmap\"\n")).unwrap();
         c.validate().unwrap();
         assert_eq!(c.process.io, IoMode::Mmap);
-        let e = BoxConfig::parse(&format!("{MIN}[process]\nio = \"xdp\"\n")).unwrap_err();
+        let x = BoxConfig::parse(&format!("{MIN}[process]\nio = \"xdp\"\n")).unwrap();
+        x.validate().unwrap();
+        assert_eq!(x.process.io, IoMode::Xdp);
+        let e = BoxConfig::parse(&format!("{MIN}[process]\nio = \"xdp\"\nworkers = 2\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("process.io") && e.msg.contains("one worker"),
+            "{e}"
+        );
+        let e = BoxConfig::parse(&format!("{MIN}[process]\nio = \"ring\"\n")).unwrap_err();
         assert!(e.to_string().contains("process.io"), "{e}");
         let tun = MIN.replace("[interfaces]", "[interfaces]\nkind = \"tun\"");
         let e = BoxConfig::parse(&format!("{tun}[process]\nio = \"mmap\"\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().starts_with("process.io"), "{e}");
+        let e = BoxConfig::parse(&format!("{tun}[process]\nio = \"xdp\"\n"))
             .unwrap()
             .validate()
             .unwrap_err();
@@ -1031,12 +1007,12 @@ mod tests {
              to_b = {{ qdisc = {{ kind = \"tbf\", rate = \"4Mbit\" }} }}\n"
         );
         let c = BoxConfig::from_text(&text, Some(&dir)).unwrap();
-        let t = &c.subscriber_table;
+        let t = &c.subscribers.table;
         assert_eq!(t.len(), 3);
         assert_eq!(t.lookup("198.18.0.12".parse().unwrap()), Some(0));
         assert_eq!(t.lookup("198.18.0.13".parse().unwrap()), Some(1));
         assert_eq!(t.lookup("2001:db8:0:1aa::1".parse().unwrap()), Some(2));
-        assert_eq!(c.max_subscribers(), 2);
+        assert_eq!(c.subscribers.max_subscribers(), 2);
         // Errors name the key, in the file or in the included one.
         let e = BoxConfig::from_text(
             &format!(
@@ -1066,10 +1042,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.path, "subscribers_file", "{e}");
-        let e = BoxConfig::parse(&format!("max_subscribers = 0\n{MIN}"))
-            .unwrap()
-            .validate()
-            .unwrap_err();
+        let e = BoxConfig::parse(&format!("max_subscribers = 0\n{MIN}")).unwrap_err();
         assert_eq!(e.path, "max_subscribers", "{e}");
         // Several workers: a subscriber is what the fanout hash keeps on one worker.
         let e = BoxConfig::from_text(
@@ -1084,6 +1057,67 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.path, "subscribers[0].prefix", "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `--print-effective` lists every subscriber, the included file's too, with its
+    /// `line` expanded; what it prints is a configuration the box runs alike.
+    #[test]
+    fn the_effective_configuration_expands_subscribers() {
+        let dir = std::env::temp_dir().join(format!("al-eff-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("subs.toml"),
+            "[[subscribers]]\nprefix = \"198.18.0.13\"\n\
+             line = { down = \"8Mbit\", up = \"1Mbit\", linklayer = \"llc_snap_routed\" }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("box.toml"),
+            format!(
+                "subscribers_file = \"subs.toml\"\n{MIN}\
+                 [[subscribers]]\nprefix = \"198.18.0.12\"\n\
+                 to_b = {{ qdisc = {{ kind = \"tbf\", rate = \"4Mbit\" }} }}\n"
+            ),
+        )
+        .unwrap();
+        let text = BoxConfig::effective(&dir.join("box.toml")).unwrap();
+        let orig = BoxConfig::load(&dir.join("box.toml")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let t: toml::Table = text.parse().unwrap();
+        assert!(!t.contains_key("subscribers_file"), "{text}");
+        assert_eq!(t["max_subscribers"].as_integer(), Some(2), "{text}");
+        assert_eq!(t["subscriber_idle_timeout"].as_str(), Some("60s"));
+        let subs = t["subscribers"].as_array().unwrap();
+        assert_eq!(subs[0]["prefix"].as_str(), Some("198.18.0.12/32"));
+        assert_eq!(subs[0]["to_b"]["qdisc"]["kind"].as_str(), Some("tbf"));
+        let line = subs[1].as_table().unwrap();
+        assert_eq!(line["prefix"].as_str(), Some("198.18.0.13/32"));
+        assert!(!line.contains_key("line"), "{text}");
+        // At the provider's end the downlink leaves toward the line: HTB with the line's
+        // interactive and bulk classes at 95 % of 8 Mbit/s.
+        let down = &line["to_a"]["qdisc"];
+        assert_eq!(down["kind"].as_str(), Some("htb"), "{text}");
+        assert_eq!(
+            down["classes"][0]["rate"].as_str(),
+            Some("7600000bit"),
+            "{text}"
+        );
+        assert_eq!(
+            line["to_b"]["qdisc"]["ingress"].as_bool(),
+            Some(true),
+            "{text}"
+        );
+        // It runs alike: the same subscribers, the same pipelines.
+        let again = BoxConfig::from_text(&text, None).unwrap();
+        assert_eq!(again.subscribers.inline, 2, "no file any more");
+        let (a, o) = (
+            again.subscribers.table.entries(),
+            orig.subscribers.table.entries(),
+        );
+        assert_eq!(a.len(), o.len());
+        for (a, o) in a.iter().zip(o) {
+            assert_eq!((a.prefix, &a.table), (o.prefix, &o.table));
+        }
     }
 
     #[test]

@@ -215,6 +215,8 @@ pub struct Engine {
     pool: Pool,
     lt: LinkType,
     malformed: MalformedPolicy,
+    /// Each subscriber's counters in the snapshot (`stats.subscriber_lines`).
+    subscriber_lines: bool,
     seed: u64,
     generation: u64,
     counters: [DirCounters; 2],
@@ -232,16 +234,10 @@ impl Engine {
     /// side b is `b`, toward side a is `a`).
     pub fn new(cfg: &BoxConfig, lt: LinkType, seed: u64) -> Result<Engine, ConfigError> {
         let top = Middlebox::new(&cfg.middlebox(), cfg.rates(), pipeline_seed(seed, 0))?;
-        let mut mb = SubscriberBox::new(
-            top,
-            cfg.subscriber_table.clone(),
-            cfg.max_subscribers(),
-            seed,
-        );
-        mb.set_idle_timeout(cfg.subscriber_idle_timeout());
+        let mb = cfg.subscribers.build(top, seed);
         let none = LinkConfig::default();
         let links = [Dir::ToB, Dir::ToA].map(|d| {
-            let idle = mb.top_level().egress(d).qdisc().wants_idle_dequeue();
+            let idle = mb.wants_idle_dequeue(d);
             let side = if d == Dir::ToB { "b" } else { "a" };
             let rng = Rng::new(loss_seed(seed, side, d.name()));
             Link::new(cfg.emulation(d).unwrap_or(&none), rng, idle)
@@ -253,6 +249,7 @@ impl Engine {
             pool: Pool::new(4096),
             lt,
             malformed: cfg.malformed,
+            subscriber_lines: cfg.stats.subscriber_lines,
             seed,
             generation: 0,
             counters: Default::default(),
@@ -386,11 +383,11 @@ impl Engine {
         let r = self.mb.reconfigure(
             now,
             new,
-            cfg.subscriber_table.clone(),
-            cfg.max_subscribers(),
+            cfg.subscribers.table.clone(),
+            cfg.subscribers.max_subscribers(),
             &mut self.drops,
         );
-        self.mb.set_idle_timeout(cfg.subscriber_idle_timeout());
+        self.mb.set_idle_timeout(cfg.subscribers.idle_timeout());
         for d in [Dir::ToB, Dir::ToA] {
             self.retired[d.index()].push(r.retired[d.index()].clone());
             self.counters[d.index()]
@@ -401,7 +398,7 @@ impl Engine {
         self.absorb_drops();
         let none = LinkConfig::default();
         for d in [Dir::ToB, Dir::ToA] {
-            let idle = self.mb.top_level().egress(d).qdisc().wants_idle_dequeue();
+            let idle = self.mb.wants_idle_dequeue(d);
             self.links[d.index()].reconfigure(cfg.emulation(d).unwrap_or(&none), idle);
         }
         self.malformed = cfg.malformed;
@@ -584,17 +581,7 @@ impl Engine {
             "latency_us": self.latency.to_json(),
         });
         if !self.mb.table().is_empty() {
-            let st = self.mb.stats();
-            snap["subscribers"] = json!({
-                "configured": self.mb.table().len(),
-                "max": self.mb.max(),
-                "live": self.mb.live(),
-                "created": st.created,
-                "evicted": st.evicted,
-                "expired": st.expired,
-                "unplaced": st.unplaced,
-                "replaced": st.replaced,
-            });
+            snap["subscribers"] = crate::stats::subscribers_json(&self.mb, self.subscriber_lines);
         }
         snap
     }

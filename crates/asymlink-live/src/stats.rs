@@ -7,6 +7,8 @@
 //! [`Published`] cell that the endpoint threads serve; a reader sees numbers at most one
 //! interval old.
 
+use asymlink_core::packet::Pkt;
+use asymlink_core::subscribers::{SubscriberBox, SubscriberCounters};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -105,6 +107,53 @@ impl Histogram {
             "max": if self.count > 0 { Some(self.max_ns as f64 / 1000.0) } else { None },
         })
     }
+}
+
+/// The `subscribers` section of a snapshot: the trees' counters, and with `lines` (the
+/// `stats.subscriber_lines` key) under `lines` each subscriber that ever had a tree, by
+/// prefix, with its packets and bytes sent and discarded per direction and its trees
+/// created and evicted. Numbers merge across workers by summing (a subscriber's traffic
+/// meets on one worker), `configured` by the largest.
+pub fn subscribers_json<P: Pkt + Send + 'static>(b: &SubscriberBox<P>, lines: bool) -> Value {
+    let dir = |c: &SubscriberCounters, i: usize| {
+        json!({
+            "sent": c.sent[i],
+            "sent_bytes": c.sent_bytes[i],
+            "dropped": c.dropped[i],
+            "dropped_bytes": c.dropped_bytes[i],
+        })
+    };
+    let by_prefix: Map<String, Value> = b
+        .table()
+        .entries()
+        .iter()
+        .zip(b.counters())
+        .filter(|(_, c)| lines && !c.is_zero())
+        .map(|(e, c)| {
+            let v = json!({
+                "to_b": dir(c, 0),
+                "to_a": dir(c, 1),
+                "created": c.created,
+                "evicted": c.evicted,
+            });
+            (e.prefix.to_string(), v)
+        })
+        .collect();
+    let st = b.stats();
+    let mut v = json!({
+        "configured": b.table().len(),
+        "max": b.max(),
+        "live": b.live(),
+        "created": st.created,
+        "evicted": st.evicted,
+        "expired": st.expired,
+        "unplaced": st.unplaced,
+        "replaced": st.replaced,
+    });
+    if lines {
+        v["lines"] = Value::Object(by_prefix);
+    }
+    v
 }
 
 /// The latest rendered snapshot, shared with the endpoint threads.
@@ -317,6 +366,39 @@ pub fn prometheus(snapshot: &Value) -> String {
             }
         }
     }
+    if let Some(subs) = snapshot.get("subscribers").and_then(Value::as_object) {
+        for (k, v) in subs {
+            match (k.as_str(), v) {
+                ("lines", Value::Object(lines)) => {
+                    for (prefix, l) in lines {
+                        for (lk, lv) in l.as_object().into_iter().flatten() {
+                            if let Some(x) = lv.as_f64() {
+                                let name = format!("asymlink_subscriber_trees_{lk}");
+                                ex.sample(&name, &[("subscriber", prefix)], x, true);
+                            }
+                            for (ck, n) in lv.as_object().into_iter().flatten() {
+                                if let Some(x) = n.as_f64() {
+                                    let labels = [("subscriber", prefix.as_str()), ("dir", lk)];
+                                    ex.sample(
+                                        &format!("asymlink_subscriber_{ck}"),
+                                        &labels,
+                                        x,
+                                        true,
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+                (_, v) => {
+                    if let Some(x) = v.as_f64() {
+                        let gauge = matches!(k.as_str(), "configured" | "max" | "live");
+                        ex.sample(&format!("asymlink_subscribers_{k}"), &[], x, !gauge);
+                    }
+                }
+            }
+        }
+    }
     if let Some(l) = snapshot.get("latency_us").and_then(Value::as_object) {
         let name = "asymlink_added_latency_microseconds";
         for q in ["p50", "p90", "p99", "p999"] {
@@ -379,6 +461,93 @@ fn qdisc_samples(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each subscriber's counters, from the core through two workers' snapshots to the
+    /// merged snapshot and the Prometheus text.
+    #[test]
+    fn per_subscriber_counters_merge_across_workers() {
+        use crate::runtime::WorkerStats;
+        use asymlink_core::packet::HeaderPacket;
+        use asymlink_core::pipeline::{Dir, Middlebox, MiddleboxConfig};
+        use asymlink_core::qdisc::{Dequeued, Drops};
+        use asymlink_core::subscribers::SubscriberConfig;
+        use asymlink_core::time::Instant;
+        use asymlink_core::wire::{Headers, IpRepr, Transport, UdpRepr};
+        let pkt = |src: &str, dst: &str, len: u32| {
+            HeaderPacket::new(Headers {
+                ip: IpRepr::new(src.parse().unwrap(), dst.parse().unwrap()),
+                transport: Transport::Udp(UdpRepr {
+                    src_port: 4000,
+                    dst_port: 5000,
+                }),
+                payload_len: len - 28,
+            })
+        };
+        let mut t: toml::Table = "[[subscribers]]\nprefix = \"198.18.0.1\"\n\
+             to_b = { qdisc = { kind = \"fifo\", limit = \"2p\" } }\n\
+             [[subscribers]]\nprefix = \"198.18.0.2\"\n\
+             [[subscribers]]\nprefix = \"198.18.0.3\"\n"
+            .parse()
+            .unwrap();
+        let cfg = SubscriberConfig::take(&mut t, None, &mut |_| unreachable!()).unwrap();
+        // Worker 0 sees subscriber 1: three packets up (one over its limit), one down;
+        // worker 1 sees subscriber 2: one packet up. Subscriber 3 sends nothing.
+        let mut workers = Vec::new();
+        for traffic in [
+            vec![
+                (Dir::ToB, pkt("198.18.0.1", "192.0.2.1", 100)),
+                (Dir::ToB, pkt("198.18.0.1", "192.0.2.1", 200)),
+                (Dir::ToB, pkt("198.18.0.1", "192.0.2.1", 300)),
+                (Dir::ToA, pkt("192.0.2.1", "198.18.0.1", 1000)),
+            ],
+            vec![(Dir::ToB, pkt("198.18.0.2", "192.0.2.1", 500))],
+        ] {
+            let top = Middlebox::new(&MiddleboxConfig::default(), [None, None], 1).unwrap();
+            let mut b = cfg.build(top, 1);
+            let mut drops = Drops::new();
+            for (d, p) in traffic {
+                b.handle_packet(Instant::ZERO, d, p, &mut drops);
+            }
+            for d in [Dir::ToB, Dir::ToA] {
+                while let Dequeued::Packet(_) = b.poll_transmit(Instant::ZERO, d, &mut drops) {}
+            }
+            workers.push(WorkerStats {
+                snapshot: json!({ "subscribers": subscribers_json(&b, true) }),
+                latency: Histogram::default(),
+                sojourn: Default::default(),
+            });
+        }
+        let m = crate::workers::merge_snapshots(&workers);
+        let s = &m["subscribers"];
+        assert_eq!(s["configured"], json!(3), "{s}");
+        assert_eq!(s["live"], json!(2));
+        assert_eq!(s["created"], json!(2));
+        let one = &s["lines"]["198.18.0.1/32"];
+        assert_eq!(one["to_b"]["sent"], json!(2), "{s}");
+        assert_eq!(one["to_b"]["sent_bytes"], json!(300));
+        assert_eq!(one["to_b"]["dropped"], json!(1));
+        assert_eq!(one["to_b"]["dropped_bytes"], json!(300));
+        assert_eq!(one["to_a"]["sent_bytes"], json!(1000));
+        assert_eq!(one["created"], json!(1));
+        assert_eq!(
+            s["lines"]["198.18.0.2/32"]["to_b"]["sent_bytes"],
+            json!(500)
+        );
+        assert!(
+            s["lines"].get("198.18.0.3/32").is_none(),
+            "never had a tree"
+        );
+        let p = prometheus(&m);
+        for want in [
+            "asymlink_subscribers_live 2",
+            "asymlink_subscribers_created_total 2",
+            "asymlink_subscriber_sent_bytes_total{subscriber=\"198.18.0.1/32\",dir=\"to_b\"} 300",
+            "asymlink_subscriber_dropped_total{subscriber=\"198.18.0.1/32\",dir=\"to_b\"} 1",
+            "asymlink_subscriber_trees_created_total{subscriber=\"198.18.0.2/32\"} 1",
+        ] {
+            assert!(p.contains(want), "{want} in\n{p}");
+        }
+    }
 
     #[test]
     fn histogram_quantiles() {

@@ -34,12 +34,14 @@ use crate::RunOptions;
 use asymlink_core::config::ConfigError;
 use asymlink_core::link::{Feed, Link};
 use asymlink_core::packet::ClassId;
-use asymlink_core::pipeline::{Dir, Egress, Middlebox};
+use asymlink_core::pipeline::{Dir, Egress};
 use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats, Verdict};
 use asymlink_core::rand::Rng;
+use asymlink_core::subscribers::SubscriberBox;
 use asymlink_core::time::{Duration, Instant};
 use asymlink_core::wire::{Headers, IpRepr, Transport, UdpRepr};
 use core::net::IpAddr;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// A scheduled event.
@@ -194,8 +196,9 @@ pub(crate) struct Node {
 pub(crate) struct MbState {
     /// Its name in the scenario.
     pub name: String,
-    /// The core's middlebox (rewriters, classifier, one discipline per direction).
-    pub mb: Middlebox<SimPacket>,
+    /// The core's middlebox: the top-level pipeline (rewriters, classifier, one discipline
+    /// per direction) and its subscribers' trees, if any.
+    pub mb: SubscriberBox<SimPacket>,
     /// The link directions it feeds, indexed by `Dir` (toward a, toward b).
     pub dirs: [u32; 2],
     /// Its live `Mb` event (a discipline's or rewriter's timer).
@@ -1158,13 +1161,16 @@ impl World {
     pub fn check_conservation(&self) -> Result<(), String> {
         for d in &self.dirs {
             let (st, backlog) = match &d.source {
-                Source::Own(e) => (e.qdisc().stats(), e.qdisc().backlog()),
+                Source::Own(e) => (Cow::Borrowed(e.qdisc().stats()), e.qdisc().backlog()),
                 Source::Mb(m, md) => {
                     let mb = &self.mbs[*m as usize].mb;
                     (mb.qdisc_stats(*md), mb.backlog(*md))
                 }
             };
             st.check(backlog).map_err(|e| format!("{}: {e}", d.name))?;
+        }
+        for m in &self.mbs {
+            m.mb.check().map_err(|e| format!("{}: {e}", m.name))?;
         }
         Ok(())
     }
@@ -1191,17 +1197,18 @@ impl World {
                 let st = dir_stats(&self.mbs, d);
                 let ls = d.line.stats();
                 self.monitor
-                    .queue_row(now, i, st, (d.sojourn_sum_ns, ls.sent));
+                    .queue_row(now, i, &st, (d.sojourn_sum_ns, ls.sent));
                 self.monitor.link_row(now, i, ls.busy_ns, ls.sent_bytes);
             }
         }
     }
 }
 
-/// The counters of the discipline feeding a link direction.
-pub(crate) fn dir_stats<'a>(mbs: &'a [MbState], d: &'a LinkDir) -> &'a QdiscStats {
+/// The counters of the discipline feeding a link direction (a middlebox's: over all its
+/// subscribers' trees).
+pub(crate) fn dir_stats<'a>(mbs: &'a [MbState], d: &'a LinkDir) -> Cow<'a, QdiscStats> {
     match &d.source {
-        Source::Own(e) => e.qdisc().stats(),
+        Source::Own(e) => Cow::Borrowed(e.qdisc().stats()),
         Source::Mb(m, md) => mbs[*m as usize].mb.qdisc_stats(*md),
     }
 }

@@ -23,7 +23,13 @@
 //!   within 1.6 %).
 //! * `qdisc_counters` — discipline-specific counters (`Qdisc::counters`, e.g. the ACK
 //!   shaper's delay-bound hits), and middlebox rewriters' counters with `queue`
-//!   `<middlebox>:rewrite:<kind>` (e.g. `pool:rewrite:rwnd`): `queue`, `counter`, `value`.
+//!   `<middlebox>:rewrite:<kind>` (e.g. `pool:rewrite:rwnd`), and a middlebox's subscriber
+//!   trees as `<middlebox>:subscribers` (`configured`, `max`, `live`, `created`, `evicted`,
+//!   `expired`, `unplaced`): `queue`, `counter`, `value`.
+//! * `subscriber_summary` — only with subscribers: one row per subscriber of a middlebox:
+//!   `middlebox`, `subscriber` (its prefix), `to_b_packets`, `to_b_bytes`, `to_b_dropped`,
+//!   `to_b_dropped_bytes`, the same four for `to_a` (IP bytes its trees sent and
+//!   discarded), `created`, `evicted` (its trees).
 
 /// The data of one column.
 #[derive(Clone, Debug, PartialEq)]

@@ -46,6 +46,7 @@ use asymlink_core::overhead::LinkLayerConfig;
 use asymlink_core::pipeline::{EgressConfig, MiddleboxConfig, RewriterConfig};
 use asymlink_core::qdisc::QdiscConfig;
 use asymlink_core::script::DropRule;
+use asymlink_core::subscribers::SubscriberConfig;
 use asymlink_core::trace::TraceSpec;
 use asymlink_core::units::{Limit, Rate, Span};
 use core::net::IpAddr;
@@ -168,6 +169,11 @@ pub struct MiddleboxSpec {
     /// Egress toward side a.
     #[serde(default)]
     pub to_a: EgressConfig,
+    /// Subscriber lines on side a, each with its own pipeline (`subscribers`,
+    /// `subscribers_file`, `max_subscribers`, `subscriber_idle_timeout`; see
+    /// [`asymlink_core::subscribers`]). Taken off the table before the rest is read.
+    #[serde(skip)]
+    pub subscribers: SubscriberConfig,
 }
 
 /// A flow as written in the file.
@@ -345,6 +351,8 @@ pub struct ResolvedMiddlebox {
     pub b: usize,
     /// Configuration.
     pub cfg: MiddleboxConfig,
+    /// Its subscribers (none: the pipeline takes all traffic).
+    pub subscribers: SubscriberConfig,
 }
 
 /// A validated scenario.
@@ -379,30 +387,47 @@ impl Spec {
     /// Parse and validate TOML text read from a file in directory `base`: trace files
     /// are relative to it (`None`: to the working directory).
     pub fn parse_in(src: &str, base: Option<&Path>) -> Result<Spec, ConfigError> {
-        let raw: RawScenario = match Spec::expand_lines(src)? {
+        let (table, subscribers) = Spec::expand_middleboxes(src, base)?;
+        let mut raw: RawScenario = match table {
             Some(t) => asymlink_core::config::from_toml_table(t, src)?,
             None => asymlink_core::config::from_toml(src)?,
         };
+        for (m, s) in raw.middleboxes.iter_mut().zip(subscribers) {
+            m.subscribers = s;
+        }
         Spec::resolve(raw, base).map_err(|e| e.with_line(src))
     }
 
     /// The scenario's table with the `line` of each middlebox expanded into its `to_a` and
-    /// `to_b` (`None`: no middlebox has a `line`).
-    fn expand_lines(src: &str) -> Result<Option<toml::Table>, ConfigError> {
+    /// `to_b` and its subscriber keys taken off (`None`: no middlebox has either), and
+    /// each middlebox's subscribers (`subscribers_file` relative to `base`).
+    fn expand_middleboxes(
+        src: &str,
+        base: Option<&Path>,
+    ) -> Result<(Option<toml::Table>, Vec<SubscriberConfig>), ConfigError> {
         // A syntax error is reported (one line, with its line number) by the parse proper.
         let Ok(mut t) = src.parse::<toml::Table>() else {
-            return Ok(None);
+            return Ok((None, Vec::new()));
         };
         let mut any = false;
+        let mut subscribers = Vec::new();
         if let Some(toml::Value::Array(mbs)) = t.get_mut("middleboxes") {
             for (i, m) in mbs.iter_mut().enumerate() {
-                if let toml::Value::Table(m) = m {
-                    any |= asymlink_core::line::expand(m)
-                        .map_err(|e| e.within(format!("middleboxes[{i}]")).with_line(src))?;
-                }
+                let toml::Value::Table(m) = m else {
+                    subscribers.push(SubscriberConfig::default());
+                    continue;
+                };
+                let at = |e: ConfigError| e.within(format!("middleboxes[{i}]")).with_line(src);
+                any |= asymlink_core::line::expand(m).map_err(at)?;
+                any |= asymlink_core::subscribers::KEYS
+                    .iter()
+                    .any(|k| m.contains_key(*k));
+                let s = SubscriberConfig::take(m, base, &mut |p| std::fs::read_to_string(p))
+                    .map_err(at)?;
+                subscribers.push(s);
             }
         }
-        Ok(any.then_some(t))
+        Ok((any.then_some(t), subscribers))
     }
 
     /// Check a parsed scenario: the topology (nodes, links, middleboxes), then the flows
@@ -597,6 +622,7 @@ impl<'a> Topology<'a> {
                     to_b: m.to_b.clone(),
                     to_a: m.to_a.clone(),
                 },
+                subscribers: m.subscribers.clone(),
             });
         }
         Ok(middleboxes)

@@ -14,6 +14,9 @@ pub(crate) fn results(w: &World, wall_s: f64) -> Results {
     tables.push(flow_summary(w));
     tables.push(queue_summary(w));
     tables.push(qdisc_counters(w));
+    if w.mbs.iter().any(|m| !m.mb.table().is_empty()) {
+        tables.push(subscriber_summary(w));
+    }
     Results {
         scenario: w.spec.name.clone(),
         seed: w.spec.seed,
@@ -162,7 +165,8 @@ fn queue_summary(w: &World) -> Table {
             name: d.name.clone(),
             dir: d,
             kind: q.kind(),
-            stats: q.stats().clone(),
+            // A middlebox's: over all its subscribers' trees.
+            stats: crate::engine::dir_stats(&w.mbs, d).into_owned(),
             is_link: true,
         });
         for (cname, cst) in q.child_stats() {
@@ -272,7 +276,7 @@ fn egress_qdisc<'a>(
 ) -> &'a dyn asymlink_core::qdisc::Qdisc<crate::packet::SimPacket> {
     match &d.source {
         Source::Own(e) => e.qdisc(),
-        Source::Mb(m, md) => w.mbs[*m as usize].mb.egress(*md).qdisc(),
+        Source::Mb(m, md) => w.mbs[*m as usize].mb.top_level().egress(*md).qdisc(),
     }
 }
 
@@ -289,7 +293,7 @@ fn qdisc_counters(w: &World) -> Table {
     }
     // Middlebox rewriters' counters, as `<middlebox>:rewrite:<kind>`.
     for m in &w.mbs {
-        for r in m.mb.rewriters() {
+        for r in m.mb.top_level().rewriters() {
             for (n, v) in r.counters() {
                 queue.push(format!("{}:rewrite:{}", m.name, r.kind()));
                 name.push(n.to_string());
@@ -297,8 +301,57 @@ fn qdisc_counters(w: &World) -> Table {
             }
         }
     }
+    // Subscriber trees, as `<middlebox>:subscribers`.
+    for m in w.mbs.iter().filter(|m| !m.mb.table().is_empty()) {
+        let st = m.mb.stats();
+        for (n, v) in [
+            ("configured", m.mb.table().len() as u64),
+            ("max", m.mb.max() as u64),
+            ("live", m.mb.live() as u64),
+            ("created", st.created),
+            ("evicted", st.evicted),
+            ("expired", st.expired),
+            ("unplaced", st.unplaced),
+        ] {
+            queue.push(format!("{}:subscribers", m.name));
+            name.push(n.to_string());
+            value.push(v as i64);
+        }
+    }
     Table::new("qdisc_counters")
         .with("queue", ColumnData::Str(queue))
         .with("counter", ColumnData::Str(name))
         .with("value", ColumnData::I64(value))
+}
+
+/// One row per subscriber of every middlebox that has subscribers: `middlebox`,
+/// `subscriber` (its prefix), per direction the packets and IP bytes its trees sent and
+/// discarded (`to_b_packets`, `to_b_bytes`, `to_b_dropped`, `to_b_dropped_bytes`, the same
+/// for `to_a`), and the trees `created` and `evicted` for it.
+fn subscriber_summary(w: &World) -> Table {
+    let mut mb = Vec::new();
+    let mut sub = Vec::new();
+    let mut rows: Vec<asymlink_core::subscribers::SubscriberCounters> = Vec::new();
+    for m in &w.mbs {
+        for (e, c) in m.mb.table().entries().iter().zip(m.mb.counters()) {
+            mb.push(m.name.clone());
+            sub.push(e.prefix.to_string());
+            rows.push(*c);
+        }
+    }
+    let col = |f: &dyn Fn(&asymlink_core::subscribers::SubscriberCounters) -> u64| {
+        ColumnData::I64(rows.iter().map(|c| f(c) as i64).collect())
+    };
+    let mut t = Table::new("subscriber_summary")
+        .with("middlebox", ColumnData::Str(mb))
+        .with("subscriber", ColumnData::Str(sub));
+    for (d, i) in [("to_b", 0), ("to_a", 1)] {
+        t = t
+            .with(&format!("{d}_packets"), col(&|c| c.sent[i]))
+            .with(&format!("{d}_bytes"), col(&|c| c.sent_bytes[i]))
+            .with(&format!("{d}_dropped"), col(&|c| c.dropped[i]))
+            .with(&format!("{d}_dropped_bytes"), col(&|c| c.dropped_bytes[i]));
+    }
+    t.with("created", col(&|c| c.created))
+        .with("evicted", col(&|c| c.evicted))
 }

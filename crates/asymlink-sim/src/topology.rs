@@ -182,8 +182,10 @@ pub(crate) fn build_middleboxes(
             dirs[to_b as usize].line.nominal_rate(),
             dirs[to_a as usize].line.nominal_rate(),
         ];
-        let mb = Middlebox::new(&m.cfg, rates, derive_seed(seed, &format!("mb:{i}")))
+        let mb_seed = derive_seed(seed, &format!("mb:{i}"));
+        let top = Middlebox::new(&m.cfg, rates, mb_seed)
             .map_err(|e| e.within(format!("middleboxes[{i}]")))?;
+        let mb = m.subscribers.build(top, mb_seed);
         for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
             dirs[id as usize].source = Source::Mb(i as u32, d);
         }
@@ -200,7 +202,7 @@ pub(crate) fn build_middleboxes(
     for d in dirs.iter_mut() {
         d.line.set_idle_dequeue(match &d.source {
             Source::Own(e) => e.qdisc().wants_idle_dequeue(),
-            Source::Mb(m, md) => mbs[*m as usize].mb.egress(*md).qdisc().wants_idle_dequeue(),
+            Source::Mb(m, md) => mbs[*m as usize].mb.wants_idle_dequeue(*md),
         });
     }
     Ok(mbs)

@@ -419,6 +419,12 @@ LINES_WARMUP_S = 2.0
 PING_EVERY_S = 0.02
 LINES_PORT = 5400
 BULK = str(Path(__file__).with_name("bulk.py"))
+#: The load generators and the ping run SCHED_FIFO at this priority, above the box's
+#: (`PROCESS`): they sleep between rounds and take a few percent of a core, but a
+#: receiver that samples late or a ping timed late measures itself, not the lines —
+#: with a thousand lines the box's workers alone can keep both cores of this machine busy.
+LOAD_PRIORITY = 30
+RT = ["chrt", "-f", str(LOAD_PRIORITY)]
 #: A full-sized segment: 1448 bytes of payload (MSS with timestamps) in a 1500-byte IP
 #: packet. The lines' shapers count IP bytes.
 PAYLOAD_PER_IP = 1448 / 1500
@@ -440,11 +446,21 @@ def subscriber_line(rate_bps: float) -> dict[str, Any]:
     return {"down": rate, "up": rate, "down_fraction": 1.0, "up_fraction": 1.0}
 
 
-def subscriber_box(addrs: list[str], rate_bps: float, workers: int) -> dict[str, Any]:
+#: The subscriber-lines box's clock runs this far ahead ([live.md](live.md), Time): many
+#: slow lines have a departure every few microseconds between them, each line only one
+#: every 12 ms (1500 bytes at 1 Mbit/s); a 1 ms horizon lets a wake-up send what is due
+#: within the next millisecond together, and lets no line burst by more than 1 ms of its
+#: rate (125 bytes at 1 Mbit/s).
+LINES_HORIZON = "1ms"
+
+
+def subscriber_box(addrs: list[str], rate_bps: float, workers: int,
+                   io: str = "socket") -> dict[str, Any]:
     """The box of the subscriber-lines run: one `[[subscribers]]` entry per address, each
-    its own line at `rate_bps`, and `workers` workers."""
+    its own line at `rate_bps`, `workers` workers, `[process] io` mode `io`."""
     line = subscriber_line(rate_bps)
-    return {"seed": 1, "process": {**PROCESS, "workers": workers},
+    return {"seed": 1,
+            "process": {**PROCESS, "horizon": LINES_HORIZON, "workers": workers, "io": io},
             "subscribers": [{"prefix": a, "line": dict(line)} for a in addrs]}
 
 
@@ -521,6 +537,15 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _machine_cpu() -> dict[str, float]:
+    """The machine's CPU time so far by kind (user, system, softirq, idle, ...), in
+    seconds summed over all CPUs (/proc/stat)."""
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:1 + len(names)]
+    tck = os.sysconf("SC_CLK_TCK")
+    return {k: int(v) / tck for k, v in zip(names, fields, strict=True)}
+
+
 def _ping_stats(report: Path) -> dict[str, Any]:
     """p50 / p99 / max of a ping report's round-trip times, in ms."""
     if not report.exists():
@@ -535,14 +560,15 @@ def _ping_stats(report: Path) -> dict[str, Any]:
 
 def _ping(lab: Lab, src: str, t0: float, start: float, stop: float,
           report: Path) -> Any:
-    return lab.spawn("client", [sys.executable, TRAFFIC, "ping", "--to", lab.addr("server"),
+    return lab.spawn("client", [*RT, sys.executable, TRAFFIC, "ping", "--to", lab.addr("server"),
                                 "--bind", src, "--t0", repr(t0), "--start", repr(start),
                                 "--stop", repr(stop), "--every", repr(PING_EVERY_S),
                                 "--timeout", "1", "--report", str(report)])
 
 
 def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: int,
-                  direction: str, not_measured: dict[str, str]) -> dict[str, Any]:
+                  direction: str, not_measured: dict[str, str],
+                  io: str = "socket") -> dict[str, Any]:
     """`n` subscribers, each its own line at `rate_bps` through a box with `workers`
     workers, each saturating its line with one bulk TCP transfer (`direction` `down`:
     from the server to the subscriber; `up`: the other way), all at once, from
@@ -554,9 +580,10 @@ def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: in
     sources = lab.dir / "sources.txt"
     sources.write_text("".join(a + "\n" for a in loaded))
     work = lab.dir
-    box = start_box(lab, subscriber_box(addrs, rate_bps, workers), timeout=60)
+    box = start_box(lab, subscriber_box(addrs, rate_bps, workers, io), timeout=60)
     pid = box.proc.pid
-    out: dict[str, Any] = {"subscribers": n, "workers": workers, "direction": direction,
+    out: dict[str, Any] = {"subscribers": n, "workers": workers, "io": io,
+                           "direction": direction,
                            "rate_mbps": rate_bps / 1e6, "line": subscriber_line(rate_bps),
                            "load_average_start": os.getloadavg()[0]}
     try:
@@ -575,7 +602,7 @@ def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: in
         end = LINES_WARMUP_S + seconds
         common = ["--port", str(LINES_PORT), "--t0", repr(t0), "--stop", repr(end),
                   "--interval", repr(sample_interval(seconds + WARMUP_S)), "--cc", TCP_CC]
-        server = lab.spawn("server", [sys.executable, BULK, "serve", *common, "--mode",
+        server = lab.spawn("server", [*RT, sys.executable, BULK, "serve", *common, "--mode",
                                       sender_mode, "--ready", str(ready), "--report",
                                       str(serve_report)])
         deadline = time.monotonic() + 10
@@ -584,19 +611,28 @@ def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: in
                 raise LabError("the bulk server did not start")
             time.sleep(0.02)
         client = lab.spawn("client", [
-            sys.executable, BULK, "connect", *common, "--mode",
+            *RT, sys.executable, BULK, "connect", *common, "--mode",
             "recv" if direction == "down" else "send", "--to", lab.addr("server"),
             "--sources", str(sources), "--report", str(connect_report)])
         ping = _ping(lab, idle, t0, LINES_WARMUP_S, end, work / "ping-load.json")
         # The box's CPU time over the measured window, and its memory near its end.
         time.sleep(max(0.0, t0 + LINES_WARMUP_S - time.monotonic()))
-        cpu0, w0 = _cpu_seconds(pid), time.monotonic()
+        procs = {"box": pid, "server": server.pid, "client": client.pid}
+        cpu0, w0 = {k: _cpu_seconds(p) for k, p in procs.items()}, time.monotonic()
+        m0 = _machine_cpu()
         time.sleep(max(0.0, t0 + end - 0.3 - time.monotonic()))
-        cpu1, w1 = _cpu_seconds(pid), time.monotonic()
+        cpu1, w1 = {k: _cpu_seconds(p) for k, p in procs.items()}, time.monotonic()
+        m1 = _machine_cpu()
+        # The whole machine's CPUs over the window, by kind, in cores (other jobs too).
+        out["machine_cpu_cores"] = {k: (m1[k] - m0[k]) / (w1 - w0) for k in m0}
         out["box_rss_loaded_kb"] = _proc_status_kb(pid, "VmRSS")
         stats = box.stats()
-        if cpu0 is not None and cpu1 is not None:
-            out["box_cpu_cores"] = (cpu1 - cpu0) / (w1 - w0)
+        # CPU time over the window (1.0: one core busy): the box's, and the load
+        # generator's on each side (a side that takes a whole core limits the load).
+        for k in procs:
+            a, b = cpu0[k], cpu1[k]
+            if a is not None and b is not None:
+                out[f"{k}_cpu_cores"] = (b - a) / (w1 - w0)
         for proc in (client, server, ping):
             proc.wait(timeout=end + 30)
         out["load_average"] = os.getloadavg()[0]
@@ -616,6 +652,8 @@ def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: in
                                   for w in final.get("workers", [])]
     out["rx_kernel_drops"] = sum(d.get("rx_kernel_drops", 0)
                                  for d in final.get("directions", {}).values())
+    # Every direction's counters (all subscribers' traffic): what the lines dropped, why.
+    out["box_directions"] = final.get("directions", {})
     conn = json.loads(connect_report.read_text()) if connect_report.exists() else {}
     out["connected"] = conn.get("connected")
     out["connect_errors"] = conn.get("errors")
@@ -643,18 +681,20 @@ def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: in
 
 
 def run_lines_bench(n: int, rate_bps: float = 1e6, seconds: float = 5.0, workers: int = 2,
-                    direction: str = "down") -> dict[str, Any]:
+                    direction: str = "down", io: str = "socket") -> dict[str, Any]:
     """`asymlink bench live --subscribers N`: `measure_lines` in a fresh lab (removed
     afterwards), with the run's facts as the other sections have them."""
     if not 1 <= n <= MAX_SUBSCRIBER_LINES:
         raise LabError(f"subscribers: 1 to {MAX_SUBSCRIBER_LINES}, not {n}")
     if direction not in ("down", "up"):
         raise LabError(f"direction: 'down' or 'up', not '{direction}'")
+    if io not in IO_MODES:
+        raise LabError(f"io: unknown mode '{io}' (one of {', '.join(IO_MODES)})")
     lab = Lab.up()
     skipped: dict[str, str] = {}
     try:
         add_subscriber_addresses(lab, subscriber_addrs(n + 1))
-        lines = measure_lines(lab, n, rate_bps, seconds, workers, direction, skipped)
+        lines = measure_lines(lab, n, rate_bps, seconds, workers, direction, skipped, io)
     finally:
         lab.down()
     return {"subscriber_lines": lines, "not_measured": skipped, "seconds": seconds,

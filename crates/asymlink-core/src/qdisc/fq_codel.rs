@@ -24,6 +24,14 @@
 //! flows of the same set are active at once; a flow that finds no way free shares a queue
 //! of its own host if one is in the set, else is dropped as `state_full`.
 //!
+//! **Memory.** A bucket holds state only while its queue is on a list: a table of `flows`
+//! buckets costs a 16-bit index entry per bucket, and one queue per bucket in use, given
+//! back when the queue empties and leaves the lists and reused by the next bucket. What a
+//! bucket must remember between its busy spells stays: CoDel's state while a new dropping
+//! episode would resume from it (up to 16 intervals after its last drop), and the ACK
+//! history of its connection with the ACK filter. So a discipline serving a few flows
+//! costs a few kilobytes, and schedules exactly as a table of every bucket would.
+//!
 //! CoDel on every queue is [`codel`](super::codel)'s, with its low-rate target: a leaf of
 //! an HTB or HFSC class takes the class's rate. Deliberately not modelled: Linux's batch
 //! drops, `ce_threshold`, and CAKE's diffserv tins.
@@ -51,7 +59,7 @@ use crate::units::{Bytes, Limit, Rate, Span};
 use crate::wire::FlowKey;
 use core::net::{IpAddr, Ipv4Addr};
 use serde::Deserialize;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Ways of a set in the host-then-flow tables.
 const WAYS: usize = 8;
@@ -177,17 +185,15 @@ fn yes() -> bool {
     true
 }
 
-/// One flow queue.
+/// One flow queue (while it is on a new or old list).
 #[derive(Debug)]
 struct Flow<P> {
     q: StampedQueue<P>,
     vars: CodelVars,
     deficit: i64,
-    /// On a new or old list.
-    listed: bool,
     /// Full hash of the flow using it (host-then-flow's set lookup).
     tag: u64,
-    /// Host slot of the flow using it (host-then-flow).
+    /// Host bucket of the flow using it (host-then-flow).
     host: u32,
     /// Whether packets of other flows of the same host share it (host-then-flow, when
     /// their set was full); cleared when it is taken afresh.
@@ -200,11 +206,184 @@ impl<P> Flow<P> {
             q: StampedQueue::default(),
             vars: CodelVars::default(),
             deficit: 0,
-            listed: false,
             tag: 0,
             host: 0,
             guests: false,
         }
+    }
+}
+
+/// `owner` of a slot no bucket uses.
+const FREE: u32 = u32::MAX;
+
+/// Which buckets of a table are in use, and where their state is. `index[bucket]` names
+/// a slot, which belongs to the bucket only if the slot says so (`owner[slot] ==
+/// bucket`): a stale index entry needs no clearing. A bucket takes a slot when it joins
+/// the new/old lists and gives it back when it leaves them; given-back slots are reused,
+/// newest first, before new ones are made. So a table holds as many slots as buckets
+/// were in use at once — a few for a home line, not one per bucket — and a reused slot
+/// keeps its queue's capacity. With at most 65 536 buckets a slot number fits 16 bits.
+#[derive(Debug, Default)]
+struct SlotIndex {
+    index: Vec<u16>,
+    owner: Vec<u32>,
+    free: Vec<u16>,
+}
+
+impl SlotIndex {
+    fn with_buckets(n: u32) -> Self {
+        SlotIndex {
+            index: vec![0; n as usize],
+            ..SlotIndex::default()
+        }
+    }
+
+    /// The slot of `bucket`, if the bucket is in use.
+    fn get(&self, bucket: usize) -> Option<usize> {
+        let s = usize::from(*self.index.get(bucket)?);
+        (self.owner.get(s) == Some(&(bucket as u32))).then_some(s)
+    }
+
+    /// Give `bucket` (not in use) a slot: a given-back one (`Ok`, its state to be reset),
+    /// or a new one at the end (`Err`, its state to be pushed).
+    fn take(&mut self, bucket: usize) -> Result<usize, usize> {
+        debug_assert!(self.get(bucket).is_none());
+        match self.free.pop() {
+            Some(s) => {
+                self.owner[usize::from(s)] = bucket as u32;
+                self.index[bucket] = s;
+                Ok(usize::from(s))
+            }
+            None => {
+                let s = self.owner.len();
+                self.owner.push(bucket as u32);
+                self.index[bucket] = s as u16;
+                Err(s)
+            }
+        }
+    }
+
+    fn release(&mut self, slot: usize) {
+        self.owner[slot] = FREE;
+        self.free.push(slot as u16);
+    }
+
+    /// The slots in use with their buckets.
+    fn in_use(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.owner
+            .iter()
+            .enumerate()
+            .filter(|&(_, &b)| b != FREE)
+            .map(|(s, &b)| (s, b))
+    }
+
+    /// Buckets in use.
+    fn used(&self) -> usize {
+        self.owner.len() - self.free.len()
+    }
+}
+
+/// The flow queues of a discipline, held for the buckets in use only, with what a bucket
+/// must remember between its busy spells so that it schedules exactly as a table of all
+/// `n` buckets would: CoDel's state while it still matters, and the ACK history.
+#[derive(Debug)]
+struct FlowTable<P> {
+    n: u32,
+    slots: SlotIndex,
+    flows: Vec<Flow<P>>,
+    /// With the ACK filter, each slot's ACK history (else empty).
+    acks: Vec<FlowAcks>,
+    ack_filter: bool,
+    /// ACK histories of buckets out of use (with the ACK filter): a connection that comes
+    /// back to its bucket continues from its history.
+    idle_acks: BTreeMap<u32, FlowAcks>,
+    /// CoDel states of buckets out of use that a new dropping episode would resume from.
+    idle_vars: BTreeMap<u32, CodelVars>,
+    /// Size of `idle_vars` at which states too old to matter are pruned.
+    prune_at: usize,
+}
+
+impl<P> FlowTable<P> {
+    fn new(n: u32, ack_filter: bool) -> Self {
+        FlowTable {
+            n,
+            slots: SlotIndex::default(),
+            flows: Vec::new(),
+            acks: Vec::new(),
+            ack_filter,
+            idle_acks: BTreeMap::new(),
+            idle_vars: BTreeMap::new(),
+            prune_at: 16,
+        }
+    }
+
+    /// The index, made on the first packet (an unused discipline costs only its struct).
+    fn allocate(&mut self) {
+        if self.slots.index.is_empty() {
+            self.slots = SlotIndex::with_buckets(self.n);
+        }
+    }
+
+    fn get(&self, bucket: usize) -> Option<usize> {
+        self.slots.get(bucket)
+    }
+
+    /// Put `bucket` (not in use) in use with `deficit`; returns its slot.
+    fn activate(&mut self, bucket: usize, deficit: i64) -> usize {
+        let s = match self.slots.take(bucket) {
+            Ok(s) => s,
+            Err(s) => {
+                self.flows.push(Flow::new());
+                if self.ack_filter {
+                    self.acks.push(FlowAcks::default());
+                }
+                s
+            }
+        };
+        let b = bucket as u32;
+        let f = &mut self.flows[s];
+        f.vars = self.idle_vars.remove(&b).unwrap_or_default();
+        f.deficit = deficit;
+        f.guests = false;
+        if self.ack_filter {
+            self.acks[s] = self.idle_acks.remove(&b).unwrap_or_default();
+        }
+        s
+    }
+
+    /// Take slot `s`, whose queue ran empty at `now` and left the lists, out of use.
+    fn release(&mut self, s: usize, now: u64, interval: u64) {
+        let bucket = self.slots.owner[s];
+        let v = self.flows[s].vars;
+        debug_assert!(self.flows[s].q.q.is_empty());
+        //= https://www.rfc-editor.org/rfc/rfc8289#section-5.4
+        //# if (delta > 1 && now - drop_next < 16 * INTERVAL) {
+        //#     count_ = delta;
+        // The dequeue that found the queue empty cleared `first_above_time`, so the next
+        // one cannot drop: the state is read again only when a dropping episode starts,
+        // and then only as above. Any other state acts as a new one.
+        let recent = |v: &CodelVars| (now as i128 - v.drop_next as i128) < 16 * interval as i128;
+        if v.count.wrapping_sub(v.lastcount) > 1 && recent(&v) {
+            if self.idle_vars.len() >= self.prune_at {
+                self.idle_vars.retain(|_, v| recent(v));
+                self.prune_at = (2 * self.idle_vars.len()).max(16);
+            }
+            self.idle_vars.insert(bucket, v);
+        }
+        if self.ack_filter {
+            let mut a = core::mem::take(&mut self.acks[s]);
+            if a.conn.is_some() {
+                // No packet of the queue is pinned now: the same as "none ever was".
+                a.since_pin = usize::MAX;
+                self.idle_acks.insert(bucket, a);
+            }
+        }
+        self.slots.release(s);
+    }
+
+    /// Flows in use.
+    fn used(&self) -> usize {
+        self.slots.used()
     }
 }
 
@@ -228,14 +407,6 @@ impl Default for FlowAcks {
             state: AckState::new(),
             since_pin: usize::MAX,
         }
-    }
-}
-
-/// ACK state for each of `flows` queues when filtering is on; none (no memory) otherwise.
-fn flow_acks(on: bool, flows: u32) -> Vec<FlowAcks> {
-    match on {
-        true => (0..flows).map(|_| FlowAcks::default()).collect(),
-        false => Vec::new(),
     }
 }
 
@@ -364,18 +535,19 @@ fn host_hash<P: Pkt>(pkt: &P, key: HostKey, perturb: u64) -> u64 {
 //# old queues [...] If the queue is empty, it is removed from the list of
 //# new queues and added to the end of the list of old queues [...] if the
 //# list of old queues is not empty; otherwise it is removed from the list
-/// One DRR level over flow queues: the next packet of the flows on `lists`, or `None`
-/// when they all ran empty (both lists are then empty).
+/// One DRR level over flow queues: the next packet of the flows on `lists` (slots of
+/// `table`), or `None` when they all ran empty (both lists are then empty). A queue that
+/// leaves the lists gives its slot back.
 fn fq_dequeue<P: Pkt>(
     lists: &mut Lists,
-    flows: &mut [Flow<P>],
+    table: &mut FlowTable<P>,
     quantum: i64,
     p: &CodelParams,
     now: Instant,
     cx: &mut CodelCtx<'_, P>,
 ) -> Option<P> {
     while let Some((i, from_new)) = lists.front() {
-        let f = &mut flows[i as usize];
+        let f = &mut table.flows[i as usize];
         if f.deficit <= 0 {
             f.deficit += quantum;
             lists.pop(from_new);
@@ -390,7 +562,7 @@ fn fq_dequeue<P: Pkt>(
         if from_new && !lists.old.is_empty() {
             lists.old.push_back(i);
         } else {
-            f.listed = false;
+            table.release(i as usize, now.as_nanos(), p.interval);
         }
     }
     None
@@ -398,7 +570,7 @@ fn fq_dequeue<P: Pkt>(
 
 /// Drop head packets of the fattest flows while the discipline is over its limits.
 fn drop_from_fattest<P: Pkt>(
-    flows: &mut [Flow<P>],
+    table: &mut FlowTable<P>,
     limit: Limit,
     memory: u64,
     stats: &mut QdiscStats,
@@ -409,15 +581,21 @@ fn drop_from_fattest<P: Pkt>(
         if !limit.exceeded_by(b.packets, b.bytes) && b.bytes <= memory {
             return;
         }
-        // Linux's fq_codel_drop() scans every bucket the same way.
-        let Some(fat) = flows
-            .iter_mut()
-            .filter(|f| f.q.bytes > 0)
-            .max_by_key(|f| f.q.bytes)
+        // Linux's fq_codel_drop() scans every bucket the same way (only buckets in use
+        // can hold bytes); of equally fat ones the last bucket loses.
+        let flows = &table.flows;
+        let Some((fat, _)) = table
+            .slots
+            .in_use()
+            .filter(|&(s, _)| flows[s].q.bytes > 0)
+            .max_by_key(|&(s, b)| (flows[s].q.bytes, b))
         else {
             return;
         };
-        let s = fat.q.pop().expect("a fattest flow holds a packet");
+        let s = table.flows[fat]
+            .q
+            .pop()
+            .expect("a fattest flow holds a packet");
         let v = Verdict::Dropped(DropReason::LongestQueue);
         stats.on_remove(v, s.pkt.ip_len());
         drops.push(s.pkt, v, Stage::Removed);
@@ -455,17 +633,13 @@ pub struct FqCodel<P> {
     quantum: i64,
     perturb: u64,
     params: CodelParams,
-    /// The flow queues: allocated on the first packet (an unused discipline costs only
-    /// its own struct), `n_flows` of them.
-    flows: Vec<Flow<P>>,
+    /// The flow queues of the buckets in use, `n_flows` buckets.
+    table: FlowTable<P>,
     n_flows: u32,
-    ack_filter: bool,
     lists: Lists,
     stats: QdiscStats,
     counters: CodelCounters,
     new_flow_count: u64,
-    /// Per flow queue, with `ack_filter` only (else empty).
-    acks: Vec<FlowAcks>,
 }
 
 impl<P: Pkt> FqCodel<P> {
@@ -494,14 +668,12 @@ impl<P: Pkt> FqCodel<P> {
             quantum: cfg.quantum.0 as i64,
             perturb: splitmix64(&mut s),
             params,
-            flows: Vec::new(),
+            table: FlowTable::new(cfg.flows, cfg.ack_filter),
             n_flows: cfg.flows,
-            ack_filter: cfg.ack_filter,
             lists: Lists::default(),
             stats: QdiscStats::default(),
             counters: CodelCounters::default(),
             new_flow_count: 0,
-            acks: Vec::new(),
         })
     }
 
@@ -520,25 +692,25 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();
-        if self.flows.is_empty() {
-            self.flows = (0..self.n_flows).map(|_| Flow::new()).collect();
-            self.acks = flow_acks(self.ack_filter, self.n_flows);
-        }
+        self.table.allocate();
         let i = self.bucket_of(&pkt);
-        let f = &mut self.flows[i];
-        f.q.push(now, pkt);
-        if !f.listed {
-            f.listed = true;
-            f.deficit = self.quantum;
-            self.lists.new.push_back(i as u32);
-            self.new_flow_count += 1;
-        }
+        let s = match self.table.get(i) {
+            Some(s) => s,
+            None => {
+                let s = self.table.activate(i, self.quantum);
+                self.lists.new.push_back(s as u32);
+                self.new_flow_count += 1;
+                s
+            }
+        };
+        let t = &mut self.table;
+        t.flows[s].q.push(now, pkt);
         self.stats.on_enqueue(len);
-        if let Some(acks) = self.acks.get_mut(i) {
-            filter_acks(&mut self.flows[i], acks, &mut self.stats, drops);
+        if let Some(acks) = t.acks.get_mut(s) {
+            filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
         }
         drop_from_fattest(
-            &mut self.flows,
+            &mut self.table,
             self.limit,
             self.memory,
             &mut self.stats,
@@ -555,7 +727,7 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
         };
         let r = fq_dequeue(
             &mut self.lists,
-            &mut self.flows,
+            &mut self.table,
             self.quantum,
             &self.params,
             now,
@@ -587,12 +759,11 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
     }
 }
 
-/// One host: its share of the link and its own flow lists.
+/// One host (while it is on a list): its share of the link and its own flow lists.
 #[derive(Debug, Default)]
 struct Host {
     tag: u64,
     deficit: i64,
-    listed: bool,
     lists: Lists,
 }
 
@@ -606,20 +777,17 @@ pub struct HostFqCodel<P> {
     host_quantum: i64,
     perturb: u64,
     params: CodelParams,
-    /// The flow and host tables: allocated on the first packet (an unused discipline
-    /// costs only its own struct), `n_flows` and `n_hosts` entries.
-    flows: Vec<Flow<P>>,
+    /// The flow queues of the flow buckets in use (`flows` buckets).
+    flows: FlowTable<P>,
+    /// The host buckets in use (`n_hosts` buckets) and their slots' hosts.
+    host_slots: SlotIndex,
     hosts: Vec<Host>,
-    n_flows: u32,
     n_hosts: u32,
-    ack_filter: bool,
     host_lists: Lists,
     stats: QdiscStats,
     counters: CodelCounters,
     new_flow_count: u64,
     new_host_count: u64,
-    /// Per flow queue, with `ack_filter` only (else empty).
-    acks: Vec<FlowAcks>,
 }
 
 /// Find a way in the set of `tag` (tables of a multiple of [`WAYS`] entries): one already
@@ -676,17 +844,15 @@ impl<P: Pkt> HostFqCodel<P> {
             host_quantum: host_quantum.0 as i64,
             perturb: splitmix64(&mut s),
             params,
-            flows: Vec::new(),
+            flows: FlowTable::new(cfg.flows, cfg.ack_filter),
+            host_slots: SlotIndex::default(),
             hosts: Vec::new(),
-            n_flows: cfg.flows,
             n_hosts: cfg.host_buckets,
-            ack_filter: cfg.ack_filter,
             host_lists: Lists::default(),
             stats: QdiscStats::default(),
             counters: CodelCounters::default(),
             new_flow_count: 0,
             new_host_count: 0,
-            acks: Vec::new(),
         })
     }
 
@@ -697,7 +863,7 @@ impl<P: Pkt> HostFqCodel<P> {
 
     /// Hosts currently on the schedule.
     pub fn active_hosts(&self) -> usize {
-        self.hosts.iter().filter(|h| h.listed).count()
+        self.host_slots.used()
     }
 }
 
@@ -705,15 +871,15 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();
-        if self.flows.is_empty() {
-            self.flows = (0..self.n_flows).map(|_| Flow::new()).collect();
-            self.hosts = (0..self.n_hosts).map(|_| Host::default()).collect();
-            self.acks = flow_acks(self.ack_filter, self.n_flows);
+        if self.host_slots.index.is_empty() {
+            self.flows.allocate();
+            self.host_slots = SlotIndex::with_buckets(self.n_hosts);
         }
         // The host slot: its own, else a free way of its set.
         let htag = host_hash(&pkt, self.key, self.perturb);
-        let h = match set_lookup(self.hosts.len(), htag, |i| {
-            self.hosts[i].listed.then_some(self.hosts[i].tag)
+        let (host_slots, hosts) = (&self.host_slots, &self.hosts);
+        let h = match set_lookup(self.n_hosts as usize, htag, |i| {
+            host_slots.get(i).map(|s| hosts[s].tag)
         }) {
             Ok(h) => h,
             Err(_) => {
@@ -728,24 +894,23 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
         // must not overtake them), else a free way, else a busy way of the same host.
         let ftag = flow_hash(&pkt, self.perturb);
         let perturb = self.perturb;
-        let flows = &self.flows;
+        let t = &self.flows;
+        let in_use = |i: usize| t.get(i).map(|s| &t.flows[s]);
         let guest_in = |set: usize| {
             (set..set + WAYS).find(|&i| {
-                let w = &flows[i];
-                w.listed
-                    && w.guests
-                    && w.host == h as u32
-                    && w.q.q.iter().any(|s| flow_hash(&s.pkt, perturb) == ftag)
+                in_use(i).is_some_and(|w| {
+                    w.guests
+                        && w.host == h as u32
+                        && w.q.q.iter().any(|s| flow_hash(&s.pkt, perturb) == ftag)
+                })
             })
         };
-        let f = match set_lookup(self.flows.len(), ftag, |i| {
-            self.flows[i].listed.then_some(self.flows[i].tag)
-        }) {
-            Ok(f) if self.flows[f].listed => f,
+        let f = match set_lookup(self.flows.n as usize, ftag, |i| in_use(i).map(|w| w.tag)) {
+            Ok(f) if t.get(f).is_some() => f,
             Ok(free) => guest_in(free - free % WAYS).unwrap_or(free),
-            Err(set) => match guest_in(set)
-                .or_else(|| (set..set + WAYS).find(|&i| self.flows[i].host == h as u32))
-            {
+            Err(set) => match guest_in(set).or_else(|| {
+                (set..set + WAYS).find(|&i| in_use(i).is_some_and(|w| w.host == h as u32))
+            }) {
                 Some(f) => f,
                 None => {
                     self.stats
@@ -755,31 +920,48 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
                 }
             },
         };
-        if self.flows[f].listed && self.flows[f].tag != ftag {
-            self.flows[f].guests = true;
+        let fs = t.get(f);
+        if let Some(s) = fs {
+            let w = &mut self.flows.flows[s];
+            if w.tag != ftag {
+                w.guests = true;
+            }
         }
-        let host = &mut self.hosts[h];
-        if !host.listed {
-            host.listed = true;
-            host.tag = htag;
-            host.deficit = self.host_quantum;
-            self.host_lists.new.push_back(h as u32);
-            self.new_host_count += 1;
-        }
-        let flow = &mut self.flows[f];
-        flow.q.push(now, pkt);
-        if !flow.listed {
-            flow.listed = true;
-            flow.guests = false;
-            flow.tag = ftag;
-            flow.host = h as u32;
-            flow.deficit = self.quantum;
-            host.lists.new.push_back(f as u32);
-            self.new_flow_count += 1;
-        }
+        let hs = match self.host_slots.get(h) {
+            Some(hs) => hs,
+            None => {
+                let hs = match self.host_slots.take(h) {
+                    Ok(hs) => hs,
+                    Err(hs) => {
+                        self.hosts.push(Host::default());
+                        hs
+                    }
+                };
+                let host = &mut self.hosts[hs];
+                host.tag = htag;
+                host.deficit = self.host_quantum;
+                self.host_lists.new.push_back(hs as u32);
+                self.new_host_count += 1;
+                hs
+            }
+        };
+        let s = match fs {
+            Some(s) => s,
+            None => {
+                let s = self.flows.activate(f, self.quantum);
+                let flow = &mut self.flows.flows[s];
+                flow.tag = ftag;
+                flow.host = h as u32;
+                self.hosts[hs].lists.new.push_back(s as u32);
+                self.new_flow_count += 1;
+                s
+            }
+        };
+        let t = &mut self.flows;
+        t.flows[s].q.push(now, pkt);
         self.stats.on_enqueue(len);
-        if let Some(acks) = self.acks.get_mut(f) {
-            filter_acks(&mut self.flows[f], acks, &mut self.stats, drops);
+        if let Some(acks) = t.acks.get_mut(s) {
+            filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
         }
         drop_from_fattest(
             &mut self.flows,
@@ -824,7 +1006,7 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
             if from_new && !self.host_lists.old.is_empty() {
                 self.host_lists.old.push_back(h);
             } else {
-                host.listed = false;
+                self.host_slots.release(h as usize);
             }
         }
         debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
@@ -850,8 +1032,8 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
     }
 
     fn flow_entries(&self) -> u64 {
-        // Both tables are fixed in size; report how much of them is in use.
-        (self.active_hosts() + self.flows.iter().filter(|f| f.listed).count()) as u64
+        // Both tables are fixed in bucket count; report how many buckets are in use.
+        (self.active_hosts() + self.flows.used()) as u64
     }
 
     fn kind(&self) -> &'static str {
@@ -894,6 +1076,17 @@ mod tests {
             payload_len: ip_len - 28,
         })
     }
+
+    /// The digests of `random_workloads_keep_their_schedule`, as computed when every
+    /// bucket had its own table entry.
+    const PINNED: [u64; 6] = [
+        0x06e1_4b67_2edd_038a,
+        0x0fa6_2edc_d285_b1df,
+        0xef31_b5c7_18ed_230d,
+        0xdd50_96ea_cd74_327b,
+        0xaec2_e60b_e6a1_5af0,
+        0x9503_d69e_4bdc_500b,
+    ];
 
     fn utag(p: &HeaderPacket) -> u16 {
         p.hdr.ip.ident
@@ -1249,5 +1442,233 @@ mod tests {
             assert!(d.is_empty(), "{tree} {kind}: {} dropped", d.len());
             check(q.as_ref());
         }
+    }
+
+    /// A small deterministic random stream for the workloads below.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            splitmix64(&mut self.0) % n
+        }
+    }
+
+    /// A TCP segment of flow `flow` (host 10.0.<flow % hosts>.1, port 2000 + flow) of
+    /// `ip_len` bytes acknowledging `ack`, tagged `tag` in its sequence number.
+    fn seg(tag: u32, ip_len: u32, flow: u16, hosts: u16, ack: u32, ect: bool) -> HeaderPacket {
+        let mut p = data_flow(tag, ip_len, 1000 + flow);
+        p.hdr.ip.src = IpAddr::V4(Ipv4Addr::new(10, 0, (flow % hosts) as u8, 1));
+        if ect {
+            p.hdr.ip.ecn = crate::wire::Ecn::Ect0;
+        }
+        p.hdr.tcp_repr_mut().unwrap().ack = crate::wire::SeqNumber(ack);
+        p
+    }
+
+    /// Run a random workload through `q` — bursts that build standing queues (CoDel
+    /// drops and marks), quiet spells that empty them, more flows than buckets (collisions,
+    /// full sets), pure ACKs (filtering), overflow (the fattest flow's drops) — and digest
+    /// everything that came out: each packet with its dequeue step and ECN bits, each drop
+    /// with its verdict, and the final counters.
+    fn digest(q: &mut dyn Qdisc<HeaderPacket>, seed: u64, flows: u64, hosts: u16) -> u64 {
+        let mut r = Rng(seed);
+        let mut d = Drops::new();
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mix = |h: &mut u64, v: u64| *h = (*h ^ v).wrapping_mul(0x0100_0000_01b3);
+        let mut acked = vec![0u32; flows as usize];
+        for step in 0..12_000u64 {
+            let now = Instant::from_micros(step * 500);
+            let (arrivals, service) = match (step / 700) % 4 {
+                0 => (r.below(5), 1 + r.below(2)),
+                1 => (r.below(3), 1 + r.below(3)),
+                2 => (u64::from(r.below(6) == 0), 2),
+                _ => (r.below(4), u64::from(r.below(3) == 0)),
+            };
+            for _ in 0..arrivals {
+                let f = (r.below(flows) * r.below(flows) / flows) as usize;
+                let tag = step as u32 * 8 + r.below(8) as u32;
+                let ect = r.below(4) == 0;
+                let p = if r.below(3) == 0 {
+                    // A pure ACK, now and then a duplicate.
+                    if r.below(5) != 0 {
+                        acked[f] += 1000;
+                    }
+                    seg(tag, 40, f as u16, hosts, acked[f], ect)
+                } else {
+                    seg(
+                        tag,
+                        41 + r.below(1460) as u32,
+                        f as u16,
+                        hosts,
+                        acked[f],
+                        ect,
+                    )
+                };
+                q.enqueue(now, p, &mut d);
+            }
+            for _ in 0..service {
+                match q.dequeue(now, &mut d) {
+                    Dequeued::Packet(p) => {
+                        mix(&mut h, u64::from(tag(&p)));
+                        mix(&mut h, step);
+                        mix(&mut h, p.hdr.ip.ecn as u64);
+                    }
+                    _ => break,
+                }
+            }
+            for x in d.drain() {
+                mix(&mut h, u64::from(tag(&x.pkt)) << 8);
+                for b in format!("{:?}", x.verdict).bytes() {
+                    mix(&mut h, u64::from(b));
+                }
+            }
+            check(&*q);
+        }
+        for (_, v) in q.counters() {
+            mix(&mut h, v);
+        }
+        mix(&mut h, q.flow_entries());
+        h
+    }
+
+    /// The schedules of both disciplines, on small tables (collisions, full sets) and on
+    /// the default ones, pinned by a digest of everything they emitted.
+    #[test]
+    fn random_workloads_keep_their_schedule() {
+        let cases: [(&str, bool, u64, u16); 6] = [
+            ("", false, 40, 6),
+            ("flows = 16\nlimit = \"60p\"\nack_filter = true\ninterval = \"20ms\"", false, 48, 6),
+            ("ack_filter = true\nmemory_limit = \"30000B\"", false, 300, 6),
+            ("", true, 40, 6),
+            (
+                "flows = 16\nhost_buckets = 8\nlimit = \"60p\"\nack_filter = true\ninterval = \"20ms\"",
+                true,
+                48,
+                11,
+            ),
+            ("hosts = \"pair\"\nflows = 64\nhost_buckets = 16\nack_filter = true", true, 300, 20),
+        ];
+        let got: Vec<u64> = cases
+            .iter()
+            .map(|&(src, host, flows, hosts)| {
+                let mut q: Box<dyn Qdisc<HeaderPacket>> = match host {
+                    false => Box::new(fq(src)),
+                    true => Box::new(hfq(src)),
+                };
+                digest(q.as_mut(), 7, flows, hosts)
+            })
+            .collect();
+        assert_eq!(got, PINNED, "{got:#x?}");
+    }
+
+    /// Flows that come and go one after another share one slot: a queue that empties
+    /// gives its slot back and the next flow reuses it.
+    #[test]
+    fn an_emptied_queue_gives_its_slot_back() {
+        let mut q = fq("");
+        let mut d = Drops::new();
+        for f in 0..200u16 {
+            for i in 0..3 {
+                q.enqueue(ms(u64::from(f)), data_flow(i, 1000, f), &mut d);
+            }
+            assert_eq!(q.table.used(), 1);
+            assert_eq!(drain(&mut q, ms(u64::from(f))).len(), 3);
+            assert_eq!(q.table.used(), 0);
+        }
+        assert_eq!(q.table.flows.len(), 1);
+        assert_eq!(q.new_flow_count, 200);
+        check(&q);
+        // The same in the host-then-flow tables, hosts included.
+        let mut q = hfq("");
+        for f in 0..200u16 {
+            q.enqueue(ms(0), udp(f, 1000, f as u8, 5000 + f), &mut d);
+            assert_eq!(q.flow_entries(), 2);
+            assert_eq!(drain(&mut q, ms(0)).len(), 1);
+            assert_eq!(q.flow_entries(), 0);
+        }
+        assert_eq!((q.flows.flows.len(), q.hosts.len()), (1, 1));
+        assert!(d.is_empty());
+    }
+
+    /// Every bucket in use at once, then none, then some again: as many slots as buckets
+    /// at most, each packet out once, and the slots reused.
+    #[test]
+    fn every_bucket_in_use_at_once() {
+        let mut q = fq("");
+        let mut d = Drops::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut sent = 0;
+        for f in 0..u16::MAX - 1000 {
+            let p = data_flow(u32::from(f), 100, f);
+            seen.insert(q.bucket_of(&p));
+            q.enqueue(ms(0), p, &mut d);
+            sent += 1;
+            if seen.len() == 1024 {
+                break;
+            }
+        }
+        assert_eq!(q.table.used(), 1024);
+        assert_eq!(q.table.flows.len(), 1024);
+        assert_eq!(drain(&mut q, ms(0)).len(), sent);
+        assert_eq!(q.table.used(), 0);
+        for f in 0..100 {
+            q.enqueue(ms(1), data_flow(f, 100, f as u16), &mut d);
+        }
+        assert_eq!(q.table.flows.len(), 1024);
+        assert_eq!(drain(&mut q, ms(1)).len(), 100);
+        assert!(d.is_empty());
+        check(&q);
+        // 3000 flows of one host fill all 128 sets of 8 flow queues; the rest wait as
+        // guests of their host's queues.
+        let mut q = hfq("");
+        for f in 0..3000u16 {
+            q.enqueue(ms(0), udp(f, 100, 1, 10_000 + f), &mut d);
+        }
+        assert_eq!(q.flow_entries(), 1 + 1024);
+        assert_eq!(q.flows.flows.len(), 1024);
+        assert_eq!(drain(&mut q, ms(0)).len(), 3000);
+        assert_eq!(q.flow_entries(), 0);
+        assert!(d.is_empty());
+        check(&q);
+    }
+
+    /// What a bucket remembers between busy spells: its connection's ACK history (the
+    /// first ACK after the spell is known not to be a duplicate, so the next one may
+    /// supersede it), and CoDel's state after a dropping episode.
+    #[test]
+    fn a_bucket_remembers_its_acks_and_codel_state() {
+        let mut q = fq("ack_filter = true");
+        let mut d = Drops::new();
+        q.enqueue(ms(0), pure_ack(0, 1000, 0), &mut d);
+        assert_eq!(drain(&mut q, ms(0)).len(), 1);
+        assert_eq!((q.table.used(), q.table.idle_acks.len()), (0, 1));
+        q.enqueue(ms(5), pure_ack(1, 2000, 0), &mut d);
+        q.enqueue(ms(5), pure_ack(2, 3000, 0), &mut d);
+        assert_eq!(
+            drain(&mut q, ms(5)).iter().map(tag).collect::<Vec<_>>(),
+            [2]
+        );
+        assert_eq!(filtered(&q), 1);
+        // A bulk flow twice as fast as a 10 Mbit/s link for a second: CoDel drops, then
+        // the flow stops and its queue empties.
+        let mut q = fq("ecn = false");
+        let b = q.bucket_of(&data_flow(0, 1500, 0)) as u32;
+        for step in 0..800u64 {
+            let now = Instant::from_micros(step * 1200);
+            for k in 0..2 {
+                q.enqueue(now, data_flow(step as u32 * 2 + k, 1500, 0), &mut d);
+            }
+            q.dequeue(now, &mut d);
+        }
+        assert!(q.codel_counters().aqm_drops > 2);
+        drain(&mut q, ms(960));
+        assert_eq!(q.table.used(), 0);
+        let v = q.table.idle_vars[&b];
+        assert!(v.count - v.lastcount > 1, "{v:?}");
+        // It comes back: the state is its own again.
+        q.enqueue(ms(1000), data_flow(9, 1500, 0), &mut d);
+        assert_eq!(q.table.flows[q.table.get(b as usize).unwrap()].vars, v);
+        assert!(q.table.idle_vars.is_empty());
+        check(&q);
     }
 }

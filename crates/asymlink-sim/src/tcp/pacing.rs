@@ -47,6 +47,9 @@ pub struct Pacer {
     wstamp: Instant,
     /// Segments the current burst may still release.
     burst_left: u64,
+    /// What is left of the current burst's lateness credit (ns): Linux credits a late
+    /// TSO packet once, up to half of its whole length.
+    credit_ns: u64,
     /// Data segments sent so far (Linux `data_segs_out`).
     data_segs_out: u64,
 }
@@ -59,6 +62,7 @@ impl Pacer {
             max_rate,
             wstamp: Instant::ZERO,
             burst_left: 0,
+            credit_ns: 0,
             data_segs_out: 0,
         }
     }
@@ -136,12 +140,18 @@ impl Pacer {
     }
 
     /// A data segment with `len` payload bytes left at `now` (Linux
-    /// `tcp_update_skb_after_send`): the departure time moves on by len / rate, less up to
-    /// half of that if the sender was late (the time the departure time was behind `now`
-    /// counts as credit). The first 10 data segments are not paced.
+    /// `tcp_update_skb_after_send`): the departure time moves on by len / rate, less the
+    /// sender's lateness (the time the departure time was behind `now` when the burst
+    /// began), of which Linux credits at most half of the TSO packet's length — here at
+    /// most half of each of the burst's segments, until the credit is used up. The first
+    /// 10 data segments are not paced.
     pub fn on_sent(&mut self, now: Instant, len: u64) {
-        let prior = self.wstamp;
-        self.wstamp = self.wstamp.max(now);
+        if now >= self.wstamp {
+            // A new burst (the segments of one burst leave before the departure time
+            // they push on): its credit is its own lateness.
+            self.credit_ns = (now - self.wstamp).as_nanos() as u64;
+            self.wstamp = now;
+        }
         self.data_segs_out += 1;
         self.burst_left = self.burst_left.saturating_sub(1);
         let Some(rate) = self.rate else {
@@ -151,8 +161,9 @@ impl Pacer {
             return;
         }
         let mut len_ns = (len as u128 * 1_000_000_000 / rate.max(1) as u128) as u64;
-        let credit = (self.wstamp - prior).as_nanos() as u64;
-        len_ns -= (len_ns / 2).min(credit);
+        let credit = (len_ns / 2).min(self.credit_ns);
+        self.credit_ns -= credit;
+        len_ns -= credit;
         self.wstamp += Duration::from_nanos(len_ns);
     }
 
@@ -230,5 +241,38 @@ mod tests {
         assert_eq!(p.check(now, 1), None);
         p.on_sent(now, 1000);
         assert_eq!(p.next_departure(), Instant::from_micros(7_500));
+    }
+
+    #[test]
+    fn a_late_burst_is_credited_half_of_its_whole_length() {
+        // Linux credits a late TSO packet of two segments up to half of its length (one
+        // segment's time), not half of one segment.
+        let mut p = Pacer::new(None);
+        p.set_rate(1_000_000); // 1000 B per ms
+        for _ in 0..10 {
+            p.on_sent(Instant::ZERO, 1000);
+        }
+        p.end_burst();
+        assert_eq!(p.next_departure(), Instant::from_millis(1));
+        // 3 ms late: 2 ms of data, less a credit of 1 ms.
+        let now = Instant::from_millis(4);
+        assert_eq!(p.check(now, 2), None);
+        p.on_sent(now, 1000);
+        p.on_sent(now, 1000);
+        p.end_burst();
+        assert_eq!(p.next_departure(), Instant::from_millis(5));
+        // On time: no credit, the burst's full length; a lateness smaller than half of
+        // the burst is credited whole.
+        let now = Instant::from_millis(5);
+        assert_eq!(p.check(now, 2), None);
+        p.on_sent(now, 1000);
+        p.on_sent(now, 1000);
+        p.end_burst();
+        assert_eq!(p.next_departure(), Instant::from_millis(7));
+        let now = Instant::from_micros(7_300);
+        assert_eq!(p.check(now, 2), None);
+        p.on_sent(now, 1000);
+        p.on_sent(now, 1000);
+        assert_eq!(p.next_departure(), Instant::from_millis(9));
     }
 }
