@@ -15,6 +15,7 @@
 //! | MSS (payload) | 1000 B | 1460 B | 1448 B |
 //! | initial window | 1 segment | 3 segments (RFC 3390) | 10 segments (RFC 6928) |
 //! | slow-start growth | +1 MSS per ACK | +min(acked, MSS) per ACK (RFC 5681) | +acked bytes |
+//! | what an ACK grows cwnd by | cumulatively acknowledged | cumulatively acknowledged | newly delivered (SACKed or acknowledged) |
 //! | delayed ACK | every segment (d = 1) | d = 2, 200 ms | Linux: every 2 full segments, ato from 40 ms, quick ACKs |
 //! | minimum RTO | 1 s | 1 s | 200 ms |
 //! | RTO floor | RTO ≥ min RTO | RTO ≥ min RTO | RTO ≥ SRTT + min RTO |
@@ -59,6 +60,21 @@ pub enum SsGrowth {
     Rfc5681,
     /// All bytes acknowledged (Linux counts acknowledged packets).
     ByteCounting,
+}
+
+/// Which bytes of an ACK that advances SND.UNA count toward growing the window (in slow
+/// start and congestion avoidance, outside a recovery).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrowBy {
+    /// The bytes the cumulative acknowledgment newly covers, SACKed earlier or not (RFC
+    /// 5681, RFC 3465): a segment SACKed during a recovery counts when the recovery ends.
+    Acked,
+    /// The bytes this ACK newly delivered: newly SACKed ones plus cumulatively acknowledged
+    /// ones not SACKed before (Linux `tcp_cong_control`'s `acked_sacked`, the change in
+    /// `tp->delivered`). A segment counts once, when it is first delivered; one SACKed
+    /// during a recovery (where PRR, not growth, sets cwnd) never counts.
+    Delivered,
 }
 
 /// How the minimum RTO bounds the retransmission timeout.
@@ -280,6 +296,8 @@ pub struct TcpConfig {
     pub max_pacing_rate: Option<Rate>,
     /// Slow-start growth rule.
     pub ss_growth: SsGrowth,
+    /// Which bytes of an ACK grow the window.
+    pub grow_by: GrowBy,
     /// Limited transmit (RFC 3042).
     pub limited_transmit: bool,
     /// Duplicate ACK threshold.
@@ -365,6 +383,7 @@ impl TcpConfig {
             pacing: false,
             max_pacing_rate: None,
             ss_growth: SsGrowth::Rfc5681,
+            grow_by: GrowBy::Acked,
             limited_transmit: true,
             dupthresh: 3,
             rescue_retransmit: true,
@@ -414,6 +433,7 @@ impl TcpConfig {
                 rto_min: Duration::from_millis(200),
                 rto_floor: RtoFloor::Variation,
                 ss_growth: SsGrowth::ByteCounting,
+                grow_by: GrowBy::Delivered,
                 rto_undo: true,
                 rescue_retransmit: false,
                 nagle_rule: NagleRule::Minshall,
@@ -525,6 +545,7 @@ pub struct TcpOverrides {
     pub pacing: Option<bool>,
     pub max_pacing_rate: Option<Rate>,
     pub ss_growth: Option<SsGrowth>,
+    pub grow_by: Option<GrowBy>,
     pub limited_transmit: Option<bool>,
     pub dupthresh: Option<u32>,
     pub rescue_retransmit: Option<bool>,
@@ -631,6 +652,7 @@ impl TcpSpec {
             c.max_pacing_rate = Some(r);
         }
         set!(ss_growth);
+        set!(grow_by);
         set!(limited_transmit);
         set!(dupthresh);
         set!(ca_increase);

@@ -7,7 +7,7 @@
 use super::bbr::{AckCtx, Bbr, BbrInfo};
 use super::cc::{AckSample, Cc, HyStartExit};
 use super::config::{
-    CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig, TimeoutMode,
+    CcAlgo, CwndValidation, DelackMode, GrowBy, IdleRestart, NagleRule, TcpConfig, TimeoutMode,
 };
 use super::pacing::{Pacer, MIN_TSO_SEGS};
 use super::rate::{RateSample, RateSampler};
@@ -861,6 +861,7 @@ impl Connection {
         let rack = self.rack_on();
         let delivered_before = self.sb.delivered_segs();
         let (prior_in_flight, lost_before) = (self.inflight(), self.sb.lost_marks());
+        let sacked_before = self.sb.sacked_bytes();
         let mut new_sack = false;
         let dsack = self.dsack_of(t, ack);
         let prior_fack = self.sb.fack();
@@ -886,7 +887,8 @@ impl Connection {
         if let Some(d) = dsack {
             self.on_dsack(d);
         }
-        let mut acked_new = 0;
+        // What this ACK grows the window by (`grow_by`), if it advances SND.UNA.
+        let mut grow = 0;
         let una_advanced = ack > self.snd_una;
         // ECE on a SYN-ACK is ECN negotiation, not an echo (RFC 3168 §6.1.1).
         let ece =
@@ -900,6 +902,7 @@ impl Connection {
                 None
             };
             let acked = self.sb.ack_to(ack, prior_fack);
+            grow = self.growth_bytes(acked.bytes, sacked_before);
             self.update_rtt(now, &acked, t);
             self.hystart_sample(now, &acked, newest_sent, t, ack);
             if self.ca_state == CaState::Loss {
@@ -944,19 +947,18 @@ impl Connection {
                         self.undo = None;
                     }
                     if !rack && self.may_raise_cwnd() {
-                        self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
+                        self.cc.on_ack(now, grow, self.rtt.srtt());
                     }
                 }
                 CaState::Open | CaState::Disorder => {
                     self.ca_state = CaState::Open;
                     if !rack && self.may_raise_cwnd() {
-                        self.cc.on_ack(now, acked.bytes, self.rtt.srtt());
+                        self.cc.on_ack(now, grow, self.rtt.srtt());
                     }
                 }
             }
             // With RACK the window grows after loss detection, as Linux's
             // `tcp_cong_control` follows `tcp_fastretrans_alert`.
-            acked_new = acked.bytes;
             self.dupacks = 0;
             if acked.fin {
                 self.on_fin_acked(now, io);
@@ -1006,15 +1008,7 @@ impl Connection {
         if rack {
             self.rack_update_reo_wnd(delivered_before);
             let pure_dup = !una_advanced && h.payload_len == 0 && !new_sack && !window_changed;
-            self.rack_on_ack(
-                now,
-                ack,
-                acked_new,
-                una_advanced,
-                pure_dup,
-                delivered_before,
-                io,
-            );
+            self.rack_on_ack(now, ack, grow, una_advanced, pure_dup, delivered_before, io);
         } else if self.sack_ok {
             if matches!(self.ca_state, CaState::Open | CaState::Disorder)
                 && new_sack
@@ -1253,6 +1247,19 @@ impl Connection {
         }
     }
 
+    /// What an ACK that acknowledged `acked` new bytes grows the window by (`grow_by`):
+    /// those bytes, or what it newly delivered — `acked` plus the change in SACKed bytes
+    /// since `sacked_before` (bytes SACKed earlier and acknowledged now leave the SACKed
+    /// count and cancel out; bytes newly SACKed above SND.UNA add).
+    fn growth_bytes(&self, acked: u64, sacked_before: u64) -> u64 {
+        match self.cfg.grow_by {
+            GrowBy::Acked => acked,
+            // Linux `tcp_ack`: `tcp_cong_control(sk, ack, delivered, ...)` with
+            // `delivered = tp->delivered - prior_delivered`.
+            GrowBy::Delivered => (acked + self.sb.sacked_bytes()).saturating_sub(sacked_before),
+        }
+    }
+
     /// Whether an ACK of new data may grow the congestion window (`cwnd_validation`).
     //= https://www.rfc-editor.org/rfc/rfc9438#section-4.6
     //# Cubic doesn't increase cwnd when it's limited by the sending application
@@ -1405,13 +1412,14 @@ impl Connection {
 
     /// The rest of an ACK with RACK (Linux `tcp_ack` from `tcp_process_tlp_ack` on): the
     /// tail-loss-probe episode, RACK's loss scan, entering a recovery once a loss is
-    /// marked, the window (PRR in a recovery, growth otherwise) and the probe timer.
+    /// marked, the window (PRR in a recovery, growth by `grow` bytes otherwise) and the
+    /// probe timer.
     #[allow(clippy::too_many_arguments)]
     fn rack_on_ack(
         &mut self,
         now: Instant,
         ack: u64,
-        acked_new: u64,
+        grow: u64,
         una_advanced: bool,
         pure_dup: bool,
         delivered_before: u64,
@@ -1454,8 +1462,8 @@ impl Connection {
                 let delivered = self.sb.delivered_segs() - delivered_before;
                 self.prr_update(delivered, loss.newly_lost > 0, una_advanced);
             }
-        } else if acked_new > 0 && self.may_raise_cwnd() {
-            self.cc.on_ack(now, acked_new, self.rtt.srtt());
+        } else if grow > 0 && self.may_raise_cwnd() {
+            self.cc.on_ack(now, grow, self.rtt.srtt());
         }
         if una_advanced && !reo_armed {
             // Linux `tcp_set_xmit_timer`: an ACK of new data arms the probe timer, or the

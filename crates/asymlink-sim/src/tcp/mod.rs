@@ -33,8 +33,8 @@ pub mod rtt;
 pub mod scoreboard;
 
 pub use config::{
-    CcAlgo, CwndValidation, DelackMode, IdleRestart, NagleRule, TcpConfig, TcpProfile, TcpSpec,
-    TimeoutMode,
+    CcAlgo, CwndValidation, DelackMode, GrowBy, IdleRestart, NagleRule, TcpConfig, TcpProfile,
+    TcpSpec, TimeoutMode,
 };
 pub use conn::{CaState, ConnEvent, ConnStats, Connection, State};
 

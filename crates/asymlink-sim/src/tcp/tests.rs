@@ -1156,6 +1156,50 @@ fn prr_sends_one_segment_per_two_delivered_after_a_single_loss() {
     );
 }
 
+/// The ACK that ends a recovery: a 20-segment window loses its first segment (RACK marks
+/// it lost with 22 segments in flight, ssthresh 11), the SACKs after it drive PRR, and the
+/// ACK of the retransmission covers all 22, ends the recovery at cwnd = ssthresh and then
+/// grows the window. Linux grows it by what that ACK newly delivered (`tcp_cong_control`'s
+/// `acked_sacked`): the one retransmitted segment, 1/11 of a segment in congestion
+/// avoidance. Counting the whole cumulative acknowledgment (`grow_by = "acked"`, RFC 5681)
+/// adds the 21 segments SACKed during the recovery too: two segments at once.
+#[test]
+fn the_ack_ending_a_recovery_grows_cwnd_by_what_it_newly_delivered() {
+    let run = |grow_by: GrowBy, until: Option<Instant>| {
+        let mut cfg = TcpConfig::profile("linux").unwrap();
+        cfg.cc = CcAlgo::NewReno;
+        cfg.initial_window = 20;
+        cfg.grow_by = grow_by;
+        let mss = cfg.mss as u64;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.drop = Box::new(|n, _| n == 0);
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 200 * mss, io));
+        p.run(until.unwrap_or(Instant::from_secs(5)));
+        p
+    };
+    let mss = cfg_mss();
+    // The arrival of the ACK that covers the first window (offset 1 is the first byte).
+    let full = run(GrowBy::Delivered, None);
+    assert_eq!(full.delivered(), 200 * mss);
+    let exit_at = acks_in(&full)
+        .iter()
+        .find(|a| a.1 > 20 * mss)
+        .expect("the first window is acknowledged")
+        .0;
+    let window_after_exit = |grow_by| {
+        let p = run(grow_by, Some(exit_at));
+        let c = p.c[0].as_ref().unwrap();
+        assert_eq!(c.ca_state(), CaState::Open);
+        assert_eq!(c.stats().fast_retransmits, 1);
+        assert_eq!(c.ssthresh(), 11 * mss, "half the 22 segments in flight");
+        c.cwnd() - c.ssthresh()
+    };
+    // Reno byte counting: acked·MSS/cwnd bytes.
+    assert_eq!(window_after_exit(GrowBy::Delivered), mss / 11);
+    assert_eq!(window_after_exit(GrowBy::Acked), 22 * mss / 11);
+}
+
 /// Tail-loss probe: a 10-segment write loses its last two segments. The ACK of the eighth
 /// leaves two outstanding and arms the probe for 2·SRTT + 2 ms; the probe resends the last
 /// segment, its SACK lets RACK mark the ninth lost, and a fast recovery repairs it — no
