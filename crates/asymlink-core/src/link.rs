@@ -267,6 +267,9 @@ pub struct LinkStats {
     pub delivered_bytes: u64,
 }
 
+/// Packets of room a delay line keeps however empty it gets.
+const WIRE_KEEP: usize = 64;
+
 /// One direction of a link (see the module documentation).
 #[derive(Debug)]
 pub struct Link<P> {
@@ -589,6 +592,13 @@ impl<P: Pkt> Link<P> {
         let (_, p) = self.wire.pop_front()?;
         self.stats.delivered += 1;
         self.stats.delivered_bytes += p.ip_len() as u64;
+        // Give back most of the delay line's memory once it holds a quarter of its
+        // largest burst (amortised constant): a burst must not keep its memory for the
+        // rest of the run when thousands of links are simulated.
+        let (len, cap) = (self.wire.len(), self.wire.capacity());
+        if cap > WIRE_KEEP && len * 4 < cap {
+            self.wire.shrink_to((len * 2).max(WIRE_KEEP));
+        }
         Some(p)
     }
 

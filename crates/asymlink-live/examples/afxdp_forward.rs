@@ -17,6 +17,8 @@
 //!   ring as it is, with no copy in user space. No pipeline: the unshaped case.
 //! * `mmap`: `asymlink-box` with `[process] io = "mmap"` (built beside this example:
 //!   `cargo build --release -p asymlink-live --bin asymlink-box`), unshaped.
+//! * `box-xdp` (not in the default list): `asymlink-box` with `io = "xdp"`, the same
+//!   program and sockets inside the box (`asymlink_live::xdp`).
 //!
 //! The BPF program is loaded and attached with the `bpf(2)` system call (`BPF_PROG_LOAD`,
 //! `BPF_MAP_CREATE`, `BPF_LINK_CREATE`): no libbpf, no C toolchain. The link goes away
@@ -25,7 +27,7 @@
 //! ```sh
 //! cargo build --release -p asymlink-live --example afxdp_forward --bin asymlink-box
 //! sudo target/release/examples/afxdp_forward [--runs 3] [--seconds 5] \
-//!      [--modes kernel,xdp,mmap] [--xdp-mode native|generic] [--zerocopy] [--rt 20]
+//!      [--modes kernel,xdp,mmap,box-xdp] [--xdp-mode native|generic] [--zerocopy] [--rt 20]
 //! ```
 //!
 //! Prints one line per measurement and the ratios to the kernel of the same run.
@@ -984,7 +986,7 @@ fn main() {
             "--box" => exe = val().into(),
             _ => {
                 eprintln!(
-                    "usage: afxdp_forward [--runs N] [--seconds S] [--modes kernel,xdp,mmap,socket] \
+                    "usage: afxdp_forward [--runs N] [--seconds S] [--modes kernel,xdp,mmap,socket,box-xdp] \
                      [--xdp-mode native|generic] [--zerocopy] [--rt PRIORITY] [--box PATH]"
                 );
                 std::process::exit(2);
@@ -1030,6 +1032,9 @@ fn main() {
                 "mmap" | "socket" => {
                     with_box(&lab, seconds, &exe, m).map(|(g, cpu)| (g, Some(cpu), String::new()))
                 }
+                // The box with `io = "xdp"`.
+                "box-xdp" => with_box(&lab, seconds, &exe, "xdp")
+                    .map(|(g, cpu)| (g, Some(cpu), String::new())),
                 other => Err(io::Error::other(format!("unknown mode {other}"))),
             };
             match r {

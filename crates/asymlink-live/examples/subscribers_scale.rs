@@ -3,7 +3,8 @@
 //! 3 s of simulated time, through its own line shaped at 1 Mbit/s
 //! (`line = { down = "1Mbit", up = "1Mbit", down_fraction = 1.0 }`). Prints the wall-clock
 //! time per offered and forwarded packet, each subscriber's delivered rate from 1 s to 3 s
-//! against its 1 Mbit/s, and the growth of resident memory. One thread, no devices: the
+//! against its 1 Mbit/s, the growth of resident memory, and what one stats snapshot (with
+//! every subscriber's counters) and its Prometheus text cost. One thread, no devices: the
 //! cost of the disciplines and the subscriber scheduling alone.
 //!
 //! ```sh
@@ -110,16 +111,39 @@ fn main() {
     let within = rates.iter().filter(|r| (*r - 1.0).abs() <= 0.05).count();
     let live = eng.subscribers().live();
     eng.check_conservation().expect("conservation");
+    // The stats the box publishes every interval, with every subscriber's counters.
+    let t_snap = std::time::Instant::now();
+    let snap = eng.snapshot();
+    let json = snap.to_string();
+    let snap_ms = t_snap.elapsed().as_secs_f64() * 1e3;
+    let t_prom = std::time::Instant::now();
+    let prom = asymlink_live::stats::prometheus(&snap);
+    let prom_ms = t_prom.elapsed().as_secs_f64() * 1e3;
+    // With `stats.subscriber_lines`: every subscriber's counters as well.
+    let t_lines = std::time::Instant::now();
+    let mut with_lines = snap.clone();
+    with_lines["subscribers"] = asymlink_live::stats::subscribers_json(eng.subscribers(), true);
+    let lines_json = with_lines.to_string();
+    let lines_ms = t_lines.elapsed().as_secs_f64() * 1e3;
+    let t_lprom = std::time::Instant::now();
+    let lines_prom = asymlink_live::stats::prometheus(&with_lines);
+    let lprom_ms = t_lprom.elapsed().as_secs_f64() * 1e3;
     println!(
         "{n} subscribers: config parsed and checked in {cfg_s:.2} s; {offered} packets \
          offered, {forwarded} forwarded in {cpu:.2} s wall clock ({:.0} ns per offered packet, \
          {:.0} ns per forwarded); rate 1-3 s per subscriber min {min:.3} max {max:.3} Mbit/s, \
          {within} of {n} within 5 % of 1 Mbit/s; aggregate {:.1} Mbit/s of {n}; {live} trees, \
-         resident memory +{} MiB ({} kB per tree)",
+         resident memory +{} MiB ({} kB per tree); a stats snapshot {snap_ms:.1} ms \
+         ({} kB of JSON), its Prometheus text {prom_ms:.1} ms ({} lines); with \
+         subscriber_lines {lines_ms:.1} ms ({} kB), Prometheus {lprom_ms:.1} ms ({} lines)",
         cpu * 1e9 / offered.max(1) as f64,
         cpu * 1e9 / forwarded.max(1) as f64,
         rates.iter().sum::<f64>(),
         rss >> 20,
         rss / 1024 / live.max(1) as u64,
+        json.len() / 1024,
+        prom.lines().count(),
+        lines_json.len() / 1024,
+        lines_prom.lines().count(),
     );
 }

@@ -41,7 +41,7 @@
 //! cpu = 1                               # pin it (with workers: a list, one per worker)
 //! workers = 1                           # forwarding threads (frames spread by subscriber)
 //! horizon = "50us"                      # release packets up to 50 µs early (batching)
-//! io = "socket"                         # or "mmap": memory-mapped rings
+//! io = "socket"                         # or "mmap": memory-mapped rings, "xdp": AF_XDP
 //!
 //! [[subscribers]]                       # one pipeline per subscriber line (side a)
 //! prefix = "198.18.0.12"                # LAN address or prefix, IPv4 or IPv6
@@ -154,6 +154,10 @@ pub struct StatsConfig {
     /// How often the served snapshot is refreshed (default 100 ms).
     #[serde(default)]
     pub interval: Option<asymlink_core::units::Span>,
+    /// Each subscriber's counters in the snapshot (`subscribers.lines`; default off: with
+    /// a thousand subscribers they cost milliseconds per snapshot).
+    #[serde(default)]
+    pub subscriber_lines: bool,
 }
 
 /// `[privileges]`.
@@ -186,6 +190,10 @@ pub enum IoMode {
     /// Memory-mapped receive and transmit rings (`PACKET_RX_RING` / `PACKET_TX_RING`):
     /// frames are read where the kernel wrote them and written where it sends them from.
     Mmap,
+    /// Experimental: AF_XDP sockets (copy mode) fed by an XDP program that redirects
+    /// every frame of receive queue 0; one worker; needs CAP_BPF and CAP_NET_ADMIN at
+    /// start.
+    Xdp,
 }
 
 /// `[process]`: scheduling of the forwarding thread.
@@ -537,6 +545,20 @@ impl BoxConfig {
             ));
         }
         let n = self.process.workers();
+        if self.process.io == IoMode::Xdp {
+            if self.interfaces.kind != IfaceKind::Packet {
+                return Err(ConfigError::new(
+                    "process.io",
+                    "\"xdp\" needs interfaces.kind = \"packet\" (XDP runs on network devices)",
+                ));
+            }
+            if n != 1 {
+                return Err(ConfigError::new(
+                    "process.io",
+                    "\"xdp\" runs one worker (its sockets serve receive queue 0 only)",
+                ));
+            }
+        }
         if !(1..=MAX_WORKERS).contains(&n) {
             return Err(ConfigError::new(
                 "process.workers",
@@ -859,10 +881,26 @@ mod tests {
         let c = BoxConfig::parse(&format!("{MIN}[process]\nio = \"mmap\"\n")).unwrap();
         c.validate().unwrap();
         assert_eq!(c.process.io, IoMode::Mmap);
-        let e = BoxConfig::parse(&format!("{MIN}[process]\nio = \"xdp\"\n")).unwrap_err();
+        let x = BoxConfig::parse(&format!("{MIN}[process]\nio = \"xdp\"\n")).unwrap();
+        x.validate().unwrap();
+        assert_eq!(x.process.io, IoMode::Xdp);
+        let e = BoxConfig::parse(&format!("{MIN}[process]\nio = \"xdp\"\nworkers = 2\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("process.io") && e.msg.contains("one worker"),
+            "{e}"
+        );
+        let e = BoxConfig::parse(&format!("{MIN}[process]\nio = \"ring\"\n")).unwrap_err();
         assert!(e.to_string().contains("process.io"), "{e}");
         let tun = MIN.replace("[interfaces]", "[interfaces]\nkind = \"tun\"");
         let e = BoxConfig::parse(&format!("{tun}[process]\nio = \"mmap\"\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().starts_with("process.io"), "{e}");
+        let e = BoxConfig::parse(&format!("{tun}[process]\nio = \"xdp\"\n"))
             .unwrap()
             .validate()
             .unwrap_err();

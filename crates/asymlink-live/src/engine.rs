@@ -215,6 +215,8 @@ pub struct Engine {
     pool: Pool,
     lt: LinkType,
     malformed: MalformedPolicy,
+    /// Each subscriber's counters in the snapshot (`stats.subscriber_lines`).
+    subscriber_lines: bool,
     seed: u64,
     generation: u64,
     counters: [DirCounters; 2],
@@ -247,6 +249,7 @@ impl Engine {
             pool: Pool::new(4096),
             lt,
             malformed: cfg.malformed,
+            subscriber_lines: cfg.stats.subscriber_lines,
             seed,
             generation: 0,
             counters: Default::default(),
@@ -578,7 +581,7 @@ impl Engine {
             "latency_us": self.latency.to_json(),
         });
         if !self.mb.table().is_empty() {
-            snap["subscribers"] = crate::stats::subscribers_json(&self.mb);
+            snap["subscribers"] = crate::stats::subscribers_json(&self.mb, self.subscriber_lines);
         }
         snap
     }

@@ -43,6 +43,7 @@ pub mod server;
 pub mod stats;
 pub mod sys;
 pub mod workers;
+pub mod xdp;
 
 pub use config::BoxConfig;
 pub use engine::Engine;

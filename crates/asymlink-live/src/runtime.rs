@@ -506,6 +506,7 @@ impl SysIo {
                 Device::packet(name)
             }
             (crate::config::IfaceKind::Packet, crate::config::IoMode::Mmap) => Device::mmap(name),
+            (crate::config::IfaceKind::Packet, crate::config::IoMode::Xdp) => Device::xdp(name),
             (crate::config::IfaceKind::Tun, _) => Device::tun(name),
         };
         let a = open(&cfg.interfaces.a).map_err(|e| {

@@ -109,12 +109,12 @@ impl Histogram {
     }
 }
 
-/// The `subscribers` section of a snapshot: the trees' counters, and under `lines` each
-/// subscriber that ever had a tree, by prefix, with its packets and bytes sent and
-/// discarded per direction and its trees created and evicted. Numbers merge across
-/// workers by summing (a subscriber's traffic meets on one worker), `configured` by the
-/// largest.
-pub fn subscribers_json<P: Pkt + Send + 'static>(b: &SubscriberBox<P>) -> Value {
+/// The `subscribers` section of a snapshot: the trees' counters, and with `lines` (the
+/// `stats.subscriber_lines` key) under `lines` each subscriber that ever had a tree, by
+/// prefix, with its packets and bytes sent and discarded per direction and its trees
+/// created and evicted. Numbers merge across workers by summing (a subscriber's traffic
+/// meets on one worker), `configured` by the largest.
+pub fn subscribers_json<P: Pkt + Send + 'static>(b: &SubscriberBox<P>, lines: bool) -> Value {
     let dir = |c: &SubscriberCounters, i: usize| {
         json!({
             "sent": c.sent[i],
@@ -123,12 +123,12 @@ pub fn subscribers_json<P: Pkt + Send + 'static>(b: &SubscriberBox<P>) -> Value 
             "dropped_bytes": c.dropped_bytes[i],
         })
     };
-    let lines: Map<String, Value> = b
+    let by_prefix: Map<String, Value> = b
         .table()
         .entries()
         .iter()
         .zip(b.counters())
-        .filter(|(_, c)| !c.is_zero())
+        .filter(|(_, c)| lines && !c.is_zero())
         .map(|(e, c)| {
             let v = json!({
                 "to_b": dir(c, 0),
@@ -140,7 +140,7 @@ pub fn subscribers_json<P: Pkt + Send + 'static>(b: &SubscriberBox<P>) -> Value 
         })
         .collect();
     let st = b.stats();
-    json!({
+    let mut v = json!({
         "configured": b.table().len(),
         "max": b.max(),
         "live": b.live(),
@@ -149,8 +149,11 @@ pub fn subscribers_json<P: Pkt + Send + 'static>(b: &SubscriberBox<P>) -> Value 
         "expired": st.expired,
         "unplaced": st.unplaced,
         "replaced": st.replaced,
-        "lines": lines,
-    })
+    });
+    if lines {
+        v["lines"] = Value::Object(by_prefix);
+    }
+    v
 }
 
 /// The latest rendered snapshot, shared with the endpoint threads.
@@ -509,7 +512,7 @@ mod tests {
                 while let Dequeued::Packet(_) = b.poll_transmit(Instant::ZERO, d, &mut drops) {}
             }
             workers.push(WorkerStats {
-                snapshot: json!({ "subscribers": subscribers_json(&b) }),
+                snapshot: json!({ "subscribers": subscribers_json(&b, true) }),
                 latency: Histogram::default(),
                 sojourn: Default::default(),
             });

@@ -92,6 +92,8 @@ pub enum Device {
     Tun(OwnedFd),
     /// AF_PACKET socket with memory-mapped receive and transmit rings.
     Mmap(Box<Rings>),
+    /// AF_XDP socket on queue 0 with an XDP program redirecting to it.
+    Xdp(Box<crate::xdp::Xsk>),
 }
 
 impl Device {
@@ -103,6 +105,11 @@ impl Device {
     /// Open an AF_PACKET socket on `ifname` with memory-mapped rings ([`Rings`]).
     pub fn mmap(ifname: &str) -> io::Result<Device> {
         Ok(Device::Mmap(Box::new(Rings::open(ifname)?)))
+    }
+
+    /// Open an AF_XDP socket on `ifname` ([`crate::xdp::Xsk`]).
+    pub fn xdp(ifname: &str) -> io::Result<Device> {
+        Ok(Device::Xdp(Box::new(crate::xdp::Xsk::open(ifname)?)))
     }
 
     /// Open (creating it if absent) the TUN device `name`, without packet information
@@ -129,7 +136,7 @@ impl Device {
     /// The link type of frames on this device.
     pub fn link_type(&self) -> LinkType {
         match self {
-            Device::Packet(_) | Device::Mmap(_) => LinkType::Ethernet,
+            Device::Packet(_) | Device::Mmap(_) | Device::Xdp(_) => LinkType::Ethernet,
             Device::Tun(_) => LinkType::RawIp,
         }
     }
@@ -140,6 +147,7 @@ impl Device {
         let f = match self {
             Device::Packet(f) => f,
             Device::Mmap(r) => &r.fd,
+            Device::Xdp(x) => return x.take_rx_drops(),
             Device::Tun(_) => return 0,
         };
         {
@@ -170,19 +178,25 @@ impl Device {
     pub fn flush(&mut self) -> io::Result<()> {
         match self {
             Device::Mmap(r) => r.flush(),
+            Device::Xdp(x) => x.flush(),
             _ => Ok(()),
         }
     }
 
     /// Whether [`Device::flush`] has frames to retry.
     pub fn needs_flush(&self) -> bool {
-        matches!(self, Device::Mmap(r) if r.needs_kick())
+        match self {
+            Device::Mmap(r) => r.needs_kick(),
+            Device::Xdp(x) => x.needs_kick(),
+            _ => false,
+        }
     }
 
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             Device::Packet(f) | Device::Tun(f) => f.as_fd(),
             Device::Mmap(r) => r.as_fd(),
+            Device::Xdp(x) => x.as_fd(),
         }
     }
 }
@@ -781,6 +795,7 @@ impl Batch {
         let max = max.min(self.n);
         match dev {
             Device::Mmap(r) => Ok(r.recv(max, f)),
+            Device::Xdp(x) => Ok(x.recv(max, f)),
             Device::Tun(fd) => {
                 let mut got = 0;
                 while got < max {
@@ -884,6 +899,7 @@ impl Batch {
         failed.clear();
         match dev {
             Device::Mmap(r) => r.send(frames, failed),
+            Device::Xdp(x) => x.send(frames, failed),
             Device::Tun(fd) => {
                 for (i, fr) in frames.iter().enumerate() {
                     // SAFETY: `fr` is valid for its length.

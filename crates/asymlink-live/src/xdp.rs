@@ -1,0 +1,581 @@
+//! AF_XDP sockets (`[process] io = "xdp"`, experimental): an XDP program on the interface
+//! redirects every frame of receive queue 0 to the box's AF_XDP socket, whose rings the
+//! box reads and writes without a system call per frame.
+//!
+//! * The program is five instructions, `bpf_redirect_map(xskmap, ctx->rx_queue_index,
+//!   XDP_PASS)`, loaded and attached with the `bpf(2)` system call (`BPF_PROG_LOAD`,
+//!   `BPF_MAP_CREATE`, `BPF_LINK_CREATE`): no libbpf, no C toolchain. Native (driver)
+//!   XDP where the driver has it, the generic path otherwise. The link lives as long as
+//!   the device: when the box exits, frames go back to the host's stack.
+//! * Only queue 0 is served: a frame on another receive queue has no socket and goes to
+//!   the host's stack (`XDP_PASS`). Reduce a multi-queue NIC to one (`ethtool -L`).
+//! * Copy mode (`XDP_COPY`): the kernel copies a frame into the UMEM on receive and out
+//!   of it on transmit. Drivers with zero-copy support would spare those copies; veth has
+//!   none.
+//! * Each device has its own UMEM: 2 048 frames for the fill ring (every received frame
+//!   goes straight back once handed on) and 2 048 for transmission (back when the kernel
+//!   completes them). Frames are handed on as slices of the UMEM and copied into a
+//!   transmit frame on the way out, as the ring mode does.
+//! * No kernel receive timestamp: a frame is stamped when the box reads it.
+#![allow(unsafe_code)]
+
+use crate::sys::Rx;
+use std::cell::Cell;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_XDP: u32 = 37;
+const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+const XDP_PASS: i32 = 2;
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+/// UMEM frame size (a power of two from 2 KiB; holds a 1500-byte MTU frame and tags).
+const FRAME: usize = 2048;
+/// Slots per ring.
+const RING: u32 = 2048;
+/// UMEM frames: the fill ring's, then the transmit pool.
+const FRAMES: usize = 2 * RING as usize;
+
+/// `union bpf_attr`, as bytes: each command's fields are written at their offsets.
+struct Attr([u8; 128]);
+
+impl Attr {
+    fn new() -> Attr {
+        Attr([0; 128])
+    }
+    fn u32(mut self, off: usize, v: u32) -> Attr {
+        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn u64(mut self, off: usize, v: u64) -> Attr {
+        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+}
+
+fn bpf_call(cmd: libc::c_long, mut attr: Attr, what: &str) -> io::Result<libc::c_long> {
+    // SAFETY: the attribute block is 128 bytes, the size we pass; pointers in it refer to
+    // live buffers of the caller.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.0.as_mut_ptr(), 128usize) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{what}: {e}")));
+    }
+    Ok(r)
+}
+
+/// A `bpf(2)` command that returns a new descriptor.
+fn bpf(cmd: libc::c_long, attr: Attr, what: &str) -> io::Result<OwnedFd> {
+    let r = bpf_call(cmd, attr, what)?;
+    // SAFETY: a descriptor the kernel just returned, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+}
+
+/// One `struct bpf_insn`: opcode, destination and source registers, offset, immediate.
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+    let mut b = [0u8; 8];
+    b[0] = code;
+    b[1] = (src << 4) | (dst & 0xf);
+    b[2..4].copy_from_slice(&off.to_ne_bytes());
+    b[4..8].copy_from_slice(&imm.to_ne_bytes());
+    u64::from_ne_bytes(b)
+}
+
+/// `return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);`
+pub fn redirect_program(map_fd: RawFd) -> [u64; 6] {
+    [
+        insn(0x61, 2, 1, 16, 0),                    // r2 = ctx->rx_queue_index
+        insn(0x18, 1, 1, 0, map_fd),                // r1 = the map (ld_imm64, map fd)
+        insn(0, 0, 0, 0, 0),                        //      (upper half)
+        insn(0xb7, 3, 0, 0, XDP_PASS),              // r3 = XDP_PASS if no socket
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // r0 = bpf_redirect_map(r1, r2, r3)
+        insn(0x95, 0, 0, 0, 0),                     // exit
+    ]
+}
+
+/// The XSKMAP with `xsk` at key 0, the program using it, and its link to `ifindex`.
+fn attach_redirect(ifindex: u32, xsk: RawFd) -> io::Result<[OwnedFd; 3]> {
+    let map = bpf(
+        BPF_MAP_CREATE,
+        Attr::new()
+            .u32(0, BPF_MAP_TYPE_XSKMAP)
+            .u32(4, 4)
+            .u32(8, 4)
+            .u32(12, 1),
+        "BPF_MAP_CREATE (XSKMAP)",
+    )?;
+    let (key, value) = (0u32, xsk as u32);
+    bpf_call(
+        BPF_MAP_UPDATE_ELEM,
+        Attr::new()
+            .u32(0, map.as_raw_fd() as u32)
+            .u64(8, &key as *const u32 as u64)
+            .u64(16, &value as *const u32 as u64),
+        "BPF_MAP_UPDATE_ELEM (XSKMAP)",
+    )?;
+    let prog = redirect_program(map.as_raw_fd());
+    let license = b"GPL\0";
+    let prog = bpf(
+        BPF_PROG_LOAD,
+        Attr::new()
+            .u32(0, BPF_PROG_TYPE_XDP)
+            .u32(4, prog.len() as u32)
+            .u64(8, prog.as_ptr() as u64)
+            .u64(16, license.as_ptr() as u64)
+            .u32(68, BPF_XDP),
+        "BPF_PROG_LOAD (XDP)",
+    )?;
+    let link = |flags: u32| {
+        bpf(
+            BPF_LINK_CREATE,
+            Attr::new()
+                .u32(0, prog.as_raw_fd() as u32)
+                .u32(4, ifindex)
+                .u32(8, BPF_XDP)
+                .u32(12, flags),
+            "BPF_LINK_CREATE (XDP)",
+        )
+    };
+    let link = link(XDP_FLAGS_DRV_MODE).or_else(|_| link(XDP_FLAGS_SKB_MODE))?;
+    Ok([map, prog, link])
+}
+
+/// One of the four single-producer single-consumer rings shared with the kernel.
+struct Ring<T> {
+    producer: *const AtomicU32,
+    consumer: *const AtomicU32,
+    descs: *mut T,
+    mask: u32,
+    /// Our index: the producer's for fill and TX, the consumer's for RX and completion.
+    head: u32,
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl<T: Copy> Ring<T> {
+    fn map(
+        fd: &OwnedFd,
+        off: &libc::xdp_ring_offset,
+        pgoff: u64,
+        ours_is_producer: bool,
+    ) -> io::Result<Ring<T>> {
+        let len = off.desc as usize + RING as usize * std::mem::size_of::<T>();
+        // SAFETY: maps the ring the kernel set up on this socket, at its page offset.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                pgoff as libc::off_t,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let at = |o: u64| base.cast::<u8>().wrapping_add(o as usize);
+        let mut r = Ring {
+            producer: at(off.producer).cast(),
+            consumer: at(off.consumer).cast(),
+            descs: at(off.desc).cast(),
+            mask: RING - 1,
+            head: 0,
+            base,
+            len,
+        };
+        r.head = if ours_is_producer {
+            r.prod().load(Ordering::Relaxed)
+        } else {
+            r.cons().load(Ordering::Relaxed)
+        };
+        Ok(r)
+    }
+    fn prod(&self) -> &AtomicU32 {
+        // SAFETY: points into our live mapping, 4-byte aligned (kernel layout).
+        unsafe { &*self.producer }
+    }
+    fn cons(&self) -> &AtomicU32 {
+        // SAFETY: as above.
+        unsafe { &*self.consumer }
+    }
+    /// Producer side: free slots.
+    fn free(&self) -> u32 {
+        RING - self.head.wrapping_sub(self.cons().load(Ordering::Acquire))
+    }
+    /// Consumer side: filled slots.
+    fn ready(&self) -> u32 {
+        self.prod().load(Ordering::Acquire).wrapping_sub(self.head)
+    }
+    fn slot(&self, i: u32) -> *mut T {
+        self.descs
+            .wrapping_add((self.head.wrapping_add(i) & self.mask) as usize)
+    }
+    fn read(&self, i: u32) -> T {
+        // SAFETY: `i` < ready(): a slot the kernel has published to us.
+        unsafe { self.slot(i).read_volatile() }
+    }
+    fn write(&self, i: u32, v: T) {
+        // SAFETY: `i` < free(): a slot the kernel has released to us.
+        unsafe { self.slot(i).write_volatile(v) }
+    }
+    fn submit(&mut self, n: u32) {
+        self.head = self.head.wrapping_add(n);
+        self.prod().store(self.head, Ordering::Release);
+    }
+    fn release(&mut self, n: u32) {
+        self.head = self.head.wrapping_add(n);
+        self.cons().store(self.head, Ordering::Release);
+    }
+}
+
+impl<T> Drop for Ring<T> {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+fn setopt<T>(fd: &OwnedFd, name: libc::c_int, v: &T, what: &str) -> io::Result<()> {
+    // SAFETY: `v` is a valid value of the option's type, of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            name,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{what}: {e}")));
+    }
+    Ok(())
+}
+
+/// The frames' memory, unmapped after the socket that uses it is closed.
+struct Umem(*mut u8);
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.0.cast(), FRAMES * FRAME) };
+    }
+}
+
+/// An AF_XDP socket on queue 0 of one interface, with its UMEM and XDP program.
+pub struct Xsk {
+    // Field order is drop order: the program's link first (frames go to the host's
+    // stack from then on), the rings, the socket, the UMEM last.
+    _bpf: [OwnedFd; 3],
+    rx: Ring<libc::xdp_desc>,
+    tx: Ring<libc::xdp_desc>,
+    fill: Ring<u64>,
+    comp: Ring<u64>,
+    fd: OwnedFd,
+    umem: Umem,
+    /// Transmit frames not in the kernel's hands.
+    tx_pool: Vec<u64>,
+    /// Frames put on the transmit ring that the kernel has not taken yet.
+    kick: bool,
+    /// `rx_dropped + rx_ring_full` at the last [`Xsk::take_rx_drops`].
+    drops_seen: Cell<u64>,
+}
+
+// SAFETY: the raw pointers refer to mappings owned by this value; it is used by one
+// thread at a time (moved to a worker, never shared).
+unsafe impl Send for Xsk {}
+
+impl Xsk {
+    /// Socket, UMEM, rings and program on `ifname` (must exist and be up).
+    pub fn open(ifname: &str) -> io::Result<Xsk> {
+        let ifindex = crate::sys::if_index(ifname)?;
+        // SAFETY: plain socket(2).
+        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("socket(AF_XDP): {e}")));
+        }
+        // SAFETY: fresh descriptor, owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let len = FRAMES * FRAME;
+        // SAFETY: an anonymous private mapping of our own.
+        let umem = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if umem == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let umem = Umem(umem.cast::<u8>());
+        let rest = (|| {
+            let reg = libc::xdp_umem_reg {
+                addr: umem.0 as u64,
+                len: len as u64,
+                chunk_size: FRAME as u32,
+                headroom: 0,
+                flags: 0,
+                tx_metadata_len: 0,
+            };
+            setopt(&fd, libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
+            for opt in [
+                libc::XDP_UMEM_FILL_RING,
+                libc::XDP_UMEM_COMPLETION_RING,
+                libc::XDP_RX_RING,
+                libc::XDP_TX_RING,
+            ] {
+                setopt(&fd, opt, &(RING as libc::c_int), "AF_XDP ring size")?;
+            }
+            // SAFETY: zeroed plain-data struct, filled by getsockopt.
+            let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+            let mut optlen = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+            // SAFETY: valid out-pointers of the sizes given.
+            if unsafe {
+                libc::getsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_XDP,
+                    libc::XDP_MMAP_OFFSETS,
+                    (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+                    &mut optlen,
+                )
+            } < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            let rx = Ring::map(&fd, &off.rx, libc::XDP_PGOFF_RX_RING as u64, false)?;
+            let tx = Ring::map(&fd, &off.tx, libc::XDP_PGOFF_TX_RING as u64, true)?;
+            let mut fill = Ring::map(&fd, &off.fr, libc::XDP_UMEM_PGOFF_FILL_RING, true)?;
+            let comp = Ring::map(&fd, &off.cr, libc::XDP_UMEM_PGOFF_COMPLETION_RING, false)?;
+            for i in 0..RING {
+                fill.write(i, u64::from(i) * FRAME as u64);
+            }
+            fill.submit(RING);
+            // SAFETY: an all-zero sockaddr_xdp is valid; fields set below.
+            let mut sa: libc::sockaddr_xdp = unsafe { std::mem::zeroed() };
+            sa.sxdp_family = libc::AF_XDP as u16;
+            sa.sxdp_ifindex = ifindex;
+            sa.sxdp_queue_id = 0;
+            sa.sxdp_flags = libc::XDP_COPY;
+            // SAFETY: a valid sockaddr_xdp of the size given.
+            if unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sa as *const libc::sockaddr_xdp).cast(),
+                    std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            } < 0
+            {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("bind(AF_XDP, queue 0): {e}"),
+                ));
+            }
+            let bpf = attach_redirect(ifindex, fd.as_raw_fd())?;
+            Ok((rx, tx, fill, comp, bpf))
+        })();
+        let (rx, tx, fill, comp, bpf) = rest?;
+        Ok(Xsk {
+            rx,
+            tx,
+            fill,
+            comp,
+            fd,
+            _bpf: bpf,
+            umem,
+            tx_pool: (RING as u64..FRAMES as u64)
+                .map(|i| i * FRAME as u64)
+                .collect(),
+            kick: false,
+            drops_seen: Cell::new(0),
+        })
+    }
+
+    fn frame(&self, addr: u64, len: usize) -> &[u8] {
+        // SAFETY: the kernel hands out addresses of frames inside our UMEM, len ≤ FRAME.
+        unsafe { std::slice::from_raw_parts(self.umem.0.add(addr as usize), len.min(FRAME)) }
+    }
+
+    /// Read up to `max` frames and hand each to `f` (valid during the call); each frame
+    /// goes back to the fill ring at once.
+    pub fn recv(&mut self, max: usize, f: &mut dyn FnMut(Rx<'_>)) -> usize {
+        let n = self.rx.ready().min(max as u32);
+        if n == 0 {
+            return 0;
+        }
+        let ts = crate::sys::realtime_ns();
+        let room = self.fill.free();
+        for i in 0..n {
+            let d = self.rx.read(i);
+            f(Rx {
+                frame: self.frame(d.addr, d.len as usize),
+                ts,
+                truncated: false,
+            });
+            // The fill ring holds every receive frame, so it has room for each one back.
+            if i < room {
+                self.fill.write(i, d.addr);
+            }
+        }
+        self.rx.release(n);
+        self.fill.submit(n.min(room));
+        n as usize
+    }
+
+    /// Send `frames` in order: returns how many were taken (the rest wait for a free
+    /// transmit frame); `failed` gets the indices the device cannot send (longer than a
+    /// frame, or shorter than an Ethernet header).
+    pub fn send(&mut self, frames: &[&[u8]], failed: &mut Vec<usize>) -> io::Result<usize> {
+        failed.clear();
+        self.reap();
+        let mut slots = self.tx.free();
+        let mut put = 0;
+        let mut taken = 0;
+        for (i, fr) in frames.iter().enumerate() {
+            if fr.len() > FRAME || fr.len() < 14 {
+                failed.push(i);
+                taken += 1;
+                continue;
+            }
+            let Some(addr) = (slots > 0).then(|| self.tx_pool.pop()).flatten() else {
+                break;
+            };
+            // SAFETY: `addr` is a transmit frame of our UMEM that the kernel does not
+            // hold; `fr` fits in it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(fr.as_ptr(), self.umem.0.add(addr as usize), fr.len())
+            };
+            self.tx.write(
+                put,
+                libc::xdp_desc {
+                    addr,
+                    len: fr.len() as u32,
+                    options: 0,
+                },
+            );
+            put += 1;
+            slots -= 1;
+            taken += 1;
+        }
+        if put > 0 {
+            self.tx.submit(put);
+            self.kick()?;
+        }
+        Ok(taken)
+    }
+
+    /// Return completed transmit frames to the pool.
+    fn reap(&mut self) {
+        let n = self.comp.ready();
+        for i in 0..n {
+            self.tx_pool.push(self.comp.read(i));
+        }
+        self.comp.release(n);
+    }
+
+    /// In copy mode the kernel transmits in `sendto`, at most 32 frames a call.
+    fn kick(&mut self) -> io::Result<()> {
+        self.kick = false;
+        for _ in 0..8 {
+            // SAFETY: a zero-length send on our socket: only the transmit kick.
+            let r = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if r >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS) => {}
+                Some(libc::ENETDOWN) | Some(libc::ENXIO) => return Ok(()),
+                _ => return Err(e),
+            }
+            self.reap();
+        }
+        self.kick = true;
+        Ok(())
+    }
+
+    /// Whether frames wait on the transmit ring for another [`Xsk::flush`].
+    pub fn needs_kick(&self) -> bool {
+        self.kick
+    }
+
+    /// Kick the transmission of frames the kernel did not take yet.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.reap();
+        if self.kick {
+            self.kick()?;
+        }
+        Ok(())
+    }
+
+    /// Frames the kernel dropped for want of room on the receive side since the last
+    /// call.
+    pub fn take_rx_drops(&self) -> u64 {
+        // SAFETY: zeroed plain-data struct, filled by getsockopt.
+        let mut s: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: valid out-pointers of the sizes given.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                (&mut s as *mut libc::xdp_statistics).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            return 0;
+        }
+        let total = s.rx_dropped + s.rx_ring_full + s.rx_fill_ring_empty_descs;
+        total - self.drops_seen.replace(total)
+    }
+
+    /// The socket, readable when frames wait on the receive ring.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirect_program_encodes_its_instructions() {
+        let p = redirect_program(7);
+        // ldx w r2, [r1 + 16]: opcode 0x61, dst 2, src 1, offset 16.
+        assert_eq!(p[0].to_ne_bytes(), [0x61, 0x12, 16, 0, 0, 0, 0, 0]);
+        // ld_imm64 r1, map fd 7 (src = BPF_PSEUDO_MAP_FD = 1), then an all-zero half.
+        assert_eq!(p[1].to_ne_bytes(), [0x18, 0x11, 0, 0, 7, 0, 0, 0]);
+        assert_eq!(p[2], 0);
+        // mov r3, XDP_PASS; call bpf_redirect_map (51); exit.
+        assert_eq!(p[3].to_ne_bytes(), [0xb7, 0x03, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(p[4].to_ne_bytes(), [0x85, 0, 0, 0, 51, 0, 0, 0]);
+        assert_eq!(p[5].to_ne_bytes(), [0x95, 0, 0, 0, 0, 0, 0, 0]);
+    }
+}
