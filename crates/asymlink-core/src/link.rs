@@ -585,6 +585,7 @@ impl<P: Pkt> Link<P> {
     }
 
     /// Take the head of the delay line if it has arrived by `now`.
+    #[inline]
     pub fn pop_arrival(&mut self, now: Instant) -> Option<P> {
         if self.wire.front().is_none_or(|(t, _)| *t > now) {
             return None;
@@ -595,11 +596,19 @@ impl<P: Pkt> Link<P> {
         // Give back most of the delay line's memory once it holds a quarter of its
         // largest burst (amortised constant): a burst must not keep its memory for the
         // rest of the run when thousands of links are simulated.
-        let (len, cap) = (self.wire.len(), self.wire.capacity());
-        if cap > WIRE_KEEP && len * 4 < cap {
-            self.wire.shrink_to((len * 2).max(WIRE_KEEP));
+        if self.wire.capacity() > WIRE_KEEP && self.wire.len() * 4 < self.wire.capacity() {
+            self.shrink_wire();
         }
         Some(p)
+    }
+
+    /// The rare part of [`Link::pop_arrival`], out of line so that the common path stays
+    /// small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn shrink_wire(&mut self) {
+        let len = self.wire.len();
+        self.wire.shrink_to((len * 2).max(WIRE_KEEP));
     }
 
     /// Move every packet whose propagation has ended by `now` to `out`, in order.
