@@ -267,6 +267,9 @@ pub struct LinkStats {
     pub delivered_bytes: u64,
 }
 
+/// Packets of room a delay line keeps however empty it gets.
+const WIRE_KEEP: usize = 64;
+
 /// One direction of a link (see the module documentation).
 #[derive(Debug)]
 pub struct Link<P> {
@@ -582,6 +585,7 @@ impl<P: Pkt> Link<P> {
     }
 
     /// Take the head of the delay line if it has arrived by `now`.
+    #[inline]
     pub fn pop_arrival(&mut self, now: Instant) -> Option<P> {
         if self.wire.front().is_none_or(|(t, _)| *t > now) {
             return None;
@@ -589,7 +593,22 @@ impl<P: Pkt> Link<P> {
         let (_, p) = self.wire.pop_front()?;
         self.stats.delivered += 1;
         self.stats.delivered_bytes += p.ip_len() as u64;
+        // Give back most of the delay line's memory once it holds a quarter of its
+        // largest burst (amortised constant): a burst must not keep its memory for the
+        // rest of the run when thousands of links are simulated.
+        if self.wire.capacity() > WIRE_KEEP && self.wire.len() * 4 < self.wire.capacity() {
+            self.shrink_wire();
+        }
         Some(p)
+    }
+
+    /// The rare part of [`Link::pop_arrival`], out of line so that the common path stays
+    /// small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn shrink_wire(&mut self) {
+        let len = self.wire.len();
+        self.wire.shrink_to((len * 2).max(WIRE_KEEP));
     }
 
     /// Move every packet whose propagation has ended by `now` to `out`, in order.
