@@ -20,8 +20,8 @@
 //! * `box-xdp` (not in the default list): `asymlink-box` with `io = "xdp"`, the same
 //!   program and sockets inside the box (`asymlink_live::xdp`).
 //!
-//! The BPF program is loaded and attached with the `bpf(2)` system call (`BPF_PROG_LOAD`,
-//! `BPF_MAP_CREATE`, `BPF_LINK_CREATE`): no libbpf, no C toolchain. The link goes away
+//! The BPF program and the sockets are the box's own (`asymlink_live::xdp`): loaded and
+//! attached with the `bpf(2)` system call, no libbpf, no C toolchain. The link goes away
 //! with the program's file descriptors.
 //!
 //! ```sh
@@ -39,11 +39,13 @@ use nix::sched::{setns, CloneFlags};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+
+use asymlink_live::xdp::{attach_redirect, bind_socket, AttachMode, Ring, Rings, Umem, FRAME};
 
 const MAC_C: &str = "02:00:00:79:00:01";
 const MAC_S: &str = "02:00:00:79:00:02";
@@ -228,252 +230,12 @@ fn transfer(lab: &Lab, seconds: f64) -> io::Result<(f64, u64)> {
 }
 
 // ---------------------------------------------------------------------------------------
-// bpf(2): the XSKMAP and the redirect program
+// AF_XDP sockets (the box's own: `asymlink_live::xdp`)
 // ---------------------------------------------------------------------------------------
 
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_MAP_TYPE_XSKMAP: u32 = 17;
-const BPF_PROG_TYPE_XDP: u32 = 6;
-const BPF_XDP: u32 = 37;
-const BPF_FUNC_REDIRECT_MAP: i32 = 51;
-const XDP_PASS: i32 = 2;
-const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
-
-/// `union bpf_attr`, as bytes: each command's fields are written at their offsets.
-struct Attr([u8; 128]);
-
-impl Attr {
-    fn new() -> Attr {
-        Attr([0; 128])
-    }
-    fn u32(mut self, off: usize, v: u32) -> Attr {
-        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u64(mut self, off: usize, v: u64) -> Attr {
-        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-}
-
-fn bpf(cmd: libc::c_long, attr: &mut Attr) -> io::Result<RawFd> {
-    // SAFETY: the attribute block is 128 bytes, the size we pass.
-    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.0.as_mut_ptr(), 128usize) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as RawFd)
-    }
-}
-
-fn owned(fd: RawFd) -> OwnedFd {
-    // SAFETY: a descriptor the kernel just returned to us, owned by no one else.
-    unsafe { OwnedFd::from_raw_fd(fd) }
-}
-
-/// One `struct bpf_insn`: opcode, destination and source registers, offset, immediate.
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
-    let mut b = [0u8; 8];
-    b[0] = code;
-    b[1] = (src << 4) | (dst & 0xf);
-    b[2..4].copy_from_slice(&off.to_ne_bytes());
-    b[4..8].copy_from_slice(&imm.to_ne_bytes());
-    u64::from_ne_bytes(b)
-}
-
-/// `return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);`
-fn redirect_program(map_fd: RawFd) -> [u64; 6] {
-    [
-        insn(0x61, 2, 1, 16, 0),       // r2 = *(u32 *)(r1 + 16): rx_queue_index
-        insn(0x18, 1, 1, 0, map_fd),   // r1 = the map (ld_imm64, BPF_PSEUDO_MAP_FD)
-        insn(0, 0, 0, 0, 0),           //      (its upper half)
-        insn(0xb7, 3, 0, 0, XDP_PASS), // r3 = XDP_PASS: what to do with no socket
-        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // r0 = bpf_redirect_map(r1, r2, r3)
-        insn(0x95, 0, 0, 0, 0),        // exit
-    ]
-}
-
-/// The XSKMAP (key: receive queue, value: socket) and the program that uses it.
-fn load_program() -> io::Result<(OwnedFd, OwnedFd)> {
-    let map = owned(
-        bpf(
-            BPF_MAP_CREATE,
-            &mut Attr::new()
-                .u32(0, BPF_MAP_TYPE_XSKMAP)
-                .u32(4, 4)
-                .u32(8, 4)
-                .u32(12, 64),
-        )
-        .map_err(|e| io::Error::other(format!("BPF_MAP_CREATE (XSKMAP): {e}")))?,
-    );
-    let prog = redirect_program(map.as_raw_fd());
-    let license = b"GPL\0";
-    let mut log = vec![0u8; 64 * 1024];
-    let fd = bpf(
-        BPF_PROG_LOAD,
-        &mut Attr::new()
-            .u32(0, BPF_PROG_TYPE_XDP)
-            .u32(4, prog.len() as u32)
-            .u64(8, prog.as_ptr() as u64)
-            .u64(16, license.as_ptr() as u64)
-            .u32(24, 1)
-            .u32(28, log.len() as u32)
-            .u64(32, log.as_mut_ptr() as u64)
-            .u32(68, BPF_XDP),
-    )
-    .map_err(|e| {
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        io::Error::other(format!(
-            "BPF_PROG_LOAD: {e}; verifier: {}",
-            String::from_utf8_lossy(&log[..end])
-        ))
-    })?;
-    Ok((map, owned(fd)))
-}
-
-fn attach(prog: &OwnedFd, ifindex: u32, generic: bool) -> io::Result<OwnedFd> {
-    let flags = if generic {
-        XDP_FLAGS_SKB_MODE
-    } else {
-        XDP_FLAGS_DRV_MODE
-    };
-    bpf(
-        BPF_LINK_CREATE,
-        &mut Attr::new()
-            .u32(0, prog.as_raw_fd() as u32)
-            .u32(4, ifindex)
-            .u32(8, BPF_XDP)
-            .u32(12, flags),
-    )
-    .map(owned)
-    .map_err(|e| io::Error::other(format!("BPF_LINK_CREATE (XDP, ifindex {ifindex}): {e}")))
-}
-
-fn map_put(map: &OwnedFd, key: u32, value: RawFd) -> io::Result<()> {
-    let v = value as u32;
-    bpf(
-        BPF_MAP_UPDATE_ELEM,
-        &mut Attr::new()
-            .u32(0, map.as_raw_fd() as u32)
-            .u64(8, &key as *const u32 as u64)
-            .u64(16, &v as *const u32 as u64),
-    )
-    .map(|_| ())
-    .map_err(|e| io::Error::other(format!("BPF_MAP_UPDATE_ELEM (XSKMAP): {e}")))
-}
-
-// ---------------------------------------------------------------------------------------
-// AF_XDP sockets
-// ---------------------------------------------------------------------------------------
-
-const FRAME: usize = 2048;
 const FRAMES: usize = 8192;
 const RING: u32 = 2048;
 const BATCH: u32 = 64;
-
-/// One of the four single-producer single-consumer rings the kernel shares with us.
-struct Ring<T> {
-    producer: *const AtomicU32,
-    consumer: *const AtomicU32,
-    descs: *mut T,
-    mask: u32,
-    size: u32,
-    /// Our own index: the producer's for the fill and TX rings, the consumer's for the
-    /// RX and completion rings.
-    head: u32,
-    base: *mut libc::c_void,
-    len: usize,
-}
-
-impl<T: Copy> Ring<T> {
-    fn map(
-        fd: &OwnedFd,
-        off: &libc::xdp_ring_offset,
-        size: u32,
-        pgoff: u64,
-        ours_is_producer: bool,
-    ) -> io::Result<Ring<T>> {
-        let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
-        // SAFETY: maps the ring the kernel set up on this socket, at its page offset.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                pgoff as libc::off_t,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let at = |o: u64| base.cast::<u8>().wrapping_add(o as usize);
-        let mut r = Ring {
-            producer: at(off.producer).cast(),
-            consumer: at(off.consumer).cast(),
-            descs: at(off.desc).cast(),
-            mask: size - 1,
-            size,
-            head: 0,
-            base,
-            len,
-        };
-        r.head = if ours_is_producer {
-            r.prod().load(Ordering::Relaxed)
-        } else {
-            r.cons().load(Ordering::Relaxed)
-        };
-        Ok(r)
-    }
-    fn prod(&self) -> &AtomicU32 {
-        // SAFETY: points into our live mapping, 4-byte aligned (kernel layout).
-        unsafe { &*self.producer }
-    }
-    fn cons(&self) -> &AtomicU32 {
-        // SAFETY: as above.
-        unsafe { &*self.consumer }
-    }
-    /// Producer side: free slots.
-    fn free(&self) -> u32 {
-        self.size - self.head.wrapping_sub(self.cons().load(Ordering::Acquire))
-    }
-    /// Consumer side: filled slots.
-    fn ready(&self) -> u32 {
-        self.prod().load(Ordering::Acquire).wrapping_sub(self.head)
-    }
-    fn slot(&self, i: u32) -> *mut T {
-        self.descs
-            .wrapping_add((self.head.wrapping_add(i) & self.mask) as usize)
-    }
-    fn read(&self, i: u32) -> T {
-        // SAFETY: `i` < ready(): a slot the kernel has published to us.
-        unsafe { self.slot(i).read_volatile() }
-    }
-    fn write(&self, i: u32, v: T) {
-        // SAFETY: `i` < free(): a slot the kernel has released to us.
-        unsafe { self.slot(i).write_volatile(v) }
-    }
-    fn submit(&mut self, n: u32) {
-        self.head = self.head.wrapping_add(n);
-        self.prod().store(self.head, Ordering::Release);
-    }
-    fn release(&mut self, n: u32) {
-        self.head = self.head.wrapping_add(n);
-        self.cons().store(self.head, Ordering::Release);
-    }
-}
-
-impl<T> Drop for Ring<T> {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once.
-        unsafe { libc::munmap(self.base, self.len) };
-    }
-}
 
 struct Xsk {
     fd: OwnedFd,
@@ -481,24 +243,6 @@ struct Xsk {
     tx: Ring<libc::xdp_desc>,
     fill: Ring<u64>,
     comp: Ring<u64>,
-}
-
-fn setopt<T>(fd: &OwnedFd, name: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: `v` is a valid value of the option's type.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            name,
-            (v as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 fn if_index(name: &str) -> io::Result<u32> {
@@ -510,110 +254,13 @@ fn if_index(name: &str) -> io::Result<u32> {
     }
 }
 
-/// An AF_XDP socket on `ifindex`, queue 0: registering the UMEM at `umem` (the first
-/// socket), or sharing the UMEM of `shared` (the second).
-fn xsk(
-    ifindex: u32,
-    umem: Option<(*mut libc::c_void, usize)>,
-    shared: Option<&Xsk>,
-    zerocopy: bool,
-) -> io::Result<Xsk> {
-    let e = |what: &'static str| move |err: io::Error| io::Error::other(format!("{what}: {err}"));
-    // SAFETY: plain socket(2).
-    let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(io::Error::other(format!(
-            "socket(AF_XDP): {}",
-            io::Error::last_os_error()
-        )));
-    }
-    let fd = owned(raw);
-    if let Some((addr, len)) = umem {
-        let reg = libc::xdp_umem_reg {
-            addr: addr as u64,
-            len: len as u64,
-            chunk_size: FRAME as u32,
-            headroom: 0,
-            flags: 0,
-            tx_metadata_len: 0,
-        };
-        setopt(&fd, libc::XDP_UMEM_REG, &reg)
-            .map_err(|e| io::Error::other(format!("XDP_UMEM_REG: {e}")))?;
-    }
-    for opt in [
-        libc::XDP_UMEM_FILL_RING,
-        libc::XDP_UMEM_COMPLETION_RING,
-        libc::XDP_RX_RING,
-        libc::XDP_TX_RING,
-    ] {
-        setopt(&fd, opt, &(RING as libc::c_int))
-            .map_err(|e| io::Error::other(format!("ring option {opt}: {e}")))?;
-    }
-    // SAFETY: zeroed plain-data struct, filled by getsockopt.
-    let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-    let mut optlen = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-    // SAFETY: valid out-pointers of the sizes given.
-    if unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            libc::XDP_MMAP_OFFSETS,
-            (&mut off as *mut libc::xdp_mmap_offsets).cast(),
-            &mut optlen,
-        )
-    } < 0
-    {
-        return Err(io::Error::other(format!(
-            "XDP_MMAP_OFFSETS: {}",
-            io::Error::last_os_error()
-        )));
-    }
-    let rx = Ring::map(&fd, &off.rx, RING, libc::XDP_PGOFF_RX_RING as u64, false)
-        .map_err(e("mmap RX"))?;
-    let tx = Ring::map(&fd, &off.tx, RING, libc::XDP_PGOFF_TX_RING as u64, true)
-        .map_err(e("mmap TX"))?;
-    let fill = Ring::map(&fd, &off.fr, RING, libc::XDP_UMEM_PGOFF_FILL_RING, true)
-        .map_err(e("mmap fill"))?;
-    let comp = Ring::map(
-        &fd,
-        &off.cr,
-        RING,
-        libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-        false,
-    )
-    .map_err(e("mmap completion"))?;
-    let mut sa: libc::sockaddr_xdp = unsafe { std::mem::zeroed() };
-    sa.sxdp_family = libc::AF_XDP as u16;
-    sa.sxdp_ifindex = ifindex;
-    sa.sxdp_queue_id = 0;
-    match shared {
-        // The copy mode is inherited from the socket that owns the UMEM.
-        Some(s) => {
-            sa.sxdp_flags = libc::XDP_SHARED_UMEM;
-            sa.sxdp_shared_umem_fd = s.fd.as_raw_fd() as u32;
-        }
-        None if zerocopy => sa.sxdp_flags = libc::XDP_ZEROCOPY,
-        None => sa.sxdp_flags = libc::XDP_COPY,
-    }
-    // SAFETY: a valid sockaddr_xdp of the size given.
-    if unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_xdp).cast(),
-            std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-        )
-    } < 0
-    {
-        let err = io::Error::last_os_error();
-        let how = match (shared.is_some(), zerocopy) {
-            (true, _) => "shared UMEM",
-            (false, true) => "zero-copy",
-            (false, false) => "copy mode",
-        };
-        return Err(io::Error::other(format!(
-            "bind(AF_XDP, ifindex {ifindex}, queue 0, {how}): {err}"
-        )));
-    }
+/// An AF_XDP socket on `ifindex`, queue 0, with the frames of `umem`.
+///
+/// # Safety
+/// As [`bind_socket`]: an owned area must outlive the sockets using it.
+unsafe fn xsk(ifindex: u32, umem: Umem) -> io::Result<Xsk> {
+    // SAFETY: the caller's promise.
+    let (fd, Rings { rx, tx, fill, comp }) = unsafe { bind_socket(ifindex, umem, RING) }?;
     Ok(Xsk {
         fd,
         rx,
@@ -754,19 +401,30 @@ fn xdp_forwarder(
         return Err(io::Error::last_os_error());
     }
     let result = (|| {
-        let (map, prog) = load_program()?;
-        let mut a = xsk(ia, Some((area, len)), None, opts.zerocopy)?;
-        let mut b = xsk(ib, None, Some(&a), false)?;
+        // SAFETY: `area` maps `len` bytes and is unmapped after both sockets are closed.
+        let mut a = unsafe {
+            xsk(
+                ia,
+                Umem::Own {
+                    addr: area.cast(),
+                    len,
+                    zerocopy: opts.zerocopy,
+                },
+            )
+        }?;
+        // SAFETY: shares `a`'s frames, as above.
+        let mut b = unsafe { xsk(ib, Umem::Shared(a.fd.as_raw_fd())) }?;
         let mut free: Vec<u64> = (0..FRAMES as u64).map(|i| i * FRAME as u64).collect();
         refill(&mut a, &mut free, RING as usize);
         refill(&mut b, &mut free, RING as usize);
-        // The map is indexed by receive queue; each device has one, queue 0. One map per
-        // device: the same key on both sides names different sockets.
-        map_put(&map, 0, a.fd.as_raw_fd())?;
-        let (map_b, prog_b) = load_program()?;
-        map_put(&map_b, 0, b.fd.as_raw_fd())?;
-        let _la = attach(&prog, ia, opts.generic)?;
-        let _lb = attach(&prog_b, ib, opts.generic)?;
+        // One program and map per device: each device has one receive queue, queue 0.
+        let mode = if opts.generic {
+            AttachMode::Generic
+        } else {
+            AttachMode::Native
+        };
+        let _la = attach_redirect(ia, a.fd.as_raw_fd(), mode)?;
+        let _lb = attach_redirect(ib, b.fd.as_raw_fd(), mode)?;
         if opts.rt > 0 {
             let p = libc::sched_param {
                 sched_priority: opts.rt as libc::c_int,
@@ -883,6 +541,21 @@ fn with_xdp(lab: &Lab, seconds: f64, opts: XdpOpts) -> io::Result<((f64, u64), F
     Ok((g?, st))
 }
 
+/// `f`, tried again (up to three times, 0.5 s apart) while the device's queue is still
+/// bound to the socket of the forwarder or box that has just left it: the kernel frees
+/// the XSKMAP that held that socket a moment later.
+fn retry_busy<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    for _ in 0..2 {
+        match f() {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.to_string().contains("busy") => {
+                std::thread::sleep(Duration::from_millis(500))
+            }
+            r => return r,
+        }
+    }
+    f()
+}
+
 struct BoxProcess(Child);
 
 impl Drop for BoxProcess {
@@ -922,27 +595,43 @@ fn with_box(
              [process]\nio = \"{io_mode}\"\nrealtime_priority = 20\nhorizon = \"50us\"\n"
         ),
     )?;
-    let child = Command::new("ip")
-        .args(["netns", "exec", &lab.r])
-        .arg(exe)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--ready-file")
-        .arg(&ready)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let mut b = BoxProcess(child);
-    let t0 = Instant::now();
-    while std::fs::read_to_string(&ready).map_or(true, |s| s.trim().is_empty()) {
-        if let Some(status) = b.0.try_wait()? {
-            return Err(io::Error::other(format!("the box exited: {status}")));
+    // A queue the `xdp` forwarder has just left may stay bound for a moment (see
+    // `retry_busy`), so the box gets three tries.
+    let mut tries = 0;
+    let b = loop {
+        tries += 1;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &lab.r])
+            .arg(exe)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let mut b = BoxProcess(child);
+        let t0 = Instant::now();
+        let exited = loop {
+            if !std::fs::read_to_string(&ready).map_or(true, |s| s.trim().is_empty()) {
+                break None;
+            }
+            if let Some(status) = b.0.try_wait()? {
+                break Some(status);
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                return Err(io::Error::other("the box did not start"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        match exited {
+            None => break b,
+            Some(status) if tries >= 3 => {
+                return Err(io::Error::other(format!("the box exited: {status}")))
+            }
+            Some(_) => std::thread::sleep(Duration::from_millis(500)),
         }
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err(io::Error::other("the box did not start"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    };
     let cpu0 = process_cpu_ns(b.0.id());
     let g = transfer(lab, seconds);
     let cpu = process_cpu_ns(b.0.id()) - cpu0;
@@ -1027,7 +716,7 @@ fn main() {
             // Goodput, bytes, and the forwarder's CPU time where it has its own thread.
             let r = match m.as_str() {
                 "kernel" => with_kernel(&lab, seconds).map(|g| (g, None, String::new())),
-                "xdp" => with_xdp(&lab, seconds, opts)
+                "xdp" => retry_busy(|| with_xdp(&lab, seconds, opts))
                     .map(|(g, st)| (g, Some(st.cpu_ns), format!("{st:?}"))),
                 "mmap" | "socket" => {
                     with_box(&lab, seconds, &exe, m).map(|(g, cpu)| (g, Some(cpu), String::new()))

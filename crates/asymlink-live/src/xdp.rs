@@ -38,7 +38,7 @@ const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
 /// UMEM frame size (a power of two from 2 KiB; holds a 1500-byte MTU frame and tags).
-const FRAME: usize = 2048;
+pub const FRAME: usize = 2048;
 /// Slots per ring.
 const RING: u32 = 2048;
 /// UMEM frames: the fill ring's, then the transmit pool.
@@ -101,8 +101,20 @@ pub fn redirect_program(map_fd: RawFd) -> [u64; 6] {
     ]
 }
 
-/// The XSKMAP with `xsk` at key 0, the program using it, and its link to `ifindex`.
-fn attach_redirect(ifindex: u32, xsk: RawFd) -> io::Result<[OwnedFd; 3]> {
+/// Where the redirect program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// In the driver (native XDP) where the driver has it, the generic path otherwise.
+    Best,
+    /// In the driver only.
+    Native,
+    /// On the generic path (`XDP_FLAGS_SKB_MODE`) only.
+    Generic,
+}
+
+/// The XSKMAP with `xsk` at key 0, the redirect program using it, and its link to
+/// `ifindex` (dropping the three detaches the program).
+pub fn attach_redirect(ifindex: u32, xsk: RawFd, mode: AttachMode) -> io::Result<[OwnedFd; 3]> {
     let map = bpf(
         BPF_MAP_CREATE,
         Attr::new()
@@ -123,6 +135,7 @@ fn attach_redirect(ifindex: u32, xsk: RawFd) -> io::Result<[OwnedFd; 3]> {
     )?;
     let prog = redirect_program(map.as_raw_fd());
     let license = b"GPL\0";
+    let mut log = vec![0u8; 16 * 1024];
     let prog = bpf(
         BPF_PROG_LOAD,
         Attr::new()
@@ -130,9 +143,19 @@ fn attach_redirect(ifindex: u32, xsk: RawFd) -> io::Result<[OwnedFd; 3]> {
             .u32(4, prog.len() as u32)
             .u64(8, prog.as_ptr() as u64)
             .u64(16, license.as_ptr() as u64)
+            .u32(24, 1)
+            .u32(28, log.len() as u32)
+            .u64(32, log.as_mut_ptr() as u64)
             .u32(68, BPF_XDP),
         "BPF_PROG_LOAD (XDP)",
-    )?;
+    )
+    .map_err(|e| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        io::Error::new(
+            e.kind(),
+            format!("{e}; verifier: {}", String::from_utf8_lossy(&log[..end])),
+        )
+    })?;
     let link = |flags: u32| {
         bpf(
             BPF_LINK_CREATE,
@@ -141,19 +164,24 @@ fn attach_redirect(ifindex: u32, xsk: RawFd) -> io::Result<[OwnedFd; 3]> {
                 .u32(4, ifindex)
                 .u32(8, BPF_XDP)
                 .u32(12, flags),
-            "BPF_LINK_CREATE (XDP)",
+            &format!("BPF_LINK_CREATE (XDP, ifindex {ifindex})"),
         )
     };
-    let link = link(XDP_FLAGS_DRV_MODE).or_else(|_| link(XDP_FLAGS_SKB_MODE))?;
+    let link = match mode {
+        AttachMode::Best => link(XDP_FLAGS_DRV_MODE).or_else(|_| link(XDP_FLAGS_SKB_MODE))?,
+        AttachMode::Native => link(XDP_FLAGS_DRV_MODE)?,
+        AttachMode::Generic => link(XDP_FLAGS_SKB_MODE)?,
+    };
     Ok([map, prog, link])
 }
 
 /// One of the four single-producer single-consumer rings shared with the kernel.
-struct Ring<T> {
+pub struct Ring<T> {
     producer: *const AtomicU32,
     consumer: *const AtomicU32,
     descs: *mut T,
     mask: u32,
+    size: u32,
     /// Our index: the producer's for fill and TX, the consumer's for RX and completion.
     head: u32,
     base: *mut libc::c_void,
@@ -164,10 +192,11 @@ impl<T: Copy> Ring<T> {
     fn map(
         fd: &OwnedFd,
         off: &libc::xdp_ring_offset,
+        size: u32,
         pgoff: u64,
         ours_is_producer: bool,
     ) -> io::Result<Ring<T>> {
-        let len = off.desc as usize + RING as usize * std::mem::size_of::<T>();
+        let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
         // SAFETY: maps the ring the kernel set up on this socket, at its page offset.
         let base = unsafe {
             libc::mmap(
@@ -187,7 +216,8 @@ impl<T: Copy> Ring<T> {
             producer: at(off.producer).cast(),
             consumer: at(off.consumer).cast(),
             descs: at(off.desc).cast(),
-            mask: RING - 1,
+            mask: size - 1,
+            size,
             head: 0,
             base,
             len,
@@ -208,30 +238,34 @@ impl<T: Copy> Ring<T> {
         unsafe { &*self.consumer }
     }
     /// Producer side: free slots.
-    fn free(&self) -> u32 {
-        RING - self.head.wrapping_sub(self.cons().load(Ordering::Acquire))
+    pub fn free(&self) -> u32 {
+        self.size - self.head.wrapping_sub(self.cons().load(Ordering::Acquire))
     }
     /// Consumer side: filled slots.
-    fn ready(&self) -> u32 {
+    pub fn ready(&self) -> u32 {
         self.prod().load(Ordering::Acquire).wrapping_sub(self.head)
     }
     fn slot(&self, i: u32) -> *mut T {
         self.descs
             .wrapping_add((self.head.wrapping_add(i) & self.mask) as usize)
     }
-    fn read(&self, i: u32) -> T {
+    /// Consumer side: slot `i` past our index (`i` < [`Ring::ready`]).
+    pub fn read(&self, i: u32) -> T {
         // SAFETY: `i` < ready(): a slot the kernel has published to us.
         unsafe { self.slot(i).read_volatile() }
     }
-    fn write(&self, i: u32, v: T) {
+    /// Producer side: slot `i` past our index (`i` < [`Ring::free`]).
+    pub fn write(&self, i: u32, v: T) {
         // SAFETY: `i` < free(): a slot the kernel has released to us.
         unsafe { self.slot(i).write_volatile(v) }
     }
-    fn submit(&mut self, n: u32) {
+    /// Producer side: publish `n` written slots.
+    pub fn submit(&mut self, n: u32) {
         self.head = self.head.wrapping_add(n);
         self.prod().store(self.head, Ordering::Release);
     }
-    fn release(&mut self, n: u32) {
+    /// Consumer side: hand `n` read slots back.
+    pub fn release(&mut self, n: u32) {
         self.head = self.head.wrapping_add(n);
         self.cons().store(self.head, Ordering::Release);
     }
@@ -262,10 +296,138 @@ fn setopt<T>(fd: &OwnedFd, name: libc::c_int, v: &T, what: &str) -> io::Result<(
     Ok(())
 }
 
-/// The frames' memory, unmapped after the socket that uses it is closed.
-struct Umem(*mut u8);
+/// The four rings of an AF_XDP socket.
+pub struct Rings {
+    pub rx: Ring<libc::xdp_desc>,
+    pub tx: Ring<libc::xdp_desc>,
+    pub fill: Ring<u64>,
+    pub comp: Ring<u64>,
+}
 
-impl Drop for Umem {
+/// The frames an AF_XDP socket uses.
+pub enum Umem {
+    /// Registers `len` bytes at `addr` (frames of 2 KiB), copied by the kernel or, with
+    /// `zerocopy`, shared with a driver that supports it.
+    Own {
+        addr: *mut u8,
+        len: usize,
+        zerocopy: bool,
+    },
+    /// Shares the frames of this socket (`XDP_SHARED_UMEM`; its copy mode too).
+    Shared(RawFd),
+}
+
+/// An AF_XDP socket bound to queue 0 of `ifindex`, with its four rings of `ring` slots
+/// (a power of two). No program sends it frames yet: see [`attach_redirect`].
+///
+/// # Safety
+/// With [`Umem::Own`], `addr` must be the start of `len` writable bytes, page-aligned,
+/// that stay mapped until the socket and every socket sharing them are closed: the
+/// kernel writes received frames there.
+pub unsafe fn bind_socket(ifindex: u32, umem: Umem, ring: u32) -> io::Result<(OwnedFd, Rings)> {
+    // SAFETY: plain socket(2).
+    let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("socket(AF_XDP): {e}")));
+    }
+    // SAFETY: fresh descriptor, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    if let Umem::Own { addr, len, .. } = umem {
+        let reg = libc::xdp_umem_reg {
+            addr: addr as u64,
+            len: len as u64,
+            chunk_size: FRAME as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setopt(&fd, libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
+    }
+    for opt in [
+        libc::XDP_UMEM_FILL_RING,
+        libc::XDP_UMEM_COMPLETION_RING,
+        libc::XDP_RX_RING,
+        libc::XDP_TX_RING,
+    ] {
+        setopt(&fd, opt, &(ring as libc::c_int), "AF_XDP ring size")?;
+    }
+    // SAFETY: zeroed plain-data struct, filled by getsockopt.
+    let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+    let mut optlen = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+    // SAFETY: valid out-pointers of the sizes given.
+    if unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            libc::XDP_MMAP_OFFSETS,
+            (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+            &mut optlen,
+        )
+    } < 0
+    {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("XDP_MMAP_OFFSETS: {e}")));
+    }
+    let map = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("mmap {what}: {e}"));
+    let rings = Rings {
+        rx: Ring::map(&fd, &off.rx, ring, libc::XDP_PGOFF_RX_RING as u64, false)
+            .map_err(|e| map("RX ring", e))?,
+        tx: Ring::map(&fd, &off.tx, ring, libc::XDP_PGOFF_TX_RING as u64, true)
+            .map_err(|e| map("TX ring", e))?,
+        fill: Ring::map(&fd, &off.fr, ring, libc::XDP_UMEM_PGOFF_FILL_RING, true)
+            .map_err(|e| map("fill ring", e))?,
+        comp: Ring::map(
+            &fd,
+            &off.cr,
+            ring,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            false,
+        )
+        .map_err(|e| map("completion ring", e))?,
+    };
+    // SAFETY: an all-zero sockaddr_xdp is valid; fields set below.
+    let mut sa: libc::sockaddr_xdp = unsafe { std::mem::zeroed() };
+    sa.sxdp_family = libc::AF_XDP as u16;
+    sa.sxdp_ifindex = ifindex;
+    sa.sxdp_queue_id = 0;
+    let how = match umem {
+        Umem::Shared(owner) => {
+            sa.sxdp_flags = libc::XDP_SHARED_UMEM;
+            sa.sxdp_shared_umem_fd = owner as u32;
+            "shared UMEM"
+        }
+        Umem::Own { zerocopy: true, .. } => {
+            sa.sxdp_flags = libc::XDP_ZEROCOPY;
+            "zero-copy"
+        }
+        Umem::Own { .. } => {
+            sa.sxdp_flags = libc::XDP_COPY;
+            "copy mode"
+        }
+    };
+    // SAFETY: a valid sockaddr_xdp of the size given.
+    if unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_xdp).cast(),
+            std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+        )
+    } < 0
+    {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("bind(AF_XDP, ifindex {ifindex}, queue 0, {how}): {e}"),
+        ));
+    }
+    Ok((fd, rings))
+}
+
+/// The frames' memory, unmapped after the socket that uses it is closed.
+struct UmemMap(*mut u8);
+
+impl Drop for UmemMap {
     fn drop(&mut self) {
         // SAFETY: our own mapping, unmapped once.
         unsafe { libc::munmap(self.0.cast(), FRAMES * FRAME) };
@@ -282,7 +444,7 @@ pub struct Xsk {
     fill: Ring<u64>,
     comp: Ring<u64>,
     fd: OwnedFd,
-    umem: Umem,
+    umem: UmemMap,
     /// Transmit frames not in the kernel's hands.
     tx_pool: Vec<u64>,
     /// Frames put on the transmit ring that the kernel has not taken yet.
@@ -299,14 +461,6 @@ impl Xsk {
     /// Socket, UMEM, rings and program on `ifname` (must exist and be up).
     pub fn open(ifname: &str) -> io::Result<Xsk> {
         let ifindex = crate::sys::if_index(ifname)?;
-        // SAFETY: plain socket(2).
-        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("socket(AF_XDP): {e}")));
-        }
-        // SAFETY: fresh descriptor, owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let len = FRAMES * FRAME;
         // SAFETY: an anonymous private mapping of our own.
         let umem = unsafe {
@@ -322,74 +476,25 @@ impl Xsk {
         if umem == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let umem = Umem(umem.cast::<u8>());
-        let rest = (|| {
-            let reg = libc::xdp_umem_reg {
-                addr: umem.0 as u64,
-                len: len as u64,
-                chunk_size: FRAME as u32,
-                headroom: 0,
-                flags: 0,
-                tx_metadata_len: 0,
-            };
-            setopt(&fd, libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
-            for opt in [
-                libc::XDP_UMEM_FILL_RING,
-                libc::XDP_UMEM_COMPLETION_RING,
-                libc::XDP_RX_RING,
-                libc::XDP_TX_RING,
-            ] {
-                setopt(&fd, opt, &(RING as libc::c_int), "AF_XDP ring size")?;
-            }
-            // SAFETY: zeroed plain-data struct, filled by getsockopt.
-            let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-            let mut optlen = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-            // SAFETY: valid out-pointers of the sizes given.
-            if unsafe {
-                libc::getsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_XDP,
-                    libc::XDP_MMAP_OFFSETS,
-                    (&mut off as *mut libc::xdp_mmap_offsets).cast(),
-                    &mut optlen,
-                )
-            } < 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            let rx = Ring::map(&fd, &off.rx, libc::XDP_PGOFF_RX_RING as u64, false)?;
-            let tx = Ring::map(&fd, &off.tx, libc::XDP_PGOFF_TX_RING as u64, true)?;
-            let mut fill = Ring::map(&fd, &off.fr, libc::XDP_UMEM_PGOFF_FILL_RING, true)?;
-            let comp = Ring::map(&fd, &off.cr, libc::XDP_UMEM_PGOFF_COMPLETION_RING, false)?;
-            for i in 0..RING {
-                fill.write(i, u64::from(i) * FRAME as u64);
-            }
-            fill.submit(RING);
-            // SAFETY: an all-zero sockaddr_xdp is valid; fields set below.
-            let mut sa: libc::sockaddr_xdp = unsafe { std::mem::zeroed() };
-            sa.sxdp_family = libc::AF_XDP as u16;
-            sa.sxdp_ifindex = ifindex;
-            sa.sxdp_queue_id = 0;
-            sa.sxdp_flags = libc::XDP_COPY;
-            // SAFETY: a valid sockaddr_xdp of the size given.
-            if unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_xdp).cast(),
-                    std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-                )
-            } < 0
-            {
-                let e = io::Error::last_os_error();
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("bind(AF_XDP, queue 0): {e}"),
-                ));
-            }
-            let bpf = attach_redirect(ifindex, fd.as_raw_fd())?;
-            Ok((rx, tx, fill, comp, bpf))
-        })();
-        let (rx, tx, fill, comp, bpf) = rest?;
+        let umem = UmemMap(umem.cast::<u8>());
+        // SAFETY: `umem` maps `len` bytes and is dropped after the socket (field order).
+        let (fd, mut r) = unsafe {
+            bind_socket(
+                ifindex,
+                Umem::Own {
+                    addr: umem.0,
+                    len,
+                    zerocopy: false,
+                },
+                RING,
+            )
+        }?;
+        for i in 0..RING {
+            r.fill.write(i, u64::from(i) * FRAME as u64);
+        }
+        r.fill.submit(RING);
+        let bpf = attach_redirect(ifindex, fd.as_raw_fd(), AttachMode::Best)?;
+        let Rings { rx, tx, fill, comp } = r;
         Ok(Xsk {
             rx,
             tx,
