@@ -14,9 +14,9 @@
 
 use asymlink_live::sys::subscriber_hash;
 use serde_json::Value;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod netns;
 use netns::*;
@@ -37,84 +37,6 @@ fn start_box(lab: &Lab, dir: &Path, io: &str) -> (BoxProcess, PathBuf) {
     )
     .unwrap();
     (BoxProcess::start(lab.r(), &cfg), final_json)
-}
-
-/// Datagrams `[subscriber][seq: u32 BE]` from each subscriber, echoed back. Returns, per
-/// subscriber, the sequence numbers the server got and those that came back, in arrival
-/// order.
-fn traffic(lab: &Lab, subs: &[Ipv4Addr]) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
-    let server: SocketAddr = "10.77.0.200:9000".parse().unwrap();
-    let s_ns = lab.s().to_string();
-    let n = subs.len();
-    let (up_tx, up_rx) = std::sync::mpsc::channel();
-    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-    let srv = std::thread::spawn(move || {
-        enter(&s_ns);
-        let sock = UdpSocket::bind(server).unwrap();
-        sock.set_read_timeout(Some(Duration::from_millis(500)))
-            .unwrap();
-        bound_tx.send(()).unwrap();
-        let mut got = vec![Vec::new(); n];
-        let mut buf = [0u8; 64];
-        while let Ok((len, from)) = sock.recv_from(&mut buf) {
-            if len == 5 && (buf[0] as usize) < n {
-                got[buf[0] as usize].push(u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]));
-                let _ = sock.send_to(&buf[..len], from);
-            }
-        }
-        up_tx.send(got).unwrap();
-    });
-    bound_rx.recv().unwrap();
-    let c_ns = lab.c().to_string();
-    let subs = subs.to_vec();
-    let cli = std::thread::spawn(move || {
-        enter(&c_ns);
-        let socks: Vec<UdpSocket> = subs
-            .iter()
-            .map(|a| {
-                let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(*a), 0)).unwrap();
-                s.connect(server).unwrap();
-                s.set_nonblocking(true).unwrap();
-                s
-            })
-            .collect();
-        let mut back = vec![Vec::new(); socks.len()];
-        let mut buf = [0u8; 64];
-        let mut drain = |back: &mut Vec<Vec<u32>>| {
-            for (k, s) in socks.iter().enumerate() {
-                while let Ok(len) = s.recv(&mut buf) {
-                    if len == 5 {
-                        back[k].push(u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]));
-                    }
-                }
-            }
-        };
-        for seq in 0..PER_SUB {
-            for (k, s) in socks.iter().enumerate() {
-                let mut m = [k as u8, 0, 0, 0, 0];
-                m[1..].copy_from_slice(&seq.to_be_bytes());
-                let _ = s.send(&m);
-            }
-            if seq % 16 == 15 {
-                std::thread::sleep(Duration::from_micros(300));
-                drain(&mut back);
-            }
-        }
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_millis(400) {
-            drain(&mut back);
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        back
-    });
-    let back = cli.join().unwrap();
-    let got = up_rx.recv().unwrap();
-    srv.join().unwrap();
-    (got, back)
-}
-
-fn in_order(v: &[u32]) -> bool {
-    v.windows(2).all(|w| w[0] < w[1])
 }
 
 fn two_workers(io: &str) {
@@ -139,7 +61,8 @@ fn two_workers(io: &str) {
     let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
     std::fs::create_dir_all(&dir).unwrap();
     let (boxp, final_json) = start_box(&lab, &dir, io);
-    let (got, back) = traffic(&lab, &subs);
+    let server: SocketAddr = "10.77.0.200:9000".parse().unwrap();
+    let (got, back) = echo_datagrams(&lab, &subs, server, PER_SUB);
     // A reload reaches every worker (the supervisor reads the file once).
     let cfg = dir.join("box.toml");
     let text = std::fs::read_to_string(&cfg).unwrap();

@@ -12,79 +12,13 @@
 //! forwards nothing and the interfaces carry no program).
 
 use serde_json::Value;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 mod netns;
 use netns::*;
 
 const N: u32 = 500;
-
-/// Sends `N` datagrams `[seq: u32 BE]` from the client, echoed by the server; returns the
-/// sequence numbers the server got and those that came back, in arrival order.
-fn traffic(lab: &Lab, client: Ipv4Addr) -> (Vec<u32>, Vec<u32>) {
-    let server: SocketAddr = "10.79.1.200:9000".parse().unwrap();
-    let (s_ns, (up_tx, up_rx), (ready_tx, ready_rx)) = (
-        lab.s().to_string(),
-        std::sync::mpsc::channel(),
-        std::sync::mpsc::channel(),
-    );
-    let srv = std::thread::spawn(move || {
-        enter(&s_ns);
-        let sock = UdpSocket::bind(server).unwrap();
-        sock.set_read_timeout(Some(Duration::from_millis(500)))
-            .unwrap();
-        ready_tx.send(()).unwrap();
-        let mut got = Vec::new();
-        let mut buf = [0u8; 64];
-        while let Ok((len, from)) = sock.recv_from(&mut buf) {
-            if len == 4 {
-                got.push(u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]));
-                let _ = sock.send_to(&buf[..len], from);
-            }
-        }
-        up_tx.send(got).unwrap();
-    });
-    ready_rx.recv().unwrap();
-    let c_ns = lab.c().to_string();
-    let cli = std::thread::spawn(move || {
-        enter(&c_ns);
-        let s = UdpSocket::bind(SocketAddr::new(client.into(), 0)).unwrap();
-        s.connect(server).unwrap();
-        s.set_nonblocking(true).unwrap();
-        let mut back = Vec::new();
-        let mut buf = [0u8; 64];
-        let mut drain = |back: &mut Vec<u32>| {
-            while let Ok(len) = s.recv(&mut buf) {
-                if len == 4 {
-                    back.push(u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]));
-                }
-            }
-        };
-        for seq in 0..N {
-            let _ = s.send(&seq.to_be_bytes());
-            if seq % 16 == 15 {
-                std::thread::sleep(Duration::from_micros(300));
-                drain(&mut back);
-            }
-        }
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_millis(400) {
-            drain(&mut back);
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        back
-    });
-    let back = cli.join().unwrap();
-    let got = up_rx.recv().unwrap();
-    srv.join().unwrap();
-    (got, back)
-}
-
-fn in_order(v: &[u32]) -> bool {
-    v.windows(2).all(|w| w[0] < w[1])
-}
 
 /// Whether `dev` in namespace `ns` has an XDP program attached.
 fn has_xdp(ns: &str, dev: &str) -> bool {
@@ -119,7 +53,9 @@ fn datagrams_cross_through_af_xdp_sockets() {
     .unwrap();
     let boxp = BoxProcess::start(lab.r(), &cfg);
     assert!(has_xdp(lab.r(), "ra") && has_xdp(lab.r(), "rb"));
-    let (got, back) = traffic(&lab, client);
+    let server: SocketAddr = "10.79.1.200:9000".parse().unwrap();
+    let (mut got, mut back) = echo_datagrams(&lab, &[client], server, N);
+    let (got, back) = (got.remove(0), back.remove(0));
     boxp.stop();
     let stats: Value =
         serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();

@@ -10,7 +10,7 @@
 
 use nix::sched::{setns, CloneFlags};
 use std::fs::File;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -242,4 +242,88 @@ impl Drop for BoxProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+/// `per_sub` datagrams `[subscriber][seq: u32 BE]` from each subscriber to a UDP echo
+/// server at `server` in the server namespace, bounded in time. Returns, per
+/// subscriber, the sequence numbers the server got and those that came back, in arrival
+/// order.
+pub fn echo_datagrams(
+    lab: &Lab,
+    subs: &[Ipv4Addr],
+    server: SocketAddr,
+    per_sub: u32,
+) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    let s_ns = lab.s().to_string();
+    let n = subs.len();
+    let (up_tx, up_rx) = std::sync::mpsc::channel();
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    let srv = std::thread::spawn(move || {
+        enter(&s_ns);
+        let sock = UdpSocket::bind(server).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        bound_tx.send(()).unwrap();
+        let mut got = vec![Vec::new(); n];
+        let mut buf = [0u8; 64];
+        while let Ok((len, from)) = sock.recv_from(&mut buf) {
+            if len == 5 && (buf[0] as usize) < n {
+                got[buf[0] as usize].push(u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]));
+                let _ = sock.send_to(&buf[..len], from);
+            }
+        }
+        up_tx.send(got).unwrap();
+    });
+    bound_rx.recv().unwrap();
+    let c_ns = lab.c().to_string();
+    let subs = subs.to_vec();
+    let cli = std::thread::spawn(move || {
+        enter(&c_ns);
+        let socks: Vec<UdpSocket> = subs
+            .iter()
+            .map(|a| {
+                let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(*a), 0)).unwrap();
+                s.connect(server).unwrap();
+                s.set_nonblocking(true).unwrap();
+                s
+            })
+            .collect();
+        let mut back = vec![Vec::new(); socks.len()];
+        let mut buf = [0u8; 64];
+        let mut drain = |back: &mut Vec<Vec<u32>>| {
+            for (k, s) in socks.iter().enumerate() {
+                while let Ok(len) = s.recv(&mut buf) {
+                    if len == 5 {
+                        back[k].push(u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]));
+                    }
+                }
+            }
+        };
+        for seq in 0..per_sub {
+            for (k, s) in socks.iter().enumerate() {
+                let mut m = [k as u8, 0, 0, 0, 0];
+                m[1..].copy_from_slice(&seq.to_be_bytes());
+                let _ = s.send(&m);
+            }
+            if seq % 16 == 15 {
+                std::thread::sleep(Duration::from_micros(300));
+                drain(&mut back);
+            }
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(400) {
+            drain(&mut back);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        back
+    });
+    let back = cli.join().unwrap();
+    let got = up_rx.recv().unwrap();
+    srv.join().unwrap();
+    (got, back)
+}
+
+/// Whether the sequence numbers rise strictly.
+pub fn in_order(v: &[u32]) -> bool {
+    v.windows(2).all(|w| w[0] < w[1])
 }
