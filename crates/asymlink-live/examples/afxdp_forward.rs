@@ -45,7 +45,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use asymlink_live::xdp::{attach_redirect, bind_socket, AttachMode, Ring, Rings, Umem, FRAME};
+use asymlink_live::xdp::{
+    attach_redirect, bind_socket, AttachMode, Ring, Rings, Umem, UmemMap, FRAME,
+};
 
 const MAC_C: &str = "02:00:00:79:00:01";
 const MAC_S: &str = "02:00:00:79:00:02";
@@ -385,94 +387,67 @@ fn xdp_forwarder(
 ) -> io::Result<FwdStats> {
     enter(ns)?;
     let (ia, ib) = (if_index("ra")?, if_index("rb")?);
-    let len = FRAMES * FRAME;
-    // SAFETY: an anonymous private mapping of our own.
-    let area = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-            -1,
-            0,
-        )
+    // Declared before the sockets: unmapped after they are closed.
+    let area = UmemMap::new(FRAMES * FRAME)?;
+    // SAFETY: `area` outlives both sockets (declared before them).
+    let mut a = unsafe { xsk(ia, area.umem(opts.zerocopy)) }?;
+    // SAFETY: shares `a`'s frames, as above.
+    let mut b = unsafe { xsk(ib, Umem::Shared(a.fd.as_raw_fd())) }?;
+    let mut free: Vec<u64> = (0..FRAMES as u64).map(|i| i * FRAME as u64).collect();
+    refill(&mut a, &mut free, RING as usize);
+    refill(&mut b, &mut free, RING as usize);
+    // One program and map per device: each device has one receive queue, queue 0.
+    let mode = if opts.generic {
+        AttachMode::Generic
+    } else {
+        AttachMode::Native
     };
-    if area == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    let result = (|| {
-        // SAFETY: `area` maps `len` bytes and is unmapped after both sockets are closed.
-        let mut a = unsafe {
-            xsk(
-                ia,
-                Umem::Own {
-                    addr: area.cast(),
-                    len,
-                    zerocopy: opts.zerocopy,
-                },
-            )
-        }?;
-        // SAFETY: shares `a`'s frames, as above.
-        let mut b = unsafe { xsk(ib, Umem::Shared(a.fd.as_raw_fd())) }?;
-        let mut free: Vec<u64> = (0..FRAMES as u64).map(|i| i * FRAME as u64).collect();
-        refill(&mut a, &mut free, RING as usize);
-        refill(&mut b, &mut free, RING as usize);
-        // One program and map per device: each device has one receive queue, queue 0.
-        let mode = if opts.generic {
-            AttachMode::Generic
-        } else {
-            AttachMode::Native
+    let _la = attach_redirect(ia, a.fd.as_raw_fd(), mode)?;
+    let _lb = attach_redirect(ib, b.fd.as_raw_fd(), mode)?;
+    if opts.rt > 0 {
+        let p = libc::sched_param {
+            sched_priority: opts.rt as libc::c_int,
         };
-        let _la = attach_redirect(ia, a.fd.as_raw_fd(), mode)?;
-        let _lb = attach_redirect(ib, b.fd.as_raw_fd(), mode)?;
-        if opts.rt > 0 {
-            let p = libc::sched_param {
-                sched_priority: opts.rt as libc::c_int,
-            };
-            // SAFETY: plain syscall with a valid sched_param.
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+        // SAFETY: plain syscall with a valid sched_param.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+    }
+    let _ = ready.send(Ok(()));
+    let mut st = FwdStats::default();
+    let cpu0 = thread_cpu_ns();
+    while !stop.load(Ordering::Relaxed) {
+        let n1 = forward(&mut a, &mut b, &mut free, &mut st);
+        let n2 = forward(&mut b, &mut a, &mut free, &mut st);
+        st.a_to_b += n1 as u64;
+        st.b_to_a += n2 as u64;
+        reap(&mut a, &mut free);
+        reap(&mut b, &mut free);
+        let half = free.len() / 2 + 1;
+        refill(&mut a, &mut free, half);
+        refill(&mut b, &mut free, usize::MAX);
+        if n1 + n2 == 0 && a.rx.ready() == 0 && b.rx.ready() == 0 {
+            let mut fds = [
+                libc::pollfd {
+                    fd: a.fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: b.fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds.
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, 50) };
         }
-        let _ = ready.send(Ok(()));
-        let mut st = FwdStats::default();
-        let cpu0 = thread_cpu_ns();
-        while !stop.load(Ordering::Relaxed) {
-            let n1 = forward(&mut a, &mut b, &mut free, &mut st);
-            let n2 = forward(&mut b, &mut a, &mut free, &mut st);
-            st.a_to_b += n1 as u64;
-            st.b_to_a += n2 as u64;
-            reap(&mut a, &mut free);
-            reap(&mut b, &mut free);
-            let half = free.len() / 2 + 1;
-            refill(&mut a, &mut free, half);
-            refill(&mut b, &mut free, usize::MAX);
-            if n1 + n2 == 0 && a.rx.ready() == 0 && b.rx.ready() == 0 {
-                let mut fds = [
-                    libc::pollfd {
-                        fd: a.fd.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                    libc::pollfd {
-                        fd: b.fd.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                ];
-                // SAFETY: two valid pollfds.
-                unsafe { libc::poll(fds.as_mut_ptr(), 2, 50) };
-            }
-        }
-        st.cpu_ns = thread_cpu_ns() - cpu0;
-        for x in [&a, &b] {
-            let s = xdp_stats(x);
-            st.rx_dropped += s.rx_dropped;
-            st.rx_fill_ring_empty += s.rx_fill_ring_empty_descs;
-        }
-        Ok(st)
-    })();
-    // SAFETY: our own mapping; the sockets using it are closed.
-    unsafe { libc::munmap(area, len) };
-    result
+    }
+    st.cpu_ns = thread_cpu_ns() - cpu0;
+    for x in [&a, &b] {
+        let s = xdp_stats(x);
+        st.rx_dropped += s.rx_dropped;
+        st.rx_fill_ring_empty += s.rx_fill_ring_empty_descs;
+    }
+    Ok(st)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -625,23 +625,12 @@ impl Rings {
     /// them all yet (they stay flagged and go with the next call).
     fn kick(&mut self) -> io::Result<bool> {
         loop {
-            // SAFETY: a zero-length send on the ring socket: the kernel reads the flagged
-            // slots of the transmit ring, which the box does not touch until they are free.
-            let r = unsafe {
-                libc::sendto(
-                    self.fd.as_raw_fd(),
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
-            if r >= 0 {
+            // The kernel reads the flagged slots of the transmit ring, which the box does
+            // not touch until they are free.
+            let Err(e) = transmit_kick(self.fd.as_fd()) else {
                 self.kick = false;
                 return Ok(true);
-            }
-            let e = io::Error::last_os_error();
+            };
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 // Out of buffers, or the driver's queue is full: the frame stays flagged.
@@ -1202,6 +1191,27 @@ pub fn set_realtime(priority: u8) -> io::Result<()> {
     };
     // SAFETY: plain syscall with a valid sched_param.
     cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) }).map(|_| ())
+}
+
+/// A zero-length send on a ring socket (memory-mapped or AF_XDP): asks the kernel to
+/// transmit the frames queued on its transmit ring.
+pub(crate) fn transmit_kick(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: no buffer and no address: only the transmit kick.
+    let r = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            std::ptr::null(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null(),
+            0,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// Wait until `fd` is readable or `timeout` passes.

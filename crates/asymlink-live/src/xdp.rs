@@ -424,13 +424,50 @@ pub unsafe fn bind_socket(ifindex: u32, umem: Umem, ring: u32) -> io::Result<(Ow
     Ok((fd, rings))
 }
 
-/// The frames' memory, unmapped after the socket that uses it is closed.
-struct UmemMap(*mut u8);
+/// Frames' memory: an anonymous mapping, unmapped when dropped (after the sockets that
+/// use it are closed).
+pub struct UmemMap {
+    addr: *mut u8,
+    len: usize,
+}
+
+impl UmemMap {
+    /// `len` bytes, populated.
+    pub fn new(len: usize) -> io::Result<UmemMap> {
+        // SAFETY: an anonymous private mapping of our own.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(UmemMap {
+            addr: addr.cast(),
+            len,
+        })
+    }
+
+    /// The whole area, for [`Umem::Own`].
+    pub fn umem(&self, zerocopy: bool) -> Umem {
+        Umem::Own {
+            addr: self.addr,
+            len: self.len,
+            zerocopy,
+        }
+    }
+}
 
 impl Drop for UmemMap {
     fn drop(&mut self) {
         // SAFETY: our own mapping, unmapped once.
-        unsafe { libc::munmap(self.0.cast(), FRAMES * FRAME) };
+        unsafe { libc::munmap(self.addr.cast(), self.len) };
     }
 }
 
@@ -461,34 +498,9 @@ impl Xsk {
     /// Socket, UMEM, rings and program on `ifname` (must exist and be up).
     pub fn open(ifname: &str) -> io::Result<Xsk> {
         let ifindex = crate::sys::if_index(ifname)?;
-        let len = FRAMES * FRAME;
-        // SAFETY: an anonymous private mapping of our own.
-        let umem = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if umem == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let umem = UmemMap(umem.cast::<u8>());
-        // SAFETY: `umem` maps `len` bytes and is dropped after the socket (field order).
-        let (fd, mut r) = unsafe {
-            bind_socket(
-                ifindex,
-                Umem::Own {
-                    addr: umem.0,
-                    len,
-                    zerocopy: false,
-                },
-                RING,
-            )
-        }?;
+        let umem = UmemMap::new(FRAMES * FRAME)?;
+        // SAFETY: `umem` is dropped after the socket (field order).
+        let (fd, mut r) = unsafe { bind_socket(ifindex, umem.umem(false), RING) }?;
         for i in 0..RING {
             r.fill.write(i, u64::from(i) * FRAME as u64);
         }
@@ -513,7 +525,7 @@ impl Xsk {
 
     fn frame(&self, addr: u64, len: usize) -> &[u8] {
         // SAFETY: the kernel hands out addresses of frames inside our UMEM, len ≤ FRAME.
-        unsafe { std::slice::from_raw_parts(self.umem.0.add(addr as usize), len.min(FRAME)) }
+        unsafe { std::slice::from_raw_parts(self.umem.addr.add(addr as usize), len.min(FRAME)) }
     }
 
     /// Read up to `max` frames and hand each to `f` (valid during the call); each frame
@@ -563,7 +575,11 @@ impl Xsk {
             // SAFETY: `addr` is a transmit frame of our UMEM that the kernel does not
             // hold; `fr` fits in it.
             unsafe {
-                std::ptr::copy_nonoverlapping(fr.as_ptr(), self.umem.0.add(addr as usize), fr.len())
+                std::ptr::copy_nonoverlapping(
+                    fr.as_ptr(),
+                    self.umem.addr.add(addr as usize),
+                    fr.len(),
+                )
             };
             self.tx.write(
                 put,
@@ -597,21 +613,9 @@ impl Xsk {
     fn kick(&mut self) -> io::Result<()> {
         self.kick = false;
         for _ in 0..8 {
-            // SAFETY: a zero-length send on our socket: only the transmit kick.
-            let r = unsafe {
-                libc::sendto(
-                    self.fd.as_raw_fd(),
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
-            if r >= 0 {
+            let Err(e) = crate::sys::transmit_kick(self.fd.as_fd()) else {
                 return Ok(());
-            }
-            let e = io::Error::last_os_error();
+            };
             match e.raw_os_error() {
                 Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS) => {}
                 Some(libc::ENETDOWN) | Some(libc::ENXIO) => return Ok(()),
