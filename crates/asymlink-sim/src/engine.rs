@@ -254,7 +254,6 @@ pub(crate) struct World {
     /// Open pcap files.
     pub captures: Vec<Capture>,
     iss_rng: Rng,
-    next_uid: u64,
     /// Events processed and packet hops (one per packet per link direction) so far.
     pub events: u64,
     pub packet_hops: u64,
@@ -311,7 +310,6 @@ impl World {
             monitor: Monitor::new(&spec.monitor),
             captures: Vec::new(),
             iss_rng: Rng::child(seed, "tcp:iss"),
-            next_uid: 0,
             events: 0,
             packet_hops: 0,
             trace_hash: 0xcbf2_9ce4_8422_2325,
@@ -565,9 +563,9 @@ impl World {
             *packet_hops += 1;
             *trace_hash = trace_mix(*trace_hash, tx.start.as_nanos(), d, p);
             for &c in caps.iter() {
-                captures[c].write(tx.start, &p.hdr);
+                captures[c].write(tx.start, p.hdr());
             }
-            if p.hdr.is_pure_ack() {
+            if p.hop().is_pure_ack() {
                 tx_acks.0 += 1;
                 tx_acks.1 += p.len as u64;
                 tx_acks.2 += tx.wire_len as u64;
@@ -675,7 +673,7 @@ impl World {
                 let label = self.label_of(dsc.pkt.src_conn);
                 self.monitor.event(now, kind, at, label, reason);
             }
-            self.recycle(dsc.pkt.hdr);
+            self.recycle(dsc.pkt.into_hdr());
         }
         self.drops = drops;
     }
@@ -691,13 +689,13 @@ impl World {
             NodeRole::Router(r) => {
                 let NodeRole::Host(h) = self.nodes[p.dst_node as usize].role else {
                     self.unroutable += 1;
-                    self.recycle(p.hdr);
+                    self.recycle(p.into_hdr());
                     return;
                 };
                 let d = self.routes[r as usize].toward(h);
                 if d == NO_ROUTE {
                     self.unroutable += 1;
-                    self.recycle(p.hdr);
+                    self.recycle(p.into_hdr());
                     return;
                 }
                 self.enqueue(d, p);
@@ -705,7 +703,7 @@ impl World {
             NodeRole::Host(h) => {
                 if p.dst_node != node {
                     self.unroutable += 1;
-                    self.recycle(p.hdr);
+                    self.recycle(p.into_hdr());
                     return;
                 }
                 self.host_receive(h, p);
@@ -714,7 +712,7 @@ impl World {
     }
 
     fn host_receive(&mut self, h: u32, p: SimPacket) {
-        match p.hdr.transport {
+        match p.hdr().transport {
             Transport::Tcp(t) => {
                 let mut cid = p.dst_conn;
                 if cid == NO_CONN
@@ -725,7 +723,7 @@ impl World {
                 {
                     cid = self.hosts[h as usize]
                         .demux
-                        .get(&(p.hdr.ip.src, t.src_port, t.dst_port))
+                        .get(&(p.hdr().ip.src, t.src_port, t.dst_port))
                         .copied()
                         .unwrap_or(NO_CONN);
                 }
@@ -734,8 +732,8 @@ impl World {
                     if slot.peer == NO_CONN {
                         slot.peer = p.src_conn;
                     }
-                    let hdr = *p.hdr;
-                    self.recycle(p.hdr);
+                    let hdr = *p.hdr();
+                    self.recycle(p.into_hdr());
                     self.conn_call(cid, move |c, now, io| c.on_segment(now, &hdr, io));
                     return;
                 }
@@ -747,7 +745,7 @@ impl World {
                     .filter(|_| syn)
                 else {
                     self.no_listener += 1;
-                    self.recycle(p.hdr);
+                    self.recycle(p.into_hdr());
                     return;
                 };
                 self.accept(h, app, &p);
@@ -762,7 +760,7 @@ impl World {
             }
             Transport::Other(_) => {}
         }
-        self.recycle(p.hdr);
+        self.recycle(p.into_hdr());
     }
 
     /// The flow an application drives: each flow has one application, built in flow
@@ -847,15 +845,15 @@ impl World {
         let iss = self.iss_rng.next_u64() as u32;
         let local = (
             self.hosts[h as usize].addr,
-            p.hdr.tcp_repr().map(|t| t.dst_port).unwrap_or(0),
+            p.hdr().tcp_repr().map(|t| t.dst_port).unwrap_or(0),
         );
         let remote = (
-            p.hdr.ip.src,
-            p.hdr.tcp_repr().map(|t| t.src_port).unwrap_or(0),
+            p.hdr().ip.src,
+            p.hdr().tcp_repr().map(|t| t.src_port).unwrap_or(0),
         );
         self.new_slot(id, h, p.src_node, app, false, local, remote);
         self.conns[id as usize].peer = p.src_conn;
-        let hdr = *p.hdr;
+        let hdr = *p.hdr();
         let mut made = None;
         self.with_io(h, |now, io| {
             made = Connection::accept(now, id, &cfg, local, &hdr, iss, io);
@@ -1022,7 +1020,6 @@ impl World {
     }
 
     fn host_send(&mut self, h: u32, cid: ConnId, hdr: Headers) {
-        self.next_uid += 1;
         let hdr = self.boxed(hdr);
         let slot = &self.conns[cid as usize];
         let p = SimPacket::new(
@@ -1031,7 +1028,6 @@ impl World {
             slot.remote_node,
             cid,
             slot.peer,
-            self.next_uid,
             0,
         );
         let d = self.hosts[h as usize].out_dir;
@@ -1126,7 +1122,6 @@ impl World {
                     transport: Transport::Udp(UdpRepr { src_port, dst_port }),
                     payload_len: size.saturating_sub(ip.header_len() as u32 + 8),
                 };
-                self.next_uid += 1;
                 let hdr = self.boxed(hdr);
                 let p = SimPacket::new(
                     hdr,
@@ -1134,7 +1129,6 @@ impl World {
                     to as NodeId,
                     NO_CONN,
                     NO_CONN,
-                    self.next_uid,
                     tag,
                 );
                 let d = self.hosts[h as usize].out_dir;
@@ -1219,21 +1213,15 @@ const HDR_POOL_MAX: usize = 1 << 16;
 #[inline]
 fn trace_mix(mut h: u64, t: u64, dir: u32, p: &SimPacket) -> u64 {
     const K: u64 = 0x100_0000_01B3;
-    let (seq, ack, flags) = match &p.hdr.transport {
-        Transport::Tcp(t) => (
-            t.seq.0 as u64,
-            t.ack.0 as u64,
-            t.flags.0 as u64 | (t.window as u64) << 16,
-        ),
-        Transport::Udp(u) => (u.src_port as u64, u.dst_port as u64, 0),
-        Transport::Other(x) => (*x as u64, 0, 0),
-    };
+    // The fields of the headers, as copied into the packet (`HopFields`): a hop does not
+    // read the headers themselves.
+    let f = p.hop();
     for w in [
         t,
         dir as u64,
-        seq | ack << 32,
-        flags,
-        p.hdr.payload_len as u64 | (p.src_conn as u64) << 32,
+        f.seq as u64 | (f.ack as u64) << 32,
+        f.flags as u64 | (f.window as u64) << 16,
+        f.payload_len as u64 | (p.src_conn as u64) << 32,
     ] {
         h = (h ^ w).wrapping_mul(K);
         h ^= h >> 29;
