@@ -135,10 +135,65 @@ fn source_backlog(mbs: &[MbState], source: &Source) -> u32 {
     }
 }
 
+/// A connection endpoint's state.
+pub(crate) enum Endpoint {
+    /// Not opened yet (or its opening failed).
+    None,
+    /// Open, or closing: the TCP endpoint.
+    Open(Box<Connection>),
+    /// Closed: the endpoint's state (buffers, scoreboard, timers) is freed when it
+    /// closes; what is kept is what the results and the host's conditioner still read.
+    Closed(Box<ClosedConn>),
+}
+
+/// What is kept of a closed connection.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClosedConn {
+    /// Its final counters.
+    pub totals: ConnTotals,
+    /// Its last smoothed RTT (a segment arriving after the close is still reported to
+    /// the host's conditioner, as while the endpoint existed).
+    pub srtt: Option<Duration>,
+}
+
+/// The counters of a connection that the flow summary adds up.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ConnTotals {
+    pub bytes_sent: u64,
+    pub bytes_retransmitted: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub fast_retransmits: u64,
+    pub loss_probes: u64,
+    pub bytes_delivered: u64,
+    /// BBR's: PROBE_RTT episodes, when STARTUP ended, BBR's first ACK.
+    pub bbr: Option<(u64, Option<Instant>, Option<Instant>)>,
+}
+
+impl ConnTotals {
+    /// The totals of `c` so far.
+    pub fn of(c: &Connection) -> ConnTotals {
+        let st = c.stats();
+        ConnTotals {
+            bytes_sent: st.bytes_sent,
+            bytes_retransmitted: st.bytes_retransmitted,
+            retransmits: st.retransmits,
+            timeouts: st.timeouts,
+            fast_retransmits: st.fast_retransmits,
+            loss_probes: st.loss_probes,
+            bytes_delivered: st.bytes_delivered,
+            bbr: c
+                .bbr_info()
+                .map(|b| (b.probe_rtt_rounds, b.startup_exit, b.started)),
+        }
+    }
+}
+
 /// A connection endpoint and its bookkeeping.
 pub(crate) struct ConnSlot {
-    /// The TCP endpoint; `None` before it is opened and after it is closed.
-    pub conn: Option<Connection>,
+    /// The TCP endpoint, boxed: slots stay small (the vector of every connection opened
+    /// in the run) and a closed endpoint's state is given back.
+    pub endpoint: Endpoint,
     /// Index of its host in `World::hosts`.
     pub host: u32,
     /// The node of the other endpoint.
@@ -153,6 +208,52 @@ pub(crate) struct ConnSlot {
     pub label: u32,
     /// The live `Conn` event: the earliest of the connection's deadlines, armed lazily.
     pub timer: Timer,
+}
+
+impl ConnSlot {
+    /// The endpoint while it is open.
+    #[inline]
+    pub fn conn(&self) -> Option<&Connection> {
+        match &self.endpoint {
+            Endpoint::Open(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Whether the endpoint was opened (it may have closed since).
+    #[inline]
+    pub fn opened(&self) -> bool {
+        !matches!(self.endpoint, Endpoint::None)
+    }
+
+    /// The counters of an endpoint that was opened.
+    pub fn totals(&self) -> Option<ConnTotals> {
+        match &self.endpoint {
+            Endpoint::None => None,
+            Endpoint::Open(c) => Some(ConnTotals::of(c)),
+            Endpoint::Closed(k) => Some(k.totals),
+        }
+    }
+
+    /// Payload bytes the endpoint delivered to its application, if it was opened.
+    pub fn bytes_delivered(&self) -> Option<u64> {
+        match &self.endpoint {
+            Endpoint::None => None,
+            Endpoint::Open(c) => Some(c.stats().bytes_delivered),
+            Endpoint::Closed(k) => Some(k.totals.bytes_delivered),
+        }
+    }
+
+    /// Free the state of an endpoint that has closed, keeping its totals.
+    fn free_closed(&mut self) {
+        if let Endpoint::Open(c) = &self.endpoint {
+            let kept = ClosedConn {
+                totals: ConnTotals::of(c),
+                srtt: c.srtt(),
+            };
+            self.endpoint = Endpoint::Closed(Box::new(kept));
+        }
+    }
 }
 
 /// A host: its connections, sockets and host-level mechanisms.
@@ -465,8 +566,7 @@ impl World {
                     return; // stale entry
                 }
                 let due = slot
-                    .conn
-                    .as_ref()
+                    .conn()
                     .and_then(|x| x.poll_at())
                     .is_some_and(|t| t <= self.now);
                 if due {
@@ -719,7 +819,7 @@ impl World {
                     || self
                         .conns
                         .get(cid as usize)
-                        .is_none_or(|s| s.host != h || s.conn.is_none())
+                        .is_none_or(|s| s.host != h || !s.opened())
                 {
                     cid = self.hosts[h as usize]
                         .demux
@@ -785,7 +885,7 @@ impl World {
     /// the application's later connections on its side.
     fn count_open(&mut self, id: ConnId) {
         let s = &self.conns[id as usize];
-        if s.conn.is_some() {
+        if s.opened() {
             self.opened[s.app as usize][s.primary as usize] += 1;
         }
     }
@@ -804,7 +904,7 @@ impl World {
         let idx = id as usize;
         while self.conns.len() <= idx {
             self.conns.push(ConnSlot {
-                conn: None,
+                endpoint: Endpoint::None,
                 host: u32::MAX,
                 remote_node: 0,
                 peer: NO_CONN,
@@ -826,7 +926,7 @@ impl World {
             c.on_open_flow(now, id, local, remote);
         }
         self.conns[idx] = ConnSlot {
-            conn: None,
+            endpoint: Endpoint::None,
             host,
             remote_node,
             peer: NO_CONN,
@@ -863,7 +963,7 @@ impl World {
         self.hosts[h as usize]
             .demux
             .insert((remote.0, remote.1, local.1), id);
-        self.conns[id as usize].conn = Some(conn);
+        self.conns[id as usize].endpoint = Endpoint::Open(Box::new(conn));
         self.count_open(id);
         let peer = p.src_conn;
         let mut primary = false;
@@ -921,10 +1021,20 @@ impl World {
         let h = self.conns[cid as usize].host;
         {
             let slot = &mut self.conns[cid as usize];
-            let Some(conn) = slot.conn.as_mut() else {
-                self.pool_out.push(out);
-                self.pool_ev.push(ev);
-                return;
+            let conn = match &mut slot.endpoint {
+                Endpoint::Open(c) => c,
+                Endpoint::Closed(k) => {
+                    let srtt = k.srtt;
+                    self.pool_out.push(out);
+                    self.pool_ev.push(ev);
+                    self.closed_call(cid, h, srtt);
+                    return;
+                }
+                Endpoint::None => {
+                    self.pool_out.push(out);
+                    self.pool_ev.push(ev);
+                    return;
+                }
             };
             let host = &mut self.hosts[h as usize];
             let mut io = ConnIo {
@@ -945,6 +1055,18 @@ impl World {
         self.flush_io(cid);
         self.schedule_conn(cid);
         if self.hosts[h as usize].conditioner.is_some() {
+            self.schedule_host(h);
+        }
+    }
+
+    /// A call into an endpoint that has closed (a late segment, a write or close by its
+    /// application): a closed endpoint ignores it, but the host's conditioner is told of
+    /// the activity as while the endpoint existed.
+    #[cold]
+    fn closed_call(&mut self, cid: ConnId, h: u32, srtt: Option<Duration>) {
+        let now = self.now;
+        if let Some(c) = self.hosts[h as usize].conditioner.as_mut() {
+            c.on_activity(now, cid, srtt);
             self.schedule_host(h);
         }
     }
@@ -976,10 +1098,11 @@ impl World {
         for e in ev.drain(..) {
             match e {
                 ConnEvent::Closed | ConnEvent::Reset => {
-                    if let Some(c) = &self.conns[cid as usize].conn {
+                    if let Some(c) = self.conns[cid as usize].conn() {
                         let (r, l) = (c.remote(), c.local());
                         self.hosts[h as usize].demux.remove(&(r.0, r.1, l.1));
                     }
+                    self.conns[cid as usize].free_closed();
                     let now = self.now;
                     let host = &mut self.hosts[h as usize];
                     host.conns.retain(|&c| c != cid);
@@ -1013,7 +1136,7 @@ impl World {
 
     fn schedule_conn(&mut self, cid: ConnId) {
         let slot = &mut self.conns[cid as usize];
-        if let Some(t) = slot.conn.as_ref().and_then(|c| c.poll_at()) {
+        if let Some(t) = slot.conn().and_then(|c| c.poll_at()) {
             slot.timer
                 .arm_by(&mut self.queue, t.max(self.now), Ev::Conn(cid));
         }
@@ -1086,7 +1209,9 @@ impl World {
                 self.with_io(h, |now, io| {
                     made = Some(Connection::connect(now, conn, &cfg, local, remote, iss, io));
                 });
-                self.conns[conn as usize].conn = made;
+                if let Some(c) = made {
+                    self.conns[conn as usize].endpoint = Endpoint::Open(Box::new(c));
+                }
                 self.count_open(conn);
                 self.flush_io(conn);
                 self.schedule_conn(conn);
@@ -1173,15 +1298,14 @@ impl World {
         let now = self.now;
         if self.monitor.flows_on() {
             for slot in self.conns.iter() {
-                let Some(c) = &slot.conn else { continue };
+                let Some(c) = slot.conn() else { continue };
                 if !slot.primary || c.state() == State::Closed {
                     continue;
                 }
                 let delivered = self
                     .conns
                     .get(slot.peer as usize)
-                    .and_then(|p| p.conn.as_ref())
-                    .map(|p| p.stats().bytes_delivered)
+                    .and_then(|p| p.bytes_delivered())
                     .unwrap_or(0);
                 self.monitor.flow_row(now, slot.label, c, delivered);
             }

@@ -46,7 +46,13 @@ impl Default for FifoConfig {
     }
 }
 
-/// A FIFO queue.
+/// Packets of room a FIFO keeps however empty it gets.
+const KEEP: usize = 64;
+
+/// A FIFO queue. Its memory follows its backlog: once it holds less than a quarter of
+/// its allocation (above [`KEEP`] packets), it gives back half of it, so a burst does not
+/// keep its memory for the rest of the run (amortised constant: a shrunk queue must lose
+/// half its packets again, or double, before its allocation changes again).
 #[derive(Debug)]
 pub struct Fifo<P> {
     cfg: FifoConfig,
@@ -72,6 +78,19 @@ impl<P: Pkt> Fifo<P> {
     /// Queued packets, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = &P> {
         self.q.iter()
+    }
+
+    /// Packets of room allocated (at least the backlog).
+    pub fn capacity(&self) -> usize {
+        self.q.capacity()
+    }
+
+    /// The rare part of `dequeue`, out of line so that the common path stays small.
+    #[cold]
+    #[inline(never)]
+    fn shrink(&mut self) {
+        let len = self.q.len();
+        self.q.shrink_to((len * 2).max(KEEP));
     }
 }
 
@@ -120,6 +139,9 @@ impl<P: Pkt + Send> Qdisc<P> for Fifo<P> {
         match self.q.pop_front() {
             Some(p) => {
                 self.stats.on_dequeue(p.ip_len());
+                if self.q.capacity() > KEEP && self.q.len() * 4 < self.q.capacity() {
+                    self.shrink();
+                }
                 Dequeued::Packet(p)
             }
             None => Dequeued::Empty,
@@ -143,6 +165,39 @@ impl<P: Pkt + Send> Qdisc<P> for Fifo<P> {
 mod tests {
     use super::*;
     use crate::qdisc::testutil::*;
+
+    #[test]
+    fn memory_follows_the_backlog() {
+        let mut q = Fifo::new(FifoConfig {
+            limit: Limit::Packets(100_000),
+            drop: DropSide::Tail,
+        });
+        let mut d = Drops::new();
+        for i in 0..10_000 {
+            q.enqueue(ms(0), data(i, 100), &mut d);
+        }
+        let peak = q.capacity();
+        assert!(peak >= 10_000);
+        // Drain to a few packets: most of the allocation is given back, in order.
+        for i in 0..9_990 {
+            assert_eq!(tag(&q.dequeue(ms(1), &mut d).packet().unwrap()), i);
+        }
+        assert!(q.capacity() <= 2 * KEEP, "{} of {peak}", q.capacity());
+        for i in 9_990..10_000 {
+            assert_eq!(tag(&q.dequeue(ms(1), &mut d).packet().unwrap()), i);
+        }
+        assert_eq!(q.backlog().packets, 0);
+        // A steady backlog does not make the allocation change back and forth.
+        for i in 0..200 {
+            q.enqueue(ms(2), data(i, 100), &mut d);
+        }
+        let cap = q.capacity();
+        for i in 200..20_000 {
+            q.enqueue(ms(2), data(i, 100), &mut d);
+            q.dequeue(ms(2), &mut d);
+            assert_eq!(q.capacity(), cap);
+        }
+    }
 
     #[test]
     fn tail_drop_by_packets() {
