@@ -49,15 +49,19 @@ impl Default for FifoConfig {
 /// Packets of room a FIFO keeps however empty it gets.
 const KEEP: usize = 64;
 
-/// A FIFO queue. Its memory follows its backlog: once it holds less than a quarter of
-/// its allocation (above [`KEEP`] packets), it gives back half of it, so a burst does not
-/// keep its memory for the rest of the run (amortised constant: a shrunk queue must lose
-/// half its packets again, or double, before its allocation changes again).
+/// A FIFO queue. Its memory follows its backlog: when it drains, and fewer packets were
+/// queued in the busy period that ends than a quarter of its allocation, it keeps room
+/// for twice that many (at least [`KEEP`]), so a burst does not keep its memory for the
+/// rest of the run. A queue whose busy periods stay alike keeps its allocation (what it
+/// keeps is twice what one needed), so there is no shrinking and growing back and forth.
 #[derive(Debug)]
 pub struct Fifo<P> {
     cfg: FifoConfig,
     q: VecDeque<P>,
     stats: QdiscStats,
+    /// `stats.enqueued` when the queue last drained with more than [`KEEP`] packets of
+    /// room: packets queued since then bound the backlog of the busy period from above.
+    drained_mark: u64,
 }
 
 impl<P: Pkt> Fifo<P> {
@@ -67,6 +71,7 @@ impl<P: Pkt> Fifo<P> {
             cfg,
             q: VecDeque::new(),
             stats: QdiscStats::default(),
+            drained_mark: 0,
         }
     }
 
@@ -85,12 +90,17 @@ impl<P: Pkt> Fifo<P> {
         self.q.capacity()
     }
 
-    /// The rare part of `dequeue`, out of line so that the common path stays small.
+    /// The queue is about to drain with more than [`KEEP`] packets of room: give back
+    /// what its last busy period did not need. Out of line (rare), so that `dequeue`
+    /// stays small.
     #[cold]
     #[inline(never)]
-    fn shrink(&mut self) {
-        let len = self.q.len();
-        self.q.shrink_to((len * 2).max(KEEP));
+    fn drained(&mut self) {
+        let busy = self.stats.enqueued - self.drained_mark;
+        self.drained_mark = self.stats.enqueued;
+        if busy.saturating_mul(4) < self.q.capacity() as u64 {
+            self.q.shrink_to((busy as usize * 2).max(KEEP));
+        }
     }
 }
 
@@ -136,12 +146,12 @@ impl<P: Pkt + Send> Qdisc<P> for Fifo<P> {
     }
 
     fn dequeue(&mut self, _now: Instant, _drops: &mut Drops<P>) -> Dequeued<P> {
+        if self.q.len() == 1 && self.q.capacity() > KEEP {
+            self.drained();
+        }
         match self.q.pop_front() {
             Some(p) => {
                 self.stats.on_dequeue(p.ip_len());
-                if self.q.capacity() > KEEP && self.q.len() * 4 < self.q.capacity() {
-                    self.shrink();
-                }
                 Dequeued::Packet(p)
             }
             None => Dequeued::Empty,
@@ -173,21 +183,34 @@ mod tests {
             drop: DropSide::Tail,
         });
         let mut d = Drops::new();
-        for i in 0..10_000 {
-            q.enqueue(ms(0), data(i, 100), &mut d);
-        }
+        let mut burst = |q: &mut Fifo<crate::packet::HeaderPacket>, n: u32| {
+            for i in 0..n {
+                q.enqueue(ms(0), data(i, 100), &mut d);
+            }
+            for i in 0..n {
+                assert_eq!(tag(&q.dequeue(ms(1), &mut d).packet().unwrap()), i);
+            }
+            assert_eq!(q.backlog().packets, 0);
+        };
+        // A burst keeps its room until a later busy period shows it is not needed.
+        burst(&mut q, 10_000);
         let peak = q.capacity();
         assert!(peak >= 10_000);
-        // Drain to a few packets: most of the allocation is given back, in order.
-        for i in 0..9_990 {
-            assert_eq!(tag(&q.dequeue(ms(1), &mut d).packet().unwrap()), i);
+        burst(&mut q, 10_000);
+        assert_eq!(q.capacity(), peak);
+        burst(&mut q, 100);
+        assert!(q.capacity() < 1_000, "{} of {peak}", q.capacity());
+        assert!(q.capacity() >= 200);
+        burst(&mut q, 10);
+        assert!(q.capacity() <= 2 * KEEP, "{}", q.capacity());
+        // Busy periods alike: the allocation stays as it is.
+        burst(&mut q, 60);
+        let cap = q.capacity();
+        for _ in 0..50 {
+            burst(&mut q, 60);
+            assert_eq!(q.capacity(), cap);
         }
-        assert!(q.capacity() <= 2 * KEEP, "{} of {peak}", q.capacity());
-        for i in 9_990..10_000 {
-            assert_eq!(tag(&q.dequeue(ms(1), &mut d).packet().unwrap()), i);
-        }
-        assert_eq!(q.backlog().packets, 0);
-        // A steady backlog does not make the allocation change back and forth.
+        // A steady backlog never drains: nothing changes either.
         for i in 0..200 {
             q.enqueue(ms(2), data(i, 100), &mut d);
         }
