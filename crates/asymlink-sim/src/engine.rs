@@ -1248,14 +1248,7 @@ impl World {
                     payload_len: size.saturating_sub(ip.header_len() as u32 + 8),
                 };
                 let hdr = self.boxed(hdr);
-                let p = SimPacket::new(
-                    hdr,
-                    from as NodeId,
-                    to as NodeId,
-                    NO_CONN,
-                    NO_CONN,
-                    tag,
-                );
+                let p = SimPacket::new(hdr, from as NodeId, to as NodeId, NO_CONN, NO_CONN, tag);
                 let d = self.hosts[h as usize].out_dir;
                 self.enqueue(d, p);
             }
