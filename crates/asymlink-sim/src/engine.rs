@@ -677,12 +677,10 @@ impl World {
             *sojourn_sum_ns += sojourn;
             *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
             sojourn_hist.record(sojourn);
-            let proto = match p.hdr.transport {
-                Transport::Tcp(_) => 0,
-                Transport::Udp(_) => 1,
-                Transport::Other(_) => 2,
-            };
-            if let Some(h) = sojourn_by_proto.get_or_insert_default().get_mut(proto) {
+            if let Some(h) = sojourn_by_proto
+                .get_or_insert_default()
+                .get_mut(p.proto() as usize)
+            {
                 h.record(sojourn);
             }
         });

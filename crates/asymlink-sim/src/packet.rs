@@ -88,9 +88,19 @@ pub struct SimPacket {
     pub src_conn: ConnId,
     /// Class assigned by a classifier on the current hop.
     pub class: ClassId,
+    /// The kind of transport header: [`SimPacket::TCP`], [`SimPacket::UDP`] or
+    /// [`SimPacket::OTHER`] (per-protocol statistics read it on every hop).
+    proto: u8,
 }
 
 impl SimPacket {
+    /// [`SimPacket::proto`] of a TCP packet.
+    pub const TCP: u8 = 0;
+    /// [`SimPacket::proto`] of a UDP packet.
+    pub const UDP: u8 = 1;
+    /// [`SimPacket::proto`] of any other packet.
+    pub const OTHER: u8 = 2;
+
     /// A packet with the given headers and bookkeeping; the length and the per-hop
     /// fields are taken from `hdr`.
     pub fn new(
@@ -104,6 +114,11 @@ impl SimPacket {
         SimPacket {
             len: hdr.ip_len(),
             hop: HopFields::of(&hdr),
+            proto: match hdr.transport {
+                Transport::Tcp(_) => SimPacket::TCP,
+                Transport::Udp(_) => SimPacket::UDP,
+                Transport::Other(_) => SimPacket::OTHER,
+            },
             hdr,
             class: ClassId::NONE,
             dst_node,
@@ -125,6 +140,13 @@ impl SimPacket {
     #[inline]
     pub fn hop(&self) -> &HopFields {
         &self.hop
+    }
+
+    /// The kind of transport header ([`SimPacket::TCP`], [`SimPacket::UDP`],
+    /// [`SimPacket::OTHER`]).
+    #[inline]
+    pub fn proto(&self) -> u8 {
+        self.proto
     }
 
     /// The header box, for reuse once the packet is gone.
@@ -210,6 +232,7 @@ mod tests {
             assert_eq!(p.hop().ack, 0x0123_4567);
             assert_eq!(p.hop().flags, flags.0);
             assert_eq!(p.hop().payload_len, len);
+            assert_eq!(p.proto(), SimPacket::TCP);
         }
         let u = Headers {
             ip: IpRepr::new([10, 0, 0, 1].into(), [10, 0, 0, 2].into()),
@@ -221,6 +244,7 @@ mod tests {
         };
         let p = SimPacket::new(Box::new(u), 0, 1, NO_CONN, NO_CONN, 7);
         assert!(!p.hop().is_pure_ack());
+        assert_eq!(p.proto(), SimPacket::UDP);
         assert_eq!((p.hop().seq, p.hop().ack, p.hop().flags), (5000, 6000, 0));
     }
 
