@@ -1190,7 +1190,7 @@ mod tests {
         );
         assert_eq!(a.len(), o.len());
         for (a, o) in a.iter().zip(o) {
-            assert_eq!((a.prefix, &a.table), (o.prefix, &o.table));
+            assert_eq!((a.prefix, &a.plan.table), (o.prefix, &o.plan.table));
         }
     }
 
