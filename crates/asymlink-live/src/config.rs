@@ -826,6 +826,8 @@ mod tests {
         for q in [
             "[to_a.qdisc]\nkind = \"fq_codel\"\nflows = 256\n",
             "[to_b.qdisc]\nkind = \"host_fq_codel\"\nhosts = \"dst\"\n",
+            "[to_a.qdisc]\nkind = \"fq_codel\"\naqm = \"cobalt\"\n",
+            "[to_b.qdisc]\nkind = \"host_fq_codel\"\nhosts = \"dst\"\naqm = \"cobalt\"\n",
         ] {
             BoxConfig::parse(&format!("{MIN}{q}"))
                 .unwrap()
@@ -839,6 +841,15 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.to_string().contains("host_fq_codel.flows"), "{e}");
+        // A bad per-flow AQM is one line naming the key.
+        let e = BoxConfig::parse(&format!(
+            "{MIN}[to_b.qdisc]\nkind = \"fq_codel\"\naqm = \"blue\"\n"
+        ))
+        .and_then(|c| c.validate())
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("to_b.qdisc.aqm"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
     }
 
     #[test]
@@ -1116,7 +1127,7 @@ mod tests {
         );
         assert_eq!(a.len(), o.len());
         for (a, o) in a.iter().zip(o) {
-            assert_eq!((a.prefix, &a.table), (o.prefix, &o.table));
+            assert_eq!((a.prefix, &a.plan.table), (o.prefix, &o.plan.table));
         }
     }
 

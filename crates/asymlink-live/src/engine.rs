@@ -665,6 +665,44 @@ mod tests {
         assert_eq!(DiscardReason::TxError.name(), "tx_error");
     }
 
+    /// Each worker builds its engine from its own clone of the configuration: the
+    /// subscriber entries are shared, not copied per worker, and a reload's new entries
+    /// likewise.
+    #[test]
+    fn every_engine_shares_the_configured_subscribers() {
+        let text = |rate: &str| {
+            let mut t =
+                String::from("[interfaces]\na = \"x0\"\nb = \"x1\"\n[process]\nworkers = 2\n");
+            for k in 1..=50 {
+                t += &format!(
+                    "[[subscribers]]\nprefix = \"10.0.0.{k}\"\n\
+                     line = {{ down = \"{rate}\", up = \"1Mbit\" }}\n"
+                );
+            }
+            t
+        };
+        let cfg = BoxConfig::parse(&text("8Mbit")).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.subscribers.table.plans(), 1);
+        let mut engines: Vec<Engine> = (0..2)
+            .map(|k| Engine::new(&cfg.clone(), LinkType::Ethernet, k).unwrap())
+            .collect();
+        for e in &engines {
+            assert!(e
+                .subscribers()
+                .table()
+                .shares_entries_with(&cfg.subscribers.table));
+        }
+        let new = BoxConfig::parse(&text("16Mbit")).unwrap();
+        for e in &mut engines {
+            e.reload(Instant::ZERO, &new.clone()).unwrap();
+            assert!(e
+                .subscribers()
+                .table()
+                .shares_entries_with(&new.subscribers.table));
+        }
+    }
+
     #[test]
     fn discarded_counts_by_reason() {
         let mut d = Discarded::default();

@@ -1,16 +1,20 @@
 //! The AQM benchmark: `cargo run --release -p asymlink-sim --example aqm [-- duration]`
-//! (`-- --flows` adds per-flow goodput on stderr) runs `examples/aqm/*.toml` (FIFO, CoDel, FQ-CoDel, host-then-flow, and the unloaded
-//! baseline) and prints the table of docs/qdisc.md; its last row is `fq_codel` without the
-//! unresponsive UDP flow (the lab's flows: bulk TCP and the ping).
+//! (`-- --flows` adds per-flow goodput on stderr) runs `examples/aqm/*.toml` (FIFO, CoDel,
+//! FQ-CoDel, host-then-flow, and the unloaded baseline) and prints the table of
+//! docs/qdisc.md. Arms ending in ` cobalt` run the same file with `aqm = "cobalt"` on the
+//! flow queues; the last row is `fq_codel` without the unresponsive UDP flow (the lab's
+//! flows: bulk TCP and the ping).
 
 mod row;
 
-const ARMS: [&str; 6] = [
+const ARMS: [&str; 8] = [
     "unloaded",
     "fifo",
     "codel",
     "fq_codel",
+    "fq_codel cobalt",
     "host_fq_codel",
+    "host_fq_codel cobalt",
     "fq_codel no UDP",
 ];
 const WARMUP_S: f64 = 5.0;
@@ -21,16 +25,18 @@ fn main() {
     let duration = args.iter().find(|a| !a.starts_with("--")).cloned();
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/aqm");
     println!(
-        "| arm | sojourn p50 / p90 / p99 (ms) | standing (ms) | ping p50 / p90 (ms) | h1 (1 flow) / h2 (8 flows) Mbit/s | h1 share | UDP Mbit/s | drops | utilisation |"
+        "| arm | sojourn p50 / p90 / p99 (ms) | p50 TCP / UDP (ms) | standing (ms) | ping p50 / p90 (ms) | h1 (1 flow) / h2 (8 flows) Mbit/s | h1 share | UDP Mbit/s | drops | utilisation |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for arm in ARMS {
-        let file = arm.trim_end_matches(" no UDP");
+        let file = arm.split(' ').next().unwrap_or(arm);
         let src = std::fs::read_to_string(format!("{dir}/{file}.toml")).expect("scenario file");
-        let src = if file == arm {
-            src
-        } else {
+        let src = if arm.ends_with(" no UDP") {
             without_flow(&src, "udp")
+        } else if arm.ends_with(" cobalt") {
+            with_cobalt(&src, file)
+        } else {
+            src
         };
         let r = row::run(arm, &src, duration.as_deref(), WARMUP_S);
         let loaded = r.host_mbps[0] + r.host_mbps[1] > 0.0;
@@ -46,11 +52,13 @@ fn main() {
             "— | — | —".to_string()
         };
         println!(
-            "| `{}` | {:.1} / {:.1} / {:.1} | {:.1} | {:.1} / {:.1} | {hosts} | {} | {:.1} % |",
+            "| `{}` | {:.1} / {:.1} / {:.1} | {:.1} / {:.1} | {:.1} | {:.1} / {:.1} | {hosts} | {} | {:.1} % |",
             r.arm,
             r.sojourn_ms[0],
             r.sojourn_ms[1],
             r.sojourn_ms[2],
+            r.sojourn_tcp_udp_ms[0],
+            r.sojourn_tcp_udp_ms[1],
             r.standing_ms,
             r.ping_ms[0],
             r.ping_ms[1],
@@ -63,6 +71,13 @@ fn main() {
             }
         }
     }
+}
+
+/// The scenario text with `aqm = "cobalt"` on the `kind` discipline under test.
+fn with_cobalt(src: &str, kind: &str) -> String {
+    let from = format!("kind = \"{kind}\",");
+    assert!(src.contains(&from), "{kind}");
+    src.replace(&from, &format!("kind = \"{kind}\", aqm = \"cobalt\","))
 }
 
 /// The scenario text without the `[[flows]]` table named `name`.

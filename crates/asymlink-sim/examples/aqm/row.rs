@@ -9,6 +9,8 @@ pub struct Row {
     pub arm: String,
     /// Bottleneck sojourn time percentiles (whole run), ms.
     pub sojourn_ms: [f64; 3],
+    /// Median sojourn time of the TCP packets and of the UDP packets alone, ms.
+    pub sojourn_tcp_udp_ms: [f64; 2],
     /// Median of the bottleneck's per-second mean sojourn time after the warm-up, ms.
     pub standing_ms: f64,
     /// Ping RTT median and p90 after the warm-up, ms.
@@ -121,6 +123,7 @@ pub fn run(arm: &str, src: &str, duration: Option<&str>, warmup_s: f64) -> Row {
             col("p90_sojourn_ms"),
             col("p99_sojourn_ms"),
         ],
+        sojourn_tcp_udp_ms: [col("p50_sojourn_tcp_ms"), col("p50_sojourn_udp_ms")],
         standing_ms: quantile(&mut standing, 0.5),
         ping_ms: [quantile(&mut rtt, 0.5), quantile(&mut rtt, 0.9)],
         host_mbps: [host("h1"), host("h2")],
