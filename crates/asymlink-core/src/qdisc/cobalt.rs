@@ -129,15 +129,12 @@ impl CobaltVars {
         self.decay(p, now);
     }
 
-    /// Whether anything of this state would still act at `now` (else a fresh state is the
-    /// same).
+    /// Whether anything of this state, kept with its queue empty, would still act at
+    /// `now` (else a fresh state is the same).
     pub fn matters(&self, p: &CodelParams, now: u64) -> bool {
-        if self.p_drop > 0 {
-            return true;
-        }
         let mut v = *self;
-        v.decay(p, now);
-        v.count > 0
+        v.resume(p, now);
+        v.p_drop > 0 || v.count > 0
     }
 
     /// Take the next packet of `q` at `now`, dropping (or marking) by the decaying control
@@ -413,6 +410,13 @@ mod tests {
         v.resume(&p, 10_000 * MS);
         assert_eq!(v.p_drop, 0);
         assert!(!v.matters(&p, 10_000 * MS));
+        // A kept state whose p has run down while its queue stayed empty does not matter.
+        let v = CobaltVars {
+            p_drop: 3 * P_DEC,
+            ..CobaltVars::default()
+        };
+        assert!(v.matters(&p, 14 * MS), "two steps of 5 ms: p = 1/4096");
+        assert!(!v.matters(&p, 15 * MS));
         // Saturates at 1.
         let mut v = CobaltVars {
             p_drop: u32::MAX - 5,
