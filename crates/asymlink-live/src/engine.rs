@@ -16,6 +16,7 @@
 //! the counters obey `received = sent + discarded + held` per direction
 //! ([`Engine::check_conservation`]; tests assert it).
 
+use crate::breakdown::Stamps;
 use crate::config::{BoxConfig, MalformedPolicy};
 use crate::packet::{LinkType, LivePacket, Pool, Unparsed};
 use crate::stats::Histogram;
@@ -309,8 +310,22 @@ impl Engine {
     /// A frame arrived at `now` travelling in `dir` (received on side a: `ToB`).
     /// `rx_unix_ns` is the kernel's receive timestamp (0 if unknown).
     pub fn handle_frame(&mut self, now: Instant, dir: Dir, buf: Vec<u8>, rx_unix_ns: u64) {
+        self.handle_stamped(now, dir, buf, rx_unix_ns, Stamps::default());
+    }
+
+    /// [`Engine::handle_frame`] for a frame with its latency stamps
+    /// ([`crate::breakdown`]).
+    pub fn handle_stamped(
+        &mut self,
+        now: Instant,
+        dir: Dir,
+        buf: Vec<u8>,
+        rx_unix_ns: u64,
+        stamps: Stamps,
+    ) {
         let mut pkt = LivePacket::new(buf, self.lt, now, rx_unix_ns);
         pkt.dir = dir;
+        pkt.stamps = stamps;
         let c = &mut self.counters[dir.index()];
         c.received += 1;
         c.received_bytes += pkt.frame().len() as u64;

@@ -72,6 +72,9 @@ fn aqm_benchmark_cobalt() {
         assert!(r.sojourn_tcp_udp_ms[1] <= 10.0, "{r:?}");
         assert!(r.ping_ms[1] - base.ping_ms[1] < 10.0, "{r:?}");
         assert!(r.utilization > 0.95, "{r:?}");
+        // The decaying count does it: nothing overflows, BLUE stays at 0.
+        let blue = r.counters.iter().find(|(n, _)| n == "blue_drops");
+        assert_eq!(blue.map(|(_, v)| *v), Some(0), "{r:?}");
     }
     assert!((fq_cobalt.udp_mbps - 1.0).abs() < 0.1, "{fq_cobalt:?}");
     assert!(

@@ -9,8 +9,11 @@ MTU 1500):
   whose root is set to 1 Gbit/s, each direction (`SHAPED` below); the goodput, and
   `box_shaped_ip_gbps` the IP rate the shaper counts;
 * `added_latency_p50_us` / `added_latency_p99_us` — time from the kernel's receive
-  timestamp on the box's ingress socket to the return of the send call, for every packet
-  of a transfer paced (`SO_MAX_PACING_RATE`) at half of `box_gbps`.
+  timestamp on the box's ingress socket to the start of the send call that hands the
+  frame to the egress device, for every packet of a transfer paced
+  (`SO_MAX_PACING_RATE`) at half of `box_gbps`; the box runs with its latency breakdown
+  on (`[stats] latency_breakdown`), and `latency_tail_parts_us` says where the time of
+  the frames of 100 µs or more went.
 
 The box keys are measured for each `[process] io` mode asked for (`by_io`), against the
 same kernel run; the top-level ones are those of the first mode.
@@ -333,7 +336,7 @@ def _measure_box(lab: Lab, seconds: float, io: str, kernel: float | None,
 BOX_KEYS = ("box_gbps", "box_shaped_gbps", "box_shaped_ip_gbps", "box_vs_kernel",
             "shaped_acks_classified", "shaped_acks_filtered", "added_latency_p50_us",
             "added_latency_p99_us", "added_latency_max_us", "latency_samples",
-            "latency_load_gbps")
+            "latency_load_gbps", "latency_tail_parts_us", "latency_breakdown")
 
 
 def _measure_box_in(lab: Lab, seconds: float, io: str, kernel: float | None,
@@ -351,7 +354,8 @@ def _measure_box_in(lab: Lab, seconds: float, io: str, kernel: float | None,
         shaped_final = box.stop()
     # Half of the unshaped rate (of the kernel's when the box's was not measured).
     half = (unshaped if unshaped is not None else kernel or 2.0) / 2 * 1e9
-    box = _start_box_io(lab, _with_io(UNSHAPED, io), io)
+    box = _start_box_io(lab, {**_with_io(UNSHAPED, io), "stats": {"latency_breakdown": True}},
+                        io)
     try:
         load = _measured(not_measured, f"{io}.latency_load_gbps",
                          lambda: transfer(lab, seconds, rate_bps=half))
@@ -374,7 +378,28 @@ def _measure_box_in(lab: Lab, seconds: float, io: str, kernel: float | None,
         "added_latency_max_us": lat.get("max"),
         "latency_samples": lat.get("count"),
         "latency_load_gbps": load,
+        "latency_tail_parts_us": tail_parts(final.get("latency_breakdown")),
+        "latency_breakdown": final.get("latency_breakdown"),
     }
+
+
+def tail_parts(breakdown: dict[str, Any] | None, from_us: int = 100) -> dict[str, Any] | None:
+    """Where the added latency of the frames of at least `from_us` went: their number and,
+    per part of the box's latency breakdown (docs/live.md, Stats), the mean in µs; None
+    without a breakdown or such frames."""
+    if not breakdown:
+        return None
+    bands = [b for k, b in breakdown["bands_us"].items() if int(k.split("-")[0]) >= from_us]
+    n = sum(b["count"] for b in bands)
+    if not n:
+        return None
+    parts: dict[str, float] = {}
+    for b in bands:
+        for k, v in b["parts_ns"].items():
+            parts[k] = parts.get(k, 0.0) + v
+    return {"frames": n, "mean_us": sum(b["total_ns"] for b in bands) / n / 1e3,
+            "parts_us": {k: v / n / 1e3 for k, v in parts.items()},
+            "off_cpu_us": sum(b["off_cpu_ns"] for b in bands) / n / 1e3}
 
 
 def _measure_workers(lab: Lab, seconds: float, io: str, roles: list[str], workers: int,

@@ -1,5 +1,6 @@
 //! The AQM benchmark: `cargo run --release -p asymlink-sim --example aqm [-- duration]`
-//! (`-- --flows` adds per-flow goodput on stderr) runs `examples/aqm/*.toml` (FIFO, CoDel,
+//! (`-- --flows` adds per-flow goodput and the bottleneck's counters on stderr; `--udp
+//! RATE` sends the unresponsive UDP stream at RATE instead of 2 Mbit/s) runs `examples/aqm/*.toml` (FIFO, CoDel,
 //! FQ-CoDel, host-then-flow, and the unloaded baseline) and prints the table of
 //! docs/qdisc.md. Arms ending in ` cobalt` run the same file with `aqm = "cobalt"` on the
 //! flow queues; the last row is `fq_codel` without the unresponsive UDP flow (the lab's
@@ -22,7 +23,15 @@ const WARMUP_S: f64 = 5.0;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let per_flow = args.iter().any(|a| a == "--flows");
-    let duration = args.iter().find(|a| !a.starts_with("--")).cloned();
+    let udp = args
+        .iter()
+        .position(|a| a == "--udp")
+        .map(|i| args.get(i + 1).expect("--udp RATE").clone());
+    let duration = args
+        .iter()
+        .enumerate()
+        .find(|&(i, a)| !a.starts_with("--") && (i == 0 || args[i - 1] != "--udp"))
+        .map(|(_, a)| a.clone());
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/aqm");
     println!(
         "| arm | sojourn p50 / p90 / p99 (ms) | p50 TCP / UDP (ms) | standing (ms) | ping p50 / p90 (ms) | h1 (1 flow) / h2 (8 flows) Mbit/s | h1 share | UDP Mbit/s | drops | utilisation |"
@@ -31,6 +40,14 @@ fn main() {
     for arm in ARMS {
         let file = arm.split(' ').next().unwrap_or(arm);
         let src = std::fs::read_to_string(format!("{dir}/{file}.toml")).expect("scenario file");
+        let src = match &udp {
+            Some(rate) => {
+                // (The unloaded arm has no UDP stream.)
+                let from = "rate = \"2Mbit\", size";
+                src.replace(from, &format!("rate = \"{rate}\", size"))
+            }
+            None => src,
+        };
         let src = if arm.ends_with(" no UDP") {
             without_flow(&src, "udp")
         } else if arm.ends_with(" cobalt") {
@@ -69,6 +86,8 @@ fn main() {
             for (name, mbps, retx, rto) in &r.flows {
                 eprintln!("  {arm} {name}: {mbps:.2} Mbit/s, {retx} retransmits, {rto} timeouts");
             }
+            let c: Vec<String> = r.counters.iter().map(|(n, v)| format!("{n} {v}")).collect();
+            eprintln!("  {arm} bottleneck: {}", c.join(", "));
         }
     }
 }

@@ -25,6 +25,8 @@ pub struct Row {
     pub utilization: f64,
     /// Per flow: name, goodput Mbit/s, retransmits, timeouts.
     pub flows: Vec<(String, f64, i64, i64)>,
+    /// The bottleneck discipline's own counters (`qdisc_counters`).
+    pub counters: Vec<(String, i64)>,
 }
 
 impl Row {
@@ -116,8 +118,18 @@ pub fn run(arm: &str, src: &str, duration: Option<&str>, warmup_s: f64) -> Row {
             / dur
             / 1e6
     };
+    let (cq, cn, cv) = (
+        strs(&r, "qdisc_counters", "queue"),
+        strs(&r, "qdisc_counters", "counter"),
+        f64s(&r, "qdisc_counters", "value"),
+    );
+    let counters = (0..cq.len())
+        .filter(|&i| cq[i] == "bottleneck:to_b")
+        .map(|i| (cn[i].clone(), cv[i] as i64))
+        .collect();
     Row {
         arm: arm.to_string(),
+        counters,
         sojourn_ms: [
             col("p50_sojourn_ms"),
             col("p90_sojourn_ms"),
