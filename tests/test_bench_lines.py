@@ -22,8 +22,10 @@ from asymlink.cli import cli
 from asymlink.lab.bench import (
     BULK,
     LINES_WARMUP_S,
+    MAX_SUBSCRIBER_LINES,
     SUBSCRIBER_NET,
     line_rates,
+    lines_client_addrs,
     run_lines_bench,
     subscriber_addrs,
     subscriber_box,
@@ -35,14 +37,22 @@ from asymlink.live import check_config
 
 
 def test_subscriber_addresses_are_distinct_and_outside_the_lab_hosts() -> None:
-    addrs = subscriber_addrs(4000)
-    assert addrs[:2] == ["198.18.16.1", "198.18.16.2"]
-    assert len(set(addrs)) == 4000
+    addrs = subscriber_addrs(MAX_SUBSCRIBER_LINES + 1)
+    assert addrs[:2] == ["198.18.64.1", "198.18.64.2"]
+    assert len(set(addrs)) == MAX_SUBSCRIBER_LINES + 1
     assert all(ipaddress.IPv4Address(a) in SUBSCRIBER_NET for a in addrs)
     assert CLIENT_ADDR not in addrs and SERVER_ADDR not in addrs
     # The fanout hash spreads them over two workers, not all on one.
     on_first = sum(1 for a in addrs[:100] if subscriber_worker(a, 2) == 0)
     assert 20 < on_first < 80, on_first
+
+
+def test_only_the_saturated_and_the_idle_subscriber_need_client_addresses() -> None:
+    """Configured subscribers that send nothing need no address on the client side: the
+    first M (loaded) and the idle one, which comes after all N."""
+    assert lines_client_addrs(3) == subscriber_addrs(4)
+    assert lines_client_addrs(10_000, 2) == ["198.18.64.1", "198.18.64.2", "198.18.103.17"]
+    assert subscriber_addrs(10_001)[-1] == "198.18.103.17"
 
 
 def test_subscriber_box_is_a_valid_configuration(tmp_path: Path) -> None:
@@ -83,8 +93,12 @@ def test_subscriber_options_are_checked_before_any_lab() -> None:
     r = CliRunner().invoke(cli, ["bench", "live", "--subscribers", "4",
                                  "--subscriber-rate", "fast"])
     assert r.exit_code != 0 and "--subscriber-rate" in r.output
-    r = CliRunner().invoke(cli, ["bench", "live", "--subscribers", "4001"])
+    r = CliRunner().invoke(cli, ["bench", "live", "--subscribers", "16001"])
     assert r.exit_code != 0
+    r = CliRunner().invoke(cli, ["bench", "live", "--subscribers", "4", "--saturate", "5"])
+    assert r.exit_code != 0 and "at most the 4 subscribers" in r.output, r.output
+    r = CliRunner().invoke(cli, ["bench", "live", "--saturate", "5"])
+    assert r.exit_code != 0 and "only with --subscribers" in r.output, r.output
     r = CliRunner().invoke(cli, ["bench", "live", "--subscribers", "4", "--io", "both"])
     assert r.exit_code != 0 and "one mode" in r.output
 

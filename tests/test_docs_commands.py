@@ -11,7 +11,8 @@ are checked by ID (CI runs the quick catalog elsewhere). Commands that need root
 `lab`, `bench live`) are parsed here and run, shortened, in the root-gated suite:
 `lab list` as written, `lab run` on the shipped scenario with its times scaled to 3 s,
 `box` with `--check` / `--print-effective` on the line-mode configuration of
-docs/live.md, `bench live` for 1 s per measurement (`--subscribers` with 4 lines).
+docs/live.md, `bench live` for 1 s per measurement (`--subscribers` with 4 lines, 2 of
+them saturated with `--saturate`).
 `lab parity` and `lab conformance` (minutes together) are parsed here and run as
 printed, one experiment or all cases at a time, by tests/test_parity.py and
 tests/test_conformance.py, not a second time here.
@@ -312,6 +313,9 @@ def _root_runnable(path: tuple[str, ...], args: list[str], directory: Path) -> l
             # A thousand lines take minutes to set up and measure; four show the command.
             i = args.index("--subscribers")
             args = [*args[:i + 1], "4", *args[i + 2:]]
+        if "--saturate" in args:
+            i = args.index("--saturate")
+            args = [*args[:i + 1], "2", *args[i + 2:]]
         if "--seconds" not in args:
             return [*args, "--seconds", "1"]
         i = args.index("--seconds")

@@ -24,6 +24,7 @@ from asymlink.lab.bench import (
     scenario_path,
     shipped_scenarios,
     subscriber_worker,
+    tail_parts,
 )
 from asymlink.lab.netns import client_addr
 
@@ -97,6 +98,25 @@ def test_bench_goodput_needs_samples_across_the_window() -> None:
         goodput_gbps([(10.0, 0), (10.7, 5), (11.2, 9)], 10.5, 11.0)
     with pytest.raises(NotMeasured, match="over 0.10 s"):
         goodput_gbps([(10.6, 0), (10.7, 5)], 10.5, 11.0)
+
+
+def test_bench_tail_parts_are_the_mean_of_the_slow_bands() -> None:
+    def band(count: int, total: int, wakeup: int, prev_tx: int) -> dict[str, object]:
+        return {"count": count, "total_ns": total, "off_cpu_ns": count * 1000,
+                "send_frames": count * 8,
+                "parts_ns": {"wakeup": wakeup, "prev_tx": prev_tx}}
+    bd = {"bands_us": {"0-25": band(1000, 15_000_000, 5_000_000, 10_000_000),
+                       "100-200": band(3, 450_000, 150_000, 300_000),
+                       "200-500": band(1, 250_000, 50_000, 200_000),
+                       "1000-": band(0, 0, 0, 0)}}
+    t = tail_parts(bd)
+    assert t is not None
+    assert t["frames"] == 4
+    assert t["mean_us"] == pytest.approx(175.0)
+    assert t["parts_us"] == {"wakeup": pytest.approx(50.0), "prev_tx": pytest.approx(125.0)}
+    assert t["off_cpu_us"] == pytest.approx(1.0)
+    assert tail_parts(bd, from_us=1000) is None
+    assert tail_parts(None) is None
 
 
 def test_bench_runs_a_starved_transfer_again_then_reports_it_not_measured(

@@ -24,7 +24,13 @@
 //! `max_subscribers` are alive: then the one idle longest (nothing queued either way)
 //! gives its tree up; if none is idle, the new subscriber's packets go through the
 //! top-level pipeline (counted as `unplaced`) until one is. Memory is therefore bounded
-//! by `max_subscribers` trees, and an idle subscriber costs nothing once its tree expired.
+//! by `max_subscribers` trees, and an idle subscriber costs nothing once its tree expired
+//! but its entry.
+//!
+//! An entry is small: entries written alike but for their prefix (an operator's plans)
+//! share one [`SubscriberPlan`], the pipeline checked and compiled once, so an entry keeps
+//! its prefix and a pointer; and the [`SubscriberTable`] is immutable and shared by its
+//! clones — the box's workers each run their own middlebox over one copy of the entries.
 //!
 //! The trees share the link of each direction: [`SubscriberBox::poll_transmit`] serves
 //! the trees with a packet ready in round robin, one packet per turn, and a tree that
@@ -56,6 +62,7 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::path::Path;
+use std::sync::Arc;
 use toml::{Table, Value};
 
 /// An address prefix, IPv4 or IPv6, with no host bits set.
@@ -130,12 +137,12 @@ fn mask6(a: u128, len: u8) -> u128 {
     }
 }
 
-/// One checked `[[subscribers]]` entry.
-#[derive(Clone, Debug)]
-pub struct SubscriberEntry {
-    /// Its LAN prefix.
-    pub prefix: Prefix,
-    /// Its pipeline (a `line` expanded).
+/// What every entry written with the same pipeline shares: the pipeline checked and
+/// compiled once, however many subscribers use it (an operator's plans), so that an entry
+/// itself costs its prefix and a pointer.
+#[derive(Debug)]
+pub struct SubscriberPlan {
+    /// The pipeline (a `line` expanded).
     pub config: MiddleboxConfig,
     /// The entry as written, without `prefix` and with its `line` expanded: a reload
     /// keeps a subscriber's tree when this did not change.
@@ -143,6 +150,23 @@ pub struct SubscriberEntry {
     /// Whether its discipline of each direction (`Dir::index`) watches the link go idle
     /// ([`Qdisc::wants_idle_dequeue`](crate::qdisc::Qdisc::wants_idle_dequeue)).
     pub wants_idle: [bool; 2],
+}
+
+impl SubscriberPlan {
+    /// Whether `self` and `other` describe the same pipeline (the same plan, or plans
+    /// written alike).
+    pub fn same_as(self: &Arc<Self>, other: &Arc<SubscriberPlan>) -> bool {
+        Arc::ptr_eq(self, other) || self.table == other.table
+    }
+}
+
+/// One checked `[[subscribers]]` entry.
+#[derive(Clone, Debug)]
+pub struct SubscriberEntry {
+    /// Its LAN prefix.
+    pub prefix: Prefix,
+    /// Its pipeline, shared with every entry of the table written alike.
+    pub plan: Arc<SubscriberPlan>,
 }
 
 /// Longest-prefix match: one hash map per prefix length in use, longest first.
@@ -197,21 +221,33 @@ impl Lpm {
 }
 
 /// The subscribers of a configuration, checked, with their longest-prefix-match table.
+///
+/// Immutable once built and cheap to clone: the clones (the box's workers, a running
+/// middlebox and the configuration it came from) share one copy of the entries, and the
+/// entries written with the same pipeline share one [`SubscriberPlan`].
 #[derive(Clone, Debug, Default)]
 pub struct SubscriberTable {
+    inner: Arc<TableInner>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct TableInner {
     entries: Vec<SubscriberEntry>,
     lpm: Lpm,
     by_prefix: HashMap<Prefix, usize>,
+    /// The plans by the entry as written (without its prefix), to share them.
+    plans: HashMap<String, Arc<SubscriberPlan>>,
 }
 
 impl SubscriberTable {
-    /// Check the entries of an array `key` (`"subscribers"`) and add them. Each entry's
+    /// Check the entries of an array `key` (`"subscribers"`) and add them. Each distinct
     /// pipeline is built once to check it. Errors name the key (`subscribers[3].prefix`).
     pub fn add_entries(&mut self, key: &str, list: &[Value]) -> Result<(), ConfigError> {
+        let inner = Arc::make_mut(&mut self.inner);
         for (i, v) in list.iter().enumerate() {
             let at = format!("{key}[{i}]");
-            let e = parse_entry(v).map_err(|e| e.within(&at))?;
-            if let Some(&j) = self.by_prefix.get(&e.prefix) {
+            let e = parse_entry(v, &mut inner.plans).map_err(|e| e.within(&at))?;
+            if let Some(&j) = inner.by_prefix.get(&e.prefix) {
                 return Err(ConfigError::new(
                     format!("{at}.prefix"),
                     format!(
@@ -221,37 +257,48 @@ impl SubscriberTable {
                     ),
                 ));
             }
-            let idx = self.entries.len();
-            self.by_prefix.insert(e.prefix, idx);
-            self.lpm.insert(e.prefix, idx as u32);
-            self.entries.push(e);
+            let idx = inner.entries.len();
+            inner.by_prefix.insert(e.prefix, idx);
+            inner.lpm.insert(e.prefix, idx as u32);
+            inner.entries.push(e);
         }
         Ok(())
     }
 
     /// Number of subscribers.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.inner.entries.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.inner.entries.is_empty()
     }
 
     /// The entries, in configuration order.
     pub fn entries(&self) -> &[SubscriberEntry] {
-        &self.entries
+        &self.inner.entries
+    }
+
+    /// How many distinct pipelines the entries use (entries written alike but for their
+    /// prefix share one).
+    pub fn plans(&self) -> usize {
+        self.inner.plans.len()
+    }
+
+    /// Whether `self` and `other` are clones of one table (sharing its entries).
+    pub fn shares_entries_with(&self, other: &SubscriberTable) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// The subscriber whose prefix is the longest containing `addr`.
     pub fn lookup(&self, addr: IpAddr) -> Option<usize> {
-        self.lpm.lookup(addr).map(|i| i as usize)
+        self.inner.lpm.lookup(addr).map(|i| i as usize)
     }
 
     /// The entry with exactly this prefix.
     pub fn find(&self, p: &Prefix) -> Option<usize> {
-        self.by_prefix.get(p).copied()
+        self.inner.by_prefix.get(p).copied()
     }
 }
 
@@ -429,7 +476,7 @@ impl SubscriberConfig {
             .map(|e| {
                 let mut et = Table::new();
                 et.insert("prefix".into(), Value::String(e.prefix.to_string()));
-                et.extend(e.table.clone());
+                et.extend(e.plan.table.clone());
                 Value::Table(et)
             })
             .collect();
@@ -445,7 +492,10 @@ impl SubscriberConfig {
     }
 }
 
-fn parse_entry(v: &Value) -> Result<SubscriberEntry, ConfigError> {
+fn parse_entry(
+    v: &Value,
+    plans: &mut HashMap<String, Arc<SubscriberPlan>>,
+) -> Result<SubscriberEntry, ConfigError> {
     let Value::Table(t) = v else {
         return Err(ConfigError::new("", "must be a table"));
     };
@@ -474,16 +524,26 @@ fn parse_entry(v: &Value) -> Result<SubscriberEntry, ConfigError> {
             }
         }
     }
+    // Entries written alike (but for their prefix) share one plan: checked, expanded and
+    // deserialised once.
+    let key = toml::to_string(&t).unwrap_or_default();
+    if let Some(plan) = plans.get(&key) {
+        return Ok(SubscriberEntry {
+            prefix,
+            plan: plan.clone(),
+        });
+    }
     crate::line::expand(&mut t)?;
     let config: MiddleboxConfig = crate::config::from_toml_table(t.clone(), "")?;
     let mb = Middlebox::<HeaderPacket>::new(&config, [None, None], 0)?;
     let wants_idle = [Dir::ToB, Dir::ToA].map(|d| mb.egress(d).qdisc().wants_idle_dequeue());
-    Ok(SubscriberEntry {
-        prefix,
+    let plan = Arc::new(SubscriberPlan {
         config,
         table: t,
         wants_idle,
-    })
+    });
+    plans.insert(key, plan.clone());
+    Ok(SubscriberEntry { prefix, plan })
 }
 
 /// Whether a direction of a tree is on the schedule.
@@ -617,7 +677,7 @@ pub struct SubscriberBox<P> {
 fn idle_watchers(t: &SubscriberTable) -> [Vec<u32>; 2] {
     [0, 1].map(|d| {
         (0..t.len() as u32)
-            .filter(|&k| t.entries[k as usize].wants_idle[d])
+            .filter(|&k| t.entries()[k as usize].plan.wants_idle[d])
             .collect()
     })
 }
@@ -774,12 +834,12 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             self.retire(v);
             self.stats.evicted += 1;
         }
-        let e = &self.table.entries[s - 1];
+        let e = &self.table.entries()[s - 1];
         let seed = crate::rand::derive_seed(
             self.seed,
             &format!("subscriber:{}:{}", e.prefix, self.generation),
         );
-        match Middlebox::new(&e.config, [None, None], seed) {
+        match Middlebox::new(&e.plan.config, [None, None], seed) {
             Ok(mb) => {
                 self.slots[s].mb = Some(Box::new(mb));
                 self.live += 1;
@@ -1081,7 +1141,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 mb.qdisc_stats(d).check(b).map_err(|e| {
                     let who = match s {
                         0 => String::new(),
-                        s => format!("subscriber {} ", self.table.entries[s - 1].prefix),
+                        s => format!("subscriber {} ", self.table.entries()[s - 1].prefix),
                     };
                     format!("{who}{} discipline: {e}", d.name())
                 })?;
@@ -1130,11 +1190,19 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         slots[0].mb = Some(Box::new(default));
         slots[0].last_active = self.slots[0].last_active;
         let old = std::mem::take(&mut self.slots);
+        // Whether an old plan and a new one are alike, compared once per pair of plans.
+        let mut alike: HashMap<(usize, usize), bool> = HashMap::new();
         for (s, sl) in old.into_iter().enumerate().skip(1) {
             let Some(mut mb) = sl.mb else { continue };
-            let e = &self.table.entries[s - 1];
+            let e = &self.table.entries()[s - 1];
+            let mut same = |j: usize| {
+                let n = &table.entries()[j].plan;
+                *alike
+                    .entry((Arc::as_ptr(&e.plan) as usize, Arc::as_ptr(n) as usize))
+                    .or_insert_with(|| e.plan.same_as(n))
+            };
             match table.find(&e.prefix) {
-                Some(j) if table.entries[j].table == e.table => {
+                Some(j) if same(j) => {
                     slots[j + 1].mb = Some(mb);
                     slots[j + 1].last_active = sl.last_active;
                     out.kept += 1;
@@ -1269,7 +1337,7 @@ mod tests {
         assert_eq!(b.subscriber_of(Dir::ToB, &down), None);
         // The line's default end for a subscriber is the provider's.
         let t = table(SUBS);
-        let line = &t.entries()[3].config;
+        let line = &t.entries()[3].plan.config;
         assert!(
             line.to_a.classifier.is_some(),
             "the downlink leaves toward the line"
@@ -1435,6 +1503,93 @@ mod tests {
         b.check().unwrap();
     }
 
+    /// A thousand entries with one plan hold one pipeline, not a thousand: the entries
+    /// share it, and the middlebox built from the table (each worker of the box builds
+    /// one) shares the table's entries instead of copying them.
+    #[test]
+    fn entries_written_alike_share_one_plan() {
+        let mut src = String::new();
+        for k in 0..1000u32 {
+            src += &format!(
+                "[[subscribers]]\nprefix = \"10.0.{}.{}\"\n\
+                 line = {{ down = \"8Mbit\", up = \"1Mbit\" }}\n",
+                k / 256,
+                k % 256
+            );
+        }
+        src += "[[subscribers]]\nprefix = \"10.9.0.1\"\nline = { down = \"16Mbit\", up = \"1Mbit\" }\n";
+        // Written with `at` and the keys in another order: the same plan.
+        src += "[[subscribers]]\nprefix = \"10.9.0.2\"\n\
+                line = { up = \"1Mbit\", at = \"isp\", down = \"8Mbit\" }\n";
+        let t = table(&src);
+        assert_eq!(t.len(), 1002);
+        assert_eq!(t.plans(), 2, "8 and 16 Mbit/s");
+        let e = t.entries();
+        assert!(Arc::ptr_eq(&e[0].plan, &e[999].plan));
+        assert!(Arc::ptr_eq(&e[0].plan, &e[1001].plan));
+        assert!(!Arc::ptr_eq(&e[0].plan, &e[1000].plan));
+        assert_eq!(
+            Arc::strong_count(&e[0].plan),
+            1001 + 1,
+            "and the table's index"
+        );
+        let c = SubscriberConfig {
+            table: t.clone(),
+            ..Default::default()
+        };
+        let top = Middlebox::new(&MiddleboxConfig::default(), [None, None], 1).unwrap();
+        let b: SubscriberBox<HeaderPacket> = c.build(top, 3);
+        assert!(
+            b.table().shares_entries_with(&t),
+            "not a copy per middlebox"
+        );
+        assert_eq!(Arc::strong_count(&e[0].plan), 1001 + 1);
+    }
+
+    /// However many subscribers send, at most `max_subscribers` trees are alive: the
+    /// memory of the trees is bounded by the cap, not by the entries.
+    #[test]
+    fn the_cap_bounds_the_trees_alive() {
+        let mut src = String::new();
+        for k in 0..500u32 {
+            src += &format!(
+                "[[subscribers]]\nprefix = \"10.0.{}.{}\"\n\
+                 line = {{ down = \"8Mbit\", up = \"1Mbit\" }}\n",
+                k / 256,
+                k % 256
+            );
+        }
+        let mut b = fifo_box(table(&src), 16);
+        let mut d = Drops::new();
+        for k in 0..500u32 {
+            let t = ms(10 * u64::from(k));
+            let a = format!("10.0.{}.{}", k / 256, k % 256);
+            b.handle_packet(t, Dir::ToB, pkt(&a, "192.0.2.1", 100, 0), &mut d);
+            b.handle_packet(t, Dir::ToA, pkt("192.0.2.1", &a, 1000, 0), &mut d);
+            for dir in [Dir::ToB, Dir::ToA] {
+                let mut now = t;
+                loop {
+                    match b.poll_transmit(now, dir, &mut d) {
+                        Dequeued::Packet(_) => {}
+                        Dequeued::NotBefore(n) => now = n,
+                        Dequeued::Empty => break,
+                    }
+                }
+            }
+            assert!(b.live() <= 16, "{} trees after subscriber {k}", b.live());
+            let alive = (0..500).filter(|&j| b.subscriber(j).is_some()).count();
+            assert_eq!(alive, b.live());
+        }
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(b.live(), 16);
+        assert_eq!(b.stats().created, 500);
+        assert_eq!(b.stats().evicted, 500 - 16);
+        assert_eq!(b.stats().unplaced, 0);
+        // The 16 alive are the last 16 to send.
+        assert!((484..500).all(|j| b.subscriber(j).is_some()));
+        b.check().unwrap();
+    }
+
     #[test]
     fn trees_idle_for_the_timeout_expire() {
         let mut src = String::new();
@@ -1536,6 +1691,45 @@ mod tests {
         b.check().unwrap();
     }
 
+    /// Subscribers sharing a plan: a reload that moves one of them to another plan and
+    /// removes another keeps the rest's trees (the new table's plans are new objects,
+    /// compared by what they say).
+    #[test]
+    fn a_reload_compares_plans_by_what_they_say() {
+        let sub = |k: u8, limit: &str| {
+            format!(
+                "[[subscribers]]\nprefix = \"10.0.0.{k}\"\n\
+                 to_b = {{ qdisc = {{ kind = \"fifo\", limit = \"{limit}\" }} }}\n"
+            )
+        };
+        let old = table(&(sub(1, "100p") + &sub(2, "100p") + &sub(3, "100p") + &sub(4, "100p")));
+        assert_eq!(old.plans(), 1);
+        let mut b = fifo_box(old, 10);
+        let mut d = Drops::new();
+        for k in 1..=4u8 {
+            let p = pkt(&format!("10.0.0.{k}"), "192.0.2.1", 100, u16::from(k));
+            b.handle_packet(ms(0), Dir::ToB, p, &mut d);
+        }
+        let trees: Vec<*const Middlebox<HeaderPacket>> = (0..4)
+            .map(|k| b.subscriber(k).unwrap() as *const _)
+            .collect();
+        let new = table(&(sub(1, "100p") + &sub(2, "50p") + &sub(3, "100p") + &sub(5, "100p")));
+        assert_eq!(new.plans(), 2);
+        let top = Middlebox::new(&MiddleboxConfig::default(), [None, None], 2).unwrap();
+        let r = b.reconfigure(ms(1), top, new, 10, &mut d);
+        assert_eq!(r.kept, 2);
+        assert_eq!(r.moved, 2, "subscriber 2's packet and 4's");
+        assert!(std::ptr::eq(b.subscriber(0).unwrap(), trees[0]));
+        assert!(std::ptr::eq(b.subscriber(2).unwrap(), trees[2]));
+        assert!(
+            !std::ptr::eq(b.subscriber(1).unwrap(), trees[1]),
+            "rebuilt at 50p"
+        );
+        assert!(b.subscriber(3).is_none(), "10.0.0.5: no packet yet");
+        assert_eq!(b.backlog(Dir::ToB).packets, 4);
+        b.check().unwrap();
+    }
+
     fn take(src: &str) -> Result<SubscriberConfig, ConfigError> {
         let mut t: Table = src.parse().unwrap();
         let files = |p: &Path| match p.file_name().and_then(|f| f.to_str()) {
@@ -1628,7 +1822,7 @@ mod tests {
         let again = take(&toml::to_string(&t).unwrap()).unwrap();
         assert_eq!(again.table.len(), 2);
         for (a, b) in again.table.entries().iter().zip(c.table.entries()) {
-            assert_eq!((a.prefix, &a.table), (b.prefix, &b.table));
+            assert_eq!((a.prefix, &a.plan.table), (b.prefix, &b.plan.table));
         }
     }
 

@@ -279,6 +279,9 @@ const QDISCS: &[&str] = &[
     "kind = \"fq_codel\"\nflows = 2\nlimit = \"30p\"",
     "kind = \"host_fq_codel\"\nflows = 8\nhost_buckets = 8\nack_filter = true",
     "kind = \"host_fq_codel\"\nflows = 8\nhost_buckets = 8",
+    // COBALT on the flow queues (BLUE drops when the small limit overflows).
+    "kind = \"fq_codel\"\nflows = 2\nack_filter = true\nlimit = \"10p\"\naqm = \"cobalt\"",
+    "kind = \"host_fq_codel\"\nflows = 8\nhost_buckets = 8\nlimit = \"10p\"\naqm = \"cobalt\"",
 ];
 
 proptest! {

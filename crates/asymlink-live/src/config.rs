@@ -42,6 +42,7 @@
 //! workers = 1                           # forwarding threads (frames spread by subscriber)
 //! horizon = "50us"                      # release packets up to 50 µs early (batching)
 //! io = "socket"                         # or "mmap": memory-mapped rings, "xdp": AF_XDP
+//! busy_poll = "0us"                     # keep checking the devices this long before sleeping
 //!
 //! [[subscribers]]                       # one pipeline per subscriber line (side a)
 //! prefix = "198.18.0.12"                # LAN address or prefix, IPv4 or IPv6
@@ -158,6 +159,11 @@ pub struct StatsConfig {
     /// a thousand subscribers they cost milliseconds per snapshot).
     #[serde(default)]
     pub subscriber_lines: bool,
+    /// Split every frame's added latency into where it went (`latency_breakdown` in the
+    /// snapshot, [`crate::breakdown`]; default off: a few clock reads per wake-up and one
+    /// per frame).
+    #[serde(default)]
+    pub latency_breakdown: bool,
 }
 
 /// `[privileges]`.
@@ -226,7 +232,17 @@ pub struct ProcessConfig {
     /// How frames are read and written on AF_PACKET interfaces (default `socket`).
     #[serde(default)]
     pub io: IoMode,
+    /// Before sleeping, keep checking the devices for this long (default 0: sleep at
+    /// once). A frame arriving meanwhile is read without a wake-up (on a virtual machine
+    /// the wake-up of an idle virtual CPU is the largest part of the added latency's
+    /// tail), at the price of a CPU kept busy for up to this long after every wake-up.
+    /// At most [`MAX_BUSY_POLL`].
+    #[serde(default)]
+    pub busy_poll: Option<asymlink_core::units::Span>,
 }
+
+/// The longest `[process] busy_poll`.
+pub const MAX_BUSY_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// `[process] cpu`: one CPU, or a list of one CPU per worker.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -538,6 +554,14 @@ impl BoxConfig {
                 ));
             }
         }
+        if let Some(b) = &self.process.busy_poll {
+            if b.0 > MAX_BUSY_POLL {
+                return Err(ConfigError::new(
+                    "process.busy_poll",
+                    "must be at most 1ms (the loop spins this long after every wake-up)",
+                ));
+            }
+        }
         if self.process.io == IoMode::Mmap && self.interfaces.kind != IfaceKind::Packet {
             return Err(ConfigError::new(
                 "process.io",
@@ -826,6 +850,8 @@ mod tests {
         for q in [
             "[to_a.qdisc]\nkind = \"fq_codel\"\nflows = 256\n",
             "[to_b.qdisc]\nkind = \"host_fq_codel\"\nhosts = \"dst\"\n",
+            "[to_a.qdisc]\nkind = \"fq_codel\"\naqm = \"cobalt\"\n",
+            "[to_b.qdisc]\nkind = \"host_fq_codel\"\nhosts = \"dst\"\naqm = \"cobalt\"\n",
         ] {
             BoxConfig::parse(&format!("{MIN}{q}"))
                 .unwrap()
@@ -839,6 +865,15 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.to_string().contains("host_fq_codel.flows"), "{e}");
+        // A bad per-flow AQM is one line naming the key.
+        let e = BoxConfig::parse(&format!(
+            "{MIN}[to_b.qdisc]\nkind = \"fq_codel\"\naqm = \"blue\"\n"
+        ))
+        .and_then(|c| c.validate())
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("to_b.qdisc.aqm"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
     }
 
     #[test]
@@ -991,6 +1026,45 @@ mod tests {
     }
 
     #[test]
+    fn busy_poll_and_latency_breakdown() {
+        let c = BoxConfig::parse(MIN).unwrap();
+        assert_eq!(c.process.busy_poll, None);
+        assert!(!c.stats.latency_breakdown);
+        let c = BoxConfig::parse(&format!(
+            "{MIN}[process]\nbusy_poll = \"50us\"\n[stats]\nlatency_breakdown = true\n"
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.process.busy_poll.map(|s| s.0),
+            Some(std::time::Duration::from_micros(50))
+        );
+        assert!(c.stats.latency_breakdown);
+        let one_ms = format!("{MIN}[process]\nbusy_poll = \"1ms\"\n");
+        BoxConfig::parse(&one_ms).unwrap().validate().unwrap();
+        // Errors: one line, naming the key.
+        for (body, what) in [
+            ("[process]\nbusy_poll = \"2ms\"\n", "at most 1ms"),
+            ("[process]\nbusy_poll = \"fast\"\n", ""),
+            ("[process]\nbusy_poll = 50\n", ""),
+            ("[stats]\nlatency_breakdown = \"yes\"\n", ""),
+        ] {
+            let e = err(body).to_string();
+            let key = if body.contains("busy_poll") {
+                "process.busy_poll"
+            } else {
+                "stats.latency_breakdown"
+            };
+            assert!(e.contains(key) && e.contains(what), "{body}: {e}");
+            assert!(!e.contains('\n'), "{body}: {e}");
+        }
+        // A running box keeps its [process] and [stats]: a reload changing them is refused.
+        let d = BoxConfig::parse(&format!("{MIN}[process]\nbusy_poll = \"20us\"\n")).unwrap();
+        let c = BoxConfig::parse(MIN).unwrap();
+        assert_eq!(c.restart_needed_for(&d), Some("process"));
+    }
+
+    #[test]
     fn subscribers_inline_and_from_a_file() {
         let dir = std::env::temp_dir().join(format!("al-subs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1116,7 +1190,7 @@ mod tests {
         );
         assert_eq!(a.len(), o.len());
         for (a, o) in a.iter().zip(o) {
-            assert_eq!((a.prefix, &a.table), (o.prefix, &o.table));
+            assert_eq!((a.prefix, &a.plan.table), (o.prefix, &o.plan.table));
         }
     }
 

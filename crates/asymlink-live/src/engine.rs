@@ -16,6 +16,7 @@
 //! the counters obey `received = sent + discarded + held` per direction
 //! ([`Engine::check_conservation`]; tests assert it).
 
+use crate::breakdown::Stamps;
 use crate::config::{BoxConfig, MalformedPolicy};
 use crate::packet::{LinkType, LivePacket, Pool, Unparsed};
 use crate::stats::Histogram;
@@ -309,8 +310,22 @@ impl Engine {
     /// A frame arrived at `now` travelling in `dir` (received on side a: `ToB`).
     /// `rx_unix_ns` is the kernel's receive timestamp (0 if unknown).
     pub fn handle_frame(&mut self, now: Instant, dir: Dir, buf: Vec<u8>, rx_unix_ns: u64) {
+        self.handle_stamped(now, dir, buf, rx_unix_ns, Stamps::default());
+    }
+
+    /// [`Engine::handle_frame`] for a frame with its latency stamps
+    /// ([`crate::breakdown`]).
+    pub fn handle_stamped(
+        &mut self,
+        now: Instant,
+        dir: Dir,
+        buf: Vec<u8>,
+        rx_unix_ns: u64,
+        stamps: Stamps,
+    ) {
         let mut pkt = LivePacket::new(buf, self.lt, now, rx_unix_ns);
         pkt.dir = dir;
+        pkt.stamps = stamps;
         let c = &mut self.counters[dir.index()];
         c.received += 1;
         c.received_bytes += pkt.frame().len() as u64;
@@ -663,6 +678,44 @@ mod tests {
             "malformed"
         );
         assert_eq!(DiscardReason::TxError.name(), "tx_error");
+    }
+
+    /// Each worker builds its engine from its own clone of the configuration: the
+    /// subscriber entries are shared, not copied per worker, and a reload's new entries
+    /// likewise.
+    #[test]
+    fn every_engine_shares_the_configured_subscribers() {
+        let text = |rate: &str| {
+            let mut t =
+                String::from("[interfaces]\na = \"x0\"\nb = \"x1\"\n[process]\nworkers = 2\n");
+            for k in 1..=50 {
+                t += &format!(
+                    "[[subscribers]]\nprefix = \"10.0.0.{k}\"\n\
+                     line = {{ down = \"{rate}\", up = \"1Mbit\" }}\n"
+                );
+            }
+            t
+        };
+        let cfg = BoxConfig::parse(&text("8Mbit")).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.subscribers.table.plans(), 1);
+        let mut engines: Vec<Engine> = (0..2)
+            .map(|k| Engine::new(&cfg.clone(), LinkType::Ethernet, k).unwrap())
+            .collect();
+        for e in &engines {
+            assert!(e
+                .subscribers()
+                .table()
+                .shares_entries_with(&cfg.subscribers.table));
+        }
+        let new = BoxConfig::parse(&text("16Mbit")).unwrap();
+        for e in &mut engines {
+            e.reload(Instant::ZERO, &new.clone()).unwrap();
+            assert!(e
+                .subscribers()
+                .table()
+                .shares_entries_with(&new.subscribers.table));
+        }
     }
 
     #[test]

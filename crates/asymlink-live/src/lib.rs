@@ -26,11 +26,12 @@
 //! * [`sys`] — AF_PACKET, TUN, `ppoll`, `signalfd`, privilege dropping (the crate's only
 //!   `unsafe` code).
 //! * [`stats`], [`server`], [`capture`] — counters, the JSON and Prometheus endpoints,
-//!   pcap files.
+//!   pcap files; [`breakdown`] — where the added latency goes (a stats switch).
 //!
 //! [`cli`] wires these together (the `asymlink-box` binary and `python -m asymlink.live`); `docs/live.md` is the user guide and
 //! `docs/deployment.md` the operator's.
 
+pub mod breakdown;
 pub mod capture;
 pub mod cli;
 pub mod clock;

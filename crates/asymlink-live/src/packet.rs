@@ -114,6 +114,9 @@ pub struct LivePacket {
     pub rx_unix_ns: u64,
     /// Direction of travel (set by the engine on arrival).
     pub dir: Dir,
+    /// When the loop read it and where its latency went until then (`[stats]
+    /// latency_breakdown`; zero otherwise).
+    pub stamps: crate::breakdown::Stamps,
 }
 
 impl LivePacket {
@@ -145,6 +148,7 @@ impl LivePacket {
             arrived,
             rx_unix_ns,
             dir: Dir::ToB,
+            stamps: Default::default(),
         }
     }
 

@@ -13,19 +13,20 @@
 //! Devices, signals and the sleep are behind [`Io`], so the same loop runs on real
 //! devices ([`SysIo`]) and, in tests, on scripted frames under a fake clock ([`MemIo`]).
 
+use crate::breakdown::{Breakdown, Marks, SendCtx, Stamps};
 use crate::capture::Capture;
 use crate::clock::{Clock, FakeClock};
 use crate::config::BoxConfig;
 use crate::engine::{Engine, Sojourn};
 use crate::packet::{LinkType, LivePacket};
-use crate::stats::{prometheus, Histogram, Published};
+use crate::stats::{Histogram, Published};
 use crate::sys::{self, Device, Signal};
 use asymlink_core::pipeline::Dir;
 use asymlink_core::time::Instant;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -104,6 +105,21 @@ pub struct EventLoop<C: Clock, I: Io> {
     readable: [bool; 2],
     log: Box<dyn FnMut(&str)>,
     share: Option<Arc<WorkerControl>>,
+    /// `[stats] latency_breakdown`.
+    breakdown: Option<Box<BreakdownState>>,
+}
+
+/// The latency breakdown's state in the loop ([`crate::breakdown`]).
+struct BreakdownState {
+    agg: Breakdown,
+    /// Whether this wake-up is stamped (the devices give wall-clock times).
+    active: bool,
+    prev: Marks,
+    cur: Marks,
+    /// The thread's CPU time at the wake-up.
+    cpu_wake: u64,
+    /// Time spent in send calls so far in this wake-up.
+    tx_calls: u64,
 }
 
 /// Side index of the device a direction sends on (`ToB` leaves through side b).
@@ -130,7 +146,6 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             clock,
             io,
             engine,
-            cfg,
             config_path: None,
             batch,
             pending: Default::default(),
@@ -148,6 +163,17 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             readable: [true, true],
             log: Box::new(|m| eprintln!("asymlink-box: {m}")),
             share: None,
+            breakdown: cfg.stats.latency_breakdown.then(|| {
+                Box::new(BreakdownState {
+                    agg: Breakdown::default(),
+                    active: false,
+                    prev: Marks::default(),
+                    cur: Marks::default(),
+                    cpu_wake: 0,
+                    tx_calls: 0,
+                })
+            }),
+            cfg,
         })
     }
 
@@ -196,6 +222,22 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
     pub fn step(&mut self) -> io::Result<Control> {
         let now = self.clock.now() + self.horizon;
         self.wakeups += 1;
+        if let Some(b) = self.breakdown.as_mut() {
+            let wall = self.io.realtime_ns();
+            b.active = wall.is_some();
+            b.cur = Marks {
+                wake: wall.unwrap_or(0),
+                ..Marks::default()
+            };
+            b.cpu_wake = sys::thread_cpu_ns();
+            b.tx_calls = 0;
+        }
+        // Frames are stamped when they are read (the breakdown, on real devices only).
+        let stamp = self
+            .breakdown
+            .as_ref()
+            .filter(|b| b.active)
+            .map(|b| (b.cur.wake, b.prev));
         // 2. receive
         for side in 0..2 {
             if !self.readable[side] {
@@ -209,8 +251,17 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
                     truncated += 1;
                     return;
                 }
-                let buf = engine.pool().copy_of(frame);
-                engine.handle_frame(now, dir, buf, ts);
+                match stamp {
+                    Some((wake, prev)) => {
+                        let st = Stamps::at_read(ts, sys::realtime_ns(), wake, &prev);
+                        let buf = engine.pool().copy_of(frame);
+                        engine.handle_stamped(now, dir, buf, ts, st);
+                    }
+                    None => {
+                        let buf = engine.pool().copy_of(frame);
+                        engine.handle_frame(now, dir, buf, ts);
+                    }
+                }
             })?;
             if truncated > 0 {
                 (self.log)(&format!(
@@ -219,12 +270,14 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
                 ));
             }
         }
+        self.mark(|m, t| m.rx_end = t);
         // 3. timers
         self.engine.handle_timeout(now);
         // 4. transmit
         for d in [Dir::ToB, Dir::ToA] {
             self.transmit(now, d)?;
         }
+        self.mark(|m, t| m.tx_end = t);
         // 5. signals, stats
         self.io.take_signals(&mut self.signals);
         let signals: Vec<Signal> = self.signals.drain(..).collect();
@@ -238,8 +291,16 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             }
         }
         if now >= self.next_publish {
+            let t = self
+                .breakdown
+                .as_ref()
+                .filter(|b| b.active)
+                .map(|_| sys::realtime_ns());
             self.publish(now);
             self.next_publish = now + self.publish_every;
+            if let (Some(t), Some(b)) = (t, self.breakdown.as_mut()) {
+                b.agg.publication(sys::realtime_ns().saturating_sub(t));
+            }
         }
         // 6. sleep
         let mut deadline = Some(self.next_publish);
@@ -248,8 +309,23 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         }
         let timeout = deadline.map(|d| d.saturating_since(now));
         let want_write = [!self.pending[0].is_empty(), !self.pending[1].is_empty()];
+        if let Some(b) = self.breakdown.as_mut().filter(|b| b.active) {
+            let t = sys::realtime_ns();
+            b.cur.sleep = t;
+            let busy = t.saturating_sub(b.cur.wake);
+            let cpu = sys::thread_cpu_ns().saturating_sub(b.cpu_wake);
+            b.agg.wakeup(busy, busy.saturating_sub(cpu));
+            b.prev = b.cur;
+        }
         self.readable = self.io.wait(timeout, want_write)?;
         Ok(Control::Continue)
+    }
+
+    /// Set a mark of this wake-up to the wall clock now (breakdown on).
+    fn mark(&mut self, f: impl FnOnce(&mut Marks, u64)) {
+        if let Some(b) = self.breakdown.as_mut().filter(|b| b.active) {
+            f(&mut b.cur, sys::realtime_ns());
+        }
     }
 
     fn transmit(&mut self, now: Instant, d: Dir) -> io::Result<()> {
@@ -267,8 +343,28 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         // the call also runs the receiving stack of the peer synchronously (softirq on
         // bottom-half enable), which is the next hop's time, not the box's.
         let sent_at = self.io.realtime_ns();
+        let cpu_at = match self.breakdown.as_ref().filter(|b| b.active) {
+            Some(_) => sys::thread_cpu_ns(),
+            None => 0,
+        };
         let n = self.io.send(side, &frames, &mut self.failed)?;
         drop(frames);
+        let ctx = match (self.breakdown.as_mut().filter(|b| b.active), sent_at) {
+            (Some(b), Some(t)) => {
+                let c = SendCtx {
+                    marks: b.cur,
+                    send: t,
+                    tx_other: b.tx_calls,
+                    off_cpu: t
+                        .saturating_sub(b.cur.wake)
+                        .saturating_sub(cpu_at.saturating_sub(b.cpu_wake)),
+                    frames: n as u64,
+                };
+                b.tx_calls += sys::realtime_ns().saturating_sub(t);
+                Some(c)
+            }
+            _ => None,
+        };
         let unix_now = self.clock.to_unix_nanos(now);
         let mut fi = 0;
         for i in 0..n {
@@ -283,6 +379,9 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             }
             if let (Some(t), true) = (sent_at, p.rx_unix_ns > 0) {
                 self.engine.record_latency(t.saturating_sub(p.rx_unix_ns));
+                if let (Some(c), Some(b)) = (&ctx, self.breakdown.as_mut()) {
+                    b.agg.record(p.rx_unix_ns, &p.stamps, c);
+                }
             }
             self.engine.on_sent(p);
         }
@@ -337,7 +436,9 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         m.insert("wakeups".into(), json!(self.wakeups));
         m.insert("reload_failures".into(), json!(self.reload_failures));
         m.insert("last_reload_error".into(), json!(self.last_reload_error));
-        m.insert("rss_bytes".into(), json!(sys::rss_bytes()));
+        if let Some(b) = &self.breakdown {
+            m.insert("latency_breakdown".into(), b.agg.to_json());
+        }
         let a = self.engine.counters(Dir::ToB);
         let b = self.engine.counters(Dir::ToA);
         m.insert(
@@ -374,9 +475,8 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             c.flush();
         }
         let snap = self.snapshot(now);
-        let text = serde_json::to_string(&snap).unwrap_or_default();
-        self.published.set(text, prometheus(&snap));
         if let Some(c) = &self.share {
+            // A worker's numbers are served merged, by its supervisor.
             let w = WorkerStats {
                 latency: self.engine.latency().clone(),
                 sojourn: [Dir::ToB, Dir::ToA].map(|d| self.engine.sojourn(d).clone()),
@@ -385,6 +485,8 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             if let Ok(mut g) = c.snapshot.lock() {
                 *g = Some(w);
             }
+        } else {
+            self.published.set(snap);
         }
     }
 
@@ -495,6 +597,8 @@ pub struct SysIo {
     devs: [Device; 2],
     batch: sys::Batch,
     wake: Wake,
+    /// `[process] busy_poll`.
+    busy_poll: Duration,
 }
 
 impl SysIo {
@@ -526,6 +630,7 @@ impl SysIo {
             devs: [a, b],
             batch: sys::Batch::new(cfg.interfaces.batch.unwrap_or(64)),
             wake: Wake::Signals(sig),
+            busy_poll: busy_poll(cfg),
         })
     }
 
@@ -559,8 +664,41 @@ impl SysIo {
                 devs: [a, b],
                 batch: sys::Batch::new(cfg.interfaces.batch.unwrap_or(64)),
                 wake: Wake::Control(c.clone()),
+                busy_poll: busy_poll(cfg),
             })
             .collect())
+    }
+}
+
+fn busy_poll(cfg: &BoxConfig) -> Duration {
+    cfg.process.busy_poll.map(|s| s.0).unwrap_or(Duration::ZERO)
+}
+
+impl SysIo {
+    /// Keep checking the devices for up to `spin` (`[process] busy_poll`): the sides with
+    /// a frame waiting as soon as one has, `None` if none came. Rings are checked in
+    /// memory; other devices (and the wake-up descriptor) with a `ppoll` that does not
+    /// sleep.
+    fn spin(&self, wake: BorrowedFd<'_>, spin: Duration) -> io::Result<Option<[bool; 2]>> {
+        let start = std::time::Instant::now();
+        let rings = self.devs.iter().all(|d| d.rx_pending().is_some());
+        loop {
+            if rings {
+                let r = self.devs.each_ref().map(|d| d.rx_pending() == Some(true));
+                if r[0] || r[1] {
+                    return Ok(Some(r));
+                }
+            } else {
+                let r = sys::poll(&self.devs, wake, [false; 2], Some(Duration::ZERO))?;
+                if r.readable[0] || r.readable[1] || r.signal {
+                    return Ok(Some(r.readable));
+                }
+            }
+            if start.elapsed() >= spin {
+                return Ok(None);
+            }
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -601,6 +739,16 @@ impl Io for SysIo {
             Wake::Signals(s) => s.as_fd(),
             Wake::Control(c) => c.notify.as_fd(),
         };
+        let mut timeout = timeout;
+        // Busy-poll before sleeping (not while frames wait for room to be sent).
+        if !self.busy_poll.is_zero() && want_write == [false; 2] {
+            let spin = timeout.map_or(self.busy_poll, |t| t.min(self.busy_poll));
+            let start = std::time::Instant::now();
+            if let Some(r) = self.spin(fd, spin)? {
+                return Ok(r);
+            }
+            timeout = timeout.map(|t| t.saturating_sub(start.elapsed()));
+        }
         let r = sys::poll(&self.devs, fd, want_write, timeout)?;
         Ok(r.readable)
     }

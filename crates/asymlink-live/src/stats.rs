@@ -3,9 +3,9 @@
 //! loopback TCP port).
 //!
 //! The event loop owns every counter (plain integers, no atomics on the hot path) and
-//! publishes a rendered snapshot every `stats.interval` (100 ms by default) into a
-//! [`Published`] cell that the endpoint threads serve; a reader sees numbers at most one
-//! interval old.
+//! publishes a snapshot every `stats.interval` (100 ms by default) into a [`Published`]
+//! cell that the endpoint threads serve, rendering it themselves; a reader sees numbers
+//! at most one interval old.
 
 use asymlink_core::packet::Pkt;
 use asymlink_core::subscribers::{SubscriberBox, SubscriberCounters};
@@ -156,26 +156,42 @@ pub fn subscribers_json<P: Pkt + Send + 'static>(b: &SubscriberBox<P>, lines: bo
     v
 }
 
-/// The latest rendered snapshot, shared with the endpoint threads.
+/// The latest snapshot, shared with the endpoint threads. The loop only hands the value
+/// over; whoever reads it renders it (JSON or Prometheus text) in its own thread, so a
+/// publication costs the forwarding thread no serialisation.
 #[derive(Clone, Debug, Default)]
 pub struct Published {
-    inner: Arc<Mutex<(String, String)>>,
+    inner: Arc<Mutex<Option<Arc<Value>>>>,
 }
 
 impl Published {
-    /// Store a new snapshot (JSON text, Prometheus text).
-    pub fn set(&self, json: String, prom: String) {
-        if let Ok(mut g) = self.inner.lock() {
-            *g = (json, prom);
-        }
+    /// Store a new snapshot.
+    pub fn set(&self, snap: Value) {
+        let old = match self.inner.lock() {
+            Ok(mut g) => g.replace(Arc::new(snap)),
+            Err(_) => None,
+        };
+        // The previous snapshot is freed after the lock is released.
+        drop(old);
     }
-    /// The JSON text.
+    fn latest(&self) -> Option<Arc<Value>> {
+        self.inner.lock().ok().and_then(|g| g.clone())
+    }
+    /// The JSON text, with the process's resident memory now (`rss_bytes`: reading it
+    /// costs tens of microseconds, too much for the forwarding thread).
     pub fn json(&self) -> String {
-        self.inner.lock().map(|g| g.0.clone()).unwrap_or_default()
+        let Some(v) = self.latest() else {
+            return String::new();
+        };
+        let mut v = (*v).clone();
+        if let Value::Object(m) = &mut v {
+            m.insert("rss_bytes".into(), json!(crate::sys::rss_bytes()));
+        }
+        serde_json::to_string(&v).unwrap_or_default()
     }
     /// The Prometheus text.
     pub fn prometheus(&self) -> String {
-        self.inner.lock().map(|g| g.1.clone()).unwrap_or_default()
+        self.latest().map(|v| prometheus(&v)).unwrap_or_default()
     }
 }
 

@@ -183,6 +183,16 @@ impl Device {
         }
     }
 
+    /// Whether a received frame waits, when that can be told without a system call
+    /// (memory-mapped rings); `None` for the other kinds.
+    #[inline]
+    pub fn rx_pending(&self) -> Option<bool> {
+        match self {
+            Device::Mmap(r) => Some(r.rx_pending()),
+            _ => None,
+        }
+    }
+
     /// Whether [`Device::flush`] has frames to retry.
     pub fn needs_flush(&self) -> bool {
         match self {
@@ -609,6 +619,13 @@ impl Rings {
             got += 1;
         }
         got
+    }
+
+    /// Whether the kernel has handed the box a received frame (the next slot is the
+    /// box's).
+    #[inline]
+    pub fn rx_pending(&self) -> bool {
+        Self::load(self.slot(&self.rx, self.rx.head)) & TP_STATUS_USER != 0
     }
 
     /// Whether the device could not take a frame that the kernel refuses: shorter than an
@@ -1097,6 +1114,15 @@ pub fn set_timer_slack_ns(ns: u64) {
 pub fn realtime_ns() -> u64 {
     let ts =
         nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME).unwrap_or(TimeSpec::new(0, 0));
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// CPU time of the calling thread in nanoseconds (for the latency breakdown: the wall
+/// time it was not running is the time it was preempted or its CPU not scheduled).
+#[inline]
+pub fn thread_cpu_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .unwrap_or(TimeSpec::new(0, 0));
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 

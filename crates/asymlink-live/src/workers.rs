@@ -24,7 +24,7 @@ use crate::clock::MonotonicClock;
 use crate::config::BoxConfig;
 use crate::engine::Sojourn;
 use crate::runtime::{EventLoop, SysIo, WorkerControl, WorkerStats};
-use crate::stats::{prometheus, Histogram, Published};
+use crate::stats::{Histogram, Published};
 use crate::sys::{self, Signal};
 use asymlink_core::rand::derive_seed;
 use serde_json::{json, Value};
@@ -47,13 +47,14 @@ pub fn worker_seed(master: u64, k: usize) -> u64 {
 
 /// Keys whose merged value is the largest of the workers' (gauges of the whole process or
 /// high-water marks), not the sum.
-const MAX_KEYS: [&str; 6] = [
+const MAX_KEYS: [&str; 7] = [
     "uptime_s",
     "configured",
     "rss_bytes",
     "reloads",
     "max_backlog_packets",
     "max_modem_packets",
+    "publish_max_ns",
 ];
 
 fn merge_into(acc: &mut Value, v: &Value, key: &str) {
@@ -304,8 +305,7 @@ impl Workers {
                 m.insert("last_reload_error".into(), json!(last_error));
             }
         }
-        let text = serde_json::to_string(&snap).unwrap_or_default();
-        self.published.set(text, prometheus(&snap));
+        self.published.set(snap);
     }
 
     /// Tell every worker to exit, wait for them, publish and write the final merged

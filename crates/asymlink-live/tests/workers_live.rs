@@ -23,15 +23,20 @@ use netns::*;
 
 const PER_SUB: u32 = 400;
 
-fn start_box(lab: &Lab, dir: &Path, io: &str) -> (BoxProcess, PathBuf) {
+/// `busy`: the workers busy-poll and break their latency down.
+fn start_box(lab: &Lab, dir: &Path, io: &str, busy: bool) -> (BoxProcess, PathBuf) {
     let final_json = dir.join("final.json");
     let cfg = dir.join("box.toml");
+    let (stats, process) = match busy {
+        true => ("latency_breakdown = true\n", "busy_poll = \"50us\"\n"),
+        false => ("", ""),
+    };
     std::fs::write(
         &cfg,
         format!(
             "seed = 1\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
-             [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
-             [process]\nworkers = 2\nio = \"{io}\"\n",
+             [stats]\nfile = \"{}\"\n{stats}[privileges]\nuser = \"root\"\n\
+             [process]\nworkers = 2\nio = \"{io}\"\n{process}",
             final_json.display()
         ),
     )
@@ -39,7 +44,7 @@ fn start_box(lab: &Lab, dir: &Path, io: &str) -> (BoxProcess, PathBuf) {
     (BoxProcess::start(lab.r(), &cfg), final_json)
 }
 
-fn two_workers(io: &str) {
+fn two_workers(io: &str, busy: bool) {
     if let Some(why) = skip_reason() {
         eprintln!("skipped: {why}");
         return;
@@ -54,13 +59,18 @@ fn two_workers(io: &str) {
     let subs = [pick(0), pick(1)];
     let lab = lab(
         "alw",
-        if io == "mmap" { "m" } else { "s" },
+        match (io, busy) {
+            ("mmap", false) => "m",
+            ("mmap", true) => "p",
+            (_, false) => "s",
+            (_, true) => "q",
+        },
         &subs,
         Ipv4Addr::new(10, 77, 0, 200),
     );
     let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (boxp, final_json) = start_box(&lab, &dir, io);
+    let (boxp, final_json) = start_box(&lab, &dir, io, busy);
     let server: SocketAddr = "10.77.0.200:9000".parse().unwrap();
     let (got, back) = echo_datagrams(&lab, &subs, server, PER_SUB);
     // A reload reaches every worker (the supervisor reads the file once).
@@ -119,14 +129,49 @@ fn two_workers(io: &str) {
         .map(|w| w["received"]["to_b"].as_u64().unwrap())
         .sum();
     assert_eq!(total, per, "the merged counters are the workers' sum");
+    if busy {
+        // Every frame whose added latency was measured is in the breakdown (merged over
+        // the workers by adding), its parts adding up to its total.
+        let bd = &stats["latency_breakdown"];
+        let bands = bd["bands_us"].as_object().expect("bands");
+        let count: u64 = bands.values().map(|b| b["count"].as_u64().unwrap()).sum();
+        assert_eq!(
+            count,
+            stats["latency_us"]["count"].as_u64().unwrap(),
+            "{bd}"
+        );
+        assert!(count as u32 > PER_SUB, "{bd}");
+        for (k, b) in bands {
+            let parts: u64 = b["parts_ns"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_u64().unwrap())
+                .sum();
+            assert_eq!(parts, b["total_ns"].as_u64().unwrap(), "band {k}: {b}");
+        }
+        assert!(bd["wakeups"].as_u64().unwrap() > 0, "{bd}");
+    } else {
+        assert!(stats.get("latency_breakdown").is_none());
+    }
 }
 
 #[test]
 fn two_workers_socket_io() {
-    two_workers("socket");
+    two_workers("socket", false);
 }
 
 #[test]
 fn two_workers_mmap_io() {
-    two_workers("mmap");
+    two_workers("mmap", false);
+}
+
+#[test]
+fn two_workers_busy_polling_with_the_latency_breakdown_socket_io() {
+    two_workers("socket", true);
+}
+
+#[test]
+fn two_workers_busy_polling_with_the_latency_breakdown_mmap_io() {
+    two_workers("mmap", true);
 }

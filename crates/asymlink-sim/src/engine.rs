@@ -108,6 +108,8 @@ pub(crate) struct LinkDir {
     pub sojourn_max_ns: u64,
     /// Distribution of the sojourn times (percentiles in `queue_summary`).
     pub sojourn_hist: crate::hist::Histogram,
+    /// The same for TCP packets and for UDP packets alone (made on the first of them).
+    pub sojourn_by_proto: Option<Box<[crate::hist::Histogram; 2]>>,
     /// Indices into `World::captures` of the pcap files recording this direction.
     pub captures: Vec<usize>,
 }
@@ -556,6 +558,7 @@ impl World {
             sojourn_sum_ns,
             sojourn_max_ns,
             sojourn_hist,
+            sojourn_by_proto,
             captures: caps,
             ..
         } = &mut dirs[di];
@@ -576,6 +579,14 @@ impl World {
             *sojourn_sum_ns += sojourn;
             *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
             sojourn_hist.record(sojourn);
+            let proto = match p.hdr.transport {
+                Transport::Tcp(_) => 0,
+                Transport::Udp(_) => 1,
+                Transport::Other(_) => 2,
+            };
+            if let Some(h) = sojourn_by_proto.get_or_insert_default().get_mut(proto) {
+                h.record(sojourn);
+            }
         });
         self.drops = drops;
         if !self.drops.is_empty() {

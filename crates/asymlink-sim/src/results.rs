@@ -20,7 +20,8 @@
 //!   link layer, e.g. ATM cells), `tx_pure_acks`, `tx_pure_ack_bytes`,
 //!   `tx_pure_ack_wire_bytes`, and the sojourn times `mean_sojourn_ms`, `max_sojourn_ms`,
 //!   `p50_sojourn_ms`, `p90_sojourn_ms`, `p99_sojourn_ms` (from a log-linear histogram,
-//!   within 1.6 %).
+//!   within 1.6 %), and of TCP and UDP packets alone `p50_sojourn_tcp_ms`,
+//!   `p90_sojourn_tcp_ms`, `p50_sojourn_udp_ms`, `p90_sojourn_udp_ms`.
 //! * `qdisc_counters` — discipline-specific counters (`Qdisc::counters`, e.g. the ACK
 //!   shaper's delay-bound hits), and middlebox rewriters' counters with `queue`
 //!   `<middlebox>:rewrite:<kind>` (e.g. `pool:rewrite:rwnd`), and a middlebox's subscriber

@@ -9,8 +9,11 @@ MTU 1500):
   whose root is set to 1 Gbit/s, each direction (`SHAPED` below); the goodput, and
   `box_shaped_ip_gbps` the IP rate the shaper counts;
 * `added_latency_p50_us` / `added_latency_p99_us` — time from the kernel's receive
-  timestamp on the box's ingress socket to the return of the send call, for every packet
-  of a transfer paced (`SO_MAX_PACING_RATE`) at half of `box_gbps`.
+  timestamp on the box's ingress socket to the start of the send call that hands the
+  frame to the egress device, for every packet of a transfer paced
+  (`SO_MAX_PACING_RATE`) at half of `box_gbps`; the box runs with its latency breakdown
+  on (`[stats] latency_breakdown`), and `latency_tail_parts_us` says where the time of
+  the frames of 100 µs or more went.
 
 The box keys are measured for each `[process] io` mode asked for (`by_io`), against the
 same kernel run; the top-level ones are those of the first mode.
@@ -35,6 +38,7 @@ import ipaddress
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import time
@@ -237,7 +241,60 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
     return goodput_gbps(json.loads(report.read_text())["samples"], t0 + WARMUP_S, t0 + seconds)
 
 
-IO_MODES = ("socket", "mmap")
+#: The box's `[process] io` modes a run can measure ([live.md](live.md), I/O modes).
+IO_MODES = ("socket", "mmap", "xdp")
+#: `--io` names for several modes: `both` (the two packet-socket modes) and `all`.
+IO_GROUPS = {"both": ("socket", "mmap"), "all": IO_MODES}
+#: The address family of AF_XDP sockets (`AF_XDP` in linux/socket.h).
+AF_XDP = 44
+#: Attempts at starting an `io = "xdp"` box, half a second apart: the kernel frees the
+#: socket map of the box before (which held receive queue 0) a moment after that box exits.
+XDP_START_ATTEMPTS = 3
+
+
+def parse_io_modes(text: str) -> tuple[str, ...]:
+    """`--io`: one mode (`socket`, `mmap`, `xdp`), a comma-separated list of them
+    (`socket,xdp`), `both` (socket and mmap) or `all`; `LabError` naming what is wrong."""
+    text = text.strip()
+    if text in IO_GROUPS:
+        return IO_GROUPS[text]
+    modes = tuple(m.strip() for m in text.split(","))
+    for m in modes:
+        if m not in IO_MODES:
+            raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)}, a "
+                           f"comma-separated list of them, 'both' or 'all')")
+        if modes.count(m) > 1:
+            raise LabError(f"io: '{m}' given twice")
+    return modes
+
+
+def xdp_unavailable() -> str | None:
+    """Why the box's `io = "xdp"` cannot run on this machine (None: AF_XDP sockets open)."""
+    try:
+        s = socket.socket(AF_XDP, socket.SOCK_RAW, 0)
+    except OSError as e:
+        return f"AF_XDP sockets are not available here ({e.strerror or e})"
+    s.close()
+    return None
+
+
+class BoxDidNotStart(LabError):
+    """A box in an experimental `io` mode that would not start on this machine."""
+
+
+def _start_box_io(lab: Lab, body: dict[str, Any], io: str) -> Any:
+    """`start_box`; in `xdp` mode a start that fails is tried again (`XDP_START_ATTEMPTS`),
+    then `BoxDidNotStart` with the box's last words."""
+    if io != "xdp":
+        return start_box(lab, body)
+    err = ""
+    for _ in range(XDP_START_ATTEMPTS):
+        try:
+            return start_box(lab, body)
+        except LabError as e:
+            err = " ".join(str(e).split())[-400:]
+            time.sleep(0.5)
+    raise BoxDidNotStart(f'the box did not start with io = "xdp": {err}')
 
 
 def _with_io(body: dict[str, Any], io: str) -> dict[str, Any]:
@@ -262,13 +319,34 @@ def _ratio(a: float | None, b: float | None) -> float:
 def _measure_box(lab: Lab, seconds: float, io: str, kernel: float | None,
                  not_measured: dict[str, str]) -> dict[str, Any]:
     """Unshaped, shaped and half-load latency through the box in one `io` mode; a point
-    without a goodput is None, its reason in `not_measured` (keyed `<io>.<key>`)."""
-    box = start_box(lab, _with_io(UNSHAPED, io))
+    without a goodput is None, its reason in `not_measured` (keyed `<io>.<key>`). A mode
+    that cannot run here (`xdp` without AF_XDP, or a box that would not start in it) has
+    every key None and its reason under `not_measured[io]`."""
+    why = xdp_unavailable() if io == "xdp" else None
+    if why is None:
+        try:
+            return _measure_box_in(lab, seconds, io, kernel, not_measured)
+        except BoxDidNotStart as e:
+            why = str(e)
+    not_measured[io] = why
+    return {k: None for k in BOX_KEYS} | {"box_vs_kernel": float("nan")}
+
+
+#: The keys `_measure_box` gives for each `io` mode.
+BOX_KEYS = ("box_gbps", "box_shaped_gbps", "box_shaped_ip_gbps", "box_vs_kernel",
+            "shaped_acks_classified", "shaped_acks_filtered", "added_latency_p50_us",
+            "added_latency_p99_us", "added_latency_max_us", "latency_samples",
+            "latency_load_gbps", "latency_tail_parts_us", "latency_breakdown")
+
+
+def _measure_box_in(lab: Lab, seconds: float, io: str, kernel: float | None,
+                    not_measured: dict[str, str]) -> dict[str, Any]:
+    box = _start_box_io(lab, _with_io(UNSHAPED, io), io)
     try:
         unshaped = _measured(not_measured, f"{io}.box_gbps", lambda: transfer(lab, seconds))
     finally:
         box.stop()
-    box = start_box(lab, _with_io(SHAPED, io))
+    box = _start_box_io(lab, _with_io(SHAPED, io), io)
     try:
         shaped = _measured(not_measured, f"{io}.box_shaped_gbps",
                            lambda: transfer(lab, seconds))
@@ -276,7 +354,8 @@ def _measure_box(lab: Lab, seconds: float, io: str, kernel: float | None,
         shaped_final = box.stop()
     # Half of the unshaped rate (of the kernel's when the box's was not measured).
     half = (unshaped if unshaped is not None else kernel or 2.0) / 2 * 1e9
-    box = start_box(lab, _with_io(UNSHAPED, io))
+    box = _start_box_io(lab, {**_with_io(UNSHAPED, io), "stats": {"latency_breakdown": True}},
+                        io)
     try:
         load = _measured(not_measured, f"{io}.latency_load_gbps",
                          lambda: transfer(lab, seconds, rate_bps=half))
@@ -299,22 +378,56 @@ def _measure_box(lab: Lab, seconds: float, io: str, kernel: float | None,
         "added_latency_max_us": lat.get("max"),
         "latency_samples": lat.get("count"),
         "latency_load_gbps": load,
+        "latency_tail_parts_us": tail_parts(final.get("latency_breakdown")),
+        "latency_breakdown": final.get("latency_breakdown"),
     }
+
+
+def tail_parts(breakdown: dict[str, Any] | None, from_us: int = 100) -> dict[str, Any] | None:
+    """Where the added latency of the frames of at least `from_us` went: their number and,
+    per part of the box's latency breakdown (docs/live.md, Stats), the mean in µs; None
+    without a breakdown or such frames."""
+    if not breakdown:
+        return None
+    bands = [b for k, b in breakdown["bands_us"].items() if int(k.split("-")[0]) >= from_us]
+    n = sum(b["count"] for b in bands)
+    if not n:
+        return None
+    parts: dict[str, float] = {}
+    for b in bands:
+        for k, v in b["parts_ns"].items():
+            parts[k] = parts.get(k, 0.0) + v
+    return {"frames": n, "mean_us": sum(b["total_ns"] for b in bands) / n / 1e3,
+            "parts_us": {k: v / n / 1e3 for k, v in parts.items()},
+            "off_cpu_us": sum(b["off_cpu_ns"] for b in bands) / n / 1e3}
 
 
 def _measure_workers(lab: Lab, seconds: float, io: str, roles: list[str], workers: int,
                      kernel: float | None, not_measured: dict[str, str]) -> dict[str, Any]:
     """The unshaped box with `workers` workers, one bulk transfer per client in `roles`
-    at once."""
-    body = {**UNSHAPED, "process": {**PROCESS, "io": io, "workers": workers}}
-    box = start_box(lab, body)
+    at once. `xdp` runs one worker: other counts, and a mode that cannot run here, are
+    None with the reason in `not_measured`."""
+    key = f"subscribers.{io}.{workers}"
+    why = xdp_unavailable() if io == "xdp" else None
+    if io == "xdp" and workers > 1:
+        why = 'io = "xdp" runs one worker'
+    final: dict[str, Any] = {}
     each: list[float] | None = None
-    try:
-        each = transfers(lab, seconds, roles)
-    except NotMeasured as e:
-        not_measured[f"subscribers.{io}.{workers}"] = str(e)
-    finally:
-        final = box.stop()
+    if why is None:
+        body = {**UNSHAPED, "process": {**PROCESS, "io": io, "workers": workers}}
+        try:
+            box = _start_box_io(lab, body, io)
+        except BoxDidNotStart as e:
+            why = str(e)
+        else:
+            try:
+                each = transfers(lab, seconds, roles)
+            except NotMeasured as e:
+                not_measured[key] = str(e)
+            finally:
+                final = box.stop()
+    if why is not None:
+        not_measured[key] = why
     total = sum(each) if each is not None else None
     return {
         "gbps": total,
@@ -334,9 +447,7 @@ def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",),
     (e.g. (1, 2)), also: one transfer from each of as many client hosts as the largest
     count, chosen so that the box's fanout puts one on each worker, all at once, through
     the kernel and through the box with each worker count and `io` mode (`subscribers`)."""
-    for m in io:
-        if m not in IO_MODES:
-            raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)})")
+    parse_io_modes(",".join(io))
     lab = Lab.up()
     subs: dict[str, Any] = {}
     skipped: dict[str, str] = {}
@@ -405,13 +516,13 @@ def _git_rev() -> str:
 
 # --- subscriber lines ---------------------------------------------------------------------
 
-#: The subscribers' addresses: 198.18.16.1, 198.18.16.2, ... (inside the lab's benchmarking
+#: The subscribers' addresses: 198.18.64.1, 198.18.64.2, ... (inside the lab's benchmarking
 #: range, outside its /24), all on the client namespace's one interface; the server
 #: reaches them through the client's own address.
-SUBSCRIBER_NET = ipaddress.IPv4Network("198.18.16.0/20")
-#: Most subscriber lines a run measures (the /20, less one address for the idle
-#: subscriber that pings).
-MAX_SUBSCRIBER_LINES = 4000
+SUBSCRIBER_NET = ipaddress.IPv4Network("198.18.64.0/18")
+#: Most subscriber lines a run configures (the /18 holds 16 382 addresses, one of them
+#: for the idle subscriber that pings).
+MAX_SUBSCRIBER_LINES = 16000
 #: Each line's transfer runs this long before its measured window: N connections set up at
 #: once (a SYN lost to a full backlog is sent again after 1 s) and slow start.
 LINES_WARMUP_S = 2.0
@@ -568,21 +679,27 @@ def _ping(lab: Lab, src: str, t0: float, start: float, stop: float,
 
 def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: int,
                   direction: str, not_measured: dict[str, str],
-                  io: str = "socket") -> dict[str, Any]:
+                  io: str = "socket", saturate: int | None = None) -> dict[str, Any]:
     """`n` subscribers, each its own line at `rate_bps` through a box with `workers`
-    workers, each saturating its line with one bulk TCP transfer (`direction` `down`:
-    from the server to the subscriber; `up`: the other way), all at once, from
-    `LINES_WARMUP_S` before the measured window of `seconds`; a subscriber more, idle,
-    pings the server before and during the load. The lab's client namespace must carry
-    `subscriber_addrs(n + 1)` (`add_subscriber_addresses`)."""
+    workers, the first `saturate` of them (default: all) each saturating its line with
+    one bulk TCP transfer (`direction` `down`: from the server to the subscriber; `up`:
+    the other way), all at once, from `LINES_WARMUP_S` before the measured window of
+    `seconds`; a subscriber more, idle, pings the server before and during the load. The
+    lab's client namespace must carry `lines_client_addrs(n, saturate)`
+    (`add_subscriber_addresses`)."""
+    m = n if saturate is None else saturate
     addrs = subscriber_addrs(n + 1)
-    loaded, idle = addrs[:n], addrs[n]
+    loaded, idle = addrs[:m], addrs[n]
     sources = lab.dir / "sources.txt"
     sources.write_text("".join(a + "\n" for a in loaded))
     work = lab.dir
-    box = start_box(lab, subscriber_box(addrs, rate_bps, workers, io), timeout=60)
+    t_start = time.monotonic()
+    box = start_box(lab, subscriber_box(addrs, rate_bps, workers, io), timeout=60 + n / 100)
+    # From writing and checking the configuration to the box forwarding.
+    box_start_s = time.monotonic() - t_start
     pid = box.proc.pid
-    out: dict[str, Any] = {"subscribers": n, "workers": workers, "io": io,
+    out: dict[str, Any] = {"subscribers": n, "saturated": m, "box_start_s": box_start_s,
+                           "workers": workers, "io": io,
                            "direction": direction,
                            "rate_mbps": rate_bps / 1e6, "line": subscriber_line(rate_bps),
                            "load_average_start": os.getloadavg()[0]}
@@ -661,11 +778,11 @@ def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: in
              if receiver_report.exists() else {})
     # The receiver's times are seconds since t0.
     rates, missing = line_rates(flows, loaded, LINES_WARMUP_S, end)
-    out.update(summarize_lines(rates, n, rate_bps))
+    out.update(summarize_lines(rates, m, rate_bps))
     if missing:
         first = next(iter(missing.items()))
         not_measured["subscriber_lines.per_subscriber"] = (
-            f"{len(missing)} of {n} subscribers have no rate (e.g. {first[0]}: {first[1]})")
+            f"{len(missing)} of {m} subscribers have no rate (e.g. {first[0]}: {first[1]})")
     out["per_subscriber_ip_mbps_all"] = {a: round(r, 4) for a, r in rates.items()}
     idle_ping, load_ping = (_ping_stats(work / "ping-idle.json"),
                             _ping_stats(work / "ping-load.json"))
@@ -680,21 +797,36 @@ def measure_lines(lab: Lab, n: int, rate_bps: float, seconds: float, workers: in
     return out
 
 
+def lines_client_addrs(n: int, saturate: int | None = None) -> list[str]:
+    """The addresses the client namespace needs for `measure_lines`: the saturated
+    subscribers' and the idle one's (the other configured subscribers send nothing)."""
+    addrs = subscriber_addrs(n + 1)
+    return addrs[:n if saturate is None else saturate] + [addrs[n]]
+
+
 def run_lines_bench(n: int, rate_bps: float = 1e6, seconds: float = 5.0, workers: int = 2,
-                    direction: str = "down", io: str = "socket") -> dict[str, Any]:
-    """`asymlink bench live --subscribers N`: `measure_lines` in a fresh lab (removed
-    afterwards), with the run's facts as the other sections have them."""
+                    direction: str = "down", io: str = "socket",
+                    saturate: int | None = None) -> dict[str, Any]:
+    """`asymlink bench live --subscribers N [--saturate M]`: `measure_lines` in a fresh lab
+    (removed afterwards), with the run's facts as the other sections have them."""
     if not 1 <= n <= MAX_SUBSCRIBER_LINES:
         raise LabError(f"subscribers: 1 to {MAX_SUBSCRIBER_LINES}, not {n}")
+    if saturate is not None and not 1 <= saturate <= n:
+        raise LabError(f"saturate: 1 to the {n} subscribers, not {saturate}")
     if direction not in ("down", "up"):
         raise LabError(f"direction: 'down' or 'up', not '{direction}'")
     if io not in IO_MODES:
         raise LabError(f"io: unknown mode '{io}' (one of {', '.join(IO_MODES)})")
+    if io == "xdp":
+        why = xdp_unavailable() or (None if workers == 1 else 'io = "xdp" runs one worker')
+        if why is not None:
+            raise LabError(f"io xdp: {why}")
     lab = Lab.up()
     skipped: dict[str, str] = {}
     try:
-        add_subscriber_addresses(lab, subscriber_addrs(n + 1))
-        lines = measure_lines(lab, n, rate_bps, seconds, workers, direction, skipped, io)
+        add_subscriber_addresses(lab, lines_client_addrs(n, saturate))
+        lines = measure_lines(lab, n, rate_bps, seconds, workers, direction, skipped, io,
+                              saturate)
     finally:
         lab.down()
     return {"subscriber_lines": lines, "not_measured": skipped, "seconds": seconds,

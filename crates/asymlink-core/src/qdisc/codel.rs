@@ -209,6 +209,10 @@ pub struct CodelCounters {
     pub drop_states: u64,
     /// Highest sojourn time seen at dequeue, nanoseconds.
     pub max_sojourn_ns: u64,
+    /// Packets dropped by BLUE (`aqm = "cobalt"` only; also drop reason `aqm`).
+    pub blue_drops: u64,
+    /// Times BLUE raised a queue's drop probability (`aqm = "cobalt"` only).
+    pub blue_raises: u64,
 }
 
 impl CodelCounters {
@@ -219,6 +223,14 @@ impl CodelCounters {
             ("ecn_marks", self.ecn_marks),
             ("drop_states", self.drop_states),
             ("max_sojourn_ns", self.max_sojourn_ns),
+        ]
+    }
+
+    /// BLUE's counters as (name, value) pairs (disciplines running COBALT add them).
+    pub fn blue_pairs(&self) -> [(&'static str, u64); 2] {
+        [
+            ("blue_drops", self.blue_drops),
+            ("blue_raises", self.blue_raises),
         ]
     }
 }
@@ -269,7 +281,7 @@ pub(crate) struct CodelVars {
 }
 
 /// Mark `pkt` CE if it is ECN-capable. Returns whether it now carries CE.
-fn mark_ce<P: Pkt>(pkt: &mut P) -> bool {
+pub(crate) fn mark_ce<P: Pkt>(pkt: &mut P) -> bool {
     match pkt.headers().map(|h| (h.ip.dscp, h.ip.ecn)) {
         Some((_, Ecn::Ce)) => true,
         Some((dscp, e)) if e.is_ect() => pkt.set_dscp_ecn(dscp, Ecn::Ce),

@@ -1,6 +1,9 @@
 //! The configuration vocabulary of disciplines, shared by the simulator's scenario files
 //! and the live box's config: `{ kind = "fifo", limit = "100p" }` and so on.
 
+use super::cobalt::CobaltVars;
+use super::codel::CodelVars;
+use super::AqmKind;
 use super::{
     AckFifo, AckFifoConfig, AckFilter, AckFilterConfig, AckShaper, AckShaperConfig, Aggregate,
     AggregateConfig, Codel, CodelConfig, Drr, DrrConfig, Ered, EredConfig, Fifo, FifoConfig,
@@ -42,9 +45,10 @@ pub enum QdiscConfig {
     Aggregate(AggregateConfig),
     /// [`Codel`]: controlled-delay AQM (RFC 8289).
     Codel(CodelConfig),
-    /// [`FqCodel`]: flow queueing with CoDel per queue (RFC 8290).
+    /// `FqCodel`: flow queueing (RFC 8290) with CoDel, or COBALT (`aqm`), per queue.
     FqCodel(FqCodelConfig),
-    /// [`HostFqCodel`]: fair between hosts, then between each host's flows, CoDel per flow.
+    /// `HostFqCodel`: fair between hosts, then between each host's flows, CoDel (or
+    /// COBALT) per flow.
     HostFqCodel(HostFqCodelConfig),
 }
 
@@ -122,8 +126,14 @@ impl QdiscConfig {
             QdiscConfig::Ered(c) => Box::new(Ered::new(c, ctx.seed, ctx.link_rate)?),
             QdiscConfig::Aggregate(c) => Box::new(Aggregate::new(c)?),
             QdiscConfig::Codel(c) => Box::new(Codel::new(c, ctx)?),
-            QdiscConfig::FqCodel(c) => Box::new(FqCodel::new(c, ctx)?),
-            QdiscConfig::HostFqCodel(c) => Box::new(HostFqCodel::new(c, ctx)?),
+            QdiscConfig::FqCodel(c) => match c.aqm {
+                AqmKind::Codel => Box::new(FqCodel::<P, CodelVars>::new(c, ctx)?),
+                AqmKind::Cobalt => Box::new(FqCodel::<P, CobaltVars>::new(c, ctx)?),
+            },
+            QdiscConfig::HostFqCodel(c) => match c.aqm {
+                AqmKind::Codel => Box::new(HostFqCodel::<P, CodelVars>::new(c, ctx)?),
+                AqmKind::Cobalt => Box::new(HostFqCodel::<P, CobaltVars>::new(c, ctx)?),
+            },
         })
     }
 

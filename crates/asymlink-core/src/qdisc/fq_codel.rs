@@ -46,6 +46,7 @@
 //! the scan stops at the first packet that stays (or at the newest ACK whose duplicate
 //! status history decided), so the connection's packets keep their order.
 
+use super::cobalt::CobaltVars;
 use super::codel::{CodelCounters, CodelCtx, CodelParams, CodelVars, StampedQueue};
 use super::{
     Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, FilterReason, Qdisc, QdiscStats,
@@ -53,7 +54,7 @@ use super::{
 };
 use crate::ack::{removable_suffix, AckMeta, AckState};
 use crate::packet::Pkt;
-use crate::rand::splitmix64;
+use crate::rand::{splitmix64, Rng};
 use crate::time::{Duration, Instant};
 use crate::units::{Bytes, Limit, Rate, Span};
 use crate::wire::FlowKey;
@@ -99,6 +100,21 @@ pub struct FqCodelConfig {
     /// false).
     #[serde(default)]
     pub ack_filter: bool,
+    /// The AQM of each flow queue (default `codel`).
+    #[serde(default)]
+    pub aqm: AqmKind,
+}
+
+/// The AQM on every flow queue of `fq_codel` and `host_fq_codel`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AqmKind {
+    /// CoDel as RFC 8289 has it.
+    #[default]
+    Codel,
+    /// COBALT (CAKE's): CoDel whose count decays instead of restarting, plus BLUE for
+    /// flows that overflow the discipline.
+    Cobalt,
 }
 
 /// Which address makes a packet's host.
@@ -158,6 +174,9 @@ pub struct HostFqCodelConfig {
     /// false).
     #[serde(default)]
     pub ack_filter: bool,
+    /// The AQM of each flow queue (default `codel`).
+    #[serde(default)]
+    pub aqm: AqmKind,
 }
 
 fn default_limit() -> Limit {
@@ -185,11 +204,84 @@ fn yes() -> bool {
     true
 }
 
+/// The AQM state of one flow queue: RFC 8289 CoDel ([`CodelVars`]) or COBALT
+/// ([`CobaltVars`]). The disciplines are generic over it, so each runs its own code
+/// without a branch per packet.
+pub(crate) trait FlowAqm: Copy + Default + core::fmt::Debug + Send + 'static {
+    /// Whether BLUE's counters apply.
+    const BLUE: bool;
+    /// Take the next packet of `q` at `now` (see [`CodelVars::dequeue`]).
+    fn dequeue<P: Pkt>(
+        &mut self,
+        p: &CodelParams,
+        now: Instant,
+        q: &mut StampedQueue<P>,
+        cx: &mut CodelCtx<'_, P>,
+        rng: &mut Rng,
+    ) -> Option<P>;
+    /// The queue lost its head to the discipline's overflow at `now`.
+    fn on_overflow(&mut self, p: &CodelParams, now: u64, c: &mut CodelCounters);
+    /// A state kept while its bucket was out of use comes back into use at `now`.
+    fn resume(&mut self, p: &CodelParams, now: u64);
+    /// Whether a state whose queue ran empty must be kept for its bucket at `now` (else
+    /// a fresh state acts the same).
+    fn matters(&self, p: &CodelParams, now: u64) -> bool;
+}
+
+impl FlowAqm for CodelVars {
+    const BLUE: bool = false;
+    fn dequeue<P: Pkt>(
+        &mut self,
+        p: &CodelParams,
+        now: Instant,
+        q: &mut StampedQueue<P>,
+        cx: &mut CodelCtx<'_, P>,
+        _rng: &mut Rng,
+    ) -> Option<P> {
+        CodelVars::dequeue(self, p, now, q, cx)
+    }
+    fn on_overflow(&mut self, _: &CodelParams, _: u64, _: &mut CodelCounters) {}
+    fn resume(&mut self, _: &CodelParams, _: u64) {}
+    fn matters(&self, p: &CodelParams, now: u64) -> bool {
+        //= https://www.rfc-editor.org/rfc/rfc8289#section-5.4
+        //# if (delta > 1 && now - drop_next < 16 * INTERVAL) {
+        //#     count_ = delta;
+        // The dequeue that found the queue empty cleared `first_above_time`, so the next
+        // one cannot drop: the state is read again only when a dropping episode starts,
+        // and then only as above. Any other state acts as a new one.
+        self.count.wrapping_sub(self.lastcount) > 1
+            && (now as i128 - self.drop_next as i128) < 16 * p.interval as i128
+    }
+}
+
+impl FlowAqm for CobaltVars {
+    const BLUE: bool = true;
+    fn dequeue<P: Pkt>(
+        &mut self,
+        p: &CodelParams,
+        now: Instant,
+        q: &mut StampedQueue<P>,
+        cx: &mut CodelCtx<'_, P>,
+        rng: &mut Rng,
+    ) -> Option<P> {
+        CobaltVars::dequeue(self, p, now, q, cx, rng)
+    }
+    fn on_overflow(&mut self, p: &CodelParams, now: u64, c: &mut CodelCounters) {
+        CobaltVars::on_overflow(self, p, now, c);
+    }
+    fn resume(&mut self, p: &CodelParams, now: u64) {
+        CobaltVars::resume(self, p, now);
+    }
+    fn matters(&self, p: &CodelParams, now: u64) -> bool {
+        CobaltVars::matters(self, p, now)
+    }
+}
+
 /// One flow queue (while it is on a new or old list).
 #[derive(Debug)]
-struct Flow<P> {
+struct Flow<P, A> {
     q: StampedQueue<P>,
-    vars: CodelVars,
+    vars: A,
     deficit: i64,
     /// Full hash of the flow using it (host-then-flow's set lookup).
     tag: u64,
@@ -200,11 +292,11 @@ struct Flow<P> {
     guests: bool,
 }
 
-impl<P> Flow<P> {
+impl<P, A: FlowAqm> Flow<P, A> {
     fn new() -> Self {
         Flow {
             q: StampedQueue::default(),
-            vars: CodelVars::default(),
+            vars: A::default(),
             deficit: 0,
             tag: 0,
             host: 0,
@@ -287,23 +379,24 @@ impl SlotIndex {
 /// must remember between its busy spells so that it schedules exactly as a table of all
 /// `n` buckets would: CoDel's state while it still matters, and the ACK history.
 #[derive(Debug)]
-struct FlowTable<P> {
+struct FlowTable<P, A> {
     n: u32,
     slots: SlotIndex,
-    flows: Vec<Flow<P>>,
+    flows: Vec<Flow<P, A>>,
     /// With the ACK filter, each slot's ACK history (else empty).
     acks: Vec<FlowAcks>,
     ack_filter: bool,
     /// ACK histories of buckets out of use (with the ACK filter): a connection that comes
     /// back to its bucket continues from its history.
     idle_acks: BTreeMap<u32, FlowAcks>,
-    /// CoDel states of buckets out of use that a new dropping episode would resume from.
-    idle_vars: BTreeMap<u32, CodelVars>,
+    /// AQM states of buckets out of use that still matter (CoDel: a new dropping episode
+    /// would resume from them; COBALT: count not yet decayed, or BLUE's `p` above 0).
+    idle_vars: BTreeMap<u32, A>,
     /// Size of `idle_vars` at which states too old to matter are pruned.
     prune_at: usize,
 }
 
-impl<P> FlowTable<P> {
+impl<P, A: FlowAqm> FlowTable<P, A> {
     fn new(n: u32, ack_filter: bool) -> Self {
         FlowTable {
             n,
@@ -328,8 +421,8 @@ impl<P> FlowTable<P> {
         self.slots.get(bucket)
     }
 
-    /// Put `bucket` (not in use) in use with `deficit`; returns its slot.
-    fn activate(&mut self, bucket: usize, deficit: i64) -> usize {
+    /// Put `bucket` (not in use) in use at `now` with `deficit`; returns its slot.
+    fn activate(&mut self, bucket: usize, deficit: i64, p: &CodelParams, now: u64) -> usize {
         let s = match self.slots.take(bucket) {
             Ok(s) => s,
             Err(s) => {
@@ -342,7 +435,13 @@ impl<P> FlowTable<P> {
         };
         let b = bucket as u32;
         let f = &mut self.flows[s];
-        f.vars = self.idle_vars.remove(&b).unwrap_or_default();
+        f.vars = match self.idle_vars.remove(&b) {
+            Some(mut v) => {
+                v.resume(p, now);
+                v
+            }
+            None => A::default(),
+        };
         f.deficit = deficit;
         f.guests = false;
         if self.ack_filter {
@@ -352,20 +451,13 @@ impl<P> FlowTable<P> {
     }
 
     /// Take slot `s`, whose queue ran empty at `now` and left the lists, out of use.
-    fn release(&mut self, s: usize, now: u64, interval: u64) {
+    fn release(&mut self, s: usize, now: u64, p: &CodelParams) {
         let bucket = self.slots.owner[s];
         let v = self.flows[s].vars;
         debug_assert!(self.flows[s].q.q.is_empty());
-        //= https://www.rfc-editor.org/rfc/rfc8289#section-5.4
-        //# if (delta > 1 && now - drop_next < 16 * INTERVAL) {
-        //#     count_ = delta;
-        // The dequeue that found the queue empty cleared `first_above_time`, so the next
-        // one cannot drop: the state is read again only when a dropping episode starts,
-        // and then only as above. Any other state acts as a new one.
-        let recent = |v: &CodelVars| (now as i128 - v.drop_next as i128) < 16 * interval as i128;
-        if v.count.wrapping_sub(v.lastcount) > 1 && recent(&v) {
+        if v.matters(p, now) {
             if self.idle_vars.len() >= self.prune_at {
-                self.idle_vars.retain(|_, v| recent(v));
+                self.idle_vars.retain(|_, v| v.matters(p, now));
                 self.prune_at = (2 * self.idle_vars.len()).max(16);
             }
             self.idle_vars.insert(bucket, v);
@@ -413,8 +505,8 @@ impl Default for FlowAcks {
 /// Filter a flow queue's ACKs for the packet just pushed at its tail: remove the
 /// contiguous run of the same connection's ACKs directly before it that it supersedes,
 /// recorded in `stats` and `drops`.
-fn filter_acks<P: Pkt>(
-    flow: &mut Flow<P>,
+fn filter_acks<P: Pkt, A>(
+    flow: &mut Flow<P, A>,
     acks: &mut FlowAcks,
     stats: &mut QdiscStats,
     drops: &mut Drops<P>,
@@ -538,13 +630,14 @@ fn host_hash<P: Pkt>(pkt: &P, key: HostKey, perturb: u64) -> u64 {
 /// One DRR level over flow queues: the next packet of the flows on `lists` (slots of
 /// `table`), or `None` when they all ran empty (both lists are then empty). A queue that
 /// leaves the lists gives its slot back.
-fn fq_dequeue<P: Pkt>(
+fn fq_dequeue<P: Pkt, A: FlowAqm>(
     lists: &mut Lists,
-    table: &mut FlowTable<P>,
+    table: &mut FlowTable<P, A>,
     quantum: i64,
     p: &CodelParams,
     now: Instant,
     cx: &mut CodelCtx<'_, P>,
+    rng: &mut Rng,
 ) -> Option<P> {
     while let Some((i, from_new)) = lists.front() {
         let f = &mut table.flows[i as usize];
@@ -554,7 +647,7 @@ fn fq_dequeue<P: Pkt>(
             lists.old.push_back(i);
             continue;
         }
-        if let Some(pkt) = f.vars.dequeue(p, now, &mut f.q, cx) {
+        if let Some(pkt) = f.vars.dequeue(p, now, &mut f.q, cx, rng) {
             f.deficit -= pkt.ip_len() as i64;
             return Some(pkt);
         }
@@ -562,20 +655,35 @@ fn fq_dequeue<P: Pkt>(
         if from_new && !lists.old.is_empty() {
             lists.old.push_back(i);
         } else {
-            table.release(i as usize, now.as_nanos(), p.interval);
+            table.release(i as usize, now.as_nanos(), p);
         }
     }
     None
 }
 
-/// Drop head packets of the fattest flows while the discipline is over its limits.
-fn drop_from_fattest<P: Pkt>(
-    table: &mut FlowTable<P>,
+/// The discipline's limits and what an overflow tells the flow's AQM.
+struct Overflow<'a> {
     limit: Limit,
     memory: u64,
+    params: &'a CodelParams,
+    now: u64,
+}
+
+/// Drop head packets of the fattest flows while the discipline is over its limits; each
+/// such flow's AQM hears of it.
+fn drop_from_fattest<P: Pkt, A: FlowAqm>(
+    table: &mut FlowTable<P, A>,
+    o: Overflow<'_>,
     stats: &mut QdiscStats,
+    counters: &mut CodelCounters,
     drops: &mut Drops<P>,
 ) {
+    let Overflow {
+        limit,
+        memory,
+        params,
+        now,
+    } = o;
     loop {
         let b = stats.backlog;
         if !limit.exceeded_by(b.packets, b.bytes) && b.bytes <= memory {
@@ -592,10 +700,9 @@ fn drop_from_fattest<P: Pkt>(
         else {
             return;
         };
-        let s = table.flows[fat]
-            .q
-            .pop()
-            .expect("a fattest flow holds a packet");
+        let f = &mut table.flows[fat];
+        let s = f.q.pop().expect("a fattest flow holds a packet");
+        f.vars.on_overflow(params, now, counters);
         let v = Verdict::Dropped(DropReason::LongestQueue);
         stats.on_remove(v, s.pkt.ip_len());
         drops.push(s.pkt, v, Stage::Removed);
@@ -625,16 +732,19 @@ fn check_common(
     Ok(())
 }
 
-/// An FQ-CoDel discipline.
+/// An FQ-CoDel discipline, with RFC 8289 CoDel ([`CodelVars`], the default) or COBALT
+/// ([`CobaltVars`]) on each flow queue.
 #[derive(Debug)]
-pub struct FqCodel<P> {
+pub struct FqCodel<P, A = CodelVars> {
     limit: Limit,
     memory: u64,
     quantum: i64,
     perturb: u64,
     params: CodelParams,
+    /// BLUE's draws (COBALT only), from the discipline's seed.
+    rng: Rng,
     /// The flow queues of the buckets in use, `n_flows` buckets.
-    table: FlowTable<P>,
+    table: FlowTable<P, A>,
     n_flows: u32,
     lists: Lists,
     stats: QdiscStats,
@@ -642,7 +752,7 @@ pub struct FqCodel<P> {
     new_flow_count: u64,
 }
 
-impl<P: Pkt> FqCodel<P> {
+impl<P: Pkt, A: FlowAqm> FqCodel<P, A> {
     /// Build; the hash perturbation comes from `ctx.seed`, the low-rate target from
     /// `cfg.rate` or `ctx.link_rate`.
     pub fn new(cfg: &FqCodelConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
@@ -662,12 +772,14 @@ impl<P: Pkt> FqCodel<P> {
             "fq_codel",
         )?;
         let mut s = ctx.seed ^ 0x6671_5f63_6f64_656c;
+        let perturb = splitmix64(&mut s);
         Ok(FqCodel {
             limit: cfg.limit,
             memory: cfg.memory_limit.0,
             quantum: cfg.quantum.0 as i64,
-            perturb: splitmix64(&mut s),
+            perturb,
             params,
+            rng: Rng::new(splitmix64(&mut s)),
             table: FlowTable::new(cfg.flows, cfg.ack_filter),
             n_flows: cfg.flows,
             lists: Lists::default(),
@@ -682,13 +794,14 @@ impl<P: Pkt> FqCodel<P> {
         (flow_hash(pkt, self.perturb) % u64::from(self.n_flows)) as usize
     }
 
-    /// CoDel's counters summed over the queues.
+    /// CoDel's counters summed over the queues (the `counters` of [`Qdisc`] list them).
+    #[cfg(test)]
     pub fn codel_counters(&self) -> CodelCounters {
         self.counters
     }
 }
 
-impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
+impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for FqCodel<P, A> {
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();
@@ -697,7 +810,9 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
         let s = match self.table.get(i) {
             Some(s) => s,
             None => {
-                let s = self.table.activate(i, self.quantum);
+                let s = self
+                    .table
+                    .activate(i, self.quantum, &self.params, now.as_nanos());
                 self.lists.new.push_back(s as u32);
                 self.new_flow_count += 1;
                 s
@@ -709,11 +824,17 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
         if let Some(acks) = t.acks.get_mut(s) {
             filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
         }
+        let o = Overflow {
+            limit: self.limit,
+            memory: self.memory,
+            params: &self.params,
+            now: now.as_nanos(),
+        };
         drop_from_fattest(
             &mut self.table,
-            self.limit,
-            self.memory,
+            o,
             &mut self.stats,
+            &mut self.counters,
             drops,
         );
         debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
@@ -732,6 +853,7 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
             &self.params,
             now,
             &mut cx,
+            &mut self.rng,
         );
         debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
         match r {
@@ -751,6 +873,9 @@ impl<P: Pkt + Send> Qdisc<P> for FqCodel<P> {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v = self.counters.pairs();
         v.push(("new_flows", self.new_flow_count));
+        if A::BLUE {
+            v.extend(self.counters.blue_pairs());
+        }
         v
     }
 
@@ -767,9 +892,10 @@ struct Host {
     lists: Lists,
 }
 
-/// Host-then-flow fair queueing with CoDel on every flow queue.
+/// Host-then-flow fair queueing with CoDel (or COBALT, see [`FqCodel`]) on every flow
+/// queue.
 #[derive(Debug)]
-pub struct HostFqCodel<P> {
+pub struct HostFqCodel<P, A = CodelVars> {
     key: HostKey,
     limit: Limit,
     memory: u64,
@@ -777,8 +903,10 @@ pub struct HostFqCodel<P> {
     host_quantum: i64,
     perturb: u64,
     params: CodelParams,
+    /// BLUE's draws (COBALT only), from the discipline's seed.
+    rng: Rng,
     /// The flow queues of the flow buckets in use (`flows` buckets).
-    flows: FlowTable<P>,
+    flows: FlowTable<P, A>,
     /// The host buckets in use (`n_hosts` buckets) and their slots' hosts.
     host_slots: SlotIndex,
     hosts: Vec<Host>,
@@ -807,7 +935,7 @@ fn set_lookup(n: usize, tag: u64, used: impl Fn(usize) -> Option<u64>) -> Result
     free.ok_or(set)
 }
 
-impl<P: Pkt> HostFqCodel<P> {
+impl<P: Pkt, A: FlowAqm> HostFqCodel<P, A> {
     /// Build; see [`FqCodel::new`].
     pub fn new(cfg: &HostFqCodelConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
         let kind = "host_fq_codel";
@@ -836,14 +964,16 @@ impl<P: Pkt> HostFqCodel<P> {
             kind,
         )?;
         let mut s = ctx.seed ^ 0x686f_7374_5f66_7121;
+        let perturb = splitmix64(&mut s);
         Ok(HostFqCodel {
             key: cfg.hosts,
             limit: cfg.limit,
             memory: cfg.memory_limit.0,
             quantum: cfg.quantum.0 as i64,
             host_quantum: host_quantum.0 as i64,
-            perturb: splitmix64(&mut s),
+            perturb,
             params,
+            rng: Rng::new(splitmix64(&mut s)),
             flows: FlowTable::new(cfg.flows, cfg.ack_filter),
             host_slots: SlotIndex::default(),
             hosts: Vec::new(),
@@ -856,18 +986,13 @@ impl<P: Pkt> HostFqCodel<P> {
         })
     }
 
-    /// CoDel's counters summed over the queues.
-    pub fn codel_counters(&self) -> CodelCounters {
-        self.counters
-    }
-
     /// Hosts currently on the schedule.
     pub fn active_hosts(&self) -> usize {
         self.host_slots.used()
     }
 }
 
-impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
+impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();
@@ -948,7 +1073,9 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
         let s = match fs {
             Some(s) => s,
             None => {
-                let s = self.flows.activate(f, self.quantum);
+                let s = self
+                    .flows
+                    .activate(f, self.quantum, &self.params, now.as_nanos());
                 let flow = &mut self.flows.flows[s];
                 flow.tag = ftag;
                 flow.host = h as u32;
@@ -963,11 +1090,17 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
         if let Some(acks) = t.acks.get_mut(s) {
             filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
         }
+        let o = Overflow {
+            limit: self.limit,
+            memory: self.memory,
+            params: &self.params,
+            now: now.as_nanos(),
+        };
         drop_from_fattest(
             &mut self.flows,
-            self.limit,
-            self.memory,
+            o,
             &mut self.stats,
+            &mut self.counters,
             drops,
         );
         debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
@@ -997,6 +1130,7 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
                 &self.params,
                 now,
                 &mut cx,
+                &mut self.rng,
             ) {
                 host.deficit -= pkt.ip_len() as i64;
                 out = Some(pkt);
@@ -1028,6 +1162,9 @@ impl<P: Pkt + Send> Qdisc<P> for HostFqCodel<P> {
         let mut v = self.counters.pairs();
         v.push(("new_flows", self.new_flow_count));
         v.push(("new_hosts", self.new_host_count));
+        if A::BLUE {
+            v.extend(self.counters.blue_pairs());
+        }
         v
     }
 
@@ -1670,5 +1807,159 @@ mod tests {
         assert_eq!(q.table.flows[q.table.get(b as usize).unwrap()].vars, v);
         assert!(q.table.idle_vars.is_empty());
         check(&q);
+    }
+
+    use crate::qdisc::cobalt::{P_DEC, P_INC};
+
+    fn fq_cobalt(src: &str) -> FqCodel<HeaderPacket, CobaltVars> {
+        let cfg: FqCodelConfig = toml::from_str(src).unwrap();
+        assert_eq!(cfg.aqm, AqmKind::Cobalt);
+        FqCodel::new(&cfg, &BuildCtx::default()).unwrap()
+    }
+
+    /// Two unresponsive flows (hosts 1 and 2) each sending one 1000-byte packet per 2 ms
+    /// into a link that serves one per 2 ms (4 Mbit/s): each at twice its half share, so
+    /// half of every flow's packets must go (250 a second each: a control-law count near
+    /// 625). Returns the median and p90 sojourn time (ms) of the packets sent from 10 s to
+    /// 30 s, and the drops; the conservation identities are checked at every step.
+    fn two_x_share(q: &mut dyn Qdisc<HeaderPacket>) -> (f64, f64, u64) {
+        let mut d = Drops::new();
+        let mut soj = Vec::new();
+        let mut dropped = 0u64;
+        for tick in 0..15_000u64 {
+            let now = ms(2 * tick);
+            // Tag: the enqueue tick.
+            q.enqueue(now, udp(tick as u16, 1000, 1, 9000), &mut d);
+            q.enqueue(now, udp(tick as u16, 1000, 2, 9000), &mut d);
+            if let Some(p) = q.dequeue(now, &mut d).packet() {
+                if tick >= 5_000 {
+                    soj.push((2 * (tick - u64::from(utag(&p)))) as f64);
+                }
+            }
+            dropped += d.drain().count() as u64;
+            check(&*q);
+        }
+        soj.sort_by(f64::total_cmp);
+        (soj[soj.len() / 2], soj[soj.len() * 9 / 10], dropped)
+    }
+
+    /// Unresponsive flows at twice their share: RFC 8289 CoDel restarts each dropping
+    /// episode from a short one's count and lets the queues rebuild (median sojourn far
+    /// above target); COBALT's decaying count holds them near target.
+    #[test]
+    fn cobalt_holds_an_unresponsive_flow_at_twice_its_share_near_target() {
+        let mut codel = fq("ecn = false");
+        let (p50_codel, p90_codel, drops_codel) = two_x_share(&mut codel);
+        let mut cobalt = fq_cobalt("ecn = false\naqm = \"cobalt\"");
+        let (p50_cobalt, p90_cobalt, drops_cobalt) = two_x_share(&mut cobalt);
+        eprintln!(
+            "codel: {p50_codel} / {p90_codel} ms, {drops_codel} drops; \
+             cobalt: {p50_cobalt} / {p90_cobalt} ms, {drops_cobalt} drops"
+        );
+        assert!(p50_cobalt <= 12.0, "{p50_cobalt}");
+        assert!(p50_codel >= 40.0, "{p50_codel}");
+        // Both drop half of what is offered over the run (30 000 packets), less what the
+        // queues hold at the end.
+        for n in [drops_codel, drops_cobalt] {
+            assert!((14_000..=15_000).contains(&n), "{n}");
+        }
+        let c = cobalt.codel_counters();
+        assert_eq!(c.blue_drops, 0, "no overflow: BLUE stays at 0");
+        assert_eq!(c.aqm_drops, cobalt.stats().dropped_for(DropReason::Aqm));
+        assert_eq!(c.aqm_drops, drops_cobalt);
+    }
+
+    /// BLUE in the discipline: a flow that overflows the buffer raises its own drop
+    /// probability (not the other flow's), BLUE then drops from it, and `p` falls once
+    /// the flood stops and its queue is found empty. Counters: BLUE's only with COBALT;
+    /// every drop in `QdiscStats` is an AQM (CoDel part or BLUE) or overflow drop.
+    #[test]
+    fn blue_rises_on_overflow_and_falls_when_the_queue_empties() {
+        let mut q = fq_cobalt("limit = \"20p\"\nflows = 64\naqm = \"cobalt\"");
+        let mut d = Drops::new();
+        let flood = udp(0, 1000, 2, 9000);
+        let light = udp(0, 1000, 1, 5000);
+        let (bf, bl) = (q.bucket_of(&flood), q.bucket_of(&light));
+        assert_ne!(bf, bl);
+        let p_of = |q: &FqCodel<HeaderPacket, CobaltVars>, b: usize| {
+            q.table.get(b).map(|s| q.table.flows[s].vars.p_drop)
+        };
+        // 1 s of flooding at 4 packets per ms against 1 served; the light flow sends one
+        // packet per 10 ms.
+        for t in 0..1000u64 {
+            for k in 0..4 {
+                q.enqueue(ms(t), udp((t * 4 + k) as u16, 1000, 2, 9000), &mut d);
+            }
+            if t % 10 == 0 {
+                q.enqueue(ms(t), udp(t as u16, 1000, 1, 5000), &mut d);
+            }
+            q.dequeue(ms(t), &mut d);
+            check(&q);
+        }
+        let c = q.codel_counters();
+        let p_end = p_of(&q, bf).unwrap();
+        // At most one rise per target (5 ms) of overflow, all of them the flood's: p is
+        // about 1000 / 6 × 1/256.
+        assert!((150..=200).contains(&c.blue_raises), "{c:?}");
+        assert_eq!(u64::from(p_end), c.blue_raises * u64::from(P_INC), "{c:?}");
+        assert!(c.blue_drops > 0, "{c:?}");
+        assert_eq!(
+            p_of(&q, bl).unwrap_or(0),
+            0,
+            "the light flow never overflowed"
+        );
+        let st = q.stats();
+        assert_eq!(
+            st.dropped_for(DropReason::Aqm),
+            c.aqm_drops + c.blue_drops,
+            "{c:?}"
+        );
+        assert!(st.dropped_for(DropReason::LongestQueue) > 0);
+        let names: Vec<&str> = q.counters().iter().map(|(n, _)| *n).collect();
+        assert!(names.contains(&"blue_drops") && names.contains(&"blue_raises"));
+        assert!(!fq("").counters().iter().any(|(n, _)| n.starts_with("blue")));
+        // The flood stops; the queue drains and is found empty every ms: p falls by 1/4096
+        // per 5 ms (BLUE state kept while the bucket is out of use).
+        let t0 = 1000;
+        for t in t0..t0 + 2000u64 {
+            q.dequeue(ms(t), &mut d);
+        }
+        let p_after = q.table.idle_vars.get(&(bf as u32)).map_or(0, |v| {
+            let mut v = *v;
+            v.resume(&q.params, ms(t0 + 2000).as_nanos());
+            v.p_drop
+        });
+        assert!(p_after < p_end - 300 * P_DEC, "{p_after}");
+        assert!(p_after > p_end - 420 * P_DEC, "{p_after}");
+        check(&q);
+        assert_eq!(q.backlog().packets, 0);
+    }
+
+    /// The config key: default `codel` (no BLUE counters), `cobalt` for both disciplines,
+    /// and an unknown value is one error naming the key.
+    #[test]
+    fn the_aqm_key() {
+        for (src, blue) in [
+            ("kind = \"fq_codel\"", false),
+            ("kind = \"fq_codel\"\naqm = \"codel\"", false),
+            ("kind = \"fq_codel\"\naqm = \"cobalt\"", true),
+            ("kind = \"host_fq_codel\"\naqm = \"cobalt\"", true),
+            ("kind = \"host_fq_codel\"", false),
+        ] {
+            let c: QdiscConfig = crate::config::from_toml(src).unwrap();
+            let q = c.build::<HeaderPacket>(&BuildCtx::default()).unwrap();
+            let has = q.counters().iter().any(|(n, _)| *n == "blue_drops");
+            assert_eq!(has, blue, "{src}");
+        }
+        let src = "[queue]\nkind = \"fq_codel\"\naqm = \"blue\"\n";
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Doc {
+            queue: QdiscConfig,
+        }
+        let e = crate::config::from_toml::<Doc>(src).unwrap_err();
+        assert_eq!(e.path, "queue.aqm", "{e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+        assert!(e.to_string().contains("cobalt"), "{e}");
     }
 }

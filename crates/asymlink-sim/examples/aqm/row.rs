@@ -9,6 +9,8 @@ pub struct Row {
     pub arm: String,
     /// Bottleneck sojourn time percentiles (whole run), ms.
     pub sojourn_ms: [f64; 3],
+    /// Median sojourn time of the TCP packets and of the UDP packets alone, ms.
+    pub sojourn_tcp_udp_ms: [f64; 2],
     /// Median of the bottleneck's per-second mean sojourn time after the warm-up, ms.
     pub standing_ms: f64,
     /// Ping RTT median and p90 after the warm-up, ms.
@@ -23,6 +25,8 @@ pub struct Row {
     pub utilization: f64,
     /// Per flow: name, goodput Mbit/s, retransmits, timeouts.
     pub flows: Vec<(String, f64, i64, i64)>,
+    /// The bottleneck discipline's own counters (`qdisc_counters`).
+    pub counters: Vec<(String, i64)>,
 }
 
 impl Row {
@@ -114,13 +118,24 @@ pub fn run(arm: &str, src: &str, duration: Option<&str>, warmup_s: f64) -> Row {
             / dur
             / 1e6
     };
+    let (cq, cn, cv) = (
+        strs(&r, "qdisc_counters", "queue"),
+        strs(&r, "qdisc_counters", "counter"),
+        f64s(&r, "qdisc_counters", "value"),
+    );
+    let counters = (0..cq.len())
+        .filter(|&i| cq[i] == "bottleneck:to_b")
+        .map(|i| (cn[i].clone(), cv[i] as i64))
+        .collect();
     Row {
         arm: arm.to_string(),
+        counters,
         sojourn_ms: [
             col("p50_sojourn_ms"),
             col("p90_sojourn_ms"),
             col("p99_sojourn_ms"),
         ],
+        sojourn_tcp_udp_ms: [col("p50_sojourn_tcp_ms"), col("p50_sojourn_udp_ms")],
         standing_ms: quantile(&mut standing, 0.5),
         ping_ms: [quantile(&mut rtt, 0.5), quantile(&mut rtt, 0.9)],
         host_mbps: [host("h1"), host("h2")],

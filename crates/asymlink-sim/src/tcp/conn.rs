@@ -2038,8 +2038,10 @@ impl Connection {
             self.enter_quickack_mode(self.cfg.quickack);
         }
         if grew {
-            // `tcp_grow_window`: `icsk_ack.quick |= 1`.
-            self.quickack_left = self.quickack_left.max(1);
+            // `tcp_grow_window` sets the low bit of the quick-ACK count (`quick |= 1`):
+            // from an even count that is one more quick ACK, so while the window grows
+            // with every segment the count does not run down.
+            self.quickack_left |= 1;
         }
     }
 
@@ -2071,8 +2073,15 @@ impl Connection {
         let last_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
         // Both as advertised: rounded up to the window scale.
         let unit = 1u64 << self.rcv_wscale;
-        let wnd = self.free_window().div_ceil(unit) * unit;
-        if (unacked > self.rcv_mss && wnd >= last_wnd) || self.quickack_left > 0 {
+        // Linux computes the window only when more than one segment is unacknowledged,
+        // and computing it may end quick-ACK mode (`__tcp_select_window`).
+        let mut more_than_one = false;
+        if unacked > self.rcv_mss {
+            self.select_window_ends_quickack();
+            let wnd = self.free_window().div_ceil(unit) * unit;
+            more_than_one = wnd >= last_wnd;
+        }
+        if more_than_one || self.quickack_left > 0 {
             self.ack_now = true;
         } else {
             self.send_delayed_ack(now);
@@ -2102,6 +2111,22 @@ impl Connection {
             timeout = timeout.min(t);
         }
         self.delack_at = Some(timeout);
+    }
+
+    /// Linux `__tcp_select_window` leaves quick-ACK mode when less than half of the
+    /// buffer's window is free (data held out of order or unread).
+    fn select_window_ends_quickack(&mut self) {
+        if self.cfg.delack_mode != DelackMode::Linux {
+            return;
+        }
+        let queued = self.rcv.ooo_bytes() + self.unread;
+        let full = match &self.autotune {
+            Some(a) => a.window_clamp(),
+            None => self.cfg.rcvbuf,
+        };
+        if full.saturating_sub(queued) < full / 2 {
+            self.quickack_left = 0;
+        }
     }
 
     /// The window the receive buffer allows now (before any receive-window policy).
@@ -2724,6 +2749,7 @@ impl Connection {
     /// The advertised window field for the current state.
     fn window_field(&mut self, now: Instant, io: &mut ConnIo<'_>) -> u16 {
         let rcv_nxt = self.rcv.rcv_nxt();
+        self.select_window_ends_quickack();
         let free = self.free_window();
         let mut wnd = free;
         if let Some(p) = io.rwnd.as_deref_mut() {

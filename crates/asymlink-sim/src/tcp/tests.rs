@@ -656,12 +656,16 @@ fn data_after_idle_restarts_from_the_initial_window() {
     }
 }
 
-/// Limited transmit with SACK (RFC 3042 with RFC 6675's pipe): each of the first two
-/// duplicate ACKs lets one new segment out — the SACK it carries takes one segment out of
-/// the pipe. Counting the duplicate ACKs on top of that sent two per duplicate ACK.
+/// Limited transmit with SACK (RFC 3042 with RFC 6675's pipe): each duplicate ACK before
+/// the fast retransmission lets one new segment out — the SACK it carries takes one
+/// segment out of the pipe. Counting the duplicate ACKs on top of that sent two per
+/// duplicate ACK. (`rfc` acknowledges pairs, and the first SACK is a duplicate ACK: two
+/// duplicates, two new segments. `linux` acknowledges its first 17 segments one by one
+/// and then pairs, so its first SACK also acknowledges the segment held before the hole
+/// and grows the window; the one duplicate ACK after it lets one new segment out.)
 #[test]
 fn sack_limited_transmit_sends_one_segment_per_duplicate_ack() {
-    for profile in ["rfc", "linux"] {
+    for (profile, dups) in [("rfc", 2), ("linux", 1)] {
         let cfg = TcpConfig::profile(profile).unwrap();
         let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
         p.drop = Box::new(|n, _| n == 30);
@@ -669,17 +673,10 @@ fn sack_limited_transmit_sends_one_segment_per_duplicate_ack() {
         p.with(0, |c, now, io| c.write(now, 300_000, io));
         p.run(Instant::from_secs(20));
         assert_eq!(p.delivered(), 300_000, "{profile}");
-        // The first duplicate ACK the client receives (the first ACK with a SACK block) and
-        // the fast retransmission (the first data segment not above everything sent before).
-        let first_dup = p
-            .rx_log
-            .iter()
-            .find(|(_, to, h)| *to == 0 && !h.tcp_repr().unwrap().opts.sack.is_empty())
-            .map(|(t, _, _)| *t)
-            .expect("a duplicate ACK");
+        // The fast retransmission: the first data segment not above everything sent before.
         let mut highest = 0u32;
+        let mut sends = Vec::new();
         let mut retx_at = None;
-        let mut new_between = 0;
         for (t, from, h) in &p.log {
             if *from != 0 || h.payload_len == 0 {
                 continue;
@@ -690,13 +687,31 @@ fn sack_limited_transmit_sends_one_segment_per_duplicate_ack() {
                 break;
             }
             highest = seq;
-            if *t >= first_dup {
-                new_between += 1;
-            }
+            sends.push(*t);
         }
-        assert!(retx_at.is_some(), "{profile}: a fast retransmission");
+        let retx_at = retx_at.expect("a fast retransmission");
+        // The duplicate ACKs the client received before it: same cumulative ACK as the
+        // ACK before, with a SACK block.
+        let mut last_ack = None;
+        let mut dup_at = Vec::new();
+        for (t, to, h) in &p.rx_log {
+            if *to != 0 || h.payload_len > 0 || *t >= retx_at {
+                continue;
+            }
+            let tr = h.tcp_repr().unwrap();
+            if last_ack == Some(tr.ack.0) && !tr.opts.sack.is_empty() {
+                dup_at.push(*t);
+            }
+            last_ack = Some(tr.ack.0);
+        }
         assert_eq!(
-            new_between, 2,
+            dup_at.len(),
+            dups,
+            "{profile}: duplicate ACKs before the retransmission"
+        );
+        let new_between = sends.iter().filter(|t| **t >= dup_at[0]).count();
+        assert_eq!(
+            new_between, dups,
             "{profile}: new segments between the first duplicate ACK and the fast retransmit"
         );
     }
@@ -1443,6 +1458,79 @@ fn the_linux_delayed_ack_timer_follows_ato() {
         "quick ACK after a silence longer than the RTO"
     );
     assert!(p.c[1].as_ref().unwrap().delack_state().1 > 0);
+}
+
+/// The data segments (numbered from 1 in order of arrival at the receiver) that the
+/// receiver acknowledged at once: an ACK for exactly that segment's end, sent at its
+/// arrival.
+fn acked_at_once(p: &Pair) -> Vec<usize> {
+    let arrivals = p
+        .rx_log
+        .iter()
+        .filter(|(_, to, h)| *to == 1 && h.payload_len > 0);
+    arrivals
+        .enumerate()
+        .filter(|(_, (t, _, h))| {
+            let end = h.tcp_repr().unwrap().seq.0.wrapping_add(h.payload_len);
+            p.log.iter().any(|(at, from, a)| {
+                *from == 1 && at == t && a.payload_len == 0 && a.tcp_repr().unwrap().ack.0 == end
+            })
+        })
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+/// Linux's quick-ACK count at the first data (`linux`, autotuned buffer): 16 (the window
+/// of 65 160 bytes holds more than twice 16 segments). The first segment also grows the
+/// window threshold (65 160 toward the 65 536 the buffer holds), and growth sets the low
+/// bit of the count (`tcp_grow_window`: `quick |= 1`): 17 quick ACKs, segments 1 to 17.
+/// After them, every second segment (more than one segment unacknowledged, window not
+/// shrinking) is acknowledged at once, up to segment 31. By then autotuning has grown the
+/// buffer (one receiver RTT of reads), the threshold grows again with every segment, and
+/// with the count at zero each growth is one quick ACK: segments 32 to 40. (With the
+/// growth counted as "at least one quick ACK" the count was 16: segments 1 to 16, then
+/// the even ones.)
+#[test]
+fn linux_window_growth_adds_a_quick_ack_to_an_even_count() {
+    let cfg = TcpConfig::profile("linux").unwrap();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 40 * 1448, io));
+    p.run(Instant::from_secs(2));
+    assert_eq!(p.delivered(), 40 * 1448);
+    let expected: Vec<usize> = (1..=17)
+        .chain((19..=31).step_by(2))
+        .chain(32..=40)
+        .collect();
+    assert_eq!(acked_at_once(&p), expected);
+}
+
+/// Linux leaves quick-ACK mode when less than half of the buffer's window is free
+/// (`__tcp_select_window`, run for every segment sent): a receiver that does not read,
+/// 64 KiB window. Twelve segments, each acknowledged at once (quick-ACK mode); after a
+/// silence longer than the RTO, quick-ACK mode again (16: the 48 160-byte window offered
+/// last holds 16 pairs of segments). Of fourteen more, the first eleven are acknowledged
+/// at once; the ACK of the eleventh leaves 32 232 bytes of 65 536 free, which ends
+/// quick-ACK mode, and the last three wait for the delayed-ACK timer (the window they
+/// leave is smaller than the one offered, so a pair is no reason to ACK either).
+#[test]
+fn linux_quick_ack_mode_ends_when_half_the_buffer_is_held() {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.rcv_autotune = false;
+    cfg.rcvbuf = 65_536;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.run(Instant::from_millis(100));
+    p.with(1, |c, _, _| c.pause_reading());
+    p.with(0, |c, now, io| c.write(now, 12 * 1448, io));
+    p.run(Instant::from_millis(500));
+    assert_eq!(acked_at_once(&p), (1..=12).collect::<Vec<_>>());
+    let t = Instant::from_millis(3_000);
+    p.run(t);
+    p.now = t;
+    p.with(0, |c, now, io| c.write(now, 14 * 1448, io));
+    p.run(Instant::from_millis(4_000));
+    assert_eq!(acked_at_once(&p), (1..=23).collect::<Vec<_>>());
+    assert_eq!(p.c[1].as_ref().unwrap().delack_state().1, 0);
 }
 
 /// Out-of-order data with Linux's ACK engine: every out-of-order segment is
