@@ -8,7 +8,9 @@ started and a mark (`.` met, `X` not) for "each host within 10 % of half the tot
 
 * `aqm`: the AQM benchmark's uplink (`aqm-host_fq_codel`: 10 Mbit/s, 20 ms, 1000-packet
   buffer; a third host pings every 100 ms) under `host_fq_codel` and under `fq_codel`
-  (per-flow fairness only, for comparison); goodput over 5-20 s.
+  (per-flow fairness only, for comparison), each with RFC 8289 CoDel and with COBALT
+  (`aqm = "cobalt"`) on its flow queues; goodput over 5-20 s, and the box's uplink
+  sojourn times (whole run) and standing queue (5-20 s).
 * `line`: line mode (`line = {...}` alone) on the lab's emulated access line
   (`today-line`'s `[access]` hop, 1000-packet modem and DSLAM buffers), the 8M/512k ATM
   line and a 24M/3M PTM line, the eight-plus-one flows once uploading and once
@@ -34,14 +36,15 @@ LINES = [(8_000_000, 512_000, "atm"), (24_000_000, 3_000_000, "ptm")]
 LINKLAYER = {"atm": {"encap": "llc_snap_routed"}, "ptm": {"framing": "ptm", "overhead": 30}}
 
 
-def aqm_scenario(qdisc: str) -> LabScenario:
+def aqm_scenario(qdisc: str, aqm: str = "codel") -> LabScenario:
     sc = LabScenario.from_file(scenario_path("aqm-host_fq_codel"))
     sc.box = copy.deepcopy(sc.box)
     q = sc.box["to_b"]["qdisc"]
     if qdisc != "host_fq_codel":
         q.pop("hosts", None)
     q["kind"] = qdisc
-    sc.name = f"aqm-hosts-{qdisc}"
+    q["aqm"] = aqm
+    sc.name = f"aqm-hosts-{qdisc}" + ("" if aqm == "codel" else f"-{aqm}")
     return sc
 
 
@@ -83,6 +86,13 @@ def run(lab: Lab, sc: LabScenario, out: Path, i: int) -> dict[str, Any]:
         row["ping_p50_ms"], row["ping_p90_ms"] = ping["p50"], ping["p90"]
     extra = (f" ping p50/p90 {row['ping_p50_ms']:.1f}/{row['ping_p90_ms']:.1f} ms"
              if ping else "")
+    soj = (m.get("box", {}).get("to_b") or {}).get("sojourn_ms") or {}
+    standing = m.get("standing_sojourn_ms_in", {}).get("steady", {}).get("to_b")
+    if soj.get("p50") is not None:
+        row.update({f"sojourn_{k}_ms": soj[k] for k in ("p50", "p90", "p99")})
+        row["standing_ms"] = standing
+        extra += (f" sojourn p50/p90/p99 {soj['p50']:.1f}/{soj['p90']:.1f}/{soj['p99']:.1f}"
+                  f" ms standing {standing if standing is None else round(standing, 1)} ms")
     print(f"{sc.name:<34} run {i} load {load:4.2f} {'.' if row['met'] else 'X'} "
           f"1 flow {h1:.3f} vs 8 flows {h2:.3f} Mbit/s (h1 {share:.1%}){extra}", flush=True)
     return row
@@ -101,7 +111,8 @@ def main(argv: list[str]) -> int:
     out = Path(rest[0]) if rest else Path(tempfile.mkdtemp(prefix="fairness-lab-"))
     scenarios = []
     if only in ("", "aqm"):
-        scenarios += [aqm_scenario(q) for q in ("host_fq_codel", "fq_codel")]
+        scenarios += [aqm_scenario(q, a) for a in ("codel", "cobalt")
+                      for q in ("host_fq_codel", "fq_codel")]
     if only in ("", "line"):
         scenarios += [line_scenario(*ln, way) for ln in LINES for way in ("up", "down")]
     lab = Lab.up()

@@ -189,6 +189,15 @@ def test_bench_sim_json() -> None:
     assert result["peak_rss_mb"] > 0
     # 3 flows for 1 s over 10 Mbit/s: about 830 data packets on each of 3 links.
     assert result["packet_hops"] > 2000
+    # The run's trace hash: 16 hex digits, the same for the same configuration, another
+    # for another one.
+    assert len(result["trace_hash"]) == 16 and int(result["trace_hash"], 16) >= 0
+    _, again, _ = invoke("bench", "sim", "--json", "--flows", "3", "--duration", "1",
+                         "--bottleneck", "10000000")
+    assert json.loads(again)["trace_hash"] == result["trace_hash"]
+    _, other, _ = invoke("bench", "sim", "--json", "--flows", "2", "--duration", "1",
+                         "--bottleneck", "10000000")
+    assert json.loads(other)["trace_hash"] != result["trace_hash"]
 
 
 def test_bench_sim_table() -> None:

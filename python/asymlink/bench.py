@@ -3,7 +3,9 @@
 The benchmark itself is in Rust (`asymlink_sim::bench`): a dumbbell of long-lived flows,
 each sender on its own 1 Gbit/s access link, a bottleneck with a one-BDP drop-tail buffer,
 20 ms RTT, 1500-byte packets, monitors off. `packet_hops` counts every transmission of a
-data or ACK packet on every link.
+data or ACK packet on every link. `trace_hash` (16 hex digits) hashes every packet-hop's
+time, link and header fields: equal configurations give equal hashes, so
+the figures of two builds can be compared knowing they simulated the same packets.
 
 Each configuration runs in a fresh Python process so that `peak_rss_mb` is the peak
 resident memory of that configuration alone (the interpreter and libraries included,

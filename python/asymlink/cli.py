@@ -315,8 +315,9 @@ def bench_sim_cmd(as_json: bool, flows: int | None, duration: float | None,
             click.echo(json.dumps(rows))
             return
         keys = ["flows", "sim_s", "packet_hops", "wall_s", "packet_hops_per_sec",
-                "ns_per_hop", "cost_ratio_vs_first", "peak_rss_mb"]
-        table = [[fmt_number(r[k], digits=4) for k in keys] for r in rows]
+                "ns_per_hop", "cost_ratio_vs_first", "peak_rss_mb", "trace_hash"]
+        table = [[r[k] if isinstance(r[k], str) else fmt_number(r[k], digits=4) for k in keys]
+                 for r in rows]
         _stdout().print(TextTable("Simulator scaling", keys, table).rich())
         return
     spec = dict(bench.STANDARD)

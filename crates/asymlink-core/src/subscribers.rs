@@ -144,8 +144,8 @@ fn mask6(a: u128, len: u8) -> u128 {
 pub struct SubscriberPlan {
     /// The pipeline (a `line` expanded).
     pub config: MiddleboxConfig,
-    /// The entry as written, without `prefix` and with its `line` expanded: a reload
-    /// keeps a subscriber's tree when this did not change.
+    /// The entry as written, without `prefix` (a `line`'s `at` filled in; not expanded,
+    /// a tenth of the size): a reload keeps a subscriber's tree when this did not change.
     pub table: Table,
     /// Whether its discipline of each direction (`Dir::index`) watches the link go idle
     /// ([`Qdisc::wants_idle_dequeue`](crate::qdisc::Qdisc::wants_idle_dequeue)).
@@ -153,6 +153,15 @@ pub struct SubscriberPlan {
 }
 
 impl SubscriberPlan {
+    /// The entry's keys as the middlebox runs them: [`SubscriberPlan::table`] with its
+    /// `line` expanded into `rewrite`, `to_a` and `to_b`.
+    pub fn expanded(&self) -> Table {
+        let mut t = self.table.clone();
+        // Checked when the plan was made.
+        let _ = crate::line::expand(&mut t);
+        t
+    }
+
     /// Whether `self` and `other` describe the same pipeline (the same plan, or plans
     /// written alike).
     pub fn same_as(self: &Arc<Self>, other: &Arc<SubscriberPlan>) -> bool {
@@ -476,7 +485,7 @@ impl SubscriberConfig {
             .map(|e| {
                 let mut et = Table::new();
                 et.insert("prefix".into(), Value::String(e.prefix.to_string()));
-                et.extend(e.plan.table.clone());
+                et.extend(e.plan.expanded());
                 Value::Table(et)
             })
             .collect();
@@ -533,13 +542,14 @@ fn parse_entry(
             plan: plan.clone(),
         });
     }
+    let raw = t.clone();
     crate::line::expand(&mut t)?;
-    let config: MiddleboxConfig = crate::config::from_toml_table(t.clone(), "")?;
+    let config: MiddleboxConfig = crate::config::from_toml_table(t, "")?;
     let mb = Middlebox::<HeaderPacket>::new(&config, [None, None], 0)?;
     let wants_idle = [Dir::ToB, Dir::ToA].map(|d| mb.egress(d).qdisc().wants_idle_dequeue());
     let plan = Arc::new(SubscriberPlan {
         config,
-        table: t,
+        table: raw,
         wants_idle,
     });
     plans.insert(key, plan.clone());
@@ -1528,6 +1538,15 @@ mod tests {
         assert!(Arc::ptr_eq(&e[0].plan, &e[999].plan));
         assert!(Arc::ptr_eq(&e[0].plan, &e[1001].plan));
         assert!(!Arc::ptr_eq(&e[0].plan, &e[1000].plan));
+        // A plan keeps the entry as written, a tenth of its expansion, and expands it
+        // when asked (`--print-effective`).
+        assert!(
+            e[0].plan.table.contains_key("line"),
+            "{:?}",
+            e[0].plan.table
+        );
+        let x = e[0].plan.expanded();
+        assert!(!x.contains_key("line") && x.contains_key("to_a") && x.contains_key("to_b"));
         assert_eq!(
             Arc::strong_count(&e[0].plan),
             1001 + 1,
@@ -1822,7 +1841,7 @@ mod tests {
         let again = take(&toml::to_string(&t).unwrap()).unwrap();
         assert_eq!(again.table.len(), 2);
         for (a, b) in again.table.entries().iter().zip(c.table.entries()) {
-            assert_eq!((a.prefix, &a.plan.table), (b.prefix, &b.plan.table));
+            assert_eq!((a.prefix, a.plan.expanded()), (b.prefix, b.plan.expanded()));
         }
     }
 

@@ -1190,7 +1190,7 @@ mod tests {
         );
         assert_eq!(a.len(), o.len());
         for (a, o) in a.iter().zip(o) {
-            assert_eq!((a.prefix, &a.plan.table), (o.prefix, &o.plan.table));
+            assert_eq!((a.prefix, a.plan.expanded()), (o.prefix, o.plan.expanded()));
         }
     }
 

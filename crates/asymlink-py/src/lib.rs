@@ -196,6 +196,7 @@ fn bench_sim<'py>(
     d.set_item("events_per_sec", r.events_per_sec)?;
     d.set_item("ns_per_hop", r.ns_per_hop)?;
     d.set_item("bottleneck_utilization", r.goodput_fraction)?;
+    d.set_item("trace_hash", format!("{:016x}", r.trace_hash))?;
     Ok(d)
 }
 
