@@ -137,10 +137,65 @@ fn source_backlog(mbs: &[MbState], source: &Source) -> u32 {
     }
 }
 
+/// A connection endpoint's state.
+pub(crate) enum Endpoint {
+    /// Not opened yet (or its opening failed).
+    None,
+    /// Open, or closing: the TCP endpoint.
+    Open(Box<Connection>),
+    /// Closed: the endpoint's state (buffers, scoreboard, timers) is freed when it
+    /// closes; what is kept is what the results and the host's conditioner still read.
+    Closed(Box<ClosedConn>),
+}
+
+/// What is kept of a closed connection.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClosedConn {
+    /// Its final counters.
+    pub totals: ConnTotals,
+    /// Its last smoothed RTT (a segment arriving after the close is still reported to
+    /// the host's conditioner, as while the endpoint existed).
+    pub srtt: Option<Duration>,
+}
+
+/// The counters of a connection that the flow summary adds up.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ConnTotals {
+    pub bytes_sent: u64,
+    pub bytes_retransmitted: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub fast_retransmits: u64,
+    pub loss_probes: u64,
+    pub bytes_delivered: u64,
+    /// BBR's: PROBE_RTT episodes, when STARTUP ended, BBR's first ACK.
+    pub bbr: Option<(u64, Option<Instant>, Option<Instant>)>,
+}
+
+impl ConnTotals {
+    /// The totals of `c` so far.
+    pub fn of(c: &Connection) -> ConnTotals {
+        let st = c.stats();
+        ConnTotals {
+            bytes_sent: st.bytes_sent,
+            bytes_retransmitted: st.bytes_retransmitted,
+            retransmits: st.retransmits,
+            timeouts: st.timeouts,
+            fast_retransmits: st.fast_retransmits,
+            loss_probes: st.loss_probes,
+            bytes_delivered: st.bytes_delivered,
+            bbr: c
+                .bbr_info()
+                .map(|b| (b.probe_rtt_rounds, b.startup_exit, b.started)),
+        }
+    }
+}
+
 /// A connection endpoint and its bookkeeping.
 pub(crate) struct ConnSlot {
-    /// The TCP endpoint; `None` before it is opened and after it is closed.
-    pub conn: Option<Connection>,
+    /// The TCP endpoint, boxed: slots stay small (the vector of every connection opened
+    /// in the run) and a closed endpoint's state is given back.
+    pub endpoint: Endpoint,
     /// Index of its host in `World::hosts`.
     pub host: u32,
     /// The node of the other endpoint.
@@ -155,6 +210,52 @@ pub(crate) struct ConnSlot {
     pub label: u32,
     /// The live `Conn` event: the earliest of the connection's deadlines, armed lazily.
     pub timer: Timer,
+}
+
+impl ConnSlot {
+    /// The endpoint while it is open.
+    #[inline]
+    pub fn conn(&self) -> Option<&Connection> {
+        match &self.endpoint {
+            Endpoint::Open(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Whether the endpoint was opened (it may have closed since).
+    #[inline]
+    pub fn opened(&self) -> bool {
+        !matches!(self.endpoint, Endpoint::None)
+    }
+
+    /// The counters of an endpoint that was opened.
+    pub fn totals(&self) -> Option<ConnTotals> {
+        match &self.endpoint {
+            Endpoint::None => None,
+            Endpoint::Open(c) => Some(ConnTotals::of(c)),
+            Endpoint::Closed(k) => Some(k.totals),
+        }
+    }
+
+    /// Payload bytes the endpoint delivered to its application, if it was opened.
+    pub fn bytes_delivered(&self) -> Option<u64> {
+        match &self.endpoint {
+            Endpoint::None => None,
+            Endpoint::Open(c) => Some(c.stats().bytes_delivered),
+            Endpoint::Closed(k) => Some(k.totals.bytes_delivered),
+        }
+    }
+
+    /// Free the state of an endpoint that has closed, keeping its totals.
+    fn free_closed(&mut self) {
+        if let Endpoint::Open(c) = &self.endpoint {
+            let kept = ClosedConn {
+                totals: ConnTotals::of(c),
+                srtt: c.srtt(),
+            };
+            self.endpoint = Endpoint::Closed(Box::new(kept));
+        }
+    }
 }
 
 /// A host: its connections, sockets and host-level mechanisms.
@@ -256,7 +357,6 @@ pub(crate) struct World {
     /// Open pcap files.
     pub captures: Vec<Capture>,
     iss_rng: Rng,
-    next_uid: u64,
     /// Events processed and packet hops (one per packet per link direction) so far.
     pub events: u64,
     pub packet_hops: u64,
@@ -313,7 +413,6 @@ impl World {
             monitor: Monitor::new(&spec.monitor),
             captures: Vec::new(),
             iss_rng: Rng::child(seed, "tcp:iss"),
-            next_uid: 0,
             events: 0,
             packet_hops: 0,
             trace_hash: 0xcbf2_9ce4_8422_2325,
@@ -469,8 +568,7 @@ impl World {
                     return; // stale entry
                 }
                 let due = slot
-                    .conn
-                    .as_ref()
+                    .conn()
                     .and_then(|x| x.poll_at())
                     .is_some_and(|t| t <= self.now);
                 if due {
@@ -568,9 +666,9 @@ impl World {
             *packet_hops += 1;
             *trace_hash = trace_mix(*trace_hash, tx.start.as_nanos(), d, p);
             for &c in caps.iter() {
-                captures[c].write(tx.start, &p.hdr);
+                captures[c].write(tx.start, p.hdr());
             }
-            if p.hdr.is_pure_ack() {
+            if p.hop().is_pure_ack() {
                 tx_acks.0 += 1;
                 tx_acks.1 += p.len as u64;
                 tx_acks.2 += tx.wire_len as u64;
@@ -579,12 +677,10 @@ impl World {
             *sojourn_sum_ns += sojourn;
             *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
             sojourn_hist.record(sojourn);
-            let proto = match p.hdr.transport {
-                Transport::Tcp(_) => 0,
-                Transport::Udp(_) => 1,
-                Transport::Other(_) => 2,
-            };
-            if let Some(h) = sojourn_by_proto.get_or_insert_default().get_mut(proto) {
+            if let Some(h) = sojourn_by_proto
+                .get_or_insert_default()
+                .get_mut(p.proto() as usize)
+            {
                 h.record(sojourn);
             }
         });
@@ -686,7 +782,7 @@ impl World {
                 let label = self.label_of(dsc.pkt.src_conn);
                 self.monitor.event(now, kind, at, label, reason);
             }
-            self.recycle(dsc.pkt.hdr);
+            self.recycle(dsc.pkt.into_hdr());
         }
         self.drops = drops;
     }
@@ -702,13 +798,13 @@ impl World {
             NodeRole::Router(r) => {
                 let NodeRole::Host(h) = self.nodes[p.dst_node as usize].role else {
                     self.unroutable += 1;
-                    self.recycle(p.hdr);
+                    self.recycle(p.into_hdr());
                     return;
                 };
                 let d = self.routes[r as usize].toward(h);
                 if d == NO_ROUTE {
                     self.unroutable += 1;
-                    self.recycle(p.hdr);
+                    self.recycle(p.into_hdr());
                     return;
                 }
                 self.enqueue(d, p);
@@ -716,7 +812,7 @@ impl World {
             NodeRole::Host(h) => {
                 if p.dst_node != node {
                     self.unroutable += 1;
-                    self.recycle(p.hdr);
+                    self.recycle(p.into_hdr());
                     return;
                 }
                 self.host_receive(h, p);
@@ -725,18 +821,18 @@ impl World {
     }
 
     fn host_receive(&mut self, h: u32, p: SimPacket) {
-        match p.hdr.transport {
+        match p.hdr().transport {
             Transport::Tcp(t) => {
                 let mut cid = p.dst_conn;
                 if cid == NO_CONN
                     || self
                         .conns
                         .get(cid as usize)
-                        .is_none_or(|s| s.host != h || s.conn.is_none())
+                        .is_none_or(|s| s.host != h || !s.opened())
                 {
                     cid = self.hosts[h as usize]
                         .demux
-                        .get(&(p.hdr.ip.src, t.src_port, t.dst_port))
+                        .get(&(p.hdr().ip.src, t.src_port, t.dst_port))
                         .copied()
                         .unwrap_or(NO_CONN);
                 }
@@ -745,8 +841,8 @@ impl World {
                     if slot.peer == NO_CONN {
                         slot.peer = p.src_conn;
                     }
-                    let hdr = *p.hdr;
-                    self.recycle(p.hdr);
+                    let hdr = *p.hdr();
+                    self.recycle(p.into_hdr());
                     self.conn_call(cid, move |c, now, io| c.on_segment(now, &hdr, io));
                     return;
                 }
@@ -758,7 +854,7 @@ impl World {
                     .filter(|_| syn)
                 else {
                     self.no_listener += 1;
-                    self.recycle(p.hdr);
+                    self.recycle(p.into_hdr());
                     return;
                 };
                 self.accept(h, app, &p);
@@ -773,7 +869,7 @@ impl World {
             }
             Transport::Other(_) => {}
         }
-        self.recycle(p.hdr);
+        self.recycle(p.into_hdr());
     }
 
     /// The flow an application drives: each flow has one application, built in flow
@@ -798,7 +894,7 @@ impl World {
     /// the application's later connections on its side.
     fn count_open(&mut self, id: ConnId) {
         let s = &self.conns[id as usize];
-        if s.conn.is_some() {
+        if s.opened() {
             self.opened[s.app as usize][s.primary as usize] += 1;
         }
     }
@@ -817,7 +913,7 @@ impl World {
         let idx = id as usize;
         while self.conns.len() <= idx {
             self.conns.push(ConnSlot {
-                conn: None,
+                endpoint: Endpoint::None,
                 host: u32::MAX,
                 remote_node: 0,
                 peer: NO_CONN,
@@ -839,7 +935,7 @@ impl World {
             c.on_open_flow(now, id, local, remote);
         }
         self.conns[idx] = ConnSlot {
-            conn: None,
+            endpoint: Endpoint::None,
             host,
             remote_node,
             peer: NO_CONN,
@@ -858,15 +954,15 @@ impl World {
         let iss = self.iss_rng.next_u64() as u32;
         let local = (
             self.hosts[h as usize].addr,
-            p.hdr.tcp_repr().map(|t| t.dst_port).unwrap_or(0),
+            p.hdr().tcp_repr().map(|t| t.dst_port).unwrap_or(0),
         );
         let remote = (
-            p.hdr.ip.src,
-            p.hdr.tcp_repr().map(|t| t.src_port).unwrap_or(0),
+            p.hdr().ip.src,
+            p.hdr().tcp_repr().map(|t| t.src_port).unwrap_or(0),
         );
         self.new_slot(id, h, p.src_node, app, false, local, remote);
         self.conns[id as usize].peer = p.src_conn;
-        let hdr = *p.hdr;
+        let hdr = *p.hdr();
         let mut made = None;
         self.with_io(h, |now, io| {
             made = Connection::accept(now, id, &cfg, local, &hdr, iss, io);
@@ -876,7 +972,7 @@ impl World {
         self.hosts[h as usize]
             .demux
             .insert((remote.0, remote.1, local.1), id);
-        self.conns[id as usize].conn = Some(conn);
+        self.conns[id as usize].endpoint = Endpoint::Open(Box::new(conn));
         self.count_open(id);
         let peer = p.src_conn;
         let mut primary = false;
@@ -934,10 +1030,20 @@ impl World {
         let h = self.conns[cid as usize].host;
         {
             let slot = &mut self.conns[cid as usize];
-            let Some(conn) = slot.conn.as_mut() else {
-                self.pool_out.push(out);
-                self.pool_ev.push(ev);
-                return;
+            let conn = match &mut slot.endpoint {
+                Endpoint::Open(c) => c,
+                Endpoint::Closed(k) => {
+                    let srtt = k.srtt;
+                    self.pool_out.push(out);
+                    self.pool_ev.push(ev);
+                    self.closed_call(cid, h, srtt);
+                    return;
+                }
+                Endpoint::None => {
+                    self.pool_out.push(out);
+                    self.pool_ev.push(ev);
+                    return;
+                }
             };
             let host = &mut self.hosts[h as usize];
             let mut io = ConnIo {
@@ -958,6 +1064,18 @@ impl World {
         self.flush_io(cid);
         self.schedule_conn(cid);
         if self.hosts[h as usize].conditioner.is_some() {
+            self.schedule_host(h);
+        }
+    }
+
+    /// A call into an endpoint that has closed (a late segment, a write or close by its
+    /// application): a closed endpoint ignores it, but the host's conditioner is told of
+    /// the activity as while the endpoint existed.
+    #[cold]
+    fn closed_call(&mut self, cid: ConnId, h: u32, srtt: Option<Duration>) {
+        let now = self.now;
+        if let Some(c) = self.hosts[h as usize].conditioner.as_mut() {
+            c.on_activity(now, cid, srtt);
             self.schedule_host(h);
         }
     }
@@ -989,10 +1107,11 @@ impl World {
         for e in ev.drain(..) {
             match e {
                 ConnEvent::Closed | ConnEvent::Reset => {
-                    if let Some(c) = &self.conns[cid as usize].conn {
+                    if let Some(c) = self.conns[cid as usize].conn() {
                         let (r, l) = (c.remote(), c.local());
                         self.hosts[h as usize].demux.remove(&(r.0, r.1, l.1));
                     }
+                    self.conns[cid as usize].free_closed();
                     let now = self.now;
                     let host = &mut self.hosts[h as usize];
                     host.conns.retain(|&c| c != cid);
@@ -1026,14 +1145,13 @@ impl World {
 
     fn schedule_conn(&mut self, cid: ConnId) {
         let slot = &mut self.conns[cid as usize];
-        if let Some(t) = slot.conn.as_ref().and_then(|c| c.poll_at()) {
+        if let Some(t) = slot.conn().and_then(|c| c.poll_at()) {
             slot.timer
                 .arm_by(&mut self.queue, t.max(self.now), Ev::Conn(cid));
         }
     }
 
     fn host_send(&mut self, h: u32, cid: ConnId, hdr: Headers) {
-        self.next_uid += 1;
         let hdr = self.boxed(hdr);
         let slot = &self.conns[cid as usize];
         let p = SimPacket::new(
@@ -1042,7 +1160,6 @@ impl World {
             slot.remote_node,
             cid,
             slot.peer,
-            self.next_uid,
             0,
         );
         let d = self.hosts[h as usize].out_dir;
@@ -1101,7 +1218,9 @@ impl World {
                 self.with_io(h, |now, io| {
                     made = Some(Connection::connect(now, conn, &cfg, local, remote, iss, io));
                 });
-                self.conns[conn as usize].conn = made;
+                if let Some(c) = made {
+                    self.conns[conn as usize].endpoint = Endpoint::Open(Box::new(c));
+                }
                 self.count_open(conn);
                 self.flush_io(conn);
                 self.schedule_conn(conn);
@@ -1137,17 +1256,8 @@ impl World {
                     transport: Transport::Udp(UdpRepr { src_port, dst_port }),
                     payload_len: size.saturating_sub(ip.header_len() as u32 + 8),
                 };
-                self.next_uid += 1;
                 let hdr = self.boxed(hdr);
-                let p = SimPacket::new(
-                    hdr,
-                    from as NodeId,
-                    to as NodeId,
-                    NO_CONN,
-                    NO_CONN,
-                    self.next_uid,
-                    tag,
-                );
+                let p = SimPacket::new(hdr, from as NodeId, to as NodeId, NO_CONN, NO_CONN, tag);
                 let d = self.hosts[h as usize].out_dir;
                 self.enqueue(d, p);
             }
@@ -1190,15 +1300,14 @@ impl World {
         let now = self.now;
         if self.monitor.flows_on() {
             for slot in self.conns.iter() {
-                let Some(c) = &slot.conn else { continue };
+                let Some(c) = slot.conn() else { continue };
                 if !slot.primary || c.state() == State::Closed {
                     continue;
                 }
                 let delivered = self
                     .conns
                     .get(slot.peer as usize)
-                    .and_then(|p| p.conn.as_ref())
-                    .map(|p| p.stats().bytes_delivered)
+                    .and_then(|p| p.bytes_delivered())
                     .unwrap_or(0);
                 self.monitor.flow_row(now, slot.label, c, delivered);
             }
@@ -1230,21 +1339,15 @@ const HDR_POOL_MAX: usize = 1 << 16;
 #[inline]
 fn trace_mix(mut h: u64, t: u64, dir: u32, p: &SimPacket) -> u64 {
     const K: u64 = 0x100_0000_01B3;
-    let (seq, ack, flags) = match &p.hdr.transport {
-        Transport::Tcp(t) => (
-            t.seq.0 as u64,
-            t.ack.0 as u64,
-            t.flags.0 as u64 | (t.window as u64) << 16,
-        ),
-        Transport::Udp(u) => (u.src_port as u64, u.dst_port as u64, 0),
-        Transport::Other(x) => (*x as u64, 0, 0),
-    };
+    // The fields of the headers, as copied into the packet (`HopFields`): a hop does not
+    // read the headers themselves.
+    let f = p.hop();
     for w in [
         t,
         dir as u64,
-        seq | ack << 32,
-        flags,
-        p.hdr.payload_len as u64 | (p.src_conn as u64) << 32,
+        f.seq as u64 | (f.ack as u64) << 32,
+        f.flags as u64 | (f.window as u64) << 16,
+        f.payload_len as u64 | (p.src_conn as u64) << 32,
     ] {
         h = (h ^ w).wrapping_mul(K);
         h ^= h >> 29;

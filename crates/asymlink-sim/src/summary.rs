@@ -74,25 +74,24 @@ fn flow_summary(w: &World) -> Table {
             .iter()
             .map(|&i| &w.conns[i as usize])
         {
-            let Some(conn) = &slot.conn else { continue };
+            let Some(st) = slot.totals() else { continue };
             c += 1;
-            let st = conn.stats();
             s += st.bytes_sent;
             rb += st.bytes_retransmitted;
             r += st.retransmits;
             t += st.timeouts;
             fr += st.fast_retransmits;
             lp += st.loss_probes;
-            if let Some(b) = conn.bbr_info() {
-                prtt += b.probe_rtt_rounds;
-                if let Some(t) = b.startup_exit {
+            if let Some((probe_rtts, startup_exit, started)) = st.bbr {
+                prtt += probe_rtts;
+                if let Some(t) = startup_exit {
                     sx = if sx.is_nan() {
                         t.as_secs_f64()
                     } else {
                         sx.min(t.as_secs_f64())
                     };
                 }
-                if let Some(t) = b.started {
+                if let Some(t) = started {
                     st0 = if st0.is_nan() {
                         t.as_secs_f64()
                     } else {
@@ -103,9 +102,9 @@ fn flow_summary(w: &World) -> Table {
             if let Some(p) = w
                 .conns
                 .get(slot.peer as usize)
-                .and_then(|p| p.conn.as_ref())
+                .and_then(|p| p.bytes_delivered())
             {
-                d += p.stats().bytes_delivered;
+                d += p;
             }
         }
         conns.push(c);

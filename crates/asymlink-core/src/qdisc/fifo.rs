@@ -46,12 +46,22 @@ impl Default for FifoConfig {
     }
 }
 
-/// A FIFO queue.
+/// Packets of room a FIFO keeps however empty it gets.
+const KEEP: usize = 64;
+
+/// A FIFO queue. Its memory follows its backlog: when it drains, and fewer packets were
+/// queued in the busy period that ends than a quarter of its allocation, it keeps room
+/// for twice that many (at least [`KEEP`]), so a burst does not keep its memory for the
+/// rest of the run. A queue whose busy periods stay alike keeps its allocation (what it
+/// keeps is twice what one needed), so there is no shrinking and growing back and forth.
 #[derive(Debug)]
 pub struct Fifo<P> {
     cfg: FifoConfig,
     q: VecDeque<P>,
     stats: QdiscStats,
+    /// `stats.enqueued` when the queue last drained with more than [`KEEP`] packets of
+    /// room: packets queued since then bound the backlog of the busy period from above.
+    drained_mark: u64,
 }
 
 impl<P: Pkt> Fifo<P> {
@@ -61,6 +71,7 @@ impl<P: Pkt> Fifo<P> {
             cfg,
             q: VecDeque::new(),
             stats: QdiscStats::default(),
+            drained_mark: 0,
         }
     }
 
@@ -72,6 +83,24 @@ impl<P: Pkt> Fifo<P> {
     /// Queued packets, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = &P> {
         self.q.iter()
+    }
+
+    /// Packets of room allocated (at least the backlog).
+    pub fn capacity(&self) -> usize {
+        self.q.capacity()
+    }
+
+    /// The queue is about to drain with more than [`KEEP`] packets of room: give back
+    /// what its last busy period did not need. Out of line (rare), so that `dequeue`
+    /// stays small.
+    #[cold]
+    #[inline(never)]
+    fn drained(&mut self) {
+        let busy = self.stats.enqueued - self.drained_mark;
+        self.drained_mark = self.stats.enqueued;
+        if busy.saturating_mul(4) < self.q.capacity() as u64 {
+            self.q.shrink_to((busy as usize * 2).max(KEEP));
+        }
     }
 }
 
@@ -117,6 +146,9 @@ impl<P: Pkt + Send> Qdisc<P> for Fifo<P> {
     }
 
     fn dequeue(&mut self, _now: Instant, _drops: &mut Drops<P>) -> Dequeued<P> {
+        if self.q.len() == 1 && self.q.capacity() > KEEP {
+            self.drained();
+        }
         match self.q.pop_front() {
             Some(p) => {
                 self.stats.on_dequeue(p.ip_len());
@@ -143,6 +175,52 @@ impl<P: Pkt + Send> Qdisc<P> for Fifo<P> {
 mod tests {
     use super::*;
     use crate::qdisc::testutil::*;
+
+    #[test]
+    fn memory_follows_the_backlog() {
+        let mut q = Fifo::new(FifoConfig {
+            limit: Limit::Packets(100_000),
+            drop: DropSide::Tail,
+        });
+        let mut d = Drops::new();
+        let mut burst = |q: &mut Fifo<crate::packet::HeaderPacket>, n: u32| {
+            for i in 0..n {
+                q.enqueue(ms(0), data(i, 100), &mut d);
+            }
+            for i in 0..n {
+                assert_eq!(tag(&q.dequeue(ms(1), &mut d).packet().unwrap()), i);
+            }
+            assert_eq!(q.backlog().packets, 0);
+        };
+        // A burst keeps its room until a later busy period shows it is not needed.
+        burst(&mut q, 10_000);
+        let peak = q.capacity();
+        assert!(peak >= 10_000);
+        burst(&mut q, 10_000);
+        assert_eq!(q.capacity(), peak);
+        burst(&mut q, 100);
+        assert!(q.capacity() < 1_000, "{} of {peak}", q.capacity());
+        assert!(q.capacity() >= 200);
+        burst(&mut q, 10);
+        assert!(q.capacity() <= 2 * KEEP, "{}", q.capacity());
+        // Busy periods alike: the allocation stays as it is.
+        burst(&mut q, 60);
+        let cap = q.capacity();
+        for _ in 0..50 {
+            burst(&mut q, 60);
+            assert_eq!(q.capacity(), cap);
+        }
+        // A steady backlog never drains: nothing changes either.
+        for i in 0..200 {
+            q.enqueue(ms(2), data(i, 100), &mut d);
+        }
+        let cap = q.capacity();
+        for i in 200..20_000 {
+            q.enqueue(ms(2), data(i, 100), &mut d);
+            q.dequeue(ms(2), &mut d);
+            assert_eq!(q.capacity(), cap);
+        }
+    }
 
     #[test]
     fn tail_drop_by_packets() {
