@@ -106,10 +106,10 @@ pub(crate) struct LinkDir {
     /// Sum and maximum of the sojourn times (offer to start of transmission), ns.
     pub sojourn_sum_ns: u64,
     pub sojourn_max_ns: u64,
-    /// Distribution of the sojourn times (percentiles in `queue_summary`).
-    pub sojourn_hist: crate::hist::Histogram,
-    /// The same for TCP packets and for UDP packets alone (made on the first of them).
-    pub sojourn_by_proto: Option<Box<[crate::hist::Histogram; 2]>>,
+    /// Distribution of the sojourn times of TCP, UDP and other packets, indexed by
+    /// `SimPacket::proto` (percentiles in `queue_summary`; the direction's own are those
+    /// of the three merged).
+    pub sojourn_hist: [crate::hist::Histogram; 3],
     /// Indices into `World::captures` of the pcap files recording this direction.
     pub captures: Vec<usize>,
 }
@@ -656,7 +656,6 @@ impl World {
             sojourn_sum_ns,
             sojourn_max_ns,
             sojourn_hist,
-            sojourn_by_proto,
             captures: caps,
             ..
         } = &mut dirs[di];
@@ -676,13 +675,7 @@ impl World {
             let sojourn = tx.start.as_nanos().saturating_sub(p.queued_at);
             *sojourn_sum_ns += sojourn;
             *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
-            sojourn_hist.record(sojourn);
-            if let Some(h) = sojourn_by_proto
-                .get_or_insert_default()
-                .get_mut(p.proto() as usize)
-            {
-                h.record(sojourn);
-            }
+            sojourn_hist[p.proto() as usize].record(sojourn);
         });
         self.drops = drops;
         if !self.drops.is_empty() {

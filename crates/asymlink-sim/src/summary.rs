@@ -255,18 +255,9 @@ fn queue_summary(w: &World) -> Table {
             }),
         )
         .with("max_sojourn_ms", lf(&|d| d.sojourn_max_ns as f64 / 1e6))
-        .with(
-            "p50_sojourn_ms",
-            lf(&|d| d.sojourn_hist.quantile(0.5) as f64 / 1e6),
-        )
-        .with(
-            "p90_sojourn_ms",
-            lf(&|d| d.sojourn_hist.quantile(0.9) as f64 / 1e6),
-        )
-        .with(
-            "p99_sojourn_ms",
-            lf(&|d| d.sojourn_hist.quantile(0.99) as f64 / 1e6),
-        )
+        .with("p50_sojourn_ms", lf(&|d| all_quantile(d, 0.5)))
+        .with("p90_sojourn_ms", lf(&|d| all_quantile(d, 0.9)))
+        .with("p99_sojourn_ms", lf(&|d| all_quantile(d, 0.99)))
         .with("p50_sojourn_tcp_ms", lf(&|d| proto_quantile(d, 0, 0.5)))
         .with("p90_sojourn_tcp_ms", lf(&|d| proto_quantile(d, 0, 0.9)))
         .with("p50_sojourn_udp_ms", lf(&|d| proto_quantile(d, 1, 0.5)))
@@ -276,10 +267,16 @@ fn queue_summary(w: &World) -> Table {
 /// The `q` quantile of the sojourn times of a link direction's TCP (`proto` 0) or UDP (1)
 /// packets, ms; 0 when it sent none.
 fn proto_quantile(d: &LinkDir, proto: usize, q: f64) -> f64 {
-    d.sojourn_by_proto
-        .as_ref()
-        .map_or(0, |h| h[proto].quantile(q)) as f64
-        / 1e6
+    d.sojourn_hist[proto].quantile(q) as f64 / 1e6
+}
+
+/// The `q` quantile of the sojourn times of all of a link direction's packets, ms.
+fn all_quantile(d: &LinkDir, q: f64) -> f64 {
+    let mut all = crate::hist::Histogram::default();
+    for h in &d.sojourn_hist {
+        all.merge(h);
+    }
+    all.quantile(q) as f64 / 1e6
 }
 
 fn egress_qdisc<'a>(

@@ -125,7 +125,6 @@ pub(crate) fn build_links(
                 sojourn_sum_ns: 0,
                 sojourn_max_ns: 0,
                 sojourn_hist: Default::default(),
-                sojourn_by_proto: None,
                 captures: Vec::new(),
             });
             adj[from].push((to, id));
