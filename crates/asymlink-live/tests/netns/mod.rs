@@ -261,6 +261,7 @@ pub fn echo_datagrams(
     let srv = std::thread::spawn(move || {
         enter(&s_ns);
         let sock = UdpSocket::bind(server).unwrap();
+        roomy_receive_buffer(&sock);
         sock.set_read_timeout(Some(Duration::from_millis(500)))
             .unwrap();
         bound_tx.send(()).unwrap();
@@ -284,6 +285,7 @@ pub fn echo_datagrams(
             .map(|a| {
                 let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(*a), 0)).unwrap();
                 s.connect(server).unwrap();
+                roomy_receive_buffer(&s);
                 s.set_nonblocking(true).unwrap();
                 s
             })
@@ -321,6 +323,15 @@ pub fn echo_datagrams(
     let got = up_rx.recv().unwrap();
     srv.join().unwrap();
     (got, back)
+}
+
+/// Room for every datagram a test sends in the socket's receive buffer (root's
+/// `SO_RCVBUFFORCE`, past `rmem_max`): the default holds about 250 small datagrams, so a
+/// test thread the scheduler leaves waiting for ten milliseconds on a loaded machine
+/// would lose the rest in its own socket, not in the box.
+fn roomy_receive_buffer(sock: &UdpSocket) {
+    use nix::sys::socket::{setsockopt, sockopt::RcvBufForce};
+    setsockopt(sock, RcvBufForce, &(8 << 20)).expect("SO_RCVBUFFORCE");
 }
 
 /// Whether the sequence numbers rise strictly.
