@@ -245,6 +245,17 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
 IO_MODES = ("socket", "mmap", "xdp")
 #: `--io` names for several modes: `both` (the two packet-socket modes) and `all`.
 IO_GROUPS = {"both": ("socket", "mmap"), "all": IO_MODES}
+#: A mode with this suffix (`mmap+tx`) runs the box with `[process] tx_thread = true`.
+TX_SUFFIX = "+tx"
+#: The modes that can send from a sender thread.
+TX_MODES = ("socket", "mmap")
+
+
+def io_process(io: str) -> dict[str, Any]:
+    """The `[process]` keys of an `--io` mode: `io`, and `tx_thread` for `<mode>+tx`."""
+    if io.endswith(TX_SUFFIX):
+        return {"io": io[: -len(TX_SUFFIX)], "tx_thread": True}
+    return {"io": io}
 #: The address family of AF_XDP sockets (`AF_XDP` in linux/socket.h).
 AF_XDP = 44
 #: Attempts at starting an `io = "xdp"` box, half a second apart: the kernel frees the
@@ -260,9 +271,14 @@ def parse_io_modes(text: str) -> tuple[str, ...]:
         return IO_GROUPS[text]
     modes = tuple(m.strip() for m in text.split(","))
     for m in modes:
-        if m not in IO_MODES:
-            raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)}, a "
-                           f"comma-separated list of them, 'both' or 'all')")
+        if m.endswith(TX_SUFFIX) and m[: -len(TX_SUFFIX)] in IO_MODES:
+            if m[: -len(TX_SUFFIX)] not in TX_MODES:
+                raise LabError(f"io: '{m}': a sender thread needs one of "
+                               f"{', '.join(TX_MODES)}")
+        elif m not in IO_MODES:
+            raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)}, each "
+                           f"of {', '.join(TX_MODES)} with '{TX_SUFFIX}' for a sender "
+                           f"thread, a comma-separated list of them, 'both' or 'all')")
         if modes.count(m) > 1:
             raise LabError(f"io: '{m}' given twice")
     return modes
@@ -298,7 +314,7 @@ def _start_box_io(lab: Lab, body: dict[str, Any], io: str) -> Any:
 
 
 def _with_io(body: dict[str, Any], io: str) -> dict[str, Any]:
-    return {**body, "process": {**body["process"], "io": io}}
+    return {**body, "process": {**body["process"], **io_process(io)}}
 
 
 def _measured(not_measured: dict[str, str], key: str,
@@ -317,7 +333,8 @@ def _ratio(a: float | None, b: float | None) -> float:
 
 
 def _measure_box(lab: Lab, seconds: float, io: str, kernel: float | None,
-                 not_measured: dict[str, str]) -> dict[str, Any]:
+                 not_measured: dict[str, str],
+                 latency_rate_bps: float | None = None) -> dict[str, Any]:
     """Unshaped, shaped and half-load latency through the box in one `io` mode; a point
     without a goodput is None, its reason in `not_measured` (keyed `<io>.<key>`). A mode
     that cannot run here (`xdp` without AF_XDP, or a box that would not start in it) has
@@ -325,7 +342,7 @@ def _measure_box(lab: Lab, seconds: float, io: str, kernel: float | None,
     why = xdp_unavailable() if io == "xdp" else None
     if why is None:
         try:
-            return _measure_box_in(lab, seconds, io, kernel, not_measured)
+            return _measure_box_in(lab, seconds, io, kernel, not_measured, latency_rate_bps)
         except BoxDidNotStart as e:
             why = str(e)
     not_measured[io] = why
@@ -340,7 +357,8 @@ BOX_KEYS = ("box_gbps", "box_shaped_gbps", "box_shaped_ip_gbps", "box_vs_kernel"
 
 
 def _measure_box_in(lab: Lab, seconds: float, io: str, kernel: float | None,
-                    not_measured: dict[str, str]) -> dict[str, Any]:
+                    not_measured: dict[str, str],
+                    latency_rate_bps: float | None = None) -> dict[str, Any]:
     box = _start_box_io(lab, _with_io(UNSHAPED, io), io)
     try:
         unshaped = _measured(not_measured, f"{io}.box_gbps", lambda: transfer(lab, seconds))
@@ -354,6 +372,8 @@ def _measure_box_in(lab: Lab, seconds: float, io: str, kernel: float | None,
         shaped_final = box.stop()
     # Half of the unshaped rate (of the kernel's when the box's was not measured).
     half = (unshaped if unshaped is not None else kernel or 2.0) / 2 * 1e9
+    if latency_rate_bps is not None:
+        half = latency_rate_bps
     box = _start_box_io(lab, {**_with_io(UNSHAPED, io), "stats": {"latency_breakdown": True}},
                         io)
     try:
@@ -414,7 +434,7 @@ def _measure_workers(lab: Lab, seconds: float, io: str, roles: list[str], worker
     final: dict[str, Any] = {}
     each: list[float] | None = None
     if why is None:
-        body = {**UNSHAPED, "process": {**PROCESS, "io": io, "workers": workers}}
+        body = {**UNSHAPED, "process": {**PROCESS, **io_process(io), "workers": workers}}
         try:
             box = _start_box_io(lab, body, io)
         except BoxDidNotStart as e:
@@ -440,7 +460,8 @@ def _measure_workers(lab: Lab, seconds: float, io: str, roles: list[str], worker
 
 
 def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",),
-              workers: tuple[int, ...] = ()) -> dict[str, Any]:
+              workers: tuple[int, ...] = (),
+              latency_rate_bps: float | None = None) -> dict[str, Any]:
     """Run the benchmark in a fresh lab (removed afterwards). `io` lists the box's
     `[process] io` modes to measure, one after the other against the same kernel run;
     the top-level box keys are those of the first, `by_io` has each. With `workers`
@@ -455,7 +476,8 @@ def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",),
         lab.set_forwarding("kernel")
         kernel = _measured(skipped, "kernel_gbps", lambda: transfer(lab, seconds))
         lab.set_forwarding("box")
-        by_io = {m: _measure_box(lab, seconds, m, kernel, skipped) for m in io}
+        by_io = {m: _measure_box(lab, seconds, m, kernel, skipped, latency_rate_bps)
+                 for m in io}
         lo = _measured(skipped, "traffic_tool_loopback_gbps",
                        lambda: loopback_gbps(lab, min(seconds, 3.0)))
         if workers:
