@@ -39,6 +39,12 @@ def test_a_mode_with_a_sender_thread() -> None:
         parse_io_modes("xdp+tx")
     with pytest.raises(LabError, match="'mmap\\+tx' given twice"):
         parse_io_modes("mmap+tx,mmap+tx")
+    assert bench.io_process("mmap+tx+poll") == {"io": "mmap", "tx_thread": True,
+                                                 "busy_poll": "50us"}
+    assert bench.io_process("socket+poll") == {"io": "socket", "busy_poll": "50us"}
+    for bad in ("mmap+fast", "mmap+tx+tx", "tun+tx"):
+        with pytest.raises(LabError, match=f"unknown mode '{bad.replace('+', '.')}'"):
+            parse_io_modes(bad)
 
 
 @pytest.mark.parametrize(("text", "says"), [

@@ -356,8 +356,9 @@ def _rate_option(name: str, value: str) -> float:
               metavar="MODE[,MODE...]",
               help="The box's [process] io modes, each measured against the same kernel "
                    "run: socket, mmap, xdp (experimental; not measured, with the reason, "
-                   "where AF_XDP is unavailable), socket+tx or mmap+tx (with [process] "
-                   "tx_thread = true), a list (socket,xdp), 'both' (socket,mmap) or 'all'.")
+                   "where AF_XDP is unavailable), a mode with '+tx' (socket+tx, mmap+tx: "
+                   "[process] tx_thread = true) and/or '+poll' (busy_poll = 50us), a list "
+                   "(socket,xdp), 'both' (socket,mmap) or 'all'.")
 @click.option("--latency-rate", "latency_rate", default=None, metavar="RATE",
               help="Pace the latency transfer at this rate (e.g. 1Gbit) for every mode, "
                    "instead of half of each mode's own unshaped goodput.")

@@ -448,22 +448,25 @@ mod tests {
     #[test]
     fn queue_between_threads_keeps_order() {
         let (mut p, mut c) = queue::<u64>(8);
-        let n = 200_000u64;
+        let n = 20_000u64;
         let t = std::thread::spawn(move || {
             let mut i = 0;
             while i < n {
                 if p.push(i).is_ok() {
                     i += 1;
                 } else {
-                    std::hint::spin_loop();
+                    std::thread::yield_now();
                 }
             }
         });
         let mut want = 0;
         while want < n {
-            if let Some(v) = c.pop() {
-                assert_eq!(v, want);
-                want += 1;
+            match c.pop() {
+                Some(v) => {
+                    assert_eq!(v, want);
+                    want += 1;
+                }
+                None => std::thread::yield_now(),
             }
         }
         t.join().unwrap();

@@ -245,22 +245,37 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
 IO_MODES = ("socket", "mmap", "xdp")
 #: `--io` names for several modes: `both` (the two packet-socket modes) and `all`.
 IO_GROUPS = {"both": ("socket", "mmap"), "all": IO_MODES}
-#: A mode with this suffix (`mmap+tx`) runs the box with `[process] tx_thread = true`.
-TX_SUFFIX = "+tx"
+#: Suffixes of an `--io` mode and the `[process]` keys they add: `+tx` a sender thread
+#: per interface (`mmap+tx`), `+poll` 50 µs of busy polling (`mmap+tx+poll`).
+IO_SUFFIXES: dict[str, dict[str, Any]] = {"tx": {"tx_thread": True},
+                                          "poll": {"busy_poll": "50us"}}
 #: The modes that can send from a sender thread.
 TX_MODES = ("socket", "mmap")
-
-
-def io_process(io: str) -> dict[str, Any]:
-    """The `[process]` keys of an `--io` mode: `io`, and `tx_thread` for `<mode>+tx`."""
-    if io.endswith(TX_SUFFIX):
-        return {"io": io[: -len(TX_SUFFIX)], "tx_thread": True}
-    return {"io": io}
 #: The address family of AF_XDP sockets (`AF_XDP` in linux/socket.h).
 AF_XDP = 44
 #: Attempts at starting an `io = "xdp"` box, half a second apart: the kernel frees the
 #: socket map of the box before (which held receive queue 0) a moment after that box exits.
 XDP_START_ATTEMPTS = 3
+
+
+def io_process(io: str) -> dict[str, Any]:
+    """The `[process]` keys of an `--io` mode: `io`, and those of its suffixes."""
+    base, *flags = io.split("+")
+    keys: dict[str, Any] = {"io": base}
+    for f in flags:
+        keys.update(IO_SUFFIXES[f])
+    return keys
+
+
+def _check_io_mode(m: str) -> None:
+    base, *flags = m.split("+")
+    if base not in IO_MODES or any(f not in IO_SUFFIXES for f in flags) \
+            or len(set(flags)) != len(flags):
+        raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)}, each with "
+                       f"'+tx' for a sender thread and/or '+poll' for busy polling, a "
+                       f"comma-separated list of them, 'both' or 'all')")
+    if "tx" in flags and base not in TX_MODES:
+        raise LabError(f"io: '{m}': a sender thread needs one of {', '.join(TX_MODES)}")
 
 
 def parse_io_modes(text: str) -> tuple[str, ...]:
@@ -271,14 +286,7 @@ def parse_io_modes(text: str) -> tuple[str, ...]:
         return IO_GROUPS[text]
     modes = tuple(m.strip() for m in text.split(","))
     for m in modes:
-        if m.endswith(TX_SUFFIX) and m[: -len(TX_SUFFIX)] in IO_MODES:
-            if m[: -len(TX_SUFFIX)] not in TX_MODES:
-                raise LabError(f"io: '{m}': a sender thread needs one of "
-                               f"{', '.join(TX_MODES)}")
-        elif m not in IO_MODES:
-            raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)}, each "
-                           f"of {', '.join(TX_MODES)} with '{TX_SUFFIX}' for a sender "
-                           f"thread, a comma-separated list of them, 'both' or 'all')")
+        _check_io_mode(m)
         if modes.count(m) > 1:
             raise LabError(f"io: '{m}' given twice")
     return modes
@@ -301,7 +309,7 @@ class BoxDidNotStart(LabError):
 def _start_box_io(lab: Lab, body: dict[str, Any], io: str) -> Any:
     """`start_box`; in `xdp` mode a start that fails is tried again (`XDP_START_ATTEMPTS`),
     then `BoxDidNotStart` with the box's last words."""
-    if io != "xdp":
+    if io_process(io)["io"] != "xdp":
         return start_box(lab, body)
     err = ""
     for _ in range(XDP_START_ATTEMPTS):
@@ -339,7 +347,7 @@ def _measure_box(lab: Lab, seconds: float, io: str, kernel: float | None,
     without a goodput is None, its reason in `not_measured` (keyed `<io>.<key>`). A mode
     that cannot run here (`xdp` without AF_XDP, or a box that would not start in it) has
     every key None and its reason under `not_measured[io]`."""
-    why = xdp_unavailable() if io == "xdp" else None
+    why = xdp_unavailable() if io_process(io)["io"] == "xdp" else None
     if why is None:
         try:
             return _measure_box_in(lab, seconds, io, kernel, not_measured, latency_rate_bps)
@@ -428,8 +436,8 @@ def _measure_workers(lab: Lab, seconds: float, io: str, roles: list[str], worker
     at once. `xdp` runs one worker: other counts, and a mode that cannot run here, are
     None with the reason in `not_measured`."""
     key = f"subscribers.{io}.{workers}"
-    why = xdp_unavailable() if io == "xdp" else None
-    if io == "xdp" and workers > 1:
+    why = xdp_unavailable() if io_process(io)["io"] == "xdp" else None
+    if io_process(io)["io"] == "xdp" and workers > 1:
         why = 'io = "xdp" runs one worker'
     final: dict[str, Any] = {}
     each: list[float] | None = None
