@@ -953,6 +953,8 @@ pub struct MemIo {
     /// How long after a deadline `wait` returns (zero: exactly at it), as a real
     /// clock's timers wake late.
     pub late: Duration,
+    /// Sender threads over these devices instead of `sent` ([`MemIo::send_through`]).
+    senders: Option<[Sender; 2]>,
 }
 
 impl MemIo {
@@ -967,7 +969,24 @@ impl MemIo {
             refuse_len: None,
             idle: false,
             late: Duration::ZERO,
+            senders: None,
         }
+    }
+    /// Send through a sender thread per side, over these devices (`[process]
+    /// tx_thread`), instead of recording in `sent`.
+    pub fn send_through(&mut self, devs: [Box<dyn TxDevice>; 2]) {
+        let mut side = 0;
+        self.senders = Some(devs.map(|d| {
+            side += 1;
+            Sender::new(
+                d,
+                SenderOptions {
+                    batch: 64,
+                    name: format!("memio-tx{side}"),
+                    ..SenderOptions::default()
+                },
+            )
+        }));
     }
     /// A frame arriving on `side` at `t` (push in time order).
     pub fn arrive(&mut self, t: Instant, side: usize, frame: Vec<u8>) {
@@ -1041,6 +1060,9 @@ impl Io for MemIo {
             None => self.idle = true,
         }
         Ok([true, true])
+    }
+    fn senders(&mut self) -> Option<&mut [Sender; 2]> {
+        self.senders.as_mut()
     }
     fn take_signals(&mut self, out: &mut Vec<Signal>) {
         let now = self.clock.now();
