@@ -406,7 +406,7 @@ fn the_loop_sleeps_until_the_next_deadline() {
 /// `stuck`, takes nothing.
 struct MemTx {
     side: usize,
-    out: std::sync::Arc<std::sync::Mutex<Vec<(usize, Vec<u8>)>>>,
+    out: Sent,
     stuck: bool,
 }
 
