@@ -506,11 +506,33 @@ mod tests {
     #[test]
     fn tx_nanos_agrees_with_the_wide_computation_on_both_sides_of_the_fast_path() {
         let edge = u64::MAX / 8_000_000_000;
-        for bytes in [0, 1, 40, 1500, 65_535, edge - 1, edge, edge + 1, u64::MAX / 8] {
-            for rate in [1, 3, 7_999, 100_000, 1_000_000_007, 100_000_000_000, u64::MAX] {
+        for bytes in [
+            0,
+            1,
+            40,
+            1500,
+            65_535,
+            edge - 1,
+            edge,
+            edge + 1,
+            u64::MAX / 8,
+        ] {
+            for rate in [
+                1,
+                3,
+                7_999,
+                100_000,
+                1_000_000_007,
+                100_000_000_000,
+                u64::MAX,
+            ] {
                 let wide = (bytes as u128 * 8_000_000_000).div_ceil(rate as u128);
                 let want = u64::try_from(wide).unwrap_or(u64::MAX);
-                assert_eq!(Rate(rate).tx_nanos(bytes), want, "{bytes} B at {rate} bit/s");
+                assert_eq!(
+                    Rate(rate).tx_nanos(bytes),
+                    want,
+                    "{bytes} B at {rate} bit/s"
+                );
             }
         }
     }

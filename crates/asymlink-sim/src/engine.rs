@@ -24,7 +24,7 @@ use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
 use crate::packet::{ConnId, NodeId, SimPacket, NO_CONN};
 use crate::pcap::Capture;
-use crate::queue::{EventQueue, Timer};
+use crate::queue::{EventQueue, QueueEvent, Timer};
 use crate::scenario::Spec;
 use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
 use crate::topology::{
@@ -55,8 +55,8 @@ pub(crate) enum Ev {
     Wake(u32),
     /// A connection's timer.
     Conn(u32),
-    /// An application timer (app, token).
-    App(u32, u32),
+    /// An application timer: an index into `World::app_timers` (application, token).
+    App(u32),
     /// A middlebox timer.
     Mb(u32),
     /// A flow starts.
@@ -67,6 +67,46 @@ pub(crate) enum Ev {
     Host(u32),
     /// Monitor sampling.
     Sample,
+}
+
+/// Indices an event carries are below this (28 bits; the other 4 are the kind).
+pub(crate) const EV_INDEX_LIMIT: u32 = 1 << 28;
+
+impl QueueEvent for Ev {
+    #[inline]
+    fn pack(self) -> u32 {
+        let (tag, i) = match self {
+            Ev::TxDone(i) => (0, i),
+            Ev::Arrive(i) => (1, i),
+            Ev::Wake(i) => (2, i),
+            Ev::Conn(i) => (3, i),
+            Ev::App(i) => (4, i),
+            Ev::Mb(i) => (5, i),
+            Ev::FlowStart(i) => (6, i),
+            Ev::FlowStop(i) => (7, i),
+            Ev::Host(i) => (8, i),
+            Ev::Sample => (9, 0),
+        };
+        debug_assert!(i < EV_INDEX_LIMIT);
+        tag << 28 | i
+    }
+
+    #[inline]
+    fn unpack(x: u32) -> Ev {
+        let i = x & (EV_INDEX_LIMIT - 1);
+        match x >> 28 {
+            0 => Ev::TxDone(i),
+            1 => Ev::Arrive(i),
+            2 => Ev::Wake(i),
+            3 => Ev::Conn(i),
+            4 => Ev::App(i),
+            5 => Ev::Mb(i),
+            6 => Ev::FlowStart(i),
+            7 => Ev::FlowStop(i),
+            8 => Ev::Host(i),
+            _ => Ev::Sample,
+        }
+    }
 }
 
 /// Where a link direction takes its packets from.
@@ -346,6 +386,10 @@ pub(crate) struct World {
     /// Applications, one per flow.
     pub apps: Vec<Box<dyn App>>,
     app_rngs: Vec<Rng>,
+    /// Pending application timers `(application, token)`, indexed by `Ev::App`; free
+    /// entries are listed in `app_timers_free`.
+    app_timers: Vec<(u32, u32)>,
+    app_timers_free: Vec<u32>,
     pub flows: Vec<FlowState>,
     /// Per application: its connections opened so far, `[not primary, primary]` (the
     /// suffix of the next connection's label).
@@ -394,6 +438,13 @@ impl World {
         let (mut dirs, adj) = build_links(&spec, seed, &nodes, &mut hosts)?;
         let mbs = build_middleboxes(&spec, seed, &mut dirs)?;
         let routes = build_routes(&spec, &nodes, &hosts, &adj)?;
+        let most = [dirs.len(), mbs.len(), hosts.len(), spec.flows.len()];
+        if most.iter().any(|&n| n >= EV_INDEX_LIMIT as usize) {
+            return Err(ConfigError::new(
+                "links",
+                format!("at most {} links, hosts and flows", EV_INDEX_LIMIT / 2),
+            ));
+        }
         let mut w = World {
             now: Instant::ZERO,
             end: Instant::ZERO + spec.duration,
@@ -407,6 +458,8 @@ impl World {
             next_conn: 0,
             apps: Vec::new(),
             app_rngs: Vec::new(),
+            app_timers: Vec::new(),
+            app_timers_free: Vec::new(),
             flows: Vec::new(),
             opened: Vec::new(),
             labels: Vec::new(),
@@ -577,7 +630,11 @@ impl World {
                     self.schedule_conn(c);
                 }
             }
-            Ev::App(a, token) => self.app_call(a, |app, api| app.on_timer(token, api)),
+            Ev::App(i) => {
+                let (a, token) = self.app_timers[i as usize];
+                self.app_timers_free.push(i);
+                self.app_call(a, |app, api| app.on_timer(token, api));
+            }
             Ev::Mb(m) => {
                 if !self.mbs[m as usize].timer.fire(self.now) {
                     return;
@@ -903,6 +960,7 @@ impl World {
         local: (IpAddr, u16),
         remote: (IpAddr, u16),
     ) {
+        assert!(id < EV_INDEX_LIMIT, "too many connections in one run");
         let idx = id as usize;
         while self.conns.len() <= idx {
             self.conns.push(ConnSlot {
@@ -1221,7 +1279,21 @@ impl World {
             Cmd::Write(cid, n) => self.conn_call(cid, |c, now, io| c.write(now, n, io)),
             Cmd::Close(cid) => self.conn_call(cid, |c, now, io| c.close(now, io)),
             Cmd::Stop(cid) => self.conn_call(cid, |c, now, io| c.stop_writing(now, io)),
-            Cmd::Timer(at, token) => self.schedule_timer(at.max(self.now), Ev::App(app, token)),
+            Cmd::Timer(at, token) => {
+                let i = match self.app_timers_free.pop() {
+                    Some(i) => {
+                        self.app_timers[i as usize] = (app, token);
+                        i
+                    }
+                    None => {
+                        self.app_timers.push((app, token));
+                        let i = self.app_timers.len() as u32 - 1;
+                        assert!(i < EV_INDEX_LIMIT, "too many pending application timers");
+                        i
+                    }
+                };
+                self.schedule_timer(at.max(self.now), Ev::App(i));
+            }
             Cmd::Measure(metric, value) => {
                 let f = self.flow_of_app(app);
                 let now = self.now;
