@@ -61,27 +61,47 @@ fn key_time(k: u128) -> u64 {
 /// Bits of a key below the time: the sequence and the event.
 const SEQ_SHIFT: u32 = 32;
 
-/// A four-ary min-heap of keys (the children of `i` are `4i + 1 ..= 4i + 4`).
-#[derive(Debug, Default)]
+/// A four-ary min-heap of keys (the children of `i` are `4i + 1 ..= 4i + 4`). The
+/// vector holds at least four `u128::MAX` keys after the `len` entries, so every node's
+/// four children can be read without asking how many there are.
+#[derive(Debug)]
 struct Heap {
     v: Vec<u128>,
+    len: usize,
+}
+
+impl Default for Heap {
+    fn default() -> Self {
+        Heap {
+            v: vec![u128::MAX; 4],
+            len: 0,
+        }
+    }
 }
 
 impl Heap {
     #[inline]
     fn len(&self) -> usize {
-        self.v.len()
+        self.len
+    }
+
+    /// The entries (in heap order).
+    fn entries(&mut self) -> &mut [u128] {
+        &mut self.v[..self.len]
     }
 
     #[inline]
     fn peek(&self) -> Option<u128> {
-        self.v.first().copied()
+        (self.len > 0).then(|| self.v[0])
     }
 
     #[inline]
     fn push(&mut self, k: u128) {
-        let mut i = self.v.len();
-        self.v.push(k);
+        let mut i = self.len;
+        self.len += 1;
+        if self.len + 4 > self.v.len() {
+            self.v.push(u128::MAX);
+        }
         let v = &mut self.v[..];
         while i > 0 {
             let p = (i - 1) / 4;
@@ -98,52 +118,34 @@ impl Heap {
     /// Remove the earliest key.
     #[inline]
     fn pop(&mut self) -> Option<u128> {
-        let last = self.v.pop()?;
-        let Some(&top) = self.v.first() else {
-            return Some(last);
-        };
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        let n = self.len;
         let v = &mut self.v[..];
-        let n = v.len();
+        let top = v[0];
+        let last = std::mem::replace(&mut v[n], u128::MAX);
         let mut i = 0;
         loop {
             let c = 4 * i + 1;
-            // The smallest child, and where it is.
-            let (m, mk) = if let Some(ch) = v.get(c..c + 4) {
-                let (a, b) = if ch[1] < ch[0] {
-                    (1, ch[1])
-                } else {
-                    (0, ch[0])
-                };
-                let (cc, d) = if ch[3] < ch[2] {
-                    (3, ch[3])
-                } else {
-                    (2, ch[2])
-                };
-                if d < b {
-                    (c + cc, d)
-                } else {
-                    (c + a, b)
-                }
-            } else if c < n {
-                let mut m = c;
-                let mut mk = v[c];
-                for (j, &k) in v.iter().enumerate().take(n).skip(c + 1) {
-                    if k < mk {
-                        m = j;
-                        mk = k;
-                    }
-                }
-                (m, mk)
-            } else {
+            if c >= n {
                 break;
-            };
+            }
+            // The smallest of the four children (the padding loses every comparison).
+            let ch = &v[c..c + 4];
+            let (a, b) = if ch[1] < ch[0] { (1, ch[1]) } else { (0, ch[0]) };
+            let (cc, d) = if ch[3] < ch[2] { (3, ch[3]) } else { (2, ch[2]) };
+            let (m, mk) = if d < b { (c + cc, d) } else { (c + a, b) };
             if last <= mk {
                 break;
             }
             v[i] = mk;
             i = m;
         }
-        v[i] = last;
+        if n > 0 {
+            v[i] = last;
+        }
         Some(top)
     }
 }
@@ -322,7 +324,7 @@ impl<E: QueueEvent> EventQueue<E> {
     #[cold]
     #[inline(never)]
     fn renumber(&mut self) {
-        let mut all: Vec<u128> = self.heap.v.clone();
+        let mut all: Vec<u128> = self.heap.entries().to_vec();
         for s in &self.wheel.slots {
             all.extend_from_slice(s);
         }
@@ -332,7 +334,7 @@ impl<E: QueueEvent> EventQueue<E> {
             let pos = all.partition_point(|&x| x < k) as u128;
             (k >> 64) << 64 | (pos + 1) << SEQ_SHIFT | (k & low)
         };
-        for k in self.heap.v.iter_mut() {
+        for k in self.heap.entries().iter_mut() {
             *k = renumbered(*k);
         }
         for s in self.wheel.slots.iter_mut() {
