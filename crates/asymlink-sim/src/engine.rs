@@ -697,13 +697,13 @@ impl World {
             return;
         }
         let had_head = self.dirs[di].line.next_arrival().is_some();
-        let mut drops = std::mem::take(&mut self.drops);
         let World {
             dirs,
             mbs,
             captures,
             trace_hash,
             packet_hops,
+            drops,
             ..
         } = self;
         let LinkDir {
@@ -717,7 +717,7 @@ impl World {
             ..
         } = &mut dirs[di];
         let mut feed = Feeder { source, mbs };
-        let not_before = line.pull(now, &mut feed, &mut drops, &mut |tx| {
+        let not_before = line.pull(now, &mut feed, drops, &mut |tx| {
             let p = tx.pkt;
             *packet_hops += 1;
             *trace_hash = trace_mix(*trace_hash, tx.start.as_nanos(), d, p);
@@ -734,7 +734,6 @@ impl World {
             *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
             sojourn_hist[p.proto() as usize].record(sojourn);
         });
-        self.drops = drops;
         if !self.drops.is_empty() {
             let name = self.dirs[di].name.clone();
             self.handle_drops(&name);
@@ -781,20 +780,17 @@ impl World {
         let now = self.now;
         p.class = ClassId::NONE;
         p.queued_at = now.as_nanos();
-        let mut drops = std::mem::take(&mut self.drops);
+        let drops = &mut self.drops;
         let mb = match &mut self.dirs[d as usize].source {
             Source::Own(e) => {
-                e.enqueue(now, p, &mut drops);
+                e.enqueue(now, p, drops);
                 None
             }
             Source::Mb(m, md) => {
-                self.mbs[*m as usize]
-                    .mb
-                    .handle_packet(now, *md, p, &mut drops);
+                self.mbs[*m as usize].mb.handle_packet(now, *md, p, drops);
                 Some(*m)
             }
         };
-        self.drops = drops;
         if !self.drops.is_empty() {
             let name = self.dirs[d as usize].name.clone();
             self.handle_drops(&name);
@@ -891,9 +887,10 @@ impl World {
                     if slot.peer == NO_CONN {
                         slot.peer = p.src_conn;
                     }
-                    let hdr = *p.hdr();
-                    self.recycle(p.into_hdr());
-                    self.conn_call(cid, move |c, now, io| c.on_segment(now, &hdr, io));
+                    // The headers stay in their box (no copy) until the call returns.
+                    let hdr = p.into_hdr();
+                    self.conn_call(cid, |c, now, io| c.on_segment(now, &hdr, io));
+                    self.recycle(hdr);
                     return;
                 }
                 let syn = t.flags.contains(asymlink_core::wire::TcpFlags::SYN)
@@ -1151,9 +1148,10 @@ impl World {
             return;
         };
         let h = self.conns[cid as usize].host;
-        for hdr in out.drain(..) {
+        for hdr in &out {
             self.host_send(h, cid, hdr);
         }
+        out.clear();
         let app = self.conns[cid as usize].app;
         for e in ev.drain(..) {
             match e {
@@ -1202,8 +1200,15 @@ impl World {
         }
     }
 
-    fn host_send(&mut self, h: u32, cid: ConnId, hdr: Headers) {
-        let hdr = self.boxed(hdr);
+    fn host_send(&mut self, h: u32, cid: ConnId, hdr: &Headers) {
+        // Copied once, from the connection's output into a header box.
+        let hdr = match self.pool_hdr.pop() {
+            Some(mut b) => {
+                *b = *hdr;
+                b
+            }
+            None => Box::new(*hdr),
+        };
         let slot = &self.conns[cid as usize];
         let p = SimPacket::new(
             hdr,
