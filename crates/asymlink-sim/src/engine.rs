@@ -688,15 +688,6 @@ impl World {
     fn kick(&mut self, d: u32) {
         let di = d as usize;
         let now = self.now;
-        if !self.dirs[di].line.wants_packet(now) {
-            // Packets wait behind the transmitter: make sure it is woken when free.
-            let busy_until = self.dirs[di].line.free_at();
-            self.dirs[di]
-                .txdone
-                .arm_at(&mut self.queue, busy_until, Ev::TxDone(d));
-            return;
-        }
-        let had_head = self.dirs[di].line.next_arrival().is_some();
         let World {
             dirs,
             mbs,
@@ -704,6 +695,7 @@ impl World {
             trace_hash,
             packet_hops,
             drops,
+            queue,
             ..
         } = self;
         let LinkDir {
@@ -714,8 +706,16 @@ impl World {
             sojourn_max_ns,
             sojourn_hist,
             captures: caps,
+            txdone,
+            wake,
             ..
         } = &mut dirs[di];
+        if !line.wants_packet(now) {
+            // Packets wait behind the transmitter: make sure it is woken when free.
+            txdone.arm_at(queue, line.free_at(), Ev::TxDone(d));
+            return;
+        }
+        let had_head = line.next_arrival().is_some();
         let mut feed = Feeder { source, mbs };
         let not_before = line.pull(now, &mut feed, drops, &mut |tx| {
             let p = tx.pkt;
@@ -734,24 +734,29 @@ impl World {
             *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
             sojourn_hist[p.proto() as usize].record(sojourn);
         });
+        if !had_head {
+            if let Some(t) = line.next_arrival() {
+                queue.push(t, Ev::Arrive(d));
+            }
+        }
+        if let Some(t) = not_before {
+            wake.arm_by(queue, t.max(now), Ev::Wake(d));
+        }
+        let backlog = source_backlog(mbs, source);
+        if let Some(t) = line.busy_wake(now, backlog) {
+            txdone.arm_at(queue, t, Ev::TxDone(d));
+        }
+        let mb = match source {
+            Source::Mb(m, _) => Some(*m),
+            Source::Own(_) => None,
+        };
+        // (Handling the drops schedules nothing: the order of events is as if they were
+        // handled before the entries above.)
         if !self.drops.is_empty() {
             let name = self.dirs[di].name.clone();
             self.handle_drops(&name);
         }
-        if !had_head {
-            if let Some(t) = self.dirs[di].line.next_arrival() {
-                self.schedule(t, Ev::Arrive(d));
-            }
-        }
-        let dir = &mut self.dirs[di];
-        if let Some(t) = not_before {
-            dir.wake.arm_by(&mut self.queue, t.max(now), Ev::Wake(d));
-        }
-        let backlog = source_backlog(&self.mbs, &dir.source);
-        if let Some(t) = dir.line.busy_wake(now, backlog) {
-            dir.txdone.arm_at(&mut self.queue, t, Ev::TxDone(d));
-        }
-        if let Source::Mb(m, _) = self.dirs[di].source {
+        if let Some(m) = mb {
             self.schedule_mb(m);
         }
     }
@@ -1108,8 +1113,7 @@ impl World {
                 c.on_activity(self.now, cid, conn.srtt());
             }
         }
-        self.pending_out.push((out, ev));
-        self.flush_io(cid);
+        self.flush_bufs(cid, out, ev);
         self.schedule_conn(cid);
         if self.hosts[h as usize].conditioner.is_some() {
             self.schedule_host(h);
@@ -1144,9 +1148,15 @@ impl World {
 
     /// Transmit what the last call produced and hand its events to the application.
     fn flush_io(&mut self, cid: ConnId) {
-        let Some((mut out, mut ev)) = self.pending_out.pop() else {
+        let Some((out, ev)) = self.pending_out.pop() else {
             return;
         };
+        self.flush_bufs(cid, out, ev);
+    }
+
+    /// Transmit the headers in `out` and hand the events in `ev` to the application;
+    /// the buffers go back to their pools.
+    fn flush_bufs(&mut self, cid: ConnId, mut out: Vec<Headers>, mut ev: Vec<ConnEvent>) {
         let h = self.conns[cid as usize].host;
         for hdr in &out {
             self.host_send(h, cid, hdr);

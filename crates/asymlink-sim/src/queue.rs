@@ -134,8 +134,16 @@ impl Heap {
             }
             // The smallest of the four children (the padding loses every comparison).
             let ch = &v[c..c + 4];
-            let (a, b) = if ch[1] < ch[0] { (1, ch[1]) } else { (0, ch[0]) };
-            let (cc, d) = if ch[3] < ch[2] { (3, ch[3]) } else { (2, ch[2]) };
+            let (a, b) = if ch[1] < ch[0] {
+                (1, ch[1])
+            } else {
+                (0, ch[0])
+            };
+            let (cc, d) = if ch[3] < ch[2] {
+                (3, ch[3])
+            } else {
+                (2, ch[2])
+            };
             let (m, mk) = if d < b { (c + cc, d) } else { (c + a, b) };
             if last <= mk {
                 break;
