@@ -6,10 +6,11 @@
 //!                  └──────────────────────────────────────────────┘
 //! ```
 //!
-//! For each I/O mode (`socket`, `mmap`): the client sends numbered UDP datagrams to an
-//! echo server through the box; the test checks that the sender threads run, that the
-//! datagrams crossed both ways in order, and that the box accounted for every frame it
-//! received (sent or discarded, nothing held) once it has stopped.
+//! For each I/O mode (`socket`, `mmap`; and `mmap` with two workers): the client sends
+//! numbered UDP datagrams to an echo server through the box; the test checks that the
+//! sender threads run, that the datagrams crossed both ways in order, and that the box
+//! accounted for every frame it received (sent or discarded, nothing held) once it has
+//! stopped.
 
 use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -31,7 +32,7 @@ fn threads(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn through_sender_threads(io: &str, prefix: &str, net: u8) {
+fn through_sender_threads(io: &str, workers: usize, prefix: &str, net: u8) {
     let client = Ipv4Addr::new(10, 79, net, 1);
     let lab = lab(prefix, "t", &[client], Ipv4Addr::new(10, 79, net, 200));
     let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
@@ -43,7 +44,7 @@ fn through_sender_threads(io: &str, prefix: &str, net: u8) {
         format!(
             "seed = 1\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
              [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
-             [process]\nio = \"{io}\"\ntx_thread = true\n",
+             [process]\nio = \"{io}\"\ntx_thread = true\nworkers = {workers}\n",
             final_json.display()
         ),
     )
@@ -58,10 +59,11 @@ fn through_sender_threads(io: &str, prefix: &str, net: u8) {
     let stats: Value =
         serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    for t in ["asymlink-tx0a", "asymlink-tx0b"] {
+    // One client: its frames meet on one worker, whose two senders run.
+    for side in ["a", "b"] {
         assert!(
-            names.iter().any(|n| n == t),
-            "{io}: no thread {t} in {names:?}"
+            (0..workers).any(|k| names.iter().any(|n| *n == format!("asymlink-tx{k}{side}"))),
+            "{io}: no sender thread for side {side} in {names:?}"
         );
     }
     assert!(in_order(&got), "{io}: client → server reordered: {got:?}");
@@ -97,6 +99,7 @@ fn datagrams_cross_in_order_through_sender_threads() {
         eprintln!("skipped: {why}");
         return;
     }
-    through_sender_threads("socket", "atxs", 81);
-    through_sender_threads("mmap", "atxm", 82);
+    through_sender_threads("socket", 1, "atxs", 81);
+    through_sender_threads("mmap", 1, "atxm", 82);
+    through_sender_threads("mmap", 2, "atxw", 83);
 }
