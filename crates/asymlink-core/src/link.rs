@@ -433,7 +433,9 @@ impl<P: Pkt> Link<P> {
                 self.feed_empty = false;
             }
         }
-        self.start_buffered(now, drops, on_tx);
+        if !self.buffer.is_empty() {
+            self.start_buffered(now, drops, on_tx);
+        }
         while self.wants_packet(now) {
             match feed.dequeue(now, drops) {
                 Dequeued::Packet(p) => {

@@ -191,6 +191,7 @@ impl LinkLayer {
         (len + AAL5_TRAILER).div_ceil(ATM_PAYLOAD)
     }
 
+    #[inline]
     fn pre_framing(&self, ip_len: u32) -> u32 {
         let l = (ip_len as i64 + self.overhead as i64).max(0) as u32;
         l.max(self.mpu)

@@ -151,7 +151,7 @@ impl<P: Pkt + Send + 'static> Egress<P> {
     }
 
     /// Classify (if configured) and offer to the discipline.
-    #[inline]
+    #[inline(always)]
     pub fn enqueue(&mut self, now: Instant, mut pkt: P, drops: &mut Drops<P>) {
         if let Some(c) = &mut self.classifier {
             c.classify(now, &mut pkt);

@@ -103,6 +103,12 @@ impl Rate {
         if self.0 == 0 {
             return u64::MAX;
         }
+        // Bit-nanoseconds fit 64 bits for any packet (up to about 2.3 GB): a 64-bit
+        // division (one instruction) instead of the 128-bit one (a library call), with
+        // the same result.
+        if bytes <= u64::MAX / 8_000_000_000 {
+            return (bytes * 8_000_000_000).div_ceil(self.0);
+        }
         let ns = (bytes as u128 * 8 * 1_000_000_000).div_ceil(self.0 as u128);
         u64::try_from(ns).unwrap_or(u64::MAX)
     }
@@ -495,6 +501,40 @@ mod tests {
         assert_eq!(Rate(3).tx_nanos(1), 2_666_666_667);
         assert_eq!(Rate(0).tx_nanos(1), u64::MAX);
         assert_eq!(Rate::mbps(8).bytes_in(Duration::from_millis(1)), 1000);
+    }
+
+    #[test]
+    fn tx_nanos_agrees_with_the_wide_computation_on_both_sides_of_the_fast_path() {
+        let edge = u64::MAX / 8_000_000_000;
+        for bytes in [
+            0,
+            1,
+            40,
+            1500,
+            65_535,
+            edge - 1,
+            edge,
+            edge + 1,
+            u64::MAX / 8,
+        ] {
+            for rate in [
+                1,
+                3,
+                7_999,
+                100_000,
+                1_000_000_007,
+                100_000_000_000,
+                u64::MAX,
+            ] {
+                let wide = (bytes as u128 * 8_000_000_000).div_ceil(rate as u128);
+                let want = u64::try_from(wide).unwrap_or(u64::MAX);
+                assert_eq!(
+                    Rate(rate).tx_nanos(bytes),
+                    want,
+                    "{bytes} B at {rate} bit/s"
+                );
+            }
+        }
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //! events and packet-hops of that window: with
 //! `valgrind --tool=callgrind --cache-sim=yes --toggle-collect='*measured_window*'` the
 //! profile covers the steady state only, not building the world or the flows' start.
+//! With `ASYMLINK_BENCH_PAUSE=S` it stops 0.1 simulated s before the window, prints
+//! `paused` to stderr and sleeps S seconds: run under
+//! `valgrind --tool=callgrind --instr-atstart=no ...` and switch the instrumentation on
+//! then (`callgrind_control -i on`), so the warm-up of a large point runs uninstrumented.
 use asymlink_core::time::{Duration, Instant};
 use asymlink_sim::{RunOptions, Simulation};
 
@@ -30,6 +34,17 @@ fn window(args: &[String]) {
     let mut spec = asymlink_sim::bench::BenchSpec::scaling(n, 0);
     spec.duration_s = warm + secs;
     let mut sim = Simulation::from_toml(&spec.to_toml(), RunOptions::default()).expect("bench");
+    if let Some(pause) = std::env::var("ASYMLINK_BENCH_PAUSE")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+    {
+        // Stop 0.1 simulated s before the window and wait: time to switch valgrind's
+        // instrumentation on, so that the warm-up runs at native speed and the
+        // simulated caches are warm when the window starts.
+        sim.run_until(Instant::ZERO + Duration::from_secs_f64((warm - 0.1).max(0.0)));
+        eprintln!("paused");
+        std::thread::sleep(std::time::Duration::from_secs_f64(pause));
+    }
     sim.run_until(Instant::ZERO + Duration::from_secs_f64(warm));
     let (e0, h0) = (sim.events(), sim.packet_hops());
     let end = sim.end();

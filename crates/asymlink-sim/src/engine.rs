@@ -24,7 +24,7 @@ use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
 use crate::packet::{ConnId, NodeId, SimPacket, NO_CONN};
 use crate::pcap::Capture;
-use crate::queue::{EventQueue, Timer};
+use crate::queue::{EventQueue, QueueEvent, Timer};
 use crate::scenario::Spec;
 use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
 use crate::topology::{
@@ -55,8 +55,8 @@ pub(crate) enum Ev {
     Wake(u32),
     /// A connection's timer.
     Conn(u32),
-    /// An application timer (app, token).
-    App(u32, u32),
+    /// An application timer: an index into `World::app_timers` (application, token).
+    App(u32),
     /// A middlebox timer.
     Mb(u32),
     /// A flow starts.
@@ -67,6 +67,46 @@ pub(crate) enum Ev {
     Host(u32),
     /// Monitor sampling.
     Sample,
+}
+
+/// Indices an event carries are below this (28 bits; the other 4 are the kind).
+pub(crate) const EV_INDEX_LIMIT: u32 = 1 << 28;
+
+impl QueueEvent for Ev {
+    #[inline]
+    fn pack(self) -> u32 {
+        let (tag, i) = match self {
+            Ev::TxDone(i) => (0, i),
+            Ev::Arrive(i) => (1, i),
+            Ev::Wake(i) => (2, i),
+            Ev::Conn(i) => (3, i),
+            Ev::App(i) => (4, i),
+            Ev::Mb(i) => (5, i),
+            Ev::FlowStart(i) => (6, i),
+            Ev::FlowStop(i) => (7, i),
+            Ev::Host(i) => (8, i),
+            Ev::Sample => (9, 0),
+        };
+        debug_assert!(i < EV_INDEX_LIMIT);
+        tag << 28 | i
+    }
+
+    #[inline]
+    fn unpack(x: u32) -> Ev {
+        let i = x & (EV_INDEX_LIMIT - 1);
+        match x >> 28 {
+            0 => Ev::TxDone(i),
+            1 => Ev::Arrive(i),
+            2 => Ev::Wake(i),
+            3 => Ev::Conn(i),
+            4 => Ev::App(i),
+            5 => Ev::Mb(i),
+            6 => Ev::FlowStart(i),
+            7 => Ev::FlowStop(i),
+            8 => Ev::Host(i),
+            _ => Ev::Sample,
+        }
+    }
 }
 
 /// Where a link direction takes its packets from.
@@ -346,6 +386,10 @@ pub(crate) struct World {
     /// Applications, one per flow.
     pub apps: Vec<Box<dyn App>>,
     app_rngs: Vec<Rng>,
+    /// Pending application timers `(application, token)`, indexed by `Ev::App`; free
+    /// entries are listed in `app_timers_free`.
+    app_timers: Vec<(u32, u32)>,
+    app_timers_free: Vec<u32>,
     pub flows: Vec<FlowState>,
     /// Per application: its connections opened so far, `[not primary, primary]` (the
     /// suffix of the next connection's label).
@@ -394,6 +438,13 @@ impl World {
         let (mut dirs, adj) = build_links(&spec, seed, &nodes, &mut hosts)?;
         let mbs = build_middleboxes(&spec, seed, &mut dirs)?;
         let routes = build_routes(&spec, &nodes, &hosts, &adj)?;
+        let most = [dirs.len(), mbs.len(), hosts.len(), spec.flows.len()];
+        if most.iter().any(|&n| n >= EV_INDEX_LIMIT as usize) {
+            return Err(ConfigError::new(
+                "links",
+                format!("at most {} links, hosts and flows", EV_INDEX_LIMIT / 2),
+            ));
+        }
         let mut w = World {
             now: Instant::ZERO,
             end: Instant::ZERO + spec.duration,
@@ -407,6 +458,8 @@ impl World {
             next_conn: 0,
             apps: Vec::new(),
             app_rngs: Vec::new(),
+            app_timers: Vec::new(),
+            app_timers_free: Vec::new(),
             flows: Vec::new(),
             opened: Vec::new(),
             labels: Vec::new(),
@@ -577,7 +630,11 @@ impl World {
                     self.schedule_conn(c);
                 }
             }
-            Ev::App(a, token) => self.app_call(a, |app, api| app.on_timer(token, api)),
+            Ev::App(i) => {
+                let (a, token) = self.app_timers[i as usize];
+                self.app_timers_free.push(i);
+                self.app_call(a, |app, api| app.on_timer(token, api));
+            }
             Ev::Mb(m) => {
                 if !self.mbs[m as usize].timer.fire(self.now) {
                     return;
@@ -631,22 +688,14 @@ impl World {
     fn kick(&mut self, d: u32) {
         let di = d as usize;
         let now = self.now;
-        if !self.dirs[di].line.wants_packet(now) {
-            // Packets wait behind the transmitter: make sure it is woken when free.
-            let busy_until = self.dirs[di].line.free_at();
-            self.dirs[di]
-                .txdone
-                .arm_at(&mut self.queue, busy_until, Ev::TxDone(d));
-            return;
-        }
-        let had_head = self.dirs[di].line.next_arrival().is_some();
-        let mut drops = std::mem::take(&mut self.drops);
         let World {
             dirs,
             mbs,
             captures,
             trace_hash,
             packet_hops,
+            drops,
+            queue,
             ..
         } = self;
         let LinkDir {
@@ -657,10 +706,18 @@ impl World {
             sojourn_max_ns,
             sojourn_hist,
             captures: caps,
+            txdone,
+            wake,
             ..
         } = &mut dirs[di];
+        if !line.wants_packet(now) {
+            // Packets wait behind the transmitter: make sure it is woken when free.
+            txdone.arm_at(queue, line.free_at(), Ev::TxDone(d));
+            return;
+        }
+        let had_head = line.next_arrival().is_some();
         let mut feed = Feeder { source, mbs };
-        let not_before = line.pull(now, &mut feed, &mut drops, &mut |tx| {
+        let not_before = line.pull(now, &mut feed, drops, &mut |tx| {
             let p = tx.pkt;
             *packet_hops += 1;
             *trace_hash = trace_mix(*trace_hash, tx.start.as_nanos(), d, p);
@@ -677,25 +734,29 @@ impl World {
             *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
             sojourn_hist[p.proto() as usize].record(sojourn);
         });
-        self.drops = drops;
+        if !had_head {
+            if let Some(t) = line.next_arrival() {
+                queue.push(t, Ev::Arrive(d));
+            }
+        }
+        if let Some(t) = not_before {
+            wake.arm_by(queue, t.max(now), Ev::Wake(d));
+        }
+        let backlog = source_backlog(mbs, source);
+        if let Some(t) = line.busy_wake(now, backlog) {
+            txdone.arm_at(queue, t, Ev::TxDone(d));
+        }
+        let mb = match source {
+            Source::Mb(m, _) => Some(*m),
+            Source::Own(_) => None,
+        };
+        // (Handling the drops schedules nothing: the order of events is as if they were
+        // handled before the entries above.)
         if !self.drops.is_empty() {
             let name = self.dirs[di].name.clone();
             self.handle_drops(&name);
         }
-        if !had_head {
-            if let Some(t) = self.dirs[di].line.next_arrival() {
-                self.schedule(t, Ev::Arrive(d));
-            }
-        }
-        let dir = &mut self.dirs[di];
-        if let Some(t) = not_before {
-            dir.wake.arm_by(&mut self.queue, t.max(now), Ev::Wake(d));
-        }
-        let backlog = source_backlog(&self.mbs, &dir.source);
-        if let Some(t) = dir.line.busy_wake(now, backlog) {
-            dir.txdone.arm_at(&mut self.queue, t, Ev::TxDone(d));
-        }
-        if let Source::Mb(m, _) = self.dirs[di].source {
+        if let Some(m) = mb {
             self.schedule_mb(m);
         }
     }
@@ -724,20 +785,17 @@ impl World {
         let now = self.now;
         p.class = ClassId::NONE;
         p.queued_at = now.as_nanos();
-        let mut drops = std::mem::take(&mut self.drops);
+        let drops = &mut self.drops;
         let mb = match &mut self.dirs[d as usize].source {
             Source::Own(e) => {
-                e.enqueue(now, p, &mut drops);
+                e.enqueue(now, p, drops);
                 None
             }
             Source::Mb(m, md) => {
-                self.mbs[*m as usize]
-                    .mb
-                    .handle_packet(now, *md, p, &mut drops);
+                self.mbs[*m as usize].mb.handle_packet(now, *md, p, drops);
                 Some(*m)
             }
         };
-        self.drops = drops;
         if !self.drops.is_empty() {
             let name = self.dirs[d as usize].name.clone();
             self.handle_drops(&name);
@@ -834,9 +892,10 @@ impl World {
                     if slot.peer == NO_CONN {
                         slot.peer = p.src_conn;
                     }
-                    let hdr = *p.hdr();
-                    self.recycle(p.into_hdr());
-                    self.conn_call(cid, move |c, now, io| c.on_segment(now, &hdr, io));
+                    // The headers stay in their box (no copy) until the call returns.
+                    let hdr = p.into_hdr();
+                    self.conn_call(cid, |c, now, io| c.on_segment(now, &hdr, io));
+                    self.recycle(hdr);
                     return;
                 }
                 let syn = t.flags.contains(asymlink_core::wire::TcpFlags::SYN)
@@ -903,6 +962,7 @@ impl World {
         local: (IpAddr, u16),
         remote: (IpAddr, u16),
     ) {
+        assert!(id < EV_INDEX_LIMIT, "too many connections in one run");
         let idx = id as usize;
         while self.conns.len() <= idx {
             self.conns.push(ConnSlot {
@@ -1053,8 +1113,7 @@ impl World {
                 c.on_activity(self.now, cid, conn.srtt());
             }
         }
-        self.pending_out.push((out, ev));
-        self.flush_io(cid);
+        self.flush_bufs(cid, out, ev);
         self.schedule_conn(cid);
         if self.hosts[h as usize].conditioner.is_some() {
             self.schedule_host(h);
@@ -1089,13 +1148,20 @@ impl World {
 
     /// Transmit what the last call produced and hand its events to the application.
     fn flush_io(&mut self, cid: ConnId) {
-        let Some((mut out, mut ev)) = self.pending_out.pop() else {
+        let Some((out, ev)) = self.pending_out.pop() else {
             return;
         };
+        self.flush_bufs(cid, out, ev);
+    }
+
+    /// Transmit the headers in `out` and hand the events in `ev` to the application;
+    /// the buffers go back to their pools.
+    fn flush_bufs(&mut self, cid: ConnId, mut out: Vec<Headers>, mut ev: Vec<ConnEvent>) {
         let h = self.conns[cid as usize].host;
-        for hdr in out.drain(..) {
+        for hdr in &out {
             self.host_send(h, cid, hdr);
         }
+        out.clear();
         let app = self.conns[cid as usize].app;
         for e in ev.drain(..) {
             match e {
@@ -1144,8 +1210,15 @@ impl World {
         }
     }
 
-    fn host_send(&mut self, h: u32, cid: ConnId, hdr: Headers) {
-        let hdr = self.boxed(hdr);
+    fn host_send(&mut self, h: u32, cid: ConnId, hdr: &Headers) {
+        // Copied once, from the connection's output into a header box.
+        let hdr = match self.pool_hdr.pop() {
+            Some(mut b) => {
+                *b = *hdr;
+                b
+            }
+            None => Box::new(*hdr),
+        };
         let slot = &self.conns[cid as usize];
         let p = SimPacket::new(
             hdr,
@@ -1221,7 +1294,21 @@ impl World {
             Cmd::Write(cid, n) => self.conn_call(cid, |c, now, io| c.write(now, n, io)),
             Cmd::Close(cid) => self.conn_call(cid, |c, now, io| c.close(now, io)),
             Cmd::Stop(cid) => self.conn_call(cid, |c, now, io| c.stop_writing(now, io)),
-            Cmd::Timer(at, token) => self.schedule_timer(at.max(self.now), Ev::App(app, token)),
+            Cmd::Timer(at, token) => {
+                let i = match self.app_timers_free.pop() {
+                    Some(i) => {
+                        self.app_timers[i as usize] = (app, token);
+                        i
+                    }
+                    None => {
+                        self.app_timers.push((app, token));
+                        let i = self.app_timers.len() as u32 - 1;
+                        assert!(i < EV_INDEX_LIMIT, "too many pending application timers");
+                        i
+                    }
+                };
+                self.schedule_timer(at.max(self.now), Ev::App(i));
+            }
             Cmd::Measure(metric, value) => {
                 let f = self.flow_of_app(app);
                 let now = self.now;

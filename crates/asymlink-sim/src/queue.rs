@@ -1,11 +1,18 @@
-//! The simulator's pending-event set: a binary min-heap keyed by `(time, sequence)`, fed
-//! by a hierarchical timer wheel.
+//! The simulator's pending-event set: a four-ary min-heap of packed keys, fed by a
+//! hierarchical timer wheel.
 //!
-//! Time and insertion sequence are packed into one `u128` key (time in the high 64 bits),
-//! so ordering is one integer comparison and ties resolve in insertion order — the
-//! property that makes runs deterministic. Cancellation is lazy: an owner keeps a
-//! [`Timer`] holding the time of its one live entry and recognises stale entries when
-//! they pop.
+//! An entry is one `u128`: the time in the high 64 bits, then a 32-bit insertion
+//! sequence, then the event packed into 32 bits ([`QueueEvent`]). Ordering is one integer
+//! comparison, ties resolve in insertion order (the sequence numbers are unique, so the
+//! packed event never decides) — the property that makes runs deterministic — and an
+//! entry moves as one 16-byte word. When the sequence would wrap (after 2^32 − 1 entries)
+//! the pending entries are renumbered in their order, which changes no order.
+//! Cancellation is lazy: an owner keeps a [`Timer`] holding the time of its one live
+//! entry and recognises stale entries when they pop.
+//!
+//! The heap is four-ary: half the levels of a binary heap, so a pop moves its hole down
+//! half as many times (three comparisons among four adjacent children, one cache line
+//! of keys, per level).
 //!
 //! # Near-term entries in the heap, timers in the wheel
 //!
@@ -25,36 +32,129 @@
 //! order of events — ties included — is exactly that of one heap holding everything.
 
 use asymlink_core::time::Instant;
-use std::collections::BinaryHeap;
 
-#[derive(Clone, Copy, Debug)]
-struct Entry<E> {
-    key: u128,
-    ev: E,
+/// An event as the queue stores it: packed into 32 bits.
+pub trait QueueEvent: Copy {
+    /// The event as 32 bits.
+    fn pack(self) -> u32;
+    /// The event [`QueueEvent::pack`] gave `x` for.
+    fn unpack(x: u32) -> Self;
 }
 
-impl<E> Entry<E> {
+impl QueueEvent for u32 {
     #[inline]
-    fn time(&self) -> u64 {
-        (self.key >> 64) as u64
+    fn pack(self) -> u32 {
+        self
+    }
+    #[inline]
+    fn unpack(x: u32) -> u32 {
+        x
     }
 }
 
-impl<E> PartialEq for Entry<E> {
-    fn eq(&self, o: &Self) -> bool {
-        self.key == o.key
+/// The time of a packed key.
+#[inline]
+fn key_time(k: u128) -> u64 {
+    (k >> 64) as u64
+}
+
+/// Bits of a key below the time: the sequence and the event.
+const SEQ_SHIFT: u32 = 32;
+
+/// A four-ary min-heap of keys (the children of `i` are `4i + 1 ..= 4i + 4`). The
+/// vector holds at least four `u128::MAX` keys after the `len` entries, so every node's
+/// four children can be read without asking how many there are.
+#[derive(Debug)]
+struct Heap {
+    v: Vec<u128>,
+    len: usize,
+}
+
+impl Default for Heap {
+    fn default() -> Self {
+        Heap {
+            v: vec![u128::MAX; 4],
+            len: 0,
+        }
     }
 }
-impl<E> Eq for Entry<E> {}
-impl<E> PartialOrd for Entry<E> {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
+
+impl Heap {
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
     }
-}
-impl<E> Ord for Entry<E> {
-    /// Reversed: `BinaryHeap` is a max-heap and the earliest entry must come first.
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        o.key.cmp(&self.key)
+
+    /// The entries (in heap order).
+    fn entries(&mut self) -> &mut [u128] {
+        &mut self.v[..self.len]
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<u128> {
+        (self.len > 0).then(|| self.v[0])
+    }
+
+    #[inline]
+    fn push(&mut self, k: u128) {
+        let mut i = self.len;
+        self.len += 1;
+        if self.len + 4 > self.v.len() {
+            self.v.push(u128::MAX);
+        }
+        let v = &mut self.v[..];
+        while i > 0 {
+            let p = (i - 1) / 4;
+            let pk = v[p];
+            if pk <= k {
+                break;
+            }
+            v[i] = pk;
+            i = p;
+        }
+        v[i] = k;
+    }
+
+    /// Remove the earliest key.
+    #[inline]
+    fn pop(&mut self) -> Option<u128> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        let n = self.len;
+        let v = &mut self.v[..];
+        let top = v[0];
+        let last = std::mem::replace(&mut v[n], u128::MAX);
+        let mut i = 0;
+        loop {
+            let c = 4 * i + 1;
+            if c >= n {
+                break;
+            }
+            // The smallest of the four children (the padding loses every comparison).
+            let ch = &v[c..c + 4];
+            let (a, b) = if ch[1] < ch[0] {
+                (1, ch[1])
+            } else {
+                (0, ch[0])
+            };
+            let (cc, d) = if ch[3] < ch[2] {
+                (3, ch[3])
+            } else {
+                (2, ch[2])
+            };
+            let (m, mk) = if d < b { (c + cc, d) } else { (c + a, b) };
+            if last <= mk {
+                break;
+            }
+            v[i] = mk;
+            i = m;
+        }
+        if n > 0 {
+            v[i] = last;
+        }
+        Some(top)
     }
 }
 
@@ -66,7 +166,7 @@ const SLOTS: usize = 1 << LEVEL_BITS;
 /// Levels: 20 + 6 × 8 = 68 ≥ 64 bits, so every time has a level.
 const LEVELS: usize = 8;
 
-/// A hierarchical timer wheel of entries due at or after `cur`.
+/// A hierarchical timer wheel of keys due at or after `cur`.
 ///
 /// Level `k` has 64 slots of 2^(20 + 6k) ns. An entry sits at the lowest level whose slot
 /// width covers the highest bit in which its time differs from `cur`, and no level above
@@ -78,21 +178,21 @@ const LEVELS: usize = 8;
 /// heap as a whole; a coarser slot is spread over the finer levels first (each entry
 /// moves down at most seven times in its life).
 #[derive(Debug)]
-struct Wheel<E> {
+struct Wheel {
     /// Entries due before `cur` are not here (they are in the heap); `cur` is a multiple
     /// of the level-0 slot width and only grows.
     cur: u64,
     /// Bit `i` of `occupied[k]`: slot `i` of level `k` holds entries.
     occupied: [u64; LEVELS],
     /// `LEVELS × SLOTS` slots, level-major.
-    slots: Vec<Vec<Entry<E>>>,
+    slots: Vec<Vec<u128>>,
     /// Entries held.
     len: usize,
     /// An empty vector kept to swap with a slot being emptied (its capacity is reused).
-    spare: Vec<Entry<E>>,
+    spare: Vec<u128>,
 }
 
-impl<E: Copy> Wheel<E> {
+impl Wheel {
     fn new() -> Self {
         Wheel {
             cur: 0,
@@ -111,8 +211,8 @@ impl<E: Copy> Wheel<E> {
 
     /// Hold `e`, due at or after `cur`.
     #[inline]
-    fn insert(&mut self, e: Entry<E>) {
-        let t = e.time();
+    fn insert(&mut self, e: u128) {
+        let t = key_time(e);
         debug_assert!(t >= self.cur);
         let diff = (t ^ self.cur) >> SLOT_BITS;
         let k = if diff == 0 {
@@ -140,7 +240,7 @@ impl<E: Copy> Wheel<E> {
 
     /// Empty the lowest occupied slot: a level-0 slot into `heap` (then `cur` moves past
     /// it), a coarser one into the finer levels (then `cur` moves to its start).
-    fn advance(&mut self, heap: &mut BinaryHeap<Entry<E>>) {
+    fn advance(&mut self, heap: &mut Heap) {
         let Some((k, i, start)) = self.next_slot() else {
             return;
         };
@@ -150,7 +250,9 @@ impl<E: Copy> Wheel<E> {
         self.len -= taken.len();
         if k == 0 {
             self.cur = start + (1 << SLOT_BITS);
-            heap.extend(taken.drain(..));
+            for e in taken.drain(..) {
+                heap.push(e);
+            }
         } else {
             self.cur = start;
             for e in taken.drain(..) {
@@ -186,35 +288,73 @@ impl<E: Copy> Wheel<E> {
 #[derive(Debug)]
 pub struct EventQueue<E> {
     /// Entries due before `wheel.cur`, and any pushed with [`EventQueue::push`].
-    heap: BinaryHeap<Entry<E>>,
+    heap: Heap,
     /// Timers due at or after `wheel.cur`.
-    wheel: Wheel<E>,
-    seq: u64,
+    wheel: Wheel,
+    /// The last sequence number given.
+    seq: u32,
+    /// The largest sequence number given before the pending entries are renumbered
+    /// (`u32::MAX`; tests lower it).
+    seq_max: u32,
+    _ev: std::marker::PhantomData<E>,
 }
 
-impl<E: Copy> Default for EventQueue<E> {
+impl<E: QueueEvent> Default for EventQueue<E> {
     fn default() -> Self {
         EventQueue {
-            heap: BinaryHeap::new(),
+            heap: Heap::default(),
             wheel: Wheel::new(),
             seq: 0,
+            seq_max: u32::MAX,
+            _ev: std::marker::PhantomData,
         }
     }
 }
 
-impl<E: Copy> EventQueue<E> {
+impl<E: QueueEvent> EventQueue<E> {
     /// An empty queue.
     pub fn new() -> Self {
         Self::default()
     }
 
     #[inline]
-    fn entry(&mut self, t: Instant, ev: E) -> Entry<E> {
-        self.seq += 1;
-        Entry {
-            key: (t.as_nanos() as u128) << 64 | self.seq as u128,
-            ev,
+    fn entry(&mut self, t: Instant, ev: E) -> u128 {
+        if self.seq == self.seq_max {
+            self.renumber();
         }
+        self.seq += 1;
+        (t.as_nanos() as u128) << 64 | (self.seq as u128) << SEQ_SHIFT | ev.pack() as u128
+    }
+
+    /// The sequence numbers ran out: number the pending entries 1, 2, ... in their order
+    /// (a strictly increasing map of the keys, so the heap stays a heap and every entry
+    /// stays in its slot of the wheel) and continue after them.
+    #[cold]
+    #[inline(never)]
+    fn renumber(&mut self) {
+        let mut all: Vec<u128> = self.heap.entries().to_vec();
+        for s in &self.wheel.slots {
+            all.extend_from_slice(s);
+        }
+        all.sort_unstable();
+        let low = (1u128 << SEQ_SHIFT) - 1;
+        let renumbered = |k: u128| -> u128 {
+            let pos = all.partition_point(|&x| x < k) as u128;
+            (k >> 64) << 64 | (pos + 1) << SEQ_SHIFT | (k & low)
+        };
+        for k in self.heap.entries().iter_mut() {
+            *k = renumbered(*k);
+        }
+        for s in self.wheel.slots.iter_mut() {
+            for k in s.iter_mut() {
+                *k = renumbered(*k);
+            }
+        }
+        self.seq = u32::try_from(all.len()).expect("fewer than 2^32 pending events");
+        assert!(
+            self.seq < self.seq_max,
+            "more pending events than sequence numbers"
+        );
     }
 
     /// Schedule `ev` at `t`, straight into the heap: for events due soon (packet
@@ -231,7 +371,7 @@ impl<E: Copy> EventQueue<E> {
     #[inline]
     pub fn push_timer(&mut self, t: Instant, ev: E) {
         let e = self.entry(t, ev);
-        if e.time() < self.wheel.cur {
+        if key_time(e) < self.wheel.cur {
             self.heap.push(e);
         } else {
             self.wheel.insert(e);
@@ -245,7 +385,7 @@ impl<E: Copy> EventQueue<E> {
         // Move timers into the heap until its earliest entry is earlier than anything
         // left in the wheel (or nothing in the wheel is due by `limit`).
         loop {
-            let top = self.heap.peek().map(Entry::time);
+            let top = self.heap.peek().map(key_time);
             // The common case: the heap's earliest entry is before the wheel's range.
             if top.is_some_and(|t| t < self.wheel.cur) || self.wheel.len == 0 {
                 break;
@@ -258,13 +398,12 @@ impl<E: Copy> EventQueue<E> {
             }
             self.wheel.advance(&mut self.heap);
         }
-        let top = self.heap.peek()?;
-        let at = top.time();
+        let at = key_time(self.heap.peek()?);
         if at > limit {
             return None;
         }
         let e = self.heap.pop()?;
-        Some((Instant(at), e.ev))
+        Some((Instant(at), E::unpack(e as u32)))
     }
 
     /// Number of pending entries (stale ones included).
@@ -295,7 +434,7 @@ impl Timer {
     /// fires early, finds nothing due, and the owner re-arms) and must move earlier.
     /// The entry is a timer ([`EventQueue::push_timer`]).
     #[inline]
-    pub fn arm_by<E: Copy>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
+    pub fn arm_by<E: QueueEvent>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
         if self.0.is_none_or(|s| t < s) {
             self.0 = Some(t);
             q.push_timer(t, ev);
@@ -305,7 +444,7 @@ impl Timer {
     /// Make sure the live entry fires exactly at `t`: push `ev` at `t` unless it already
     /// does (an entry at another time becomes stale).
     #[inline]
-    pub fn arm_at<E: Copy>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
+    pub fn arm_at<E: QueueEvent>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
         if self.0 != Some(t) {
             self.0 = Some(t);
             q.push(t, ev);
@@ -327,6 +466,15 @@ impl Timer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl QueueEvent for char {
+        fn pack(self) -> u32 {
+            self as u32
+        }
+        fn unpack(x: u32) -> char {
+            char::from_u32(x).unwrap()
+        }
+    }
 
     #[test]
     fn time_order_then_insertion_order() {
@@ -355,14 +503,30 @@ mod tests {
     /// in exactly the order of one sorted list of `(time, push order)`.
     #[test]
     fn wheel_keeps_the_order_of_one_heap() {
-        use asymlink_core::rand::Rng;
         for seed in 0..20 {
+            random_order(seed, u32::MAX);
+        }
+    }
+
+    /// The same with sequence numbers that run out every few hundred entries: renumbering
+    /// the pending entries changes no order.
+    #[test]
+    fn renumbering_keeps_the_order() {
+        for seed in 0..20 {
+            random_order(seed, 900 + 20 * seed as u32);
+        }
+    }
+
+    fn random_order(seed: u64, seq_max: u32) {
+        use asymlink_core::rand::Rng;
+        {
             let mut rng = Rng::new(seed);
             let mut q = EventQueue::new();
-            let mut reference: Vec<(u64, u64)> = Vec::new();
+            q.seq_max = seq_max;
+            let mut reference: Vec<(u64, u32)> = Vec::new();
             let mut got = Vec::new();
             let mut now = 0u64;
-            let mut n = 0u64;
+            let mut n = 0u32;
             for _ in 0..4000 {
                 match rng.below(4) {
                     0 | 1 => {
@@ -398,14 +562,15 @@ mod tests {
             reference.sort_unstable();
             assert_eq!(got, reference, "seed {seed}");
             assert!(q.is_empty());
+            assert!(seq_max == u32::MAX || n > seq_max, "renumbered");
         }
     }
 
     #[test]
     fn far_timers_wait_outside_the_heap() {
         let mut q = EventQueue::new();
-        for i in 0..1000u64 {
-            q.push_timer(Instant(1_000_000_000 + i * 1_000_000), i);
+        for i in 0..1000u32 {
+            q.push_timer(Instant(1_000_000_000 + i as u64 * 1_000_000), i);
         }
         q.push(Instant(10), 5000);
         assert_eq!(q.len(), 1001);
