@@ -28,6 +28,25 @@ def test_io_modes_are_one_a_list_or_a_group(text: str, modes: tuple[str, ...]) -
     assert set(modes) <= set(IO_MODES)
 
 
+def test_a_mode_with_a_sender_thread() -> None:
+    assert parse_io_modes("mmap,mmap+tx") == ("mmap", "mmap+tx")
+    assert bench.io_process("mmap+tx") == {"io": "mmap", "tx_thread": True}
+    assert bench.io_process("socket") == {"io": "socket"}
+    body = bench._with_io(bench.UNSHAPED, "socket+tx")
+    assert body["process"]["io"] == "socket" and body["process"]["tx_thread"] is True
+    assert body["process"]["realtime_priority"] == bench.PROCESS["realtime_priority"]
+    with pytest.raises(LabError, match="'xdp\\+tx': a sender thread needs one of"):
+        parse_io_modes("xdp+tx")
+    with pytest.raises(LabError, match="'mmap\\+tx' given twice"):
+        parse_io_modes("mmap+tx,mmap+tx")
+    assert bench.io_process("mmap+tx+poll") == {"io": "mmap", "tx_thread": True,
+                                                 "busy_poll": "50us"}
+    assert bench.io_process("socket+poll") == {"io": "socket", "busy_poll": "50us"}
+    for bad in ("mmap+fast", "mmap+tx+tx", "tun+tx"):
+        with pytest.raises(LabError, match=f"unknown mode '{bad.replace('+', '.')}'"):
+            parse_io_modes(bad)
+
+
 @pytest.mark.parametrize(("text", "says"), [
     ("tun", "unknown mode 'tun'"),
     ("socket,,xdp", "unknown mode ''"),
@@ -40,6 +59,8 @@ def test_bad_io_modes_are_named(text: str, says: str) -> None:
 
 
 def test_io_options_are_checked_before_any_lab() -> None:
+    r = CliRunner().invoke(cli, ["bench", "live", "--latency-rate", "fast"])
+    assert r.exit_code != 0 and "--latency-rate" in r.output, r.output
     r = CliRunner().invoke(cli, ["bench", "live", "--io", "socket,tun"])
     assert r.exit_code != 0 and "--io: io: unknown mode 'tun'" in r.output, r.output
     r = CliRunner().invoke(cli, ["bench", "live", "--subscribers", "4", "--io", "socket,xdp"])

@@ -70,7 +70,8 @@ def test_a_flows_congestion_control_goes_to_the_simulator() -> None:
     assert dl["tcp"] == {"profile": "linux", "cc": "bbr"}
     doc = sim_scenario(LabScenario.from_file(scenario_path("bbr-ackfilter-on")))
     (dl,) = [f for f in doc["flows"] if f["name"] == "download"]
-    assert dl["tcp"] == {"profile": "linux", "rcvbuf": "65536B", "cc": "bbr"}
+    assert dl["tcp"] == {"profile": "linux", "so_rcvbuf": "131072B",
+                         "window_clamp": "65536B", "cc": "bbr"}
 
 
 def test_bbr_modes_follow_from_the_gains() -> None:

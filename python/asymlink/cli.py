@@ -356,8 +356,12 @@ def _rate_option(name: str, value: str) -> float:
               metavar="MODE[,MODE...]",
               help="The box's [process] io modes, each measured against the same kernel "
                    "run: socket, mmap, xdp (experimental; not measured, with the reason, "
-                   "where AF_XDP is unavailable), a list (socket,xdp), 'both' (socket,mmap) "
-                   "or 'all'.")
+                   "where AF_XDP is unavailable), a mode with '+tx' (socket+tx, mmap+tx: "
+                   "[process] tx_thread = true) and/or '+poll' (busy_poll = 50us), a list "
+                   "(socket,xdp), 'both' (socket,mmap) or 'all'.")
+@click.option("--latency-rate", "latency_rate", default=None, metavar="RATE",
+              help="Pace the latency transfer at this rate (e.g. 1Gbit) for every mode, "
+                   "instead of half of each mode's own unshaped goodput.")
 @click.option("--workers", "workers_list", default="", metavar="N[,N...]",
               help="Also measure several clients at once through the box with each of these "
                    "[process] workers counts (e.g. 1,2), one client per worker. With "
@@ -377,8 +381,8 @@ def _rate_option(name: str, value: str) -> float:
               show_default=True,
               help="With --subscribers: downloads (server to subscriber) or uploads.")
 def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_modes: str,
-                   workers_list: str, subscribers: int | None, saturate: int | None,
-                   subscriber_rate: str, direction: str) -> None:
+                   latency_rate: str | None, workers_list: str, subscribers: int | None,
+                   saturate: int | None, subscriber_rate: str, direction: str) -> None:
     """Forwarding speed of the live box in a namespace lab (needs root): box_gbps,
     kernel_gbps, box_shaped_gbps, added latency at half load; or, with --subscribers N,
     N shaped subscriber lines at once."""
@@ -407,12 +411,16 @@ def bench_live_cmd(as_json: bool, seconds: float, out_file: Path | None, io_mode
             raise UserError(f"--saturate: at most the {subscribers} subscribers")
     elif saturate is not None:
         raise UserError("--saturate: only with --subscribers")
+    lat_rate = None if latency_rate is None else _rate_option("--latency-rate", latency_rate)
+    if lat_rate is not None and subscribers is not None:
+        raise UserError("--latency-rate: not with --subscribers")
     try:
         if subscribers is not None:
             result = run_lines_bench(subscribers, rate, seconds, workers[0] if workers else 2,
                                      direction, io[0], saturate)
         else:
-            result = run_bench(seconds=seconds, io=io, workers=workers)
+            result = run_bench(seconds=seconds, io=io, workers=workers,
+                               latency_rate_bps=lat_rate)
     except LabError as e:
         raise UserError(str(e)) from None
     if out_file is not None:

@@ -90,6 +90,9 @@ pub struct Stamps {
     pub read: u64,
     /// `backlog` … `rx_before` (the parts before the read).
     pub before: [u32; 6],
+    /// With a sender thread: the marks of the wake-up that handed the frame to it
+    /// (`wake`, `rx_end`) and the instant it did (in `tx_end`).
+    pub handoff: Marks,
 }
 
 fn sat(ns: u64) -> u32 {
@@ -115,7 +118,11 @@ impl Stamps {
             before[WAKEUP] = sat(after(rx, prev.sleep, cur_wake));
             before[RX_BEFORE] = sat(after(rx, cur_wake, read));
         }
-        Stamps { read, before }
+        Stamps {
+            read,
+            before,
+            handoff: Marks::default(),
+        }
     }
 }
 
@@ -393,6 +400,7 @@ mod tests {
         let held = Stamps {
             read: 1020 * US,
             before: [0, 0, 0, 0, 5_000, 1_000],
+            ..Stamps::default()
         };
         let c = SendCtx {
             marks: cur,

@@ -43,6 +43,7 @@
 //! horizon = "50us"                      # release packets up to 50 µs early (batching)
 //! io = "socket"                         # or "mmap": memory-mapped rings, "xdp": AF_XDP
 //! busy_poll = "0us"                     # keep checking the devices this long before sleeping
+//! tx_thread = false                     # send from a second thread per interface
 //!
 //! [[subscribers]]                       # one pipeline per subscriber line (side a)
 //! prefix = "198.18.0.12"                # LAN address or prefix, IPv4 or IPv6
@@ -239,6 +240,13 @@ pub struct ProcessConfig {
     /// At most [`MAX_BUSY_POLL`].
     #[serde(default)]
     pub busy_poll: Option<asymlink_core::units::Span>,
+    /// Send from a second thread per interface (default false): the event loop hands
+    /// the frames that are due to the sender of their output interface (one FIFO each,
+    /// so order is kept) and goes back to reading, instead of waiting for its send
+    /// calls (on veth a send call runs the receiving host's stack). Not with
+    /// `io = "xdp"`.
+    #[serde(default)]
+    pub tx_thread: bool,
 }
 
 /// The longest `[process] busy_poll`.
@@ -566,6 +574,12 @@ impl BoxConfig {
             return Err(ConfigError::new(
                 "process.io",
                 "\"mmap\" needs interfaces.kind = \"packet\" (TUN devices have no rings)",
+            ));
+        }
+        if self.process.tx_thread && self.process.io == IoMode::Xdp {
+            return Err(ConfigError::new(
+                "process.tx_thread",
+                "not available with io = \"xdp\" (use \"mmap\" or \"socket\")",
             ));
         }
         let n = self.process.workers();
@@ -1023,6 +1037,37 @@ mod tests {
         BoxConfig::parse(&delay_only).unwrap().validate().unwrap();
         let e = BoxConfig::parse(&format!("{MIN}[process]\ncpu = \"one\"\n")).unwrap_err();
         assert!(e.to_string().contains("process.cpu"), "{e}");
+    }
+
+    #[test]
+    fn tx_thread_key() {
+        assert!(!BoxConfig::parse(MIN).unwrap().process.tx_thread);
+        for io in ["socket", "mmap"] {
+            let c = BoxConfig::parse(&format!(
+                "{MIN}[process]\ntx_thread = true\nio = \"{io}\"\n"
+            ))
+            .unwrap();
+            c.validate().unwrap();
+            assert!(c.process.tx_thread);
+        }
+        for (body, what) in [
+            ("[process]\ntx_thread = \"yes\"\n", ""),
+            ("[process]\ntx_thread = 1\n", ""),
+            (
+                "[process]\ntx_thread = true\nio = \"xdp\"\n",
+                "not available with io = \"xdp\"",
+            ),
+        ] {
+            let e = match BoxConfig::parse(&format!("{MIN}{body}")) {
+                Ok(c) => c.validate().unwrap_err().to_string(),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                e.contains("process.tx_thread") && e.contains(what),
+                "{body}: {e}"
+            );
+            assert!(!e.contains('\n'), "{body}: {e}");
+        }
     }
 
     #[test]

@@ -280,6 +280,12 @@ impl Engine {
         self.discard(pkt, DiscardReason::TxError);
     }
 
+    /// A frame that was due but not sent when the box stopped: counted discarded at
+    /// shutdown and freed.
+    pub fn on_unsent_at_exit(&mut self, pkt: LivePacket) {
+        self.discard(pkt, DiscardReason::Shutdown);
+    }
+
     /// Record an added-latency sample (receive → send), in nanoseconds.
     #[inline]
     pub fn record_latency(&mut self, ns: u64) {

@@ -23,8 +23,10 @@
 //!   tests.
 //! * [`workers`] — several forwarding threads: one complete event loop each, frames spread
 //!   by the kernel's fanout on the subscriber's address, stats merged.
-//! * [`sys`] — AF_PACKET, TUN, `ppoll`, `signalfd`, privilege dropping (the crate's only
-//!   `unsafe` code).
+//! * [`sender`] — sending from a second thread per interface (`[process] tx_thread`):
+//!   a lock-free single-producer single-consumer queue each way.
+//! * [`sys`] — AF_PACKET, TUN, `ppoll`, `signalfd`, privilege dropping; with [`xdp`] and
+//!   the queue of [`sender`], the crate's only `unsafe` code.
 //! * [`stats`], [`server`], [`capture`] — counters, the JSON and Prometheus endpoints,
 //!   pcap files; [`breakdown`] — where the added latency goes (a stats switch).
 //!
@@ -40,6 +42,7 @@ pub mod engine;
 pub mod harness;
 pub mod packet;
 pub mod runtime;
+pub mod sender;
 pub mod server;
 pub mod stats;
 pub mod sys;

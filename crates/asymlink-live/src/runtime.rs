@@ -19,6 +19,7 @@ use crate::clock::{Clock, FakeClock};
 use crate::config::BoxConfig;
 use crate::engine::{Engine, Sojourn};
 use crate::packet::{LinkType, LivePacket};
+use crate::sender::{Done, Outcome, Sender, SenderOptions, TxDevice};
 use crate::stats::{Histogram, Published};
 use crate::sys::{self, Device, Signal};
 use asymlink_core::pipeline::Dir;
@@ -70,6 +71,11 @@ pub trait Io {
     fn reload_config(&mut self) -> Option<BoxConfig> {
         None
     }
+    /// The sender threads, one per side (`[process] tx_thread`), when frames are sent
+    /// through them instead of [`Io::send`].
+    fn senders(&mut self) -> Option<&mut [Sender; 2]> {
+        None
+    }
 }
 
 /// What [`EventLoop::step`] decided.
@@ -107,6 +113,8 @@ pub struct EventLoop<C: Clock, I: Io> {
     share: Option<Arc<WorkerControl>>,
     /// `[stats] latency_breakdown`.
     breakdown: Option<Box<BreakdownState>>,
+    /// Frames given back by a sender thread, being accounted.
+    done: Vec<Done>,
 }
 
 /// The latency breakdown's state in the loop ([`crate::breakdown`]).
@@ -174,6 +182,7 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
                 })
             }),
             cfg,
+            done: Vec::new(),
         })
     }
 
@@ -307,8 +316,15 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         if let Some(t) = self.engine.poll_at() {
             deadline = Some(deadline.map_or(t, |d| d.min(t)));
         }
-        let timeout = deadline.map(|d| d.saturating_since(now));
-        let want_write = [!self.pending[0].is_empty(), !self.pending[1].is_empty()];
+        let mut timeout = deadline.map(|d| d.saturating_since(now));
+        let mut want_write = [!self.pending[0].is_empty(), !self.pending[1].is_empty()];
+        if self.io.senders().is_some() {
+            // Frames wait for room at a sender thread, not at a device: look again soon.
+            if want_write != [false; 2] {
+                timeout = Some(timeout.map_or(RETRY, |t| t.min(RETRY)));
+            }
+            want_write = [false; 2];
+        }
         if let Some(b) = self.breakdown.as_mut().filter(|b| b.active) {
             let t = sys::realtime_ns();
             b.cur.sleep = t;
@@ -328,7 +344,78 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         }
     }
 
+    /// Account the frames the sender thread of `side` is done with (sent, refused, or
+    /// left unsent at exit), in order; `stop`: stop it first.
+    fn take_done(&mut self, side: usize, stop: bool) {
+        let mut done = std::mem::take(&mut self.done);
+        match self.io.senders() {
+            Some(s) if stop => s[side].stop(&mut |d| done.push(d)),
+            Some(s) => {
+                s[side].take_done(&mut |d| done.push(d));
+                if let Some(e) = s[side].take_error() {
+                    (self.log)(&format!("sender thread of side {side}: {e}"));
+                }
+            }
+            None => {}
+        }
+        for Done { pkt, outcome } in done.drain(..) {
+            match outcome {
+                Outcome::Sent { at, frames } => {
+                    if let Some(c) = self.captures[pkt.dir.index()].as_mut() {
+                        c.write(at, pkt.frame());
+                    }
+                    if pkt.rx_unix_ns > 0 {
+                        self.engine
+                            .record_latency(at.saturating_sub(pkt.rx_unix_ns));
+                        if let Some(b) = self.breakdown.as_mut() {
+                            let h = pkt.stamps.handoff;
+                            // Until the hand-off as if it were the send call; the wait in
+                            // the sender (behind its earlier send calls) as `tx_other`.
+                            let c = SendCtx {
+                                marks: h,
+                                send: at,
+                                tx_other: at.saturating_sub(h.tx_end),
+                                off_cpu: 0,
+                                frames: frames.into(),
+                            };
+                            b.agg.record(pkt.rx_unix_ns, &pkt.stamps, &c);
+                        }
+                    }
+                    self.engine.on_sent(pkt);
+                }
+                Outcome::Refused => self.engine.on_send_failed(pkt),
+                Outcome::Unsent => self.engine.on_unsent_at_exit(pkt),
+            }
+        }
+        self.done = done;
+    }
+
+    /// Hand the frames due in `d` to the sender thread of its interface.
+    fn hand_off(&mut self, now: Instant, d: Dir) -> io::Result<()> {
+        let side = out_side(d);
+        self.take_done(side, false);
+        let mut due = std::mem::take(&mut self.pending[side]);
+        let mut out: Vec<LivePacket> = Vec::new();
+        self.engine.poll_transmit(now, d, &mut out);
+        if let Some(b) = self.breakdown.as_ref().filter(|b| b.active) {
+            let mut h = b.cur;
+            h.tx_end = sys::realtime_ns();
+            for p in &mut out {
+                p.stamps.handoff = h;
+            }
+        }
+        due.extend(out);
+        if let Some(s) = self.io.senders() {
+            s[side].hand_off(&mut due)?;
+        }
+        self.pending[side] = due;
+        Ok(())
+    }
+
     fn transmit(&mut self, now: Instant, d: Dir) -> io::Result<()> {
+        if self.io.senders().is_some() {
+            return self.hand_off(now, d);
+        }
         let side = out_side(d);
         let mut due = std::mem::take(&mut self.pending[side]);
         let mut out: Vec<LivePacket> = Vec::new();
@@ -468,6 +555,11 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
     }
 
     fn publish(&mut self, now: Instant) {
+        if self.io.senders().is_some() {
+            for side in 0..2 {
+                self.take_done(side, false);
+            }
+        }
         for side in 0..2 {
             self.rx_drops[side] += self.io.take_rx_drops(side);
         }
@@ -510,6 +602,8 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
     /// final stats.
     pub fn finish(&mut self, now: Instant) {
         for side in 0..2 {
+            // What a sender thread has not sent yet is discarded at shutdown.
+            self.take_done(side, true);
             for p in self.pending[side].drain(..) {
                 self.engine.on_send_failed(p);
             }
@@ -599,6 +693,59 @@ pub struct SysIo {
     wake: Wake,
     /// `[process] busy_poll`.
     busy_poll: Duration,
+    /// `[process] tx_thread`: a sender thread per side.
+    senders: Option<[Sender; 2]>,
+}
+
+/// A device's transmit side, in a sender thread.
+struct DevTx {
+    dev: Device,
+    batch: sys::Batch,
+}
+
+impl TxDevice for DevTx {
+    fn send(&mut self, frames: &[&[u8]], failed: &mut Vec<usize>) -> io::Result<usize> {
+        self.batch.send(&mut self.dev, frames, failed)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.dev.flush()
+    }
+    fn needs_flush(&self) -> bool {
+        self.dev.needs_flush()
+    }
+    fn wait_writable(&self, timeout: Duration) {
+        let _ = self.dev.wait_writable(timeout);
+    }
+}
+
+/// The sender threads of `devs` (`[process] tx_thread`; `worker`: whose event loop, for
+/// its CPU and the threads' names), or `None`.
+fn senders(
+    cfg: &BoxConfig,
+    devs: &mut [Device; 2],
+    worker: usize,
+) -> io::Result<Option<[Sender; 2]>> {
+    if !cfg.process.tx_thread {
+        return Ok(None);
+    }
+    let batch = cfg.interfaces.batch.unwrap_or(64);
+    let avoid_cpu = cfg.process.worker_cpus().get(worker).copied().flatten();
+    let mut make = |side: usize| -> io::Result<Sender> {
+        let dev = devs[side].tx_twin()?;
+        Ok(Sender::new(
+            Box::new(DevTx {
+                dev,
+                batch: sys::Batch::new(batch),
+            }),
+            SenderOptions {
+                batch,
+                busy_poll: busy_poll(cfg),
+                avoid_cpu,
+                name: format!("asymlink-tx{worker}{}", ["a", "b"][side]),
+            },
+        ))
+    };
+    Ok(Some([make(0)?, make(1)?]))
 }
 
 impl SysIo {
@@ -626,11 +773,14 @@ impl SysIo {
             )
         })?;
         sys::set_timer_slack_ns(1);
+        let mut devs = [a, b];
+        let senders = senders(cfg, &mut devs, 0)?;
         Ok(SysIo {
-            devs: [a, b],
+            devs,
             batch: sys::Batch::new(cfg.interfaces.batch.unwrap_or(64)),
             wake: Wake::Signals(sig),
             busy_poll: busy_poll(cfg),
+            senders,
         })
     }
 
@@ -657,16 +807,22 @@ impl SysIo {
         let b = groups.pop().expect("two sides");
         let a = groups.pop().expect("two sides");
         sys::set_timer_slack_ns(1);
-        Ok(a.into_iter()
+        a.into_iter()
             .zip(b)
             .zip(controls)
-            .map(|((a, b), c)| SysIo {
-                devs: [a, b],
-                batch: sys::Batch::new(cfg.interfaces.batch.unwrap_or(64)),
-                wake: Wake::Control(c.clone()),
-                busy_poll: busy_poll(cfg),
+            .enumerate()
+            .map(|(k, ((a, b), c))| {
+                let mut devs = [a, b];
+                let senders = senders(cfg, &mut devs, k)?;
+                Ok(SysIo {
+                    devs,
+                    batch: sys::Batch::new(cfg.interfaces.batch.unwrap_or(64)),
+                    wake: Wake::Control(c.clone()),
+                    busy_poll: busy_poll(cfg),
+                    senders,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -775,6 +931,9 @@ impl Io for SysIo {
     fn take_rx_drops(&mut self, side: usize) -> u64 {
         self.devs[side].take_rx_drops()
     }
+    fn senders(&mut self) -> Option<&mut [Sender; 2]> {
+        self.senders.as_mut()
+    }
 }
 
 /// Scripted devices under a [`FakeClock`] (tests): frames arrive at given instants, sent
@@ -794,6 +953,8 @@ pub struct MemIo {
     /// How long after a deadline `wait` returns (zero: exactly at it), as a real
     /// clock's timers wake late.
     pub late: Duration,
+    /// Sender threads over these devices instead of `sent` ([`MemIo::send_through`]).
+    senders: Option<[Sender; 2]>,
 }
 
 impl MemIo {
@@ -808,7 +969,24 @@ impl MemIo {
             refuse_len: None,
             idle: false,
             late: Duration::ZERO,
+            senders: None,
         }
+    }
+    /// Send through a sender thread per side, over these devices (`[process]
+    /// tx_thread`), instead of recording in `sent`.
+    pub fn send_through(&mut self, devs: [Box<dyn TxDevice>; 2]) {
+        let mut side = 0;
+        self.senders = Some(devs.map(|d| {
+            side += 1;
+            Sender::new(
+                d,
+                SenderOptions {
+                    batch: 64,
+                    name: format!("memio-tx{side}"),
+                    ..SenderOptions::default()
+                },
+            )
+        }));
     }
     /// A frame arriving on `side` at `t` (push in time order).
     pub fn arrive(&mut self, t: Instant, side: usize, frame: Vec<u8>) {
@@ -882,6 +1060,9 @@ impl Io for MemIo {
             None => self.idle = true,
         }
         Ok([true, true])
+    }
+    fn senders(&mut self) -> Option<&mut [Sender; 2]> {
+        self.senders.as_mut()
     }
     fn take_signals(&mut self, out: &mut Vec<Signal>) {
         let now = self.clock.now();

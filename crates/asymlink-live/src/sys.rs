@@ -27,7 +27,7 @@
 use crate::packet::LinkType;
 use nix::errno::Errno;
 use nix::poll::{ppoll, PollFd, PollFlags};
-use nix::sched::{sched_setaffinity, CpuSet};
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
 use nix::sys::signal::{SigSet, Signal as NixSignal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
@@ -37,6 +37,7 @@ use nix::unistd::{
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
@@ -190,6 +191,30 @@ impl Device {
         match self {
             Device::Mmap(r) => Some(r.rx_pending()),
             _ => None,
+        }
+    }
+
+    /// A device for a sender thread that sends what this one would (`[process]
+    /// tx_thread`): the same socket through a duplicated descriptor; with rings, the
+    /// twin takes the transmit ring and this device keeps the receive ring.
+    pub fn tx_twin(&mut self) -> io::Result<Device> {
+        match self {
+            Device::Packet(fd) => Ok(Device::Packet(fd.try_clone()?)),
+            Device::Tun(fd) => Ok(Device::Tun(fd.try_clone()?)),
+            Device::Mmap(r) => Ok(Device::Mmap(Box::new(r.tx_twin()?))),
+            Device::Xdp(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a sender thread is not available with io = \"xdp\"",
+            )),
+        }
+    }
+
+    /// Wait until the device can take a frame (or `timeout` passes).
+    pub fn wait_writable(&self, timeout: Duration) -> io::Result<()> {
+        let mut fds = [PollFd::new(self.as_fd(), PollFlags::POLLOUT)];
+        match ppoll(&mut fds, Some(TimeSpec::from_duration(timeout)), None) {
+            Ok(_) | Err(Errno::EINTR) => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -384,9 +409,14 @@ struct Ring {
 ///   Ethernet header, longer than a slot) are refused before they enter the ring and
 ///   counted as send failures, as the socket path counts them.
 pub struct Rings {
+    /// The mapping, shared with a transmit twin ([`Rings::tx_twin`]); declared before `fd`
+    /// so that the last holder unmaps it before closing the socket.
+    shared: Arc<Mapping>,
     fd: OwnedFd,
     map: *mut u8,
     map_len: usize,
+    /// The transmit ring belongs to a twin (a sender thread): this value only receives.
+    tx_moved: bool,
     rx: Ring,
     tx: Ring,
     mtu: usize,
@@ -398,14 +428,28 @@ pub struct Rings {
     order: Vec<usize>,
 }
 
-// SAFETY: the mapping is owned by this value alone (nothing else holds `map`); moving it to
-// another thread moves the only access.
+// SAFETY: the mapping is reached through this value alone, or through it and its transmit
+// twin, which touch disjoint parts of it (the receive ring here, the transmit ring there:
+// `tx_moved`); moving either to another thread moves its only access to its part.
 unsafe impl Send for Rings {}
 
-impl Drop for Rings {
+/// A ring mapping, unmapped when its last holder goes.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the pointer is only unmapped (in `drop`, once); the memory behind it is used by
+// the [`Rings`] holding the mapping, under their own rules.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `Mapping` itself never reads or writes through the pointer.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `map`/`map_len` are the mapping made in `open`, unmapped once, here.
-        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+        // SAFETY: `ptr`/`len` are the mapping made in `Rings::open_with`, unmapped once,
+        // here, when no `Rings` holds it any more.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
     }
 }
 
@@ -516,9 +560,14 @@ impl Rings {
             map
         };
         Ok(Rings {
+            shared: Arc::new(Mapping {
+                ptr: map as *mut u8,
+                len: map_len,
+            }),
             fd,
             map: map as *mut u8,
             map_len,
+            tx_moved: false,
             rx: Ring {
                 off: 0,
                 frame,
@@ -534,6 +583,42 @@ impl Rings {
             mtu,
             kick: false,
             scratch: Vec::with_capacity(frame),
+            order: Vec::new(),
+        })
+    }
+
+    /// A second value for the same socket that owns the transmit ring (for a sender
+    /// thread): this one then only receives, the twin only sends. They share the
+    /// mapping, and the socket through a duplicated descriptor.
+    pub fn tx_twin(&mut self) -> io::Result<Rings> {
+        if self.tx_moved {
+            return Err(io::Error::other("the transmit ring already has a twin"));
+        }
+        let fd = self.fd.try_clone()?;
+        self.tx_moved = true;
+        let kick = std::mem::take(&mut self.kick);
+        Ok(Rings {
+            shared: self.shared.clone(),
+            fd,
+            map: self.map,
+            map_len: self.map_len,
+            tx_moved: false,
+            // No receive ring: `recv` and `rx_pending` see no slot.
+            rx: Ring {
+                off: 0,
+                frame: self.rx.frame,
+                n: 0,
+                head: 0,
+            },
+            tx: Ring {
+                off: self.tx.off,
+                frame: self.tx.frame,
+                n: self.tx.n,
+                head: self.tx.head,
+            },
+            mtu: self.mtu,
+            kick,
+            scratch: Vec::new(),
             order: Vec::new(),
         })
     }
@@ -576,7 +661,7 @@ impl Rings {
     /// Read up to `max` waiting frames, each handed to `f` (valid during the call).
     pub fn recv(&mut self, max: usize, f: &mut dyn FnMut(Rx<'_>)) -> usize {
         let mut got = 0;
-        while got < max {
+        while got < max && self.rx.n > 0 {
             let p = self.slot(&self.rx, self.rx.head);
             let status = Self::load(p);
             if status & TP_STATUS_USER == 0 {
@@ -625,7 +710,7 @@ impl Rings {
     /// box's).
     #[inline]
     pub fn rx_pending(&self) -> bool {
-        Self::load(self.slot(&self.rx, self.rx.head)) & TP_STATUS_USER != 0
+        self.rx.n > 0 && Self::load(self.slot(&self.rx, self.rx.head)) & TP_STATUS_USER != 0
     }
 
     /// Whether the device could not take a frame that the kernel refuses: shorter than an
@@ -667,7 +752,7 @@ impl Rings {
 
     /// Retry sending frames the kernel could not take yet.
     pub fn flush(&mut self) -> io::Result<()> {
-        if self.kick {
+        if self.kick && !self.tx_moved {
             self.kick()?;
         }
         Ok(())
@@ -677,6 +762,11 @@ impl Rings {
     /// rest wait for a free slot), `failed` gets the indices the device cannot send.
     pub fn send(&mut self, frames: &[&[u8]], failed: &mut Vec<usize>) -> io::Result<usize> {
         failed.clear();
+        if self.tx_moved {
+            return Err(io::Error::other(
+                "the transmit ring belongs to the sender thread",
+            ));
+        }
         let free = self.tx_free(frames.len());
         let mut queued = 0;
         // Index in `frames` of each frame put in the ring, in ring order.
@@ -1263,6 +1353,18 @@ pub fn set_affinity(cpu: usize) -> io::Result<()> {
     let mut set = CpuSet::new();
     set.set(cpu)
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    Ok(sched_setaffinity(Pid::from_raw(0), &set)?)
+}
+
+/// Let the calling thread run on every CPU it may use except `cpu` (when that leaves
+/// any): a sender thread kept off its event loop's CPU.
+pub fn set_affinity_except(cpu: usize) -> io::Result<()> {
+    let mut set = sched_getaffinity(Pid::from_raw(0))?;
+    let others = (0..CpuSet::count()).filter(|&c| c != cpu && set.is_set(c).unwrap_or(false));
+    if others.count() == 0 {
+        return Ok(());
+    }
+    let _ = set.unset(cpu);
     Ok(sched_setaffinity(Pid::from_raw(0), &set)?)
 }
 

@@ -171,3 +171,63 @@ fn each_subscriber_gets_its_own_rate() {
     );
     assert_eq!(s["unplaced"], 0, "{stats}");
 }
+
+/// `max_subscribers` on real interfaces: four subscribers take turns datagram by datagram
+/// under a cap of two trees (one worker). A subscriber without a tree gets one by evicting
+/// the tree idle longest, or — when both trees hold packets of the frames read in the same
+/// wake-up — crosses unshaped through the top-level pipeline (`unplaced`): the live trees
+/// never exceed the cap, no datagram is reordered in either direction, and the counters
+/// add up.
+#[test]
+fn the_cap_bounds_the_live_trees() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    const PER_SUB: u32 = 200;
+    let subs = [21u8, 22, 23, 24].map(|h| Ipv4Addr::new(10, 78, 0, h));
+    let lab = lab("als", "m", &subs, Ipv4Addr::new(10, 78, 0, 200));
+    let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let final_json = dir.join("final.json");
+    let mut cfg_text = format!(
+        "seed = 1\nmax_subscribers = 2\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
+         [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
+         [process]\nworkers = 1\n",
+        final_json.display()
+    );
+    for a in &subs {
+        cfg_text += &format!(
+            "[[subscribers]]\nprefix = \"{a}\"\n\
+             to_a = {{ qdisc = {{ kind = \"fifo\", limit = \"100p\" }} }}\n"
+        );
+    }
+    let cfg = dir.join("box.toml");
+    std::fs::write(&cfg, cfg_text).unwrap();
+    let boxp = BoxProcess::start(lab.r(), &cfg);
+    let server: SocketAddr = "10.78.0.200:9000".parse().unwrap();
+    let (got, back) = echo_datagrams(&lab, &subs, server, PER_SUB);
+    boxp.stop();
+    let stats: Value =
+        serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    for (k, a) in subs.iter().enumerate() {
+        assert!(in_order(&got[k]), "{a} → server reordered: {:?}", got[k]);
+        assert!(in_order(&back[k]), "echoes to {a} reordered: {:?}", back[k]);
+        assert!(
+            got[k].len() as u32 > PER_SUB * 8 / 10 && back[k].len() as u32 > PER_SUB * 7 / 10,
+            "{a}: {} datagrams, {} echoes of {PER_SUB}",
+            got[k].len(),
+            back[k].len()
+        );
+    }
+    let s = &stats["subscribers"];
+    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k}: {stats}"));
+    eprintln!("subscribers {s}");
+    assert_eq!(n("max"), 2, "{stats}");
+    assert!(n("live") <= 2, "{stats}");
+    assert_eq!(n("expired") + n("replaced"), 0, "{stats}");
+    assert_eq!(n("created") - n("evicted"), n("live"), "{stats}");
+    // Four subscribers over two trees: every subscriber had one at some point.
+    assert!(n("created") >= 4 && n("evicted") >= 2, "{stats}");
+}

@@ -245,11 +245,37 @@ def loopback_gbps(lab: Lab, seconds: float) -> float:
 IO_MODES = ("socket", "mmap", "xdp")
 #: `--io` names for several modes: `both` (the two packet-socket modes) and `all`.
 IO_GROUPS = {"both": ("socket", "mmap"), "all": IO_MODES}
+#: Suffixes of an `--io` mode and the `[process]` keys they add: `+tx` a sender thread
+#: per interface (`mmap+tx`), `+poll` 50 µs of busy polling (`mmap+tx+poll`).
+IO_SUFFIXES: dict[str, dict[str, Any]] = {"tx": {"tx_thread": True},
+                                          "poll": {"busy_poll": "50us"}}
+#: The modes that can send from a sender thread.
+TX_MODES = ("socket", "mmap")
 #: The address family of AF_XDP sockets (`AF_XDP` in linux/socket.h).
 AF_XDP = 44
 #: Attempts at starting an `io = "xdp"` box, half a second apart: the kernel frees the
 #: socket map of the box before (which held receive queue 0) a moment after that box exits.
 XDP_START_ATTEMPTS = 3
+
+
+def io_process(io: str) -> dict[str, Any]:
+    """The `[process]` keys of an `--io` mode: `io`, and those of its suffixes."""
+    base, *flags = io.split("+")
+    keys: dict[str, Any] = {"io": base}
+    for f in flags:
+        keys.update(IO_SUFFIXES[f])
+    return keys
+
+
+def _check_io_mode(m: str) -> None:
+    base, *flags = m.split("+")
+    if base not in IO_MODES or any(f not in IO_SUFFIXES for f in flags) \
+            or len(set(flags)) != len(flags):
+        raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)}, each with "
+                       f"'+tx' for a sender thread and/or '+poll' for busy polling, a "
+                       f"comma-separated list of them, 'both' or 'all')")
+    if "tx" in flags and base not in TX_MODES:
+        raise LabError(f"io: '{m}': a sender thread needs one of {', '.join(TX_MODES)}")
 
 
 def parse_io_modes(text: str) -> tuple[str, ...]:
@@ -260,9 +286,7 @@ def parse_io_modes(text: str) -> tuple[str, ...]:
         return IO_GROUPS[text]
     modes = tuple(m.strip() for m in text.split(","))
     for m in modes:
-        if m not in IO_MODES:
-            raise LabError(f"io: unknown mode '{m}' (one of {', '.join(IO_MODES)}, a "
-                           f"comma-separated list of them, 'both' or 'all')")
+        _check_io_mode(m)
         if modes.count(m) > 1:
             raise LabError(f"io: '{m}' given twice")
     return modes
@@ -285,7 +309,7 @@ class BoxDidNotStart(LabError):
 def _start_box_io(lab: Lab, body: dict[str, Any], io: str) -> Any:
     """`start_box`; in `xdp` mode a start that fails is tried again (`XDP_START_ATTEMPTS`),
     then `BoxDidNotStart` with the box's last words."""
-    if io != "xdp":
+    if io_process(io)["io"] != "xdp":
         return start_box(lab, body)
     err = ""
     for _ in range(XDP_START_ATTEMPTS):
@@ -298,7 +322,7 @@ def _start_box_io(lab: Lab, body: dict[str, Any], io: str) -> Any:
 
 
 def _with_io(body: dict[str, Any], io: str) -> dict[str, Any]:
-    return {**body, "process": {**body["process"], "io": io}}
+    return {**body, "process": {**body["process"], **io_process(io)}}
 
 
 def _measured(not_measured: dict[str, str], key: str,
@@ -317,15 +341,16 @@ def _ratio(a: float | None, b: float | None) -> float:
 
 
 def _measure_box(lab: Lab, seconds: float, io: str, kernel: float | None,
-                 not_measured: dict[str, str]) -> dict[str, Any]:
+                 not_measured: dict[str, str],
+                 latency_rate_bps: float | None = None) -> dict[str, Any]:
     """Unshaped, shaped and half-load latency through the box in one `io` mode; a point
     without a goodput is None, its reason in `not_measured` (keyed `<io>.<key>`). A mode
     that cannot run here (`xdp` without AF_XDP, or a box that would not start in it) has
     every key None and its reason under `not_measured[io]`."""
-    why = xdp_unavailable() if io == "xdp" else None
+    why = xdp_unavailable() if io_process(io)["io"] == "xdp" else None
     if why is None:
         try:
-            return _measure_box_in(lab, seconds, io, kernel, not_measured)
+            return _measure_box_in(lab, seconds, io, kernel, not_measured, latency_rate_bps)
         except BoxDidNotStart as e:
             why = str(e)
     not_measured[io] = why
@@ -340,7 +365,8 @@ BOX_KEYS = ("box_gbps", "box_shaped_gbps", "box_shaped_ip_gbps", "box_vs_kernel"
 
 
 def _measure_box_in(lab: Lab, seconds: float, io: str, kernel: float | None,
-                    not_measured: dict[str, str]) -> dict[str, Any]:
+                    not_measured: dict[str, str],
+                    latency_rate_bps: float | None = None) -> dict[str, Any]:
     box = _start_box_io(lab, _with_io(UNSHAPED, io), io)
     try:
         unshaped = _measured(not_measured, f"{io}.box_gbps", lambda: transfer(lab, seconds))
@@ -354,6 +380,8 @@ def _measure_box_in(lab: Lab, seconds: float, io: str, kernel: float | None,
         shaped_final = box.stop()
     # Half of the unshaped rate (of the kernel's when the box's was not measured).
     half = (unshaped if unshaped is not None else kernel or 2.0) / 2 * 1e9
+    if latency_rate_bps is not None:
+        half = latency_rate_bps
     box = _start_box_io(lab, {**_with_io(UNSHAPED, io), "stats": {"latency_breakdown": True}},
                         io)
     try:
@@ -408,13 +436,13 @@ def _measure_workers(lab: Lab, seconds: float, io: str, roles: list[str], worker
     at once. `xdp` runs one worker: other counts, and a mode that cannot run here, are
     None with the reason in `not_measured`."""
     key = f"subscribers.{io}.{workers}"
-    why = xdp_unavailable() if io == "xdp" else None
-    if io == "xdp" and workers > 1:
+    why = xdp_unavailable() if io_process(io)["io"] == "xdp" else None
+    if io_process(io)["io"] == "xdp" and workers > 1:
         why = 'io = "xdp" runs one worker'
     final: dict[str, Any] = {}
     each: list[float] | None = None
     if why is None:
-        body = {**UNSHAPED, "process": {**PROCESS, "io": io, "workers": workers}}
+        body = {**UNSHAPED, "process": {**PROCESS, **io_process(io), "workers": workers}}
         try:
             box = _start_box_io(lab, body, io)
         except BoxDidNotStart as e:
@@ -440,7 +468,8 @@ def _measure_workers(lab: Lab, seconds: float, io: str, roles: list[str], worker
 
 
 def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",),
-              workers: tuple[int, ...] = ()) -> dict[str, Any]:
+              workers: tuple[int, ...] = (),
+              latency_rate_bps: float | None = None) -> dict[str, Any]:
     """Run the benchmark in a fresh lab (removed afterwards). `io` lists the box's
     `[process] io` modes to measure, one after the other against the same kernel run;
     the top-level box keys are those of the first, `by_io` has each. With `workers`
@@ -455,7 +484,8 @@ def run_bench(seconds: float = 5.0, io: tuple[str, ...] = ("socket",),
         lab.set_forwarding("kernel")
         kernel = _measured(skipped, "kernel_gbps", lambda: transfer(lab, seconds))
         lab.set_forwarding("box")
-        by_io = {m: _measure_box(lab, seconds, m, kernel, skipped) for m in io}
+        by_io = {m: _measure_box(lab, seconds, m, kernel, skipped, latency_rate_bps)
+                 for m in io}
         lo = _measured(skipped, "traffic_tool_loopback_gbps",
                        lambda: loopback_gbps(lab, min(seconds, 3.0)))
         if workers:

@@ -211,6 +211,11 @@ impl BoxProcess {
         b
     }
 
+    /// The box's process id (`ip netns exec` runs it in its own place).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends the box `sig` (SIGHUP reloads its configuration).
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);

@@ -342,8 +342,21 @@ pub struct TcpConfig {
     /// (as `SO_RCVBUF` locks a Linux socket's buffer).
     pub rcv_autotune: bool,
     /// Linux's `tcp_rmem` (min, default, max) in bytes of buffer memory; with
-    /// `rcv_autotune`, half of it is window (Linux's default scaling ratio).
+    /// `rcv_autotune`, the window is the memory times the payload ratio (half, until
+    /// `skb_truesize` re-estimates it).
     pub rmem: [u64; 3],
+    /// With `rcv_autotune` (Linux's receive buffer): `SO_RCVBUF` as the application sets
+    /// it: the buffer is twice this memory and autotuning is off.
+    pub so_rcvbuf: Option<u64>,
+    /// With `rcv_autotune`: `TCP_WINDOW_CLAMP` as an application sets it that holds its
+    /// window at this size: before the connection and again after every read (Linux
+    /// resets the clamp when it re-estimates the payload ratio).
+    pub window_clamp: Option<u64>,
+    /// With `rcv_autotune`: the buffer memory a received full-sized segment takes
+    /// (`skb->truesize`, set by the receiving driver); Linux re-estimates the payload
+    /// ratio (`scaling_ratio`) from it at the first full-sized segment. `None`: the
+    /// ratio stays at half.
+    pub skb_truesize: Option<u64>,
     /// How delayed ACKs are timed.
     pub delack_mode: DelackMode,
     /// How a retransmission timeout sets ssthresh.
@@ -398,6 +411,9 @@ impl TcpConfig {
             hystart: false,
             rcv_autotune: false,
             rmem: [4096, 131_072, 33_554_432],
+            so_rcvbuf: None,
+            window_clamp: None,
+            skb_truesize: None,
             delack_mode: DelackMode::Fixed,
             timeout_mode: TimeoutMode::Rfc,
             dsack: false,
@@ -445,6 +461,8 @@ impl TcpConfig {
                 prr: true,
                 hystart: true,
                 rcv_autotune: true,
+                // What a 1448-byte segment takes on veth (measured in the lab).
+                skb_truesize: Some(2304),
                 delack_mode: DelackMode::Linux,
                 timeout_mode: TimeoutMode::Linux,
                 dsack: true,
@@ -560,6 +578,9 @@ pub struct TcpOverrides {
     pub hystart: Option<bool>,
     pub rcv_autotune: Option<bool>,
     pub rmem: Option<[Bytes; 3]>,
+    pub so_rcvbuf: Option<Bytes>,
+    pub window_clamp: Option<Bytes>,
+    pub skb_truesize: Option<Bytes>,
     pub delack_mode: Option<DelackMode>,
     pub timeout_mode: Option<TimeoutMode>,
     pub dsack: Option<bool>,
@@ -631,6 +652,31 @@ impl TcpSpec {
         }
         set!(rcv_autotune);
         set!(rmem, |r: [Bytes; 3]| r.map(|b| b.0));
+        if o.so_rcvbuf.is_some() || o.window_clamp.is_some() {
+            if o.rcvbuf.is_some() {
+                return Err(ConfigError::new(
+                    if o.so_rcvbuf.is_some() {
+                        "so_rcvbuf"
+                    } else {
+                        "window_clamp"
+                    },
+                    "a fixed `rcvbuf` has no Linux buffer to set: use one or the other",
+                ));
+            }
+            if !c.rcv_autotune {
+                return Err(ConfigError::new(
+                    if o.so_rcvbuf.is_some() {
+                        "so_rcvbuf"
+                    } else {
+                        "window_clamp"
+                    },
+                    "needs Linux's receive buffer (`rcv_autotune`, the linux profile)",
+                ));
+            }
+        }
+        set!(so_rcvbuf, |b: Bytes| Some(b.0));
+        set!(window_clamp, |b: Bytes| Some(b.0));
+        set!(skb_truesize, |b: Bytes| Some(b.0));
         set!(hystart);
         set!(delack_mode);
         set!(timeout_mode);
@@ -698,6 +744,15 @@ impl TcpConfig {
                 return err("rmem", "the default buffer must hold at least two MSS");
             }
         }
+        if self.so_rcvbuf.is_some_and(|b| b < self.mss as u64) {
+            return err("so_rcvbuf", "must hold at least one MSS");
+        }
+        if self.window_clamp.is_some_and(|b| b < self.mss as u64) {
+            return err("window_clamp", "must hold at least one MSS");
+        }
+        if self.skb_truesize.is_some_and(|b| b < self.mss as u64) {
+            return err("skb_truesize", "must be at least the MSS");
+        }
         if self.sndbuf.is_some_and(|s| s < self.mss as u64) {
             return err("sndbuf", "must hold at least one MSS");
         }
@@ -718,11 +773,22 @@ impl TcpConfig {
     }
 
     /// The window scale this end offers: the smallest shift that lets `rcvbuf` be
-    /// advertised (RFC 7323 §2.3, at most 14); with autotuning, `rmem[2]` (as Linux's
-    /// `tcp_select_initial_window`: 7 for 6 MiB, 10 for 32 MiB).
+    /// advertised (RFC 7323 §2.3, at most 14); with autotuning, `rmem[2]` or a larger
+    /// `SO_RCVBUF` buffer's window, at most the window clamp (as Linux's
+    /// `tcp_select_initial_window`: 7 for 6 MiB, 10 for 32 MiB, 1 for a 64 KiB clamp).
     pub fn wscale_shift(&self) -> u8 {
         let buf = if self.rcv_autotune {
-            self.rmem[2]
+            let mut b = self.rmem[2];
+            // The clamp: the application's, or a set buffer's window (half of it
+            // before the payload ratio is known).
+            let clamp = match (self.window_clamp, self.so_rcvbuf) {
+                (Some(c), Some(s)) => Some(c.min(s)),
+                (c, s) => c.or(s),
+            };
+            if let Some(s) = self.so_rcvbuf {
+                b = b.max(s);
+            }
+            clamp.map_or(b, |c| b.min(c))
         } else {
             self.rcvbuf
         };

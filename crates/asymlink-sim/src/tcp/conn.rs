@@ -11,7 +11,7 @@ use super::config::{
 };
 use super::pacing::{Pacer, MIN_TSO_SEGS};
 use super::rate::{RateSample, RateSampler};
-use super::recv::{RcvAutotune, Receiver};
+use super::recv::{RcvAutotune, RcvBufOpts, Receiver};
 use super::rtt::RttEstimator;
 use super::scoreboard::{self, Delivery, Rack, RackLoss, Scoreboard, SentSeg};
 use super::{Admit, ConnIo};
@@ -370,9 +370,17 @@ impl Connection {
             ack_now: false,
             quickack_left: cfg.quickack,
             ece_pending: false,
-            autotune: cfg
-                .rcv_autotune
-                .then(|| RcvAutotune::new(cfg.rmem, cfg.mss)),
+            autotune: cfg.rcv_autotune.then(|| {
+                RcvAutotune::with_opts(
+                    cfg.rmem,
+                    cfg.mss,
+                    RcvBufOpts {
+                        so_rcvbuf: cfg.so_rcvbuf,
+                        window_clamp: cfg.window_clamp,
+                        truesize: cfg.skb_truesize,
+                    },
+                )
+            }),
             ato: Duration::ZERO,
             lrcvtime: Instant::ZERO,
             rcv_mss: (cfg.mss as u64).min(536),
@@ -709,6 +717,7 @@ impl Connection {
             self.ack_now = true;
             self.flush_ack(now, io);
         }
+        self.app_clamps_window();
     }
 
     /// Bytes received in order that the application has not read.
@@ -730,6 +739,24 @@ impl Connection {
             return;
         };
         self.stats.segments_received += 1;
+        let read_before = self.stats.bytes_delivered;
+        self.on_segment_inner(now, h, t, io);
+        if self.stats.bytes_delivered != read_before {
+            self.app_clamps_window();
+        }
+    }
+
+    /// An application that holds its window with `TCP_WINDOW_CLAMP` sets it again after
+    /// each read (`window_clamp`). It reads once the kernel has handled the segment, so
+    /// after the segment's ACK.
+    fn app_clamps_window(&mut self) {
+        let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
+        if let (Some(c), Some(a)) = (self.cfg.window_clamp, self.autotune.as_mut()) {
+            a.set_window_clamp(c, rcv_wnd);
+        }
+    }
+
+    fn on_segment_inner(&mut self, now: Instant, h: &Headers, t: &TcpRepr, io: &mut ConnIo<'_>) {
         if t.flags.contains(TcpFlags::RST) {
             if self.state != State::Closed {
                 self.enter_closed(now, io, true);
@@ -831,7 +858,7 @@ impl Connection {
     fn start_autotune(&mut self, now: Instant) {
         let read = self.stats.bytes_delivered;
         if let Some(a) = self.autotune.as_mut() {
-            a.start(now, self.mss, read);
+            a.start(now, self.mss, read, self.rcv_wscale);
         }
     }
 
@@ -1968,6 +1995,13 @@ impl Connection {
     fn measure_rcv_mss(&mut self, len: u64, psh: bool) {
         let lss = std::mem::take(&mut self.last_seg_size);
         if len >= self.rcv_mss {
+            if len != self.rcv_mss {
+                // A new segment size: Linux re-estimates the buffer's payload ratio.
+                let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
+                if let Some(a) = self.autotune.as_mut() {
+                    a.measure_ratio(len, rcv_wnd);
+                }
+            }
             self.rcv_mss = len.min(self.mss as u64);
         } else if len >= 536 || (len >= 88 && !psh) {
             self.last_seg_size = len;
@@ -2005,7 +2039,8 @@ impl Connection {
         if let Some(at) = self.autotune.as_mut() {
             if a.delivered > 0 {
                 at.measure_window(now, self.rcv.rcv_nxt(), rcv_wnd);
-                grew = at.grow_window(len, queued);
+                // The segment is in the buffer until the application reads it.
+                grew = at.grow_window(len, queued + a.delivered);
             } else if a.out_of_order && !a.duplicate {
                 grew = self.sack_ok && at.grow_window(len, queued);
                 at.on_out_of_order(self.rcv.ooo_span());
@@ -2120,11 +2155,11 @@ impl Connection {
             return;
         }
         let queued = self.rcv.ooo_bytes() + self.unread;
-        let full = match &self.autotune {
-            Some(a) => a.window_clamp(),
-            None => self.cfg.rcvbuf,
+        let (full, free) = match &self.autotune {
+            Some(a) => (a.full_window(), a.free_space(queued)),
+            None => (self.cfg.rcvbuf, self.cfg.rcvbuf.saturating_sub(queued)),
         };
-        if full.saturating_sub(queued) < full / 2 {
+        if free < full / 2 {
             self.quickack_left = 0;
         }
     }

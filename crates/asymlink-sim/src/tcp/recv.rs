@@ -217,13 +217,18 @@ mod tests {
     }
 }
 
-/// Linux's receive-buffer autotuning ("dynamic right-sizing", `tcp_rcv_space_adjust` and
-/// `tcp_rcvbuf_grow` as in Linux 6.18) and the receiver's RTT estimate it runs on
-/// (`tcp_rcv_rtt_update`), with `tcp_grow_window`'s window threshold `rcv_ssthresh`.
+/// Linux's receive buffer: its autotuning ("dynamic right-sizing", `tcp_rcv_space_adjust`
+/// and `tcp_rcvbuf_grow` as in Linux 6.18) and the receiver's RTT estimate it runs on
+/// (`tcp_rcv_rtt_update`), the window clamp and `tcp_grow_window`'s window threshold
+/// `rcv_ssthresh`, and the payload ratio (`scaling_ratio`) that turns buffer memory into
+/// window.
 ///
-/// Buffer sizes are bytes of memory (`tcp_rmem`); the window is half of them, Linux's
-/// default scaling ratio (`TCP_DEFAULT_SCALING_RATIO`; Linux refines it per packet
-/// from the payload's share of the buffer memory, which depends on the driver).
+/// Buffer sizes are bytes of memory (`tcp_rmem`, `SO_RCVBUF` doubled); the window is
+/// memory × `scaling_ratio` / 256, which starts at half (`TCP_DEFAULT_SCALING_RATIO`) and
+/// is re-estimated from the first full-sized segment as payload / memory taken
+/// (`skb->len / skb->truesize` in `tcp_measure_rcv_mss`; the memory depends on the
+/// driver). A changed ratio resets the window clamp to the whole buffer's window, even
+/// where the application had clamped it (`TCP_WINDOW_CLAMP`).
 //= https://www.rfc-editor.org/rfc/rfc7323#section-4.1
 //# A TCP MAY use the timestamps to measure the RTT at the receiver
 #[derive(Clone, Debug)]
@@ -233,6 +238,16 @@ pub struct RcvAutotune {
     rcvbuf: u64,
     /// `tcp_rmem[2]`: the largest buffer autotuning may reach.
     max: u64,
+    /// The buffer was set by the application (`SO_RCVBUF`, `SOCK_RCVBUF_LOCK`): no
+    /// autotuning.
+    locked: bool,
+    /// `scaling_ratio`: window bytes per 256 bytes of buffer memory.
+    ratio: u64,
+    /// Memory a received full-sized segment takes (`skb->truesize`); `None`: the ratio
+    /// stays at its default.
+    truesize: Option<u64>,
+    /// `window_clamp`: the window never exceeds it (0 before the handshake: none).
+    clamp: u64,
     /// `rcv_ssthresh`: the window may not exceed it; grows with arriving segments.
     rcv_ssthresh: u64,
     /// `rcvq_space.space`: the most the application read in one receiver RTT.
@@ -250,55 +265,107 @@ pub struct RcvAutotune {
     last_tsecr: Option<u32>,
 }
 
-/// The window a buffer of `space` bytes of memory holds.
-fn win_from_space(space: u64) -> u64 {
-    space / 2
+/// `TCP_DEFAULT_SCALING_RATIO`: half of the buffer memory is window.
+const DEFAULT_RATIO: u64 = 128;
+
+/// What the application sets on a Linux receive buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RcvBufOpts {
+    /// `SO_RCVBUF` (bytes; the buffer is twice it and autotuning is off).
+    pub so_rcvbuf: Option<u64>,
+    /// `TCP_WINDOW_CLAMP` (bytes), set before the connection.
+    pub window_clamp: Option<u64>,
+    /// Memory a received full-sized segment takes (`skb->truesize`).
+    pub truesize: Option<u64>,
 }
 
 impl RcvAutotune {
     /// A buffer of `rmem[1]` that may grow to `rmem[2]`, for segments of `mss` bytes.
     pub fn new(rmem: [u64; 3], mss: u32) -> RcvAutotune {
+        Self::with_opts(rmem, mss, RcvBufOpts::default())
+    }
+
+    /// As `new`, with the application's socket options.
+    pub fn with_opts(rmem: [u64; 3], mss: u32, o: RcvBufOpts) -> RcvAutotune {
         let mss = mss as u64;
-        let initial = Self::initial_window_for(rmem[1], mss);
-        RcvAutotune {
+        let (rcvbuf, max, locked) = match o.so_rcvbuf {
+            Some(b) => (2 * b, 2 * b, true),
+            None => (rmem[1], rmem[2].max(rmem[1]), false),
+        };
+        let mut a = RcvAutotune {
             mss,
-            rcvbuf: rmem[1],
-            max: rmem[2].max(rmem[1]),
-            rcv_ssthresh: initial,
-            space: initial.min(10 * mss),
+            rcvbuf,
+            max,
+            locked,
+            ratio: DEFAULT_RATIO,
+            truesize: o.truesize,
+            clamp: o.window_clamp.unwrap_or(0),
+            rcv_ssthresh: 0,
+            space: 0,
             space_read: 0,
             space_time: Instant::ZERO,
             rtt: None,
             rtt_seq: 0,
             rtt_time: None,
             last_tsecr: None,
+        };
+        // A buffer the application set bounds the clamp (`tcp_connect_init`,
+        // `tcp_openreq_init_rwin`).
+        let full = a.win(a.rcvbuf);
+        if a.locked && (a.clamp == 0 || a.clamp > full) {
+            a.clamp = full;
         }
+        a.rcv_ssthresh = a.initial_window();
+        a.space = a.rcv_ssthresh.min(10 * mss);
+        a
     }
 
-    /// The initial window (`tcp_select_initial_window`): the default buffer's window,
-    /// rounded down to whole segments (65 160 bytes for 128 KiB and a 1448-byte MSS).
-    fn initial_window_for(rcvbuf: u64, mss: u64) -> u64 {
-        let w = win_from_space(rcvbuf);
-        if w > mss {
-            w - w % mss
+    /// `tcp_win_from_space`: the window `space` bytes of memory hold.
+    fn win(&self, space: u64) -> u64 {
+        (space * self.ratio) >> 8
+    }
+
+    /// `tcp_space_from_win`: the memory a window of `win` bytes needs.
+    fn space_from_win(&self, win: u64) -> u64 {
+        (win << 8) / self.ratio
+    }
+
+    /// The initial window (`tcp_select_initial_window`): what the buffer holds at the
+    /// default ratio, at most the clamp, rounded down to whole segments (65 160 bytes
+    /// for 128 KiB and a 1448-byte MSS).
+    pub fn initial_window(&self) -> u64 {
+        let mut w = self.win(self.rcvbuf);
+        if self.clamp > 0 {
+            w = w.min(self.clamp);
+        }
+        if w > self.mss {
+            w - w % self.mss
         } else {
             w
         }
     }
 
-    /// The window offered in a SYN or SYN-ACK.
-    pub fn initial_window(&self) -> u64 {
-        Self::initial_window_for(self.rcvbuf, self.mss)
-    }
-
-    /// The connection is established (`tcp_init_buffer_space`): the first measurement
-    /// starts; `mss` is the negotiated one.
-    pub fn start(&mut self, now: Instant, mss: u32, read: u64) {
+    /// The connection is established (`tcp_init_buffer_space`): the clamp is bounded by
+    /// the largest window the scale can carry and by the buffer (less one segment held
+    /// back, `tcp_app_win`), the first measurement starts; `mss` is the negotiated one.
+    pub fn start(&mut self, now: Instant, mss: u32, read: u64, wscale: u8) {
+        let rcv_wnd = self.initial_window();
         self.mss = mss as u64;
-        self.space = self
-            .initial_window()
-            .min(self.rcv_ssthresh)
-            .min(10 * self.mss);
+        let scale_max = 65_535u64 << wscale;
+        self.clamp = if self.clamp == 0 {
+            scale_max
+        } else {
+            self.clamp.min(scale_max)
+        };
+        let maxwin = self.win(self.rcvbuf);
+        if self.clamp >= maxwin {
+            self.clamp = maxwin;
+        }
+        if self.clamp > 2 * self.mss && self.clamp + self.mss > maxwin {
+            self.clamp = (2 * self.mss).max(maxwin.saturating_sub(self.mss));
+        }
+        self.rcv_ssthresh = self.rcv_ssthresh.min(self.clamp);
+        self.space = self.rcv_ssthresh.min(rcv_wnd).min(10 * self.mss);
         self.space_read = read;
         self.space_time = now;
     }
@@ -308,32 +375,84 @@ impl RcvAutotune {
         self.rcvbuf
     }
 
+    /// The payload ratio (`scaling_ratio`, per 256 bytes of memory).
+    pub fn scaling_ratio(&self) -> u64 {
+        self.ratio
+    }
+
     /// The receiver's RTT estimate.
     pub fn rtt(&self) -> Option<Duration> {
         self.rtt
     }
 
-    /// `window_clamp`: the window the buffer holds.
+    /// `window_clamp`: the largest window this end may offer.
     pub fn window_clamp(&self) -> u64 {
-        win_from_space(self.rcvbuf)
+        self.clamp
+    }
+
+    /// `rcv_ssthresh`.
+    pub fn rcv_ssthresh(&self) -> u64 {
+        self.rcv_ssthresh
+    }
+
+    /// The window `__tcp_select_window` counts as full: the clamp, at most what the
+    /// buffer holds.
+    pub fn full_window(&self) -> u64 {
+        self.clamp.min(self.win(self.rcvbuf))
+    }
+
+    /// What the buffer has left with `queued` bytes held (`tcp_space`).
+    pub fn free_space(&self, queued: u64) -> u64 {
+        self.win(self.rcvbuf).saturating_sub(queued)
     }
 
     /// The window to offer with `queued` bytes held (out of order or unread): what the
     /// buffer has left, at most `rcv_ssthresh` (`__tcp_select_window`).
     pub fn window(&self, queued: u64) -> u64 {
-        self.window_clamp()
-            .saturating_sub(queued)
-            .min(self.rcv_ssthresh)
+        self.free_space(queued).min(self.rcv_ssthresh)
     }
 
-    /// A data segment of `len` bytes arrived (`tcp_grow_window`): `rcv_ssthresh` grows by
-    /// two segments toward what the buffer holds. Returns whether it grew (Linux then
-    /// acknowledges at once).
+    /// `tcp_set_window_clamp`: a smaller clamp lowers `rcv_ssthresh` with it; a larger
+    /// one lets it rise to the window last offered (`rcv_wnd`).
+    pub fn set_window_clamp(&mut self, val: u64, rcv_wnd: u64) {
+        if val == self.clamp {
+            return;
+        }
+        if val < self.clamp {
+            self.rcv_ssthresh = self.rcv_ssthresh.min(val);
+        } else {
+            self.rcv_ssthresh = self.rcv_ssthresh.max(rcv_wnd.min(val));
+        }
+        self.clamp = val;
+    }
+
+    /// A segment of `len` bytes, larger than the receiver's segment-size estimate, arrived
+    /// (`tcp_measure_rcv_mss`): the payload ratio is re-estimated from the memory it
+    /// takes; a new ratio resets the clamp to the whole buffer's window.
+    pub fn measure_ratio(&mut self, len: u64, rcv_wnd: u64) {
+        let Some(truesize) = self.truesize else {
+            return;
+        };
+        let ratio = ((len << 8) / truesize.max(1)).clamp(1, 255);
+        if ratio == self.ratio {
+            return;
+        }
+        self.ratio = ratio;
+        let val = self.win(self.rcvbuf);
+        self.set_window_clamp(val, rcv_wnd);
+        if self.clamp < self.space {
+            self.space = self.clamp;
+        }
+    }
+
+    /// A data segment of `len` bytes arrived and `queued` bytes (it included) wait in
+    /// the buffer (`tcp_grow_window`): `rcv_ssthresh` grows by two segments toward what
+    /// the buffer holds. Returns whether it grew (Linux then acknowledges at once).
     pub fn grow_window(&mut self, len: u64, queued: u64) -> bool {
         if len < 128 {
             return false;
         }
-        let cap = self.window_clamp().saturating_sub(queued);
+        let cap = self.clamp.min(self.win(self.rcvbuf).saturating_sub(queued));
         let room = cap.saturating_sub(self.rcv_ssthresh);
         if room == 0 {
             return false;
@@ -417,16 +536,21 @@ impl RcvAutotune {
 
     /// `tcp_rcvbuf_grow`: the window for twice what was read in the last RTT (DRS is one
     /// RTT late), plus twice its growth rate (slow start doubles the sender's rate),
-    /// plus the out-of-order span; the buffer for that window, at most `rmem[2]`.
+    /// plus the out-of-order span; the buffer for that window, at most `rmem[2]`, and the
+    /// clamp follows it. A buffer the application set keeps its size.
     fn grow(&mut self, newval: u64, ooo_span: u64) {
         let old = self.space.max(1);
         self.space = newval;
+        if self.locked {
+            return;
+        }
         let mut rcvwin = 2 * newval;
         let grow = (rcvwin as u128 * newval.saturating_sub(old) as u128 / old as u128) as u64;
         rcvwin = rcvwin.saturating_add(2 * grow).saturating_add(ooo_span);
-        let rcvbuf = rcvwin.saturating_mul(2).min(self.max);
+        let rcvbuf = self.space_from_win(rcvwin).min(self.max);
         if rcvbuf > self.rcvbuf {
             self.rcvbuf = rcvbuf;
+            self.clamp = self.win(rcvbuf);
         }
     }
 }
@@ -437,16 +561,76 @@ mod autotune_tests {
 
     #[test]
     fn initial_window_is_half_the_default_buffer_in_whole_segments() {
-        let a = RcvAutotune::new([4096, 131_072, 33_554_432], 1448);
+        let mut a = RcvAutotune::new([4096, 131_072, 33_554_432], 1448);
         assert_eq!(a.initial_window(), 65_160);
         assert_eq!(a.window(0), 65_160);
+        // Established (`tcp_init_buffer_space`): the clamp is the buffer's window less
+        // one segment held back.
+        a.start(Instant::ZERO, 1448, 0, 10);
+        assert_eq!(a.window_clamp(), 65_536 - 1448);
+        assert_eq!(a.window(0), 65_536 - 1448);
+    }
+
+    /// Linux ≥ 6.7 re-estimates the payload ratio at the first full-sized segment (1448
+    /// of 2304 bytes of memory: 160/256) and resets the clamp to the whole buffer's
+    /// window: 81 920 bytes of the default 128 KiB, toward which `rcv_ssthresh` grows.
+    #[test]
+    fn the_payload_ratio_from_the_first_full_segment_resets_the_clamp() {
+        let opts = RcvBufOpts {
+            truesize: Some(2304),
+            ..RcvBufOpts::default()
+        };
+        let mut a = RcvAutotune::with_opts([4096, 131_072, 33_554_432], 1448, opts);
+        a.start(Instant::ZERO, 1448, 0, 10);
+        a.measure_ratio(1448, 65_160);
+        assert_eq!(a.scaling_ratio(), 160);
+        assert_eq!(a.window_clamp(), 81_920);
+        // `tcp_set_window_clamp` raised the threshold back to the window offered.
+        assert_eq!(a.window(0), 65_160);
+        let mut offered = vec![];
+        while a.grow_window(1448, 1448) {
+            offered.push(a.window(0));
+        }
+        // Two segments per arrival, up to what the buffer holds with the segment in it.
+        assert_eq!(offered, [68_056, 70_952, 73_848, 76_744, 79_640, 80_472]);
+        // The same ratio again changes nothing.
+        a.measure_ratio(1448, 80_472);
+        assert_eq!(a.window_clamp(), 81_920);
+    }
+
+    /// A buffer the application set (`SO_RCVBUF` 128 KiB: 256 KiB of memory) with the
+    /// window clamped to 64 KiB (`TCP_WINDOW_CLAMP`), as the lab's sink does: the
+    /// initial window is the clamp in whole segments; the ratio's re-estimate resets the
+    /// clamp to the buffer's 163 840 bytes, so the first segment grows the threshold
+    /// (68 056 offered) until the application clamps again; the buffer never autotunes.
+    #[test]
+    fn a_set_buffer_and_clamp_open_by_the_ratio_reestimate_until_clamped_again() {
+        let opts = RcvBufOpts {
+            so_rcvbuf: Some(131_072),
+            window_clamp: Some(65_536),
+            truesize: Some(2304),
+        };
+        let mut a = RcvAutotune::with_opts([4096, 131_072, 33_554_432], 1448, opts);
+        assert_eq!(a.initial_window(), 65_160);
+        a.start(Instant::ZERO, 1448, 0, 1);
+        assert_eq!((a.window_clamp(), a.window(0)), (65_536, 65_160));
+        a.measure_ratio(1448, 65_160);
+        assert_eq!(a.window_clamp(), 163_840);
+        assert!(a.grow_window(1448, 1448));
+        assert_eq!(a.window(0), 68_056);
+        a.set_window_clamp(65_536, 68_056);
+        assert_eq!((a.window_clamp(), a.window(0)), (65_536, 65_536));
+        assert!(!a.grow_window(1448, 1448));
+        a.measure_ts(7, Duration::from_millis(40), true, true);
+        a.on_read(Instant::from_millis(60), 1_000_000, 0, 0);
+        assert_eq!(a.rcvbuf(), 262_144);
         assert_eq!(a.window_clamp(), 65_536);
     }
 
     #[test]
     fn the_buffer_grows_once_per_rtt_with_what_was_read_up_to_rmem_max() {
         let mut a = RcvAutotune::new([4096, 131_072, 1_000_000], 1448);
-        a.start(Instant::ZERO, 1448, 0);
+        a.start(Instant::ZERO, 1448, 0, 5);
         // No RTT estimate yet: nothing grows.
         a.on_read(Instant::from_millis(50), 30_000, 0, 0);
         assert_eq!(a.rcvbuf(), 131_072);
@@ -466,10 +650,11 @@ mod autotune_tests {
         a.on_read(Instant::from_millis(101), 200_000, 0, 0);
         assert_eq!(a.rcvbuf(), 1_000_000);
         assert_eq!(a.window_clamp(), 500_000);
-        // rcv_ssthresh follows two segments per arriving segment.
-        assert_eq!(a.window(0), 65_160);
+        // rcv_ssthresh (the clamp at the start, one segment below the buffer's 65 536)
+        // follows two segments per arriving segment.
+        assert_eq!(a.window(0), 64_088);
         assert!(a.grow_window(1448, 0));
-        assert_eq!(a.window(0), 65_160 + 2896);
+        assert_eq!(a.window(0), 64_088 + 2896);
         // Per-window samples only lower the estimate.
         a.measure_window(Instant::from_millis(200), 1_000, 65_000);
         a.measure_window(Instant::from_millis(300), 70_000, 65_000);

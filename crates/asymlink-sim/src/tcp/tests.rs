@@ -660,12 +660,12 @@ fn data_after_idle_restarts_from_the_initial_window() {
 /// the fast retransmission lets one new segment out — the SACK it carries takes one
 /// segment out of the pipe. Counting the duplicate ACKs on top of that sent two per
 /// duplicate ACK. (`rfc` acknowledges pairs, and the first SACK is a duplicate ACK: two
-/// duplicates, two new segments. `linux` acknowledges its first 17 segments one by one
-/// and then pairs, so its first SACK also acknowledges the segment held before the hole
-/// and grows the window; the one duplicate ACK after it lets one new segment out.)
+/// duplicates, two new segments. `linux` acknowledges its first 22 segments one by one
+/// and then pairs, so the lost 31st segment follows a pair as in `rfc`: two duplicates,
+/// two new segments.)
 #[test]
 fn sack_limited_transmit_sends_one_segment_per_duplicate_ack() {
-    for (profile, dups) in [("rfc", 2), ("linux", 1)] {
+    for (profile, dups) in [("rfc", 2), ("linux", 2)] {
         let cfg = TcpConfig::profile(profile).unwrap();
         let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
         p.drop = Box::new(|n, _| n == 30);
@@ -1372,14 +1372,18 @@ fn the_autotuned_window_grows_per_rtt_with_reads_and_is_capped() {
     let syn_ack = p.log.iter().find(|(_, f, _)| *f == 1).unwrap().2;
     assert_eq!(syn_ack.tcp_repr().unwrap().window, 65_160);
     let maxes: Vec<u64> = maxes.into_iter().flatten().collect();
-    // Non-decreasing, several distinct steps, ending at the cap (512 KiB).
+    // Non-decreasing, several distinct steps. In the first RTT the window grows to what
+    // the default buffer holds at the payload ratio of 1448 bytes in 2304 of memory
+    // (160/256 of 128 KiB, less the segment in the buffer, rounded up to the window
+    // scale's 32 bytes); it ends at that of 1 MiB
+    // (655 360, less the segment, rounded up).
     assert!(maxes.windows(2).all(|w| w[0] <= w[1]), "{maxes:?}");
-    assert!(maxes[0] <= 70_000, "{maxes:?}");
+    assert_eq!(maxes[0], 80_480, "{maxes:?}"); // 81 920 − 1448, rounded up to 32
     let steps = maxes.windows(2).filter(|w| w[1] > w[0]).count();
     assert!(steps >= 3, "{maxes:?}");
-    assert_eq!(*maxes.last().unwrap(), 1 << 19, "{maxes:?}");
+    assert_eq!(*maxes.last().unwrap(), 653_920, "{maxes:?}");
     let (buf, clamp) = p.c[1].as_ref().unwrap().rcvbuf_autotuned().unwrap();
-    assert_eq!((buf, clamp), (1 << 20, 1 << 19));
+    assert_eq!((buf, clamp), (1 << 20, 655_360));
     assert_eq!(p.c[1].as_ref().unwrap().wscales().0, 5, "wscale for 1 MiB");
 
     // Not reading: the buffer keeps its default size.
@@ -1481,15 +1485,16 @@ fn acked_at_once(p: &Pair) -> Vec<usize> {
 }
 
 /// Linux's quick-ACK count at the first data (`linux`, autotuned buffer): 16 (the window
-/// of 65 160 bytes holds more than twice 16 segments). The first segment also grows the
-/// window threshold (65 160 toward the 65 536 the buffer holds), and growth sets the low
-/// bit of the count (`tcp_grow_window`: `quick |= 1`): 17 quick ACKs, segments 1 to 17.
+/// of 65 160 bytes holds more than twice 16 segments). The first segment re-estimates
+/// the buffer's payload ratio (1448 bytes in 2304 of memory), which lifts the clamp to
+/// 81 920 bytes, and the first six segments grow the window threshold toward it; growth
+/// sets the low bit of the count (`tcp_grow_window`: `quick |= 1`): 22 quick ACKs,
+/// segments 1 to 22, as Linux sent in the lab (`bbr-fixed`, a capture at the receiver).
 /// After them, every second segment (more than one segment unacknowledged, window not
-/// shrinking) is acknowledged at once, up to segment 31. By then autotuning has grown the
+/// shrinking) is acknowledged at once, up to segment 30. By then autotuning has grown the
 /// buffer (one receiver RTT of reads), the threshold grows again with every segment, and
 /// with the count at zero each growth is one quick ACK: segments 32 to 40. (With the
-/// growth counted as "at least one quick ACK" the count was 16: segments 1 to 16, then
-/// the even ones.)
+/// growth counted as "at least one quick ACK" the count was 16.)
 #[test]
 fn linux_window_growth_adds_a_quick_ack_to_an_even_count() {
     let cfg = TcpConfig::profile("linux").unwrap();
@@ -1498,11 +1503,46 @@ fn linux_window_growth_adds_a_quick_ack_to_an_even_count() {
     p.with(0, |c, now, io| c.write(now, 40 * 1448, io));
     p.run(Instant::from_secs(2));
     assert_eq!(p.delivered(), 40 * 1448);
-    let expected: Vec<usize> = (1..=17)
-        .chain((19..=31).step_by(2))
+    let expected: Vec<usize> = (1..=22)
+        .chain((24..=30).step_by(2))
         .chain(32..=40)
         .collect();
     assert_eq!(acked_at_once(&p), expected);
+}
+
+/// The lab's receiver (`SO_RCVBUF` 128 KiB, `TCP_WINDOW_CLAMP` 64 KiB set again after
+/// every read), ACK by ACK as Linux 6.18 sent them in the lab (`bbr-ackfilter-off`,
+/// captured at the box): the first segment re-estimates the payload ratio, which resets
+/// the clamp to the buffer's 163 840 bytes, so it grows the window (68 056 offered) and
+/// sets the quick-ACK count's low bit; the application's read clamps it back to 65 536,
+/// and the right edge does not move back (66 608 offered), then 65 536 throughout.
+/// Segments 1 to 17 are acknowledged one by one (16 + the growth), then pairs.
+#[test]
+fn a_clamped_linux_receiver_offers_the_windows_linux_offers() {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.so_rcvbuf = Some(131_072);
+    cfg.window_clamp = Some(65_536);
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 40 * 1448, io));
+    p.run(Instant::from_secs(2));
+    assert_eq!(p.delivered(), 40 * 1448);
+    let syn_ack = p.log.iter().find(|(_, f, _)| *f == 1).unwrap().2;
+    let tr = syn_ack.tcp_repr().unwrap();
+    assert_eq!((tr.window, tr.opts.wscale), (65_160, Some(1)));
+    let offered: Vec<u64> = p
+        .log
+        .iter()
+        .filter(|(_, f, _)| *f == 1)
+        .skip(1) // the SYN-ACK
+        .map(|(_, _, h)| (h.tcp_repr().unwrap().window as u64) << 1)
+        .take(5)
+        .collect();
+    assert_eq!(offered, [68_056, 66_608, 65_536, 65_536, 65_536]);
+    let expected: Vec<usize> = (1..=17).chain((19..=39).step_by(2)).collect();
+    assert_eq!(acked_at_once(&p)[..expected.len()], expected[..]);
+    let (buf, clamp) = p.c[1].as_ref().unwrap().rcvbuf_autotuned().unwrap();
+    assert_eq!((buf, clamp), (262_144, 65_536), "no autotuning");
 }
 
 /// Linux leaves quick-ACK mode when less than half of the buffer's window is free
