@@ -268,7 +268,7 @@ pub struct LinkStats {
 }
 
 /// Packets of room a delay line keeps however empty it gets.
-const WIRE_KEEP: usize = 64;
+const WIRE_KEEP: usize = 16;
 
 /// One direction of a link (see the module documentation).
 #[derive(Debug)]
@@ -280,7 +280,9 @@ pub struct Link<P> {
     trace: Option<TraceLine>,
     delay_ns: u64,
     loss: f64,
-    script: Option<Script>,
+    /// Boxed: rarely configured, and a link direction's size counts where thousands are
+    /// simulated.
+    script: Option<Box<Script>>,
     ll: LinkLayer,
     modem: Option<Limit>,
     rng: Rng,
@@ -372,7 +374,7 @@ impl<P: Pkt> Link<P> {
         self.loss = cfg.loss.unwrap_or(0.0);
         let rules = cfg.drop.as_deref().unwrap_or(&[]);
         if self.script.as_ref().map_or(&[][..], |s| s.rules()) != rules {
-            self.script = Script::new(rules);
+            self.script = Script::new(rules).map(Box::new);
         }
         self.ll = cfg.linklayer.map_or(LinkLayer::RAW, |l| l.build());
         self.modem = cfg.modem_buffer;

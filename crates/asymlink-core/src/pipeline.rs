@@ -103,7 +103,9 @@ pub struct EgressConfig {
 
 /// A classifier in front of a discipline: one direction's egress.
 pub struct Egress<P> {
-    classifier: Option<Classifier>,
+    /// Boxed: most egresses have none, and an egress's size counts where thousands of
+    /// link directions are simulated.
+    classifier: Option<Box<Classifier>>,
     qdisc: Box<dyn Qdisc<P>>,
     rate: Option<Rate>,
     capacity: Option<Limit>,
@@ -119,7 +121,7 @@ impl<P: Pkt + Send + 'static> Egress<P> {
         let classifier = cfg
             .classifier
             .as_ref()
-            .map(Classifier::new)
+            .map(|c| Classifier::new(c).map(Box::new))
             .transpose()
             .map_err(|e| e.within("classifier"))?;
         let ctx = BuildCtx {
@@ -177,7 +179,7 @@ impl<P: Pkt + Send + 'static> Egress<P> {
 
     /// The classifier, if any.
     pub fn classifier(&self) -> Option<&Classifier> {
-        self.classifier.as_ref()
+        self.classifier.as_deref()
     }
 
     /// What this egress tells the opposite direction.

@@ -146,34 +146,58 @@ fn flow_summary(w: &World) -> Table {
     t.with("goodput_bps", ColumnData::F64(goodput))
 }
 
+/// A row's counters: borrowed from the discipline where it keeps them, else computed (a
+/// middlebox's over its subscribers' trees, a class's) and boxed, so that a row stays
+/// small (tens of thousands of link directions).
+enum RowStats<'a> {
+    Borrowed(&'a QdiscStats),
+    Owned(Box<QdiscStats>),
+}
+
+impl<'a> RowStats<'a> {
+    fn of(c: std::borrow::Cow<'a, QdiscStats>) -> RowStats<'a> {
+        match c {
+            std::borrow::Cow::Borrowed(s) => RowStats::Borrowed(s),
+            std::borrow::Cow::Owned(s) => RowStats::Owned(Box::new(s)),
+        }
+    }
+
+    fn get(&self) -> &QdiscStats {
+        match self {
+            RowStats::Borrowed(s) => s,
+            RowStats::Owned(s) => s,
+        }
+    }
+}
+
 /// One row of `queue_summary`: a link direction's discipline, or one of its classes.
 struct QueueRow<'a> {
-    name: String,
+    name: std::borrow::Cow<'a, str>,
     dir: &'a LinkDir,
     kind: &'static str,
-    stats: QdiscStats,
+    stats: RowStats<'a>,
     /// Whether the row is the link direction itself (link columns apply) or a class.
     is_link: bool,
 }
 
 fn queue_summary(w: &World) -> Table {
-    let mut rows: Vec<QueueRow<'_>> = Vec::new();
+    let mut rows: Vec<QueueRow<'_>> = Vec::with_capacity(w.dirs.len());
     for d in &w.dirs {
         let q = egress_qdisc(w, d);
         rows.push(QueueRow {
-            name: d.name.clone(),
+            name: std::borrow::Cow::Borrowed(&d.name),
             dir: d,
             kind: q.kind(),
             // A middlebox's: over all its subscribers' trees.
-            stats: crate::engine::dir_stats(&w.mbs, d).into_owned(),
+            stats: RowStats::of(crate::engine::dir_stats(&w.mbs, d)),
             is_link: true,
         });
         for (cname, cst) in q.child_stats() {
             rows.push(QueueRow {
-                name: format!("{}/{cname}", d.name),
+                name: std::borrow::Cow::Owned(format!("{}/{cname}", d.name)),
                 dir: d,
                 kind: "class",
-                stats: cst,
+                stats: RowStats::Owned(Box::new(cst)),
                 is_link: false,
             });
         }
@@ -181,7 +205,7 @@ fn queue_summary(w: &World) -> Table {
     let end_ns = w.now.as_nanos().max(1);
     let s = |f: &dyn Fn(&QueueRow<'_>) -> String| ColumnData::Str(rows.iter().map(f).collect());
     let i = |f: &dyn Fn(&QdiscStats) -> u64| {
-        ColumnData::I64(rows.iter().map(|r| f(&r.stats) as i64).collect())
+        ColumnData::I64(rows.iter().map(|r| f(r.stats.get()) as i64).collect())
     };
     // Link columns: -1 (or NaN) on class rows.
     let li = |f: &dyn Fn(&LinkDir) -> u64| {
@@ -199,7 +223,7 @@ fn queue_summary(w: &World) -> Table {
         )
     };
     let mut t = Table::new("queue_summary")
-        .with("queue", s(&|r| r.name.clone()))
+        .with("queue", s(&|r| r.name.to_string()))
         .with("link", s(&|r| r.dir.link.clone()))
         .with("dir", s(&|r| r.dir.dir_name.to_string()))
         .with("kind", s(&|r| r.kind.to_string()))
