@@ -2,8 +2,9 @@
 //!
 //! # Event scheduling
 //!
-//! One binary heap of `(time, sequence, event)`; the sequence number breaks ties in
-//! insertion order, so runs are deterministic. The pending set is kept small and its cost
+//! One heap of `(time, sequence, event)` keys (`queue.rs`: four-ary, each entry one
+//! packed `u128`); the sequence number breaks ties in insertion order, so runs are
+//! deterministic. The pending set is kept small and its cost
 //! flat, as the design notes ask:
 //!
 //! * a link direction is a transmitter followed by a FIFO "wire"; only the head of the
