@@ -169,6 +169,9 @@ const TLP_INITIAL: Duration = Duration::from_secs(1);
 pub struct Connection {
     id: ConnId,
     cfg: TcpConfig,
+    /// `cfg` asks for pacing (see [`Connection::paced`]); the configuration never
+    /// changes, so this is decided once.
+    paced: bool,
     state: State,
     local: (IpAddr, u16),
     remote: (IpAddr, u16),
@@ -313,6 +316,7 @@ impl Connection {
         Connection {
             id,
             cfg: cfg.clone(),
+            paced: cfg.pacing || cfg.max_pacing_rate.is_some() || cfg.cc == CcAlgo::Bbr,
             state: State::Closed,
             local,
             remote,
@@ -2744,7 +2748,7 @@ impl Connection {
     /// Whether this sender paces: `pacing` (Linux with the `fq` qdisc), or Linux's
     /// internal pacing, which `max_pacing_rate` (`SO_MAX_PACING_RATE`) turns on.
     pub fn paced(&self) -> bool {
-        self.cfg.pacing || self.cfg.max_pacing_rate.is_some() || self.cfg.cc == CcAlgo::Bbr
+        self.paced
     }
 
     /// The pacing rate, bytes per second (`None`: not paced, or no rate yet).
