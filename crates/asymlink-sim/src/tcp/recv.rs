@@ -165,7 +165,9 @@ impl Receiver {
         let mut best = [(0u64, 0u64, 0u64); MAX_SACK_BLOCKS];
         let mut n = 0;
         if max > 0 {
-            for r in &self.ooo {
+            // Backwards: the newest ranges are usually the highest, so the array fills
+            // with them first and most older ranges are passed over after one test.
+            for r in self.ooo.iter().rev() {
                 // Goes before `best[i]` when newer, or as new and lower.
                 let before =
                     |b: &(u64, u64, u64)| r.stamp > b.0 || (r.stamp == b.0 && r.start < b.1);
