@@ -2374,9 +2374,10 @@ impl Connection {
     /// Data waits, nothing is in flight, and the peer's window has no room for the next
     /// segment (none, or less than sender SWS avoidance lets out).
     fn window_closed(&self) -> bool {
-        self.can_send_data()
+        // The cheapest test first: while data is in flight the window is not closed.
+        self.snd_una == self.snd_max
+            && self.can_send_data()
             && self.data_end() > self.snd_max
-            && self.snd_una == self.snd_max
             && self.snd_una + self.snd_wnd < self.data_end()
             && self.next_new_segment().is_none()
     }
