@@ -19,113 +19,47 @@
 //!   first keeps checking its queue that long.
 //! * **Exit**: [`Sender::stop`] stops the thread after its current call; every frame not
 //!   sent comes back as unsent (the loop counts it discarded at shutdown).
-#![allow(unsafe_code)]
-
 use crate::packet::LivePacket;
-use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::io;
-use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Frames out at a sender at most (a power of two).
+/// Frames out at a sender at most.
 pub const CAPACITY: usize = 1024;
 
 /// How long a sender waits before retrying a device that could not take a frame.
 const RETRY: Duration = Duration::from_micros(50);
 
-/// A bounded lock-free queue between one producer and one consumer thread.
-struct Ring<T> {
-    slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
-    mask: usize,
-    /// Next slot to read (written by the consumer).
-    head: AtomicUsize,
-    /// Next slot to write (written by the producer).
-    tail: AtomicUsize,
-}
+/// The writing end of a bounded queue between two threads.
+pub struct Producer<T>(crossbeam_channel::Sender<T>);
+/// The reading end of a bounded queue between two threads.
+pub struct Consumer<T>(crossbeam_channel::Receiver<T>);
 
-// SAFETY: a slot is written by the producer only while it is outside `head..tail` and
-// read by the consumer only while inside; the Release/Acquire pairs on `tail` and `head`
-// order the slot's contents with the index that hands it over. Values of `T` move
-// between threads, hence `T: Send`.
-unsafe impl<T: Send> Sync for Ring<T> {}
-// SAFETY: as above.
-unsafe impl<T: Send> Send for Ring<T> {}
-
-impl<T> Ring<T> {
-    fn new(cap: usize) -> Ring<T> {
-        assert!(cap.is_power_of_two());
-        Ring {
-            slots: (0..cap)
-                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-                .collect(),
-            mask: cap - 1,
-            head: AtomicUsize::new(0),
-            tail: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl<T> Drop for Ring<T> {
-    fn drop(&mut self) {
-        let (h, t) = (*self.head.get_mut(), *self.tail.get_mut());
-        for i in h..t {
-            // SAFETY: slots in `head..tail` hold values not yet read; nobody else holds
-            // the ring any more (`&mut self`).
-            unsafe { (*self.slots[i & self.mask].get()).assume_init_drop() };
-        }
-    }
-}
-
-/// The writing end of a [`Ring`] (one per ring).
-pub struct Producer<T>(Arc<Ring<T>>);
-/// The reading end of a [`Ring`] (one per ring).
-pub struct Consumer<T>(Arc<Ring<T>>);
-
-/// A queue of `cap` values (a power of two) between two threads.
+/// A queue of at most `cap` values between two threads (`crossbeam-channel`'s array
+/// channel: lock-free, no system call on either end).
 pub fn queue<T: Send>(cap: usize) -> (Producer<T>, Consumer<T>) {
-    let r = Arc::new(Ring::new(cap));
-    (Producer(r.clone()), Consumer(r))
+    let (tx, rx) = crossbeam_channel::bounded(cap);
+    (Producer(tx), Consumer(rx))
 }
 
 impl<T> Producer<T> {
     /// Append `v`, or give it back if the queue is full.
     pub fn push(&mut self, v: T) -> Result<(), T> {
-        let r = &*self.0;
-        let t = r.tail.load(Ordering::Relaxed);
-        if t.wrapping_sub(r.head.load(Ordering::Acquire)) > r.mask {
-            return Err(v);
-        }
-        // SAFETY: slot `t` is outside `head..tail` (checked above), so the consumer does
-        // not read it, and this is the only producer.
-        unsafe { (*r.slots[t & r.mask].get()).write(v) };
-        r.tail.store(t.wrapping_add(1), Ordering::Release);
-        Ok(())
+        self.0.try_send(v).map_err(|e| e.into_inner())
     }
 }
 
 impl<T> Consumer<T> {
     /// The oldest value, if any.
     pub fn pop(&mut self) -> Option<T> {
-        let r = &*self.0;
-        let h = r.head.load(Ordering::Relaxed);
-        if h == r.tail.load(Ordering::Acquire) {
-            return None;
-        }
-        // SAFETY: slot `h` is inside `head..tail`: written by the producer before it moved
-        // `tail` (Acquire above), not written again until `head` moves past it below; this
-        // is the only consumer.
-        let v = unsafe { (*r.slots[h & r.mask].get()).assume_init_read() };
-        r.head.store(h.wrapping_add(1), Ordering::Release);
-        Some(v)
+        self.0.try_recv().ok()
     }
     /// Whether the queue holds nothing.
     pub fn is_empty(&self) -> bool {
-        let r = &*self.0;
-        r.head.load(Ordering::Relaxed) == r.tail.load(Ordering::Acquire)
+        self.0.is_empty()
     }
 }
 
@@ -426,6 +360,7 @@ mod tests {
     use super::*;
     use crate::packet::LinkType;
     use asymlink_core::time::Instant as SimInstant;
+    use std::sync::atomic::AtomicUsize;
     use std::sync::Mutex;
 
     #[test]

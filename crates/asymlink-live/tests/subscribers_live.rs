@@ -10,9 +10,7 @@
 //! runs two workers. Each subscriber receives at its own rate. A reload then changes one
 //! subscriber's rate; the other two keep their trees and their rates.
 
-use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 mod netns;
@@ -20,25 +18,17 @@ use netns::*;
 
 const PAYLOAD: usize = 1000;
 
-fn box_config(dir: &Path, tbf_rate: &str) -> String {
+/// The box's configuration after its `[stats]` file: two workers, three subscribers.
+fn subscribers(tbf_rate: &str) -> String {
     format!(
-        "seed = 1\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
-         [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
-         [process]\nworkers = 2\n\
+        "[process]\nworkers = 2\n\
          [[subscribers]]\nprefix = \"10.78.0.11\"\n\
          line = {{ down = \"2Mbit\", up = \"1Mbit\" }}\n\
          [[subscribers]]\nprefix = \"10.78.0.12\"\n\
          to_a = {{ qdisc = {{ kind = \"tbf\", rate = \"{tbf_rate}\", burst = \"3000B\", limit = \"100p\" }} }}\n\
          [[subscribers]]\nprefix = \"10.78.0.13\"\n\
-         line = {{ down = \"8Mbit\", up = \"1Mbit\" }}\n",
-        dir.join("final.json").display()
+         line = {{ down = \"8Mbit\", up = \"1Mbit\" }}\n"
     )
-}
-
-fn start_box(lab: &Lab, dir: &Path) -> (BoxProcess, PathBuf) {
-    let cfg = dir.join("box.toml");
-    std::fs::write(&cfg, box_config(dir, "4Mbit")).unwrap();
-    (BoxProcess::start(lab.r(), &cfg), dir.join("final.json"))
 }
 
 /// The server sends `PAYLOAD`-byte datagrams to each subscriber at about 20 Mbit/s for
@@ -124,19 +114,14 @@ fn each_subscriber_gets_its_own_rate() {
     }
     let subs = [11u8, 12, 13].map(|h| Ipv4Addr::new(10, 78, 0, h));
     let lab = lab("als", "r", &subs, Ipv4Addr::new(10, 78, 0, 200));
-    let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (boxp, final_json) = start_box(&lab, &dir);
-    let cfg = dir.join("box.toml");
-    let new_cfg = box_config(&dir, "3Mbit");
+    let files = BoxFiles::new(&lab, "", &subscribers("4Mbit"));
+    let boxp = files.start(&lab);
     let got = blast(&lab, &subs, 6.0, || {
-        std::fs::write(&cfg, &new_cfg).unwrap();
+        files.write("", &subscribers("3Mbit"));
         boxp.signal(nix::sys::signal::Signal::SIGHUP);
     });
     boxp.stop();
-    let stats: Value =
-        serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let stats = files.final_stats();
     // Before the reload (0.5-3 s) and after it (3.5-6 s).
     let before: Vec<f64> = (0..3).map(|k| rate(&got, k, 0.5, 3.0)).collect();
     let after: Vec<f64> = (0..3).map(|k| rate(&got, k, 3.5, 6.0)).collect();
@@ -187,30 +172,19 @@ fn the_cap_bounds_the_live_trees() {
     const PER_SUB: u32 = 200;
     let subs = [21u8, 22, 23, 24].map(|h| Ipv4Addr::new(10, 78, 0, h));
     let lab = lab("als", "m", &subs, Ipv4Addr::new(10, 78, 0, 200));
-    let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let final_json = dir.join("final.json");
-    let mut cfg_text = format!(
-        "seed = 1\nmax_subscribers = 2\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
-         [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
-         [process]\nworkers = 1\n",
-        final_json.display()
-    );
+    let mut rest = String::from("[process]\nworkers = 1\n");
     for a in &subs {
-        cfg_text += &format!(
+        rest += &format!(
             "[[subscribers]]\nprefix = \"{a}\"\n\
              to_a = {{ qdisc = {{ kind = \"fifo\", limit = \"100p\" }} }}\n"
         );
     }
-    let cfg = dir.join("box.toml");
-    std::fs::write(&cfg, cfg_text).unwrap();
-    let boxp = BoxProcess::start(lab.r(), &cfg);
+    let files = BoxFiles::new(&lab, "max_subscribers = 2\n", &rest);
+    let boxp = files.start(&lab);
     let server: SocketAddr = "10.78.0.200:9000".parse().unwrap();
     let (got, back) = echo_datagrams(&lab, &subs, server, PER_SUB);
     boxp.stop();
-    let stats: Value =
-        serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let stats = files.final_stats();
     for (k, a) in subs.iter().enumerate() {
         assert!(in_order(&got[k]), "{a} → server reordered: {:?}", got[k]);
         assert!(in_order(&back[k]), "echoes to {a} reordered: {:?}", back[k]);

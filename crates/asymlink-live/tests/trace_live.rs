@@ -31,24 +31,15 @@ fn box_trace_link_delivers_at_the_trace_rate() {
         &[Ipv4Addr::new(10, 78, 0, 1)],
         Ipv4Addr::new(10, 78, 0, 2),
     );
-    let (c, r, s) = (lab.c(), lab.r(), lab.s());
-    let dir = std::env::temp_dir().join(format!("{r}-box"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("t.trace"), "1\n").unwrap();
-    let final_json = dir.join("final.json");
-    let cfg = dir.join("box.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "seed = 1\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
-             [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
-             [to_b]\nqdisc = {{ kind = \"fifo\", limit = \"100p\" }}\n\
-             [emulation.to_b]\ntrace = \"t.trace\"\n",
-            final_json.display()
-        ),
-    )
-    .unwrap();
-    let boxp = BoxProcess::start(r, &cfg);
+    let (c, s) = (lab.c(), lab.s());
+    let files = BoxFiles::new(
+        &lab,
+        "",
+        "[to_b]\nqdisc = { kind = \"fifo\", limit = \"100p\" }\n\
+         [emulation.to_b]\ntrace = \"t.trace\"\n",
+    );
+    std::fs::write(files.dir.join("t.trace"), "1\n").unwrap();
+    let boxp = files.start(&lab);
     // The server: (arrival, bytes) of every datagram.
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let s_ns = s.to_string();
@@ -87,8 +78,7 @@ fn box_trace_link_delivers_at_the_trace_rate() {
     .unwrap();
     let got = srv.join().unwrap();
     boxp.stop();
-    let stats = std::fs::read_to_string(&final_json).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&dir);
+    let stats = std::fs::read_to_string(&files.final_json).unwrap_or_default();
     assert!(
         got.len() > 100,
         "{} datagrams arrived; box stats: {stats}",

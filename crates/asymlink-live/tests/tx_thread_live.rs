@@ -35,30 +35,19 @@ fn threads(pid: u32) -> Vec<String> {
 fn through_sender_threads(io: &str, workers: usize, prefix: &str, net: u8) {
     let client = Ipv4Addr::new(10, 79, net, 1);
     let lab = lab(prefix, "t", &[client], Ipv4Addr::new(10, 79, net, 200));
-    let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let final_json = dir.join("final.json");
-    let cfg = dir.join("box.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "seed = 1\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
-             [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
-             [process]\nio = \"{io}\"\ntx_thread = true\nworkers = {workers}\n",
-            final_json.display()
-        ),
-    )
-    .unwrap();
-    let boxp = BoxProcess::start(lab.r(), &cfg);
+    let files = BoxFiles::new(
+        &lab,
+        "",
+        &format!("[process]\nio = \"{io}\"\ntx_thread = true\nworkers = {workers}\n"),
+    );
+    let boxp = files.start(&lab);
     let server: SocketAddr = format!("10.79.{net}.200:9000").parse().unwrap();
     let (mut got, mut back) = echo_datagrams(&lab, &[client], server, N);
     let (got, back) = (got.remove(0), back.remove(0));
     // Both senders have sent by now (they start at the first frame of their side).
     let names = threads(boxp.pid());
     boxp.stop();
-    let stats: Value =
-        serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let stats = files.final_stats();
     // One client: its frames meet on one worker, whose two senders run.
     for side in ["a", "b"] {
         assert!(

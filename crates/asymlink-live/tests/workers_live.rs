@@ -13,9 +13,7 @@
 //! no datagram arrived out of order, either way. Socket and memory-mapped I/O.
 
 use asymlink_live::sys::subscriber_hash;
-use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod netns;
@@ -24,24 +22,16 @@ use netns::*;
 const PER_SUB: u32 = 400;
 
 /// `busy`: the workers busy-poll and break their latency down.
-fn start_box(lab: &Lab, dir: &Path, io: &str, busy: bool) -> (BoxProcess, PathBuf) {
-    let final_json = dir.join("final.json");
-    let cfg = dir.join("box.toml");
+fn box_files(lab: &Lab, io: &str, busy: bool) -> BoxFiles {
     let (stats, process) = match busy {
         true => ("latency_breakdown = true\n", "busy_poll = \"50us\"\n"),
         false => ("", ""),
     };
-    std::fs::write(
-        &cfg,
-        format!(
-            "seed = 1\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
-             [stats]\nfile = \"{}\"\n{stats}[privileges]\nuser = \"root\"\n\
-             [process]\nworkers = 2\nio = \"{io}\"\n{process}",
-            final_json.display()
-        ),
+    BoxFiles::new(
+        lab,
+        "",
+        &format!("{stats}[process]\nworkers = 2\nio = \"{io}\"\n{process}"),
     )
-    .unwrap();
-    (BoxProcess::start(lab.r(), &cfg), final_json)
 }
 
 fn two_workers(io: &str, busy: bool) {
@@ -68,25 +58,21 @@ fn two_workers(io: &str, busy: bool) {
         &subs,
         Ipv4Addr::new(10, 77, 0, 200),
     );
-    let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (boxp, final_json) = start_box(&lab, &dir, io, busy);
+    let files = box_files(&lab, io, busy);
+    let boxp = files.start(&lab);
     let server: SocketAddr = "10.77.0.200:9000".parse().unwrap();
     let (got, back) = echo_datagrams(&lab, &subs, server, PER_SUB);
     // A reload reaches every worker (the supervisor reads the file once).
-    let cfg = dir.join("box.toml");
-    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = std::fs::read_to_string(&files.config).unwrap();
     std::fs::write(
-        &cfg,
+        &files.config,
         format!("{text}[to_b]\nqdisc = {{ kind = \"fifo\", limit = \"500p\" }}\n"),
     )
     .unwrap();
     boxp.signal(nix::sys::signal::Signal::SIGHUP);
     std::thread::sleep(Duration::from_millis(300));
     boxp.stop();
-    let stats: Value =
-        serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let stats = files.final_stats();
     assert_eq!(stats["reloads"], 1, "every worker reloaded once: {stats}");
     assert_eq!(stats["reload_failures"], 0);
     let workers = stats["workers"].as_array().expect("per-worker counts");

@@ -11,7 +11,6 @@
 //! sockets, and that the XDP programs went with the box (afterwards the router namespace
 //! forwards nothing and the interfaces carry no program).
 
-use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
 
@@ -37,29 +36,14 @@ fn datagrams_cross_through_af_xdp_sockets() {
     }
     let client = Ipv4Addr::new(10, 79, 1, 1);
     let lab = lab("alx", "x", &[client], Ipv4Addr::new(10, 79, 1, 200));
-    let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let final_json = dir.join("final.json");
-    let cfg = dir.join("box.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "seed = 1\n[interfaces]\na = \"ra\"\nb = \"rb\"\n\
-             [stats]\nfile = \"{}\"\n[privileges]\nuser = \"root\"\n\
-             [process]\nio = \"xdp\"\n",
-            final_json.display()
-        ),
-    )
-    .unwrap();
-    let boxp = BoxProcess::start(lab.r(), &cfg);
+    let files = BoxFiles::new(&lab, "", "[process]\nio = \"xdp\"\n");
+    let boxp = files.start(&lab);
     assert!(has_xdp(lab.r(), "ra") && has_xdp(lab.r(), "rb"));
     let server: SocketAddr = "10.79.1.200:9000".parse().unwrap();
     let (mut got, mut back) = echo_datagrams(&lab, &[client], server, N);
     let (got, back) = (got.remove(0), back.remove(0));
     boxp.stop();
-    let stats: Value =
-        serde_json::from_str(&std::fs::read_to_string(&final_json).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let stats = files.final_stats();
     assert!(in_order(&got), "client → server reordered: {got:?}");
     assert!(in_order(&back), "echoes reordered: {back:?}");
     // Most datagrams make it (the kernel may drop a few under load; never reorder).

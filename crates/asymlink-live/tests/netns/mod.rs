@@ -11,7 +11,7 @@
 use nix::sched::{setns, CloneFlags};
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -174,6 +174,61 @@ pub fn lab(prefix: &str, tag: &str, subs: &[Ipv4Addr], server: Ipv4Addr) -> Lab 
 pub fn enter(ns: &str) {
     let f = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
     setns(f, CloneFlags::CLONE_NEWNET).expect("setns");
+}
+
+/// The box's files for a lab test, in a directory of its own (removed when dropped): its
+/// configuration and the stats it writes when it exits.
+pub struct BoxFiles {
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub final_json: PathBuf,
+}
+
+impl BoxFiles {
+    /// A configuration for the box in `lab` (see [`BoxFiles::write`]).
+    pub fn new(lab: &Lab, top: &str, rest: &str) -> BoxFiles {
+        let dir = std::env::temp_dir().join(format!("{}-box", lab.r()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = BoxFiles {
+            config: dir.join("box.toml"),
+            final_json: dir.join("final.json"),
+            dir,
+        };
+        f.write(top, rest);
+        f
+    }
+
+    /// (Re)writes the configuration: seed 1 and `top` (top-level keys), the lab's two
+    /// interfaces, root privileges, the final stats file, then `rest`, which continues
+    /// the `[stats]` table (its keys first, then further tables).
+    pub fn write(&self, top: &str, rest: &str) {
+        std::fs::write(
+            &self.config,
+            format!(
+                "seed = 1\n{top}[interfaces]\na = \"ra\"\nb = \"rb\"\n\
+                 [privileges]\nuser = \"root\"\n[stats]\nfile = \"{}\"\n{rest}",
+                self.final_json.display()
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Starts the box on this configuration in the lab's router namespace.
+    pub fn start(&self, lab: &Lab) -> BoxProcess {
+        BoxProcess::start(lab.r(), &self.config)
+    }
+
+    /// The stats the box wrote when it exited.
+    pub fn final_stats(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(&self.final_json).expect("the box's final stats");
+        serde_json::from_str(&text).expect("stats in JSON")
+    }
+}
+
+impl Drop for BoxFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// `asymlink-box` running in a namespace; killed if still running when dropped.

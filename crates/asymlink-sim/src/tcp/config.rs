@@ -653,23 +653,19 @@ impl TcpSpec {
         set!(rcv_autotune);
         set!(rmem, |r: [Bytes; 3]| r.map(|b| b.0));
         if o.so_rcvbuf.is_some() || o.window_clamp.is_some() {
+            let key = match o.so_rcvbuf {
+                Some(_) => "so_rcvbuf",
+                None => "window_clamp",
+            };
             if o.rcvbuf.is_some() {
                 return Err(ConfigError::new(
-                    if o.so_rcvbuf.is_some() {
-                        "so_rcvbuf"
-                    } else {
-                        "window_clamp"
-                    },
+                    key,
                     "a fixed `rcvbuf` has no Linux buffer to set: use one or the other",
                 ));
             }
             if !c.rcv_autotune {
                 return Err(ConfigError::new(
-                    if o.so_rcvbuf.is_some() {
-                        "so_rcvbuf"
-                    } else {
-                        "window_clamp"
-                    },
+                    key,
                     "needs Linux's receive buffer (`rcv_autotune`, the linux profile)",
                 ));
             }
