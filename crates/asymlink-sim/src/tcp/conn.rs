@@ -169,6 +169,9 @@ const TLP_INITIAL: Duration = Duration::from_secs(1);
 pub struct Connection {
     id: ConnId,
     cfg: TcpConfig,
+    /// `cfg` asks for pacing (see [`Connection::paced`]); the configuration never
+    /// changes, so this is decided once.
+    paced: bool,
     state: State,
     local: (IpAddr, u16),
     remote: (IpAddr, u16),
@@ -313,6 +316,7 @@ impl Connection {
         Connection {
             id,
             cfg: cfg.clone(),
+            paced: cfg.pacing || cfg.max_pacing_rate.is_some() || cfg.cc == CcAlgo::Bbr,
             state: State::Closed,
             local,
             remote,
@@ -2370,9 +2374,10 @@ impl Connection {
     /// Data waits, nothing is in flight, and the peer's window has no room for the next
     /// segment (none, or less than sender SWS avoidance lets out).
     fn window_closed(&self) -> bool {
-        self.can_send_data()
+        // The cheapest test first: while data is in flight the window is not closed.
+        self.snd_una == self.snd_max
+            && self.can_send_data()
             && self.data_end() > self.snd_max
-            && self.snd_una == self.snd_max
             && self.snd_una + self.snd_wnd < self.data_end()
             && self.next_new_segment().is_none()
     }
@@ -2744,7 +2749,7 @@ impl Connection {
     /// Whether this sender paces: `pacing` (Linux with the `fq` qdisc), or Linux's
     /// internal pacing, which `max_pacing_rate` (`SO_MAX_PACING_RATE`) turns on.
     pub fn paced(&self) -> bool {
-        self.cfg.pacing || self.cfg.max_pacing_rate.is_some() || self.cfg.cc == CcAlgo::Bbr
+        self.paced
     }
 
     /// The pacing rate, bytes per second (`None`: not paced, or no rate yet).

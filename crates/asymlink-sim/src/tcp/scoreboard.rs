@@ -529,6 +529,11 @@ impl Scoreboard {
     /// [`Scoreboard::next_retransmit`], remembering a fruitless search so that the next one
     /// starts where this one ended (any new candidate lowers the hint again).
     pub fn next_retransmit_mut(&mut self) -> Option<usize> {
+        if self.lost == 0 {
+            // Nothing to search (the common case): the hint stays where it is, which only
+            // bounds a later search and never changes its answer.
+            return None;
+        }
         let r = self.next_retransmit();
         if r.is_none() {
             self.retx_hint = self.segs.back().map_or(0, |s| s.end);
