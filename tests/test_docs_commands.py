@@ -254,12 +254,40 @@ LAB_SCENARIOS = PACKAGE / "lab" / "scenarios"
 LAB_SECONDS = 3.0
 
 
+def _root_key(args: list[str]) -> str:
+    """What a root command runs, shortened: without its `--out` directory; for `bench
+    live`, the options as a set, without the values the shortened run replaces
+    (`--seconds`, `--subscribers`, `--saturate`) and with its `--io` modes as a set (an
+    order or a group name that names the same modes runs the same code)."""
+    args = list(args)
+    if args[:2] != ["bench", "live"]:
+        return re.sub(r"--out \S+", "", shlex.join(args))
+    from asymlink.lab.bench import IO_GROUPS
+    out: list[str] = []
+    i = 2
+    while i < len(args):
+        a = args[i]
+        if a in ("--seconds", "--subscribers", "--saturate", "--out", "--io") \
+                and i + 1 < len(args):
+            v = args[i + 1]
+            if a == "--io":
+                modes = {m for x in v.split(",") for m in IO_GROUPS.get(x, (x,))}
+                out.append(f"--io={','.join(sorted(modes))}")
+            elif a in ("--subscribers", "--saturate"):
+                out.append(a)
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return "bench live " + " ".join(sorted(out))
+
+
 def _root_commands() -> list[Command]:
     """Each root command once (`lab run NAME` printed twice, with other `--out`
-    directories, runs once)."""
+    directories, runs once; see `_root_key`)."""
     seen, kept = set(), []
     for c in ALL:
-        key = re.sub(r"--out \S+", "", shlex.join(c.args))
+        key = _root_key(c.args)
         if (tuple(c.args[:1]) in ROOT_ONLY or tuple(c.args[:2]) in ROOT_ONLY) \
                 and key not in seen:
             seen.add(key)
