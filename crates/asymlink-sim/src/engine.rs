@@ -562,7 +562,7 @@ impl World {
     // ------------------------------------------------------------------ scheduling
 
     /// Schedule an event at `t`.
-    #[inline]
+    #[inline(always)]
     fn schedule(&mut self, t: Instant, ev: Ev) {
         self.queue.push(t, ev);
     }

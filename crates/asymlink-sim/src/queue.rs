@@ -27,8 +27,8 @@
 //! The width of the finest slots follows the events' density: every few thousand entries
 //! (and never sooner than the wheel's size in entries, so placing every entry again costs
 //! at most one insertion per entry popped) the queue counts the entries that left the
-//! wheel per slot width of the time that passed, and outside 4–32 it makes the slots a
-//! power of two wide that holds about 11 (from 64 ns to 16.8 ms; 64 μs at first).
+//! wheel per finest slot taken out, and outside 4–32 it scales the width by the power of
+//! two that brings that to about 6 (from 64 ns to 16.8 ms; 64 μs at first).
 //!
 //! An entry keeps the key it was given when pushed, wherever it waits, and the run and
 //! the heap hold only entries due before every entry in the wheel; so the order of
@@ -183,7 +183,7 @@ const REVIEW_MIN: usize = 4096;
 /// Entries per finest slot the width keeps to, and aims at when it changes.
 const DENSITY_LOW: u64 = 4;
 const DENSITY_HIGH: u64 = 32;
-const DENSITY_AIM: u64 = 11;
+const DENSITY_AIM: u64 = 6;
 
 /// A hierarchical timing wheel of keys due at or after `cur`.
 ///
@@ -387,8 +387,8 @@ pub struct EventQueue<E> {
     /// Entries that left the wheel (taken out with their finest slot, or pushed straight
     /// into the heap) since the slot width was last reviewed.
     near: usize,
-    /// `wheel.cur` at the last review.
-    reviewed_at: u64,
+    /// Finest slots taken out since the last review.
+    taken: usize,
     /// `near` at which the slot width is reviewed next.
     review_at: usize,
     /// The last sequence number given.
@@ -407,7 +407,7 @@ impl<E: QueueEvent> Default for EventQueue<E> {
             heap: Heap::default(),
             wheel: Wheel::new(),
             near: 0,
-            reviewed_at: 0,
+            taken: 0,
             review_at: REVIEW_MIN,
             seq: 0,
             seq_max: u32::MAX,
@@ -500,6 +500,7 @@ impl<E: QueueEvent> EventQueue<E> {
             }
             self.pos = 0;
             self.near += self.run.len();
+            self.taken += 1;
             if self.near >= self.review_at {
                 self.review();
             }
@@ -510,30 +511,39 @@ impl<E: QueueEvent> EventQueue<E> {
     }
 
     /// Keep the finest slots about `DENSITY_LOW ..= DENSITY_HIGH` entries wide: the
-    /// entries that left the wheel since the last review, per slot width of the time that
-    /// passed. Out of that range, the width becomes the power of two nearest to
-    /// `DENSITY_AIM` entries. Reviews come at least as many entries apart as the wheel
-    /// holds, so placing them all again costs at most one insertion per entry popped.
+    /// entries that left the wheel since the last review per finest slot taken out (empty
+    /// slots cost next to nothing and are not counted). Out of that range, the width
+    /// changes by the power of two nearest to the factor that would make it
+    /// `DENSITY_AIM`. Reviews come at least as many entries apart as the wheel holds, so
+    /// placing them all again costs at most one insertion per entry popped.
     #[cold]
     #[inline(never)]
     fn review(&mut self) {
-        let elapsed = self.wheel.cur - self.reviewed_at;
-        let near = self.near as u64;
+        let (near, taken) = (self.near as u64, self.taken.max(1) as u64);
         let bits = self.wheel.bits;
-        let density = near.saturating_mul(1 << bits) / elapsed.max(1);
-        if !(DENSITY_LOW..=DENSITY_HIGH).contains(&density) {
-            // The width that holds DENSITY_AIM entries: elapsed × AIM / near, rounded to a
-            // power of two (nearest in log scale).
-            let w = (elapsed as u128 * DENSITY_AIM as u128 / near.max(1) as u128).max(1);
-            let lo = 127 - w.leading_zeros();
-            let up = (w * w) >> (2 * lo) >= 2; // w ≥ √2 · 2^lo
-            let want = (lo + u32::from(up)).clamp(MIN_SLOT_BITS, MAX_SLOT_BITS);
+        if !(taken * DENSITY_LOW..=taken * DENSITY_HIGH).contains(&near) {
+            // log2(AIM · taken / near), rounded (ties up): compare squares against powers
+            // of two to stay in integers.
+            let (num, den) = (DENSITY_AIM * taken, near.max(1));
+            let want = if num >= den {
+                let mut k = 0;
+                while (num * num) >> (2 * k + 1) >= den * den {
+                    k += 1;
+                }
+                (bits + k).min(MAX_SLOT_BITS)
+            } else {
+                let mut k = 0;
+                while (den * den) >> (2 * k + 1) > num * num {
+                    k += 1;
+                }
+                bits.saturating_sub(k).max(MIN_SLOT_BITS)
+            };
             if want != bits {
                 self.wheel.set_bits(want);
             }
         }
         self.near = 0;
-        self.reviewed_at = self.wheel.cur;
+        self.taken = 0;
         self.review_at = self.wheel.len.max(REVIEW_MIN);
     }
 
@@ -848,7 +858,7 @@ mod tests {
         }
         reference.sort_unstable();
         assert_eq!(got, reference);
-        // About 11 events per slot: some 350 ns, or some 700 μs (less as the pending
+        // About 6 events per slot: some 200 ns, or some 400 μs (less as the pending
         // events pile up from phase to phase).
         for (phase, &bits) in widths.iter().enumerate() {
             let want = if phase % 2 == 0 { 7..=10 } else { 16..=21 };
