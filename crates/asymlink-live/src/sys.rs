@@ -194,6 +194,17 @@ impl Device {
         }
     }
 
+    /// Whether a received frame waits, told without a system call (rings, AF_XDP);
+    /// false for the other kinds.
+    #[inline]
+    pub fn rx_waiting(&self) -> bool {
+        match self {
+            Device::Mmap(r) => r.rx_pending(),
+            Device::Xdp(x) => x.rx_waiting(),
+            _ => false,
+        }
+    }
+
     /// A device for a sender thread that sends what this one would (`[process]
     /// tx_thread`): the same socket through a duplicated descriptor; with rings, the
     /// twin takes the transmit ring and this device keeps the receive ring.

@@ -593,6 +593,12 @@ impl Xsk {
         unsafe { std::slice::from_raw_parts(self.umem.addr.add(addr as usize), len.min(FRAME)) }
     }
 
+    /// Whether a received frame waits on the receive ring.
+    #[inline]
+    pub fn rx_waiting(&self) -> bool {
+        self.rx.ready() > 0
+    }
+
     /// The program's receive stamp before the frame at `addr` (0 if none), cleared so
     /// that the frame's next use cannot show it.
     fn take_stamp(&self, addr: u64) -> u64 {
