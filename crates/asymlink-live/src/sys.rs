@@ -1207,6 +1207,14 @@ pub fn realtime_ns() -> u64 {
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
+/// CLOCK_MONOTONIC in nanoseconds (the clock of `bpf_ktime_get_ns`).
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .unwrap_or(TimeSpec::new(0, 0));
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
 /// CPU time of the calling thread in nanoseconds (for the latency breakdown: the wall
 /// time it was not running is the time it was preempted or its CPU not scheduled).
 #[inline]
