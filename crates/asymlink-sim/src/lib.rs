@@ -17,6 +17,7 @@ pub mod rwnd;
 pub mod scenario;
 mod summary;
 pub mod tcp;
+pub mod thp;
 mod topology;
 
 pub use asymlink_core::config::ConfigError;
@@ -58,8 +59,10 @@ impl Simulation {
         Simulation::from_spec(spec, opts).map_err(|e| e.with_line(src))
     }
 
-    /// Build from an already validated scenario.
+    /// Build from an already validated scenario. From here on, in a process that allocates
+    /// through [`thp::ThpAlloc`], the heap's memory is marked for transparent huge pages.
     pub fn from_spec(spec: scenario::Spec, opts: RunOptions) -> Result<Simulation, ConfigError> {
+        thp::enable();
         let world = engine::World::build(spec, &opts)?;
         Ok(Simulation {
             world,
