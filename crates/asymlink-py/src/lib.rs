@@ -8,11 +8,6 @@
 
 mod error;
 
-/// The system allocator, marking the heap for transparent huge pages once a simulation is
-/// built (see `asymlink_sim::thp`).
-#[global_allocator]
-static ALLOC: asymlink_sim::thp::ThpAlloc = asymlink_sim::thp::ThpAlloc;
-
 use asymlink_core::time::Instant;
 use asymlink_sim::{ColumnData, Results, RunOptions};
 use numpy::IntoPyArray;

@@ -16,9 +16,6 @@
 use asymlink_core::time::{Duration, Instant};
 use asymlink_sim::{RunOptions, Simulation};
 
-#[global_allocator]
-static ALLOC: asymlink_sim::thp::ThpAlloc = asymlink_sim::thp::ThpAlloc;
-
 #[inline(never)]
 fn measured_window(sim: &mut Simulation, until: Instant) {
     sim.run_until(until);

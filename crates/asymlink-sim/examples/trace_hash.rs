@@ -1,9 +1,6 @@
 //! `cargo run --release -p asymlink-sim --example trace_hash -- FILE.toml...` runs each
 //! scenario with its own seed and prints its trace hash, events and packet-hops: a quick
 //! check that a change to the engine left every trace as it was.
-#[global_allocator]
-static ALLOC: asymlink_sim::thp::ThpAlloc = asymlink_sim::thp::ThpAlloc;
-
 fn main() {
     let out = std::env::temp_dir().join("asymlink-trace-hash");
     std::fs::create_dir_all(&out).expect("temporary directory");

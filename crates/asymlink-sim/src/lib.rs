@@ -17,7 +17,6 @@ pub mod rwnd;
 pub mod scenario;
 mod summary;
 pub mod tcp;
-pub mod thp;
 mod topology;
 
 pub use asymlink_core::config::ConfigError;
@@ -59,10 +58,8 @@ impl Simulation {
         Simulation::from_spec(spec, opts).map_err(|e| e.with_line(src))
     }
 
-    /// Build from an already validated scenario. From here on, in a process that allocates
-    /// through [`thp::ThpAlloc`], the heap's memory is marked for transparent huge pages.
+    /// Build from an already validated scenario.
     pub fn from_spec(spec: scenario::Spec, opts: RunOptions) -> Result<Simulation, ConfigError> {
-        thp::enable();
         let world = engine::World::build(spec, &opts)?;
         Ok(Simulation {
             world,

@@ -24,9 +24,11 @@
 //! flows of the same set are active at once; a flow that finds no way free shares a queue
 //! of its own host if one is in the set, else is dropped as `state_full`.
 //!
-//! **Memory.** A bucket holds state only while its queue is on a list: a table of `flows`
-//! buckets costs a 16-bit index entry per bucket, and one queue per bucket in use, given
-//! back when the queue empties and leaves the lists and reused by the next bucket. What a
+//! **Memory.** A bucket holds state only while its queue is on a list: a table costs one
+//! queue per bucket in use, given back when the queue empties and leaves the lists and
+//! reused by the next bucket; a bucket's queue is found by reading the queues' owners
+//! while there are at most 32, and through an index of a 16-bit entry per bucket (made
+//! when the 33rd queue is) beyond that. What a
 //! bucket must remember between its busy spells stays: CoDel's state while a new dropping
 //! episode would resume from it (up to 16 intervals after its last drop), and the ACK
 //! history of its connection with the ACK filter. So a discipline serving a few flows
