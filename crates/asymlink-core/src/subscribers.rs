@@ -23,9 +23,10 @@
 //! ([`SubscriberBox::set_idle_timeout`]), or when a new subscriber needs a tree and
 //! `max_subscribers` are alive: then the one idle longest (nothing queued either way)
 //! gives its tree up; if none is idle, the new subscriber's packets go through the
-//! top-level pipeline (counted as `unplaced`) until one is. Memory is therefore bounded
-//! by `max_subscribers` trees, and an idle subscriber costs nothing once its tree expired
-//! but its entry.
+//! top-level pipeline (counted as `unplaced`) until one is, and while some of them still
+//! wait there (a new tree could send its later packets first). Memory is therefore
+//! bounded by `max_subscribers` trees, and an idle subscriber costs nothing once its tree
+//! expired but its entry.
 //!
 //! An entry is small: entries written alike but for their prefix (an operator's plans)
 //! share one [`SubscriberPlan`], the pipeline checked and compiled once, so an entry keeps
@@ -573,9 +574,13 @@ struct Slot<P> {
     sched: [Sched; 2],
     last_active: Instant,
     timer: Option<Instant>,
-    /// Packets of this subscriber went through the top-level pipeline (no tree could be
-    /// built for them) and may still be queued there.
-    parked: bool,
+    /// Packets of this subscriber that went through the top-level pipeline (no tree could
+    /// be built for them) and may still be queued there, counted while the top level's
+    /// queues have not been empty since (`parked_epoch` = the box's `top_epoch`). Never
+    /// below the true number: a packet leaving the top level whose subscriber is not
+    /// certain is not counted off, and the count lapses when the top level empties.
+    parked: u32,
+    parked_epoch: u32,
 }
 
 impl<P> Slot<P> {
@@ -585,7 +590,8 @@ impl<P> Slot<P> {
             sched: [Sched::Idle; 2],
             last_active: Instant::ZERO,
             timer: None,
-            parked: false,
+            parked: 0,
+            parked_epoch: 0,
         }
     }
 }
@@ -685,6 +691,12 @@ pub struct SubscriberBox<P> {
     max_backlog: [Backlog; 2],
     /// Subscribers whose discipline of a direction watches the link go idle.
     idle_watchers: [Vec<u32>; 2],
+    /// Times the top-level pipeline's queues went empty (both directions): a subscriber's
+    /// count of packets parked there lapses with it.
+    top_epoch: u32,
+    /// The subscribers' parked packets counted in this epoch, all together (while none,
+    /// a packet leaving the top level is not looked up).
+    parked_total: u32,
 }
 
 /// The subscribers (table indices) whose tree watches the link go idle, per direction.
@@ -727,6 +739,8 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             retired: Default::default(),
             max_backlog: Default::default(),
             idle_watchers: watchers,
+            top_epoch: 0,
+            parked_total: 0,
         };
         b.refresh_timer(0);
         b
@@ -746,8 +760,20 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
 
     /// Count the discards slot `s`'s tree added to `drops` from index `from` on: in `dir`,
     /// or (`None`) in the direction the packet's addresses say.
+    /// The top level's discards of a call in one direction count off the parked packets
+    /// of their subscribers; those of its timers (either direction) do not: the counts
+    /// stay too high, which only delays those subscribers' trees until the top level
+    /// empties.
     fn count_drops(&mut self, s: usize, from: usize, dir: Option<Dir>, drops: &Drops<P>) {
-        if s == 0 || drops.len() <= from {
+        if drops.len() <= from {
+            return;
+        }
+        if s == 0 {
+            if let Some(d) = dir {
+                for x in drops.since(from) {
+                    self.unpark(d, &x.pkt);
+                }
+            }
             return;
         }
         for x in drops.since(from) {
@@ -766,7 +792,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
 
     /// Count a packet slot `s`'s tree hands to the link in `dir`.
     fn count_sent(&mut self, s: usize, dir: Dir, p: &P) {
-        if s > 0 {
+        if s == 0 {
+            self.unpark(dir, p);
+        } else {
             let c = &mut self.counters[s - 1];
             c.sent[dir.index()] += 1;
             c.sent_bytes[dir.index()] += u64::from(p.ip_len());
@@ -873,6 +901,10 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         let before = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
         let r = f(mb);
         let after = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
+        if s == 0 && after[0].packets == 0 && after[1].packets == 0 {
+            self.top_epoch = self.top_epoch.wrapping_add(1);
+            self.parked_total = 0;
+        }
         for d in 0..2 {
             add(&mut self.backlog[d], after[d], before[d]);
             let (b, m) = (self.backlog[d], &mut self.max_backlog[d]);
@@ -908,15 +940,17 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         if s > 0 && self.slots[s].mb.is_none() {
             // While its earlier packets wait in the top-level pipeline, a subscriber's later
             // ones follow them there: a new tree could send them first.
-            let top = self.top_level();
-            let behind = self.slots[s].parked
-                && (top.backlog(Dir::ToB).packets > 0 || top.backlog(Dir::ToA).packets > 0);
-            if behind || !self.create(s) {
+            if self.parked(s) > 0 || !self.create(s) {
                 self.stats.unplaced += 1;
-                self.slots[s].parked = true;
+                let sl = &mut self.slots[s];
+                sl.parked = if sl.parked_epoch == self.top_epoch {
+                    sl.parked.saturating_add(1)
+                } else {
+                    1
+                };
+                sl.parked_epoch = self.top_epoch;
+                self.parked_total = self.parked_total.saturating_add(1);
                 s = 0;
-            } else {
-                self.slots[s].parked = false;
             }
         }
         self.slots[s].last_active = now;
@@ -925,6 +959,29 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         self.count_drops(s, from, Some(dir), drops);
         if s > 0 && self.next_sweep.is_none() {
             self.next_sweep = self.idle_timeout.map(|t| now.saturating_add(t / 4));
+        }
+    }
+
+    /// How many of slot `s`'s packets may still wait in the top-level pipeline.
+    fn parked(&self, s: usize) -> u32 {
+        let sl = &self.slots[s];
+        if sl.parked_epoch == self.top_epoch {
+            sl.parked
+        } else {
+            0
+        }
+    }
+
+    /// `pkt` left the top-level pipeline travelling in `dir` (sent, or discarded by a call
+    /// in that direction): count it off its subscriber's parked packets.
+    fn unpark(&mut self, dir: Dir, pkt: &P) {
+        if self.parked_total == 0 {
+            return;
+        }
+        let s = self.slot_of(dir, pkt);
+        if s > 0 && self.parked(s) > 0 {
+            self.slots[s].parked -= 1;
+            self.parked_total -= 1;
         }
     }
 
@@ -1258,6 +1315,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         self.timers.clear();
         self.backlog = Default::default();
         self.live = 0;
+        self.parked_total = 0;
         for s in 0..self.slots.len() {
             let Some(mb) = &self.slots[s].mb else {
                 continue;
@@ -1565,6 +1623,56 @@ mod tests {
         b.check().unwrap();
     }
 
+    /// A subscriber sent through the top level gets a tree as soon as its own packets have
+    /// left it, though the top level's own (non-subscriber) traffic keeps it busy.
+    #[test]
+    fn a_subscriber_leaves_the_top_level_once_its_own_packets_have() {
+        let src = "[[subscribers]]\nprefix = \"10.0.0.1\"\n\
+                   [[subscribers]]\nprefix = \"10.0.0.2\"\n";
+        // A top level that holds packets: 1 Mbit/s, one packet of burst.
+        let top: MiddleboxConfig = crate::config::from_toml(
+            "to_b = { qdisc = { kind = \"tbf\", rate = \"1Mbit\", burst = \"1500B\", \
+             limit = \"1000p\" } }",
+        )
+        .unwrap();
+        let top = Middlebox::new(&top, [None, None], 1).unwrap();
+        let mut b = SubscriberBox::new(top, table(src), 1, 7);
+        let mut d = Drops::new();
+        let up = |a: &str, tag: u16| pkt(a, "192.0.2.1", 1000, tag);
+        // Subscriber 1 holds the one tree; subscriber 2's packet waits in the top level
+        // behind the top level's own.
+        b.handle_packet(ms(0), Dir::ToB, up("10.0.0.1", 1), &mut d);
+        b.handle_packet(ms(0), Dir::ToB, up("10.0.1.9", 2), &mut d);
+        b.handle_packet(ms(0), Dir::ToB, up("10.0.0.2", 3), &mut d);
+        assert_eq!(b.stats().unplaced, 1);
+        // The top level's own traffic keeps coming, one packet every 4 ms (half its rate).
+        let mut order = Vec::new();
+        let mut tag = 10;
+        for t in 1..=40 {
+            if t % 4 == 0 {
+                b.handle_packet(ms(t), Dir::ToB, up("10.0.1.9", tag), &mut d);
+                tag += 1;
+            }
+            while let Dequeued::Packet(p) = b.poll_transmit(ms(t), Dir::ToB, &mut d) {
+                order.push(p.hdr.ip.ident);
+            }
+        }
+        assert!(
+            order.contains(&3),
+            "subscriber 2's packet has left: {order:?}"
+        );
+        assert!(
+            b.top_level().backlog(Dir::ToB).packets > 0,
+            "the top level stays busy"
+        );
+        // Subscriber 2's packet has left: its next one gets the tree subscriber 1 left idle.
+        b.handle_packet(ms(41), Dir::ToB, up("10.0.0.2", 4), &mut d);
+        assert!(b.subscriber(1).is_some(), "a tree for subscriber 2");
+        assert_eq!(b.stats().unplaced, 1);
+        assert_eq!(b.stats().evicted, 1);
+        b.check().unwrap();
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
 
@@ -1574,6 +1682,7 @@ mod tests {
         #[test]
         fn no_cap_reorders_a_subscriber(
             max in 1usize..4,
+            top_shaped in proptest::bool::ANY,
             script in proptest::collection::vec((0u8..5, proptest::bool::ANY, 0u8..3), 1..150),
         ) {
             let mut src = String::new();
@@ -1588,7 +1697,20 @@ mod tests {
                      to_b = {{ qdisc = {{ {q} }} }}\nto_a = {{ qdisc = {{ {q} }} }}\n"
                 );
             }
-            let mut b = fifo_box(table(&src), max);
+            // The top level unshaped (it empties at every poll) or shaped (its own traffic
+            // and the subscribers it takes in wait there across polls).
+            let top = match top_shaped {
+                true => crate::config::from_toml(
+                    "to_b = { qdisc = { kind = \"tbf\", rate = \"2Mbit\", burst = \"1500B\", \
+                     limit = \"1000p\" } }\n\
+                     to_a = { qdisc = { kind = \"tbf\", rate = \"2Mbit\", burst = \"1500B\", \
+                     limit = \"1000p\" } }",
+                )
+                .unwrap(),
+                false => MiddleboxConfig::default(),
+            };
+            let top = Middlebox::new(&top, [None, None], 1).unwrap();
+            let mut b = SubscriberBox::new(top, table(&src), max, 7);
             let mut d = Drops::new();
             let mut out: Vec<(Dir, HeaderPacket)> = Vec::new();
             let mut t = ms(0);

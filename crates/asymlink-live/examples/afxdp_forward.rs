@@ -402,8 +402,8 @@ fn xdp_forwarder(
     } else {
         AttachMode::Native
     };
-    let _la = attach_redirect(ia, a.fd.as_raw_fd(), mode)?;
-    let _lb = attach_redirect(ib, b.fd.as_raw_fd(), mode)?;
+    let _la = attach_redirect(ia, a.fd.as_raw_fd(), mode, false)?;
+    let _lb = attach_redirect(ib, b.fd.as_raw_fd(), mode, false)?;
     if opts.rt > 0 {
         let p = libc::sched_param {
             sched_priority: opts.rt as libc::c_int,

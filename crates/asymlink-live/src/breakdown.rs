@@ -179,6 +179,11 @@ pub struct SendCtx {
     pub off_cpu: u64,
     /// Frames in the send call.
     pub frames: u64,
+    /// When the wake-up read again after its first send calls (0: it did not), and the
+    /// time in send calls before that: frames read then waited for those calls before
+    /// their read (`prev_tx`), not after it.
+    pub mid: u64,
+    pub tx_mid: u64,
 }
 
 fn bucket(edges: &[u64], ns: u64) -> usize {
@@ -205,7 +210,12 @@ impl Breakdown {
             c.marks.wake
         };
         let rest = c.send.saturating_sub(from);
-        p[TX_OTHER] = c.tx_other.min(rest);
+        let other = if c.mid > 0 && s.read >= c.mid {
+            c.tx_other.saturating_sub(c.tx_mid)
+        } else {
+            c.tx_other
+        };
+        p[TX_OTHER] = other.min(rest);
         p[TX_PREP] = rest - p[TX_OTHER];
         p
     }
@@ -352,6 +362,7 @@ mod tests {
             tx_other: 12 * US,
             off_cpu: 3 * US,
             frames: 4,
+            ..SendCtx::default()
         };
         let p = Breakdown::parts(&s, &c);
         // rx_after 3 µs; after rx_end (1108): 22 µs, 12 of them the other send call.
@@ -412,6 +423,46 @@ mod tests {
         assert_eq!(p[TX_PREP], 15_000);
         assert_eq!(p[RX_AFTER], 0);
         assert_eq!(p.iter().sum::<u64>(), (1115 - 1014) * US);
+    }
+
+    #[test]
+    fn a_frame_read_again_after_the_first_send_waited_for_that_send_before_its_read() {
+        // Woke at 1100, read until 1108, sent toward b from 1110 to 1140, read side b
+        // again at 1141, sends toward a at 1150.
+        let cur = Marks {
+            wake: 1100 * US,
+            rx_end: 1108 * US,
+            ..Marks::default()
+        };
+        let again = Marks {
+            tx_end: 1141 * US,
+            sleep: 1141 * US,
+            ..cur
+        };
+        let c = SendCtx {
+            marks: cur,
+            send: 1150 * US,
+            tx_other: 30 * US,
+            mid: 1141 * US,
+            tx_mid: 30 * US,
+            ..SendCtx::default()
+        };
+        // Arrived at 1120, during the send toward b; read at 1142.
+        let s = Stamps::at_read(1120 * US, 1142 * US, again.tx_end, &again);
+        assert_eq!(s.before, [0, 0, 21_000, 0, 0, 1_000]);
+        let p = Breakdown::parts(&s, &c);
+        assert_eq!(p[TX_OTHER], 0);
+        assert_eq!(p[TX_PREP], 8_000);
+        assert_eq!(p.iter().sum::<u64>(), 30 * US);
+        // A frame of the first read in the same send call still waited for the send
+        // toward b after its read.
+        let first = Stamps::at_read(1104 * US, 1105 * US, cur.wake, &prev());
+        let p = Breakdown::parts(&first, &c);
+        assert_eq!(
+            (p[RX_AFTER], p[TX_OTHER], p[TX_PREP]),
+            (3_000, 30_000, 12_000)
+        );
+        assert_eq!(p.iter().sum::<u64>(), 46 * US);
     }
 
     #[test]

@@ -62,6 +62,11 @@ pub trait Io {
     fn take_rx_drops(&mut self, _side: usize) -> u64 {
         0
     }
+    /// Whether a received frame waits on `side`, when that can be told without a system
+    /// call (memory-mapped rings, AF_XDP); false otherwise.
+    fn rx_waiting(&self, _side: usize) -> bool {
+        false
+    }
     /// UNIX nanoseconds now, for the added-latency measurement (None: not measured).
     fn realtime_ns(&self) -> Option<u64> {
         None
@@ -128,6 +133,10 @@ struct BreakdownState {
     cpu_wake: u64,
     /// Time spent in send calls so far in this wake-up.
     tx_calls: u64,
+    /// When this wake-up read side b again after its first send (0: it did not), and
+    /// `tx_calls` then.
+    mid: u64,
+    tx_mid: u64,
 }
 
 /// Side index of the device a direction sends on (`ToB` leaves through side b).
@@ -179,6 +188,8 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
                     cur: Marks::default(),
                     cpu_wake: 0,
                     tx_calls: 0,
+                    mid: 0,
+                    tx_mid: 0,
                 })
             }),
             cfg,
@@ -240,6 +251,8 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             };
             b.cpu_wake = sys::thread_cpu_ns();
             b.tx_calls = 0;
+            b.mid = 0;
+            b.tx_mid = 0;
         }
         // Frames are stamped when they are read (the breakdown, on real devices only).
         let stamp = self
@@ -249,43 +262,36 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
             .map(|b| (b.cur.wake, b.prev));
         // 2. receive
         for side in 0..2 {
-            if !self.readable[side] {
-                continue;
-            }
-            let dir = if side == 0 { Dir::ToB } else { Dir::ToA };
-            let engine = &mut self.engine;
-            let mut truncated = 0u64;
-            self.io.recv(side, self.batch, &mut |frame, ts, trunc| {
-                if trunc {
-                    truncated += 1;
-                    return;
-                }
-                match stamp {
-                    Some((wake, prev)) => {
-                        let st = Stamps::at_read(ts, sys::realtime_ns(), wake, &prev);
-                        let buf = engine.pool().copy_of(frame);
-                        engine.handle_stamped(now, dir, buf, ts, st);
-                    }
-                    None => {
-                        let buf = engine.pool().copy_of(frame);
-                        engine.handle_frame(now, dir, buf, ts);
-                    }
-                }
-            })?;
-            if truncated > 0 {
-                (self.log)(&format!(
-                    "dropped {truncated} frame(s) larger than {} bytes",
-                    sys::SLOT
-                ));
+            if self.readable[side] {
+                self.receive(now, side, stamp)?;
             }
         }
         self.mark(|m, t| m.rx_end = t);
         // 3. timers
         self.engine.handle_timeout(now);
         // 4. transmit
-        for d in [Dir::ToB, Dir::ToA] {
-            self.transmit(now, d)?;
+        self.transmit(now, Dir::ToB)?;
+        // Frames that reached side b during those send calls (on veth: what the host
+        // behind b sent in reply, its stack running inside them) go out with this
+        // wake-up's send toward a rather than after it and the next wake-up. Only where
+        // the device tells without a system call (rings, AF_XDP).
+        if self.io.senders().is_none() && self.io.rx_waiting(1) {
+            let stamp = self.breakdown.as_mut().filter(|b| b.active).map(|b| {
+                let t = sys::realtime_ns();
+                b.mid = t;
+                b.tx_mid = b.tx_calls;
+                // The frames' wait so far counts as the previous phase's: the send calls.
+                let prev = Marks {
+                    tx_end: t,
+                    sleep: t,
+                    ..b.cur
+                };
+                (t, prev)
+            });
+            self.receive(now, 1, stamp)?;
+            self.engine.handle_timeout(now);
         }
+        self.transmit(now, Dir::ToA)?;
         self.mark(|m, t| m.tx_end = t);
         // 5. signals, stats
         self.io.take_signals(&mut self.signals);
@@ -337,6 +343,43 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
         Ok(Control::Continue)
     }
 
+    /// Read up to a batch of frames from `side` into the pipeline; `stamp`: the
+    /// breakdown's marks for them (the start of their wake-up, the previous phase's).
+    fn receive(
+        &mut self,
+        now: Instant,
+        side: usize,
+        stamp: Option<(u64, Marks)>,
+    ) -> io::Result<()> {
+        let dir = if side == 0 { Dir::ToB } else { Dir::ToA };
+        let engine = &mut self.engine;
+        let mut truncated = 0u64;
+        self.io.recv(side, self.batch, &mut |frame, ts, trunc| {
+            if trunc {
+                truncated += 1;
+                return;
+            }
+            match stamp {
+                Some((wake, prev)) => {
+                    let st = Stamps::at_read(ts, sys::realtime_ns(), wake, &prev);
+                    let buf = engine.pool().copy_of(frame);
+                    engine.handle_stamped(now, dir, buf, ts, st);
+                }
+                None => {
+                    let buf = engine.pool().copy_of(frame);
+                    engine.handle_frame(now, dir, buf, ts);
+                }
+            }
+        })?;
+        if truncated > 0 {
+            (self.log)(&format!(
+                "dropped {truncated} frame(s) larger than {} bytes",
+                sys::SLOT
+            ));
+        }
+        Ok(())
+    }
+
     /// Set a mark of this wake-up to the wall clock now (breakdown on).
     fn mark(&mut self, f: impl FnOnce(&mut Marks, u64)) {
         if let Some(b) = self.breakdown.as_mut().filter(|b| b.active) {
@@ -377,6 +420,8 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
                                 tx_other: at.saturating_sub(h.tx_end),
                                 off_cpu: 0,
                                 frames: frames.into(),
+                                mid: 0,
+                                tx_mid: 0,
                             };
                             b.agg.record(pkt.rx_unix_ns, &pkt.stamps, &c);
                         }
@@ -446,6 +491,8 @@ impl<C: Clock, I: Io> EventLoop<C, I> {
                         .saturating_sub(b.cur.wake)
                         .saturating_sub(cpu_at.saturating_sub(b.cpu_wake)),
                     frames: n as u64,
+                    mid: b.mid,
+                    tx_mid: b.tx_mid,
                 };
                 b.tx_calls += sys::realtime_ns().saturating_sub(t);
                 Some(c)
@@ -928,6 +975,9 @@ impl Io for SysIo {
     fn realtime_ns(&self) -> Option<u64> {
         Some(sys::realtime_ns())
     }
+    fn rx_waiting(&self, side: usize) -> bool {
+        self.devs[side].rx_waiting()
+    }
     fn take_rx_drops(&mut self, side: usize) -> u64 {
         self.devs[side].take_rx_drops()
     }
@@ -955,6 +1005,12 @@ pub struct MemIo {
     pub late: Duration,
     /// Sender threads over these devices instead of `sent` ([`MemIo::send_through`]).
     senders: Option<[Sender; 2]>,
+    /// The devices tell without a system call whether a frame waits, as memory-mapped
+    /// rings and AF_XDP do ([`Io::rx_waiting`]).
+    pub rings: bool,
+    /// Every frame sent on side b brings this frame back on side b at once: the host
+    /// behind b answering inside the send call, as on veth.
+    pub reply_b: Option<Vec<u8>>,
 }
 
 impl MemIo {
@@ -970,6 +1026,8 @@ impl MemIo {
             idle: false,
             late: Duration::ZERO,
             senders: None,
+            rings: false,
+            reply_b: None,
         }
     }
     /// Send through a sender thread per side, over these devices (`[process]
@@ -1039,8 +1097,26 @@ impl Io for MemIo {
                 continue;
             }
             self.sent.push((self.clock.now(), side, f.to_vec()));
+            if let (1, Some(r)) = (side, &self.reply_b) {
+                let now = self.clock.now();
+                let at = self
+                    .arrivals
+                    .iter()
+                    .position(|a| a.0 > now)
+                    .unwrap_or(self.arrivals.len());
+                self.arrivals.insert(at, (now, 1, r.clone()));
+            }
         }
         Ok(frames.len())
+    }
+    fn rx_waiting(&self, side: usize) -> bool {
+        let now = self.clock.now();
+        self.rings
+            && self
+                .arrivals
+                .iter()
+                .take_while(|a| a.0 <= now)
+                .any(|a| a.1 == side)
     }
     fn wait(&mut self, timeout: Option<Duration>, _want_write: [bool; 2]) -> io::Result<[bool; 2]> {
         let now = self.clock.now();

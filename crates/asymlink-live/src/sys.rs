@@ -194,6 +194,17 @@ impl Device {
         }
     }
 
+    /// Whether a received frame waits, told without a system call (rings, AF_XDP);
+    /// false for the other kinds.
+    #[inline]
+    pub fn rx_waiting(&self) -> bool {
+        match self {
+            Device::Mmap(r) => r.rx_pending(),
+            Device::Xdp(x) => x.rx_waiting(),
+            _ => false,
+        }
+    }
+
     /// A device for a sender thread that sends what this one would (`[process]
     /// tx_thread`): the same socket through a duplicated descriptor; with rings, the
     /// twin takes the transmit ring and this device keeps the receive ring.
@@ -1204,6 +1215,14 @@ pub fn set_timer_slack_ns(ns: u64) {
 pub fn realtime_ns() -> u64 {
     let ts =
         nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME).unwrap_or(TimeSpec::new(0, 0));
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the clock of `bpf_ktime_get_ns`).
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .unwrap_or(TimeSpec::new(0, 0));
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 

@@ -519,3 +519,33 @@ fn frames_still_at_a_sender_are_discarded_at_exit() {
     assert_eq!(c.sent, 0);
     assert_eq!(c.discarded.get(DiscardReason::Shutdown), 40);
 }
+
+/// With devices that tell without a system call that a frame waits (rings, AF_XDP), the
+/// frames that reach side b while the loop sends toward b (on veth, the replies of the
+/// host behind b, whose stack runs inside the send call) leave toward a in the same
+/// wake-up; with other devices they wait for the next one.
+#[test]
+fn replies_arriving_during_the_send_toward_b_leave_in_the_same_wakeup() {
+    for rings in [true, false] {
+        let (mut el, _clock) = setup("");
+        el.io().rings = rings;
+        el.io().reply_b = Some(tcp(99, 0, true));
+        el.io().arrive(ms(1), 0, tcp(1, 1460, false));
+        let mut steps = 0;
+        while el.io().sent.is_empty() {
+            el.step().unwrap();
+            steps += 1;
+            assert!(steps < 100, "nothing sent");
+        }
+        let sent: Vec<(usize, u16)> = el.io().sent.iter().map(|s| (s.1, tag_of(&s.2))).collect();
+        if rings {
+            assert_eq!(sent, [(1, 1), (0, 99)]);
+        } else {
+            assert_eq!(sent, [(1, 1)]);
+            el.step().unwrap();
+            let sent: Vec<(usize, u16)> =
+                el.io().sent.iter().map(|s| (s.1, tag_of(&s.2))).collect();
+            assert_eq!(sent, [(1, 1), (0, 99)]);
+        }
+    }
+}

@@ -9,10 +9,14 @@
 //! The client sends numbered UDP datagrams to an echo server through the box; the test
 //! checks that they crossed both ways in order, that the box counted them on its AF_XDP
 //! sockets, and that the XDP programs went with the box (afterwards the router namespace
-//! forwards nothing and the interfaces carry no program).
+//! forwards nothing and the interfaces carry no program). A second test reads an AF_XDP
+//! socket directly and checks that its frames carry the kernel's receive time.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use asymlink_live::sys::realtime_ns;
+use asymlink_live::xdp::Xsk;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::Command;
+use std::time::Duration;
 
 mod netns;
 use netns::*;
@@ -61,4 +65,54 @@ fn datagrams_cross_through_af_xdp_sockets() {
     );
     // The programs went with the box's descriptors.
     assert!(!has_xdp(lab.r(), "ra") && !has_xdp(lab.r(), "rb"));
+}
+
+/// Frames read from the box's AF_XDP socket carry the time the kernel received them (the
+/// XDP program's stamp, on the clock of the other modes' kernel stamps), not the time the
+/// box read them: datagrams sent between `t0` and `t1` and read 50 ms later are stamped
+/// between `t0` and `t1`.
+#[test]
+fn af_xdp_frames_carry_the_kernel_receive_time() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let client = Ipv4Addr::new(10, 79, 2, 1);
+    let lab = lab("alx", "t", &[client], Ipv4Addr::new(10, 79, 2, 200));
+    let (r, c) = (lab.r().to_string(), lab.c().to_string());
+    let (t0, t1, read, stamps) = std::thread::spawn(move || {
+        enter(&r);
+        let mut x = Xsk::open("ra").unwrap();
+        let t0 = realtime_ns();
+        std::thread::spawn(move || {
+            enter(&c);
+            let s = UdpSocket::bind((client, 0)).unwrap();
+            for i in 0..5u8 {
+                s.send_to(&[i; 100], "10.79.2.200:9000").unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+        let t1 = realtime_ns();
+        std::thread::sleep(Duration::from_millis(50));
+        let mut stamps = Vec::new();
+        x.recv(64, &mut |rx| stamps.push((rx.ts, rx.frame.len())));
+        (t0, t1, realtime_ns(), stamps)
+    })
+    .join()
+    .unwrap();
+    // The five datagrams (Ethernet + IPv4 + UDP + 100 bytes).
+    let ours: Vec<u64> = stamps
+        .iter()
+        .filter(|&&(_, len)| len == 14 + 20 + 8 + 100)
+        .map(|&(ts, _)| ts)
+        .collect();
+    assert_eq!(ours.len(), 5, "{stamps:?}");
+    for ts in ours {
+        assert!(
+            t0 <= ts && ts <= t1,
+            "stamp {ts} outside the sending [{t0}, {t1}] (read at {read}, {} µs later)",
+            (read - ts) / 1000
+        );
+    }
 }

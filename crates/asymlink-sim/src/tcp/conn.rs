@@ -144,6 +144,9 @@ struct DsackUndo {
 
 /// Linux's `TCP_RACK_RECOVERY_THRESH`: recoveries a widened reordering window lasts.
 const REO_WND_PERSIST: u32 = 16;
+/// Linux `ICSK_ACK_PUSHED` and `ICSK_ACK_PUSHED2` (`Connection::ack_pushed`).
+const ACK_PUSHED: u8 = 1;
+const ACK_PUSHED2: u8 = 2;
 
 /// Proportional rate reduction state (RFC 6937 §3, Linux `prior_cwnd`, `prr_delivered`,
 /// `prr_out`), in segments.
@@ -198,6 +201,11 @@ pub struct Connection {
     max_snd_wnd: u64,
     /// End of the last short (less than one MSS) data segment sent (Linux's `snd_sml`).
     snd_sml: u64,
+    /// Linux's sender: how far the writer has copied into the send buffer
+    /// (`write_seq`), where it last marked PSH (`pushed_seq`), and the marks not yet sent.
+    write_seq: u64,
+    pushed_seq: u64,
+    push_marks: std::collections::VecDeque<u64>,
     sb: Scoreboard,
     cc: Cc,
     rtt: RttEstimator,
@@ -265,6 +273,11 @@ pub struct Connection {
     lrcvtime: Instant,
     rcv_mss: u64,
     last_seg_size: u64,
+    /// Linux's `icsk_ack.pending` push bits: a full-sized segment with PSH or a short
+    /// segment arrived since the last ACK (`PUSHED`), a second short one (`PUSHED2`).
+    ack_pushed: u8,
+    /// Linux's ping-pong (interactive) mode: data was sent within `ato` of data received.
+    pingpong: bool,
     ts_recent: u32,
     last_ack_sent: u64,
     peer_fin: bool,
@@ -340,6 +353,9 @@ impl Connection {
             snd_wl2: 0,
             max_snd_wnd: 0,
             snd_sml: 0,
+            write_seq: 1,
+            pushed_seq: 1,
+            push_marks: Default::default(),
             sb: Scoreboard::default(),
             cc: Cc::new(cfg, mss),
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max, cfg.rto_floor),
@@ -389,6 +405,8 @@ impl Connection {
             lrcvtime: Instant::ZERO,
             rcv_mss: (cfg.mss as u64).min(536),
             last_seg_size: 0,
+            ack_pushed: 0,
+            pingpong: false,
             ts_recent: 0,
             last_ack_sent: 0,
             peer_fin: false,
@@ -878,7 +896,12 @@ impl Connection {
             return;
         }
         let seg_off = unwrap(self.irs, self.rcv.rcv_nxt(), t.seq);
-        let wnd = (t.window as u64) << self.snd_wscale;
+        // The window of a SYN-ACK is not scaled (RFC 7323, section 2.2).
+        let wnd = if t.flags.contains(TcpFlags::SYN) {
+            t.window as u64
+        } else {
+            (t.window as u64) << self.snd_wscale
+        };
         let window_changed = wnd != self.snd_wnd;
         //= https://www.rfc-editor.org/rfc/rfc9293#section-3.10.7.4
         //# If SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and SND.WL2 =< SEG.ACK), set
@@ -1978,6 +2001,11 @@ impl Connection {
             self.ack_now = true;
         } else if len > 0 && linux_acks {
             self.linux_ack_check(now);
+            if a.delivered > 0 && self.reading {
+                // The application reads at once, after the ACK decision (as Linux's reader
+                // runs after the softirq that queued the data).
+                self.cleanup_rbuf_ack();
+            }
         } else if len > 0 {
             if self.quickack_left > 0 {
                 self.quickack_left -= 1;
@@ -1995,7 +2023,9 @@ impl Connection {
 
     /// Linux `tcp_measure_rcv_mss`: the receiver's estimate of the sender's segment size,
     /// the largest segment seen (at most our MSS), or a smaller size seen twice running
-    /// in segments that are not short pushed tails.
+    /// in segments that are not short pushed tails. A full-sized segment with PSH (the
+    /// end of a write) and any other short segment mark the ACK "pushed": the
+    /// application's read sends it (`cleanup_rbuf_ack`).
     fn measure_rcv_mss(&mut self, len: u64, psh: bool) {
         let lss = std::mem::take(&mut self.last_seg_size);
         if len >= self.rcv_mss {
@@ -2007,11 +2037,36 @@ impl Connection {
                 }
             }
             self.rcv_mss = len.min(self.mss as u64);
-        } else if len >= 536 || (len >= 88 && !psh) {
+            if psh {
+                self.ack_pushed |= ACK_PUSHED;
+            }
+            return;
+        }
+        if len >= 536 || (len >= 88 && !psh) {
             self.last_seg_size = len;
             if len == lss {
                 self.rcv_mss = len;
+                return;
             }
+        }
+        if self.ack_pushed & ACK_PUSHED != 0 {
+            self.ack_pushed |= ACK_PUSHED2;
+        }
+        self.ack_pushed |= ACK_PUSHED;
+    }
+
+    /// Linux `tcp_cleanup_rbuf` after the application read everything in order: a delayed
+    /// ACK goes out at once if the read emptied the buffer (nothing held out of order
+    /// either) and two short segments, or one pushed segment outside ping-pong mode,
+    /// arrived since the last ACK.
+    fn cleanup_rbuf_ack(&mut self) {
+        if self.ack_now || self.ack_pending == 0 || self.unread > 0 || self.rcv.ooo_bytes() > 0 {
+            return;
+        }
+        if self.ack_pushed & ACK_PUSHED2 != 0
+            || (self.ack_pushed & ACK_PUSHED != 0 && !self.pingpong)
+        {
+            self.ack_now = true;
         }
     }
 
@@ -2120,7 +2175,8 @@ impl Connection {
             let wnd = self.free_window().div_ceil(unit) * unit;
             more_than_one = wnd >= last_wnd;
         }
-        if more_than_one || self.quickack_left > 0 {
+        // `tcp_in_quickack_mode`: not in ping-pong mode.
+        if more_than_one || (self.quickack_left > 0 && !self.pingpong) {
             self.ack_now = true;
         } else {
             self.send_delayed_ack(now);
@@ -2218,7 +2274,12 @@ impl Connection {
         if self.delack_at.is_some_and(|t| t <= now) {
             self.delack_at = None;
             if self.ack_pending > 0 {
-                if self.cfg.delack_mode == DelackMode::Linux {
+                if self.cfg.delack_mode == DelackMode::Linux && self.pingpong {
+                    // Linux `tcp_delack_timer_handler`: the delayed ACK was missed in
+                    // ping-pong mode: leave it and deflate ato.
+                    self.pingpong = false;
+                    self.ato = self.cfg.delack_timeout;
+                } else if self.cfg.delack_mode == DelackMode::Linux {
                     // Linux `tcp_delack_timer_handler`: the delayed ACK was missed, so
                     // inflate ato (at most the RTO).
                     self.ato = (self.ato * 2).min(self.rtt.rto());
@@ -2601,6 +2662,59 @@ impl Connection {
         }
     }
 
+    /// Whether new data ending at `end` carries PSH: the end of what the application
+    /// wrote; with Linux's stack (`delack_mode = "linux"`) also, as `tcp_sendmsg` marks
+    /// them, the end of what a full send buffer holds (the writer waits there) and the
+    /// data that takes what was written since the last mark past half the largest window
+    /// the peer offered (`forced_push`).
+    fn push_due(&mut self, end: u64) -> bool {
+        let mut push = end >= self.app_end;
+        if self.cfg.delack_mode == DelackMode::Linux {
+            self.copy_into_sndbuf();
+            while self.push_marks.front().is_some_and(|&m| m <= end) {
+                self.push_marks.pop_front();
+                push = true;
+            }
+        }
+        push
+    }
+
+    /// Linux `tcp_sendmsg` copying what the application wrote into the send buffer, as
+    /// far as the buffer allows: segment-sized buffers, PSH marked on the one that takes
+    /// what was copied since the last mark past half the largest window the peer offered
+    /// (`forced_push`), and on the last one copied (`tcp_push`: the write ends, or the
+    /// writer waits for buffer space). Nothing is copied before the peer offered a window
+    /// (the writer waits for the connection); a writer waiting for space wakes when a
+    /// third of the buffer is free (`sk_stream_write_space`).
+    fn copy_into_sndbuf(&mut self) {
+        let end = self.data_end();
+        if self.max_snd_wnd == 0 || end <= self.write_seq {
+            return;
+        }
+        if end < self.app_end && self.write_seq > 1 {
+            let buf = self.cfg.sndbuf.unwrap_or(u64::MAX);
+            if (end - self.write_seq) * 3 < buf {
+                return;
+            }
+        }
+        let mss = self.mss as u64;
+        loop {
+            let next = self.pushed_seq + self.max_snd_wnd / 2;
+            if next >= end {
+                break;
+            }
+            // The segment whose end first passes `next` (segments from the first byte).
+            let mark = (1 + ((next - 1) / mss + 1) * mss).min(end);
+            self.push_marks.push_back(mark);
+            self.pushed_seq = mark;
+        }
+        if self.push_marks.back() != Some(&end) {
+            self.push_marks.push_back(end);
+        }
+        self.pushed_seq = end;
+        self.write_seq = end;
+    }
+
     fn transmit_new(
         &mut self,
         now: Instant,
@@ -2613,7 +2727,7 @@ impl Connection {
         if fin {
             tcp.flags = tcp.flags | TcpFlags::FIN;
         }
-        if len > 0 && start + len >= self.app_end {
+        if len > 0 && self.push_due(start + len) {
             tcp.flags = tcp.flags | TcpFlags::PSH;
         }
         if self.cwr_pending && len > 0 {
@@ -2884,6 +2998,15 @@ impl Connection {
                     if self.quickack_left == 0 {
                         self.ato = self.cfg.delack_timeout;
                     }
+                }
+            }
+            if self.cfg.delack_mode == DelackMode::Linux {
+                // `inet_csk_clear_xmit_timer(ICSK_TIME_DACK)` clears the push bits;
+                // `tcp_event_data_sent`: data sent within ato of data received is a reply
+                // (ping-pong mode, Linux's threshold of 1).
+                self.ack_pushed = 0;
+                if payload > 0 && !self.ato.is_zero() && now - self.lrcvtime < self.ato {
+                    self.pingpong = true;
                 }
             }
             // Any segment carrying ACK acknowledges everything received so far.

@@ -660,12 +660,12 @@ fn data_after_idle_restarts_from_the_initial_window() {
 /// the fast retransmission lets one new segment out — the SACK it carries takes one
 /// segment out of the pipe. Counting the duplicate ACKs on top of that sent two per
 /// duplicate ACK. (`rfc` acknowledges pairs, and the first SACK is a duplicate ACK: two
-/// duplicates, two new segments. `linux` acknowledges its first 22 segments one by one
-/// and then pairs, so the lost 31st segment follows a pair as in `rfc`: two duplicates,
-/// two new segments.)
+/// duplicates, two new segments. `linux` acknowledges its first 22 segments one by one,
+/// the 23rd (pushed: `forced_push`) when read, then pairs from the 24th, so the lost
+/// 31st segment is the second of a pair: one duplicate, one new segment.)
 #[test]
 fn sack_limited_transmit_sends_one_segment_per_duplicate_ack() {
-    for (profile, dups) in [("rfc", 2), ("linux", 2)] {
+    for (profile, dups) in [("rfc", 2), ("linux", 1)] {
         let cfg = TcpConfig::profile(profile).unwrap();
         let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
         p.drop = Box::new(|n, _| n == 30);
@@ -1421,6 +1421,8 @@ fn the_linux_delayed_ack_timer_follows_ato() {
     for _ in 0..5 {
         p.run(t);
         p.now = t;
+        // Unread: a pushed segment that is read is acknowledged at once.
+        p.with(1, |c, _, _| c.pause_reading());
         p.with(0, |c, now, io| c.write(now, 1448, io));
         p.run(t + Duration::from_millis(399));
         let arrival = p
@@ -1432,6 +1434,7 @@ fn the_linux_delayed_ack_timer_follows_ato() {
             .0;
         let ack = p.log.iter().rev().find(|(_, f, _)| *f == 1).unwrap().0;
         delays.push((ack - arrival).as_millis());
+        p.with(1, |c, now, io| c.resume_reading(now, io));
         t += Duration::from_millis(400);
     }
     assert_eq!(delays, vec![40, 80, 160, 200, 200]);
@@ -1490,8 +1493,11 @@ fn acked_at_once(p: &Pair) -> Vec<usize> {
 /// 81 920 bytes, and the first six segments grow the window threshold toward it; growth
 /// sets the low bit of the count (`tcp_grow_window`: `quick |= 1`): 22 quick ACKs,
 /// segments 1 to 22, as Linux sent in the lab (`bbr-fixed`, a capture at the receiver).
-/// After them, every second segment (more than one segment unacknowledged, window not
-/// shrinking) is acknowledged at once, up to segment 30. By then autotuning has grown the
+/// The sender pushed segment 23 (more than half the 65 160-byte window written since the
+/// last push: `forced_push`), acknowledged when read; after it, every second segment
+/// (more than one segment unacknowledged, window not shrinking) is acknowledged at once,
+/// up to segment 31. (The lab's sender, with a small autotuned send buffer, pushed every
+/// second segment, each the second of a pair.) By then autotuning has grown the
 /// buffer (one receiver RTT of reads), the threshold grows again with every segment, and
 /// with the count at zero each growth is one quick ACK: segments 32 to 40. (With the
 /// growth counted as "at least one quick ACK" the count was 16.)
@@ -1503,8 +1509,8 @@ fn linux_window_growth_adds_a_quick_ack_to_an_even_count() {
     p.with(0, |c, now, io| c.write(now, 40 * 1448, io));
     p.run(Instant::from_secs(2));
     assert_eq!(p.delivered(), 40 * 1448);
-    let expected: Vec<usize> = (1..=22)
-        .chain((24..=30).step_by(2))
+    let expected: Vec<usize> = (1..=23)
+        .chain((25..=31).step_by(2))
         .chain(32..=40)
         .collect();
     assert_eq!(acked_at_once(&p), expected);
@@ -1777,6 +1783,162 @@ fn a_recovery_found_spurious_by_dsack_is_undone() {
 
 fn cfg_mss() -> u64 {
     TcpConfig::profile("linux").unwrap().mss as u64
+}
+
+/// The delay from the last data segment's arrival at the receiver to the receiver's next
+/// segment (`None`: nothing sent since).
+fn ack_delay_of_last_data(p: &Pair) -> Option<Duration> {
+    let arrival = p
+        .rx_log
+        .iter()
+        .rev()
+        .find(|(_, to, h)| *to == 1 && h.payload_len > 0)?
+        .0;
+    let ack = p.log.iter().find(|(t, f, _)| *f == 1 && *t >= arrival)?.0;
+    Some(ack - arrival)
+}
+
+/// The data segments (numbered from 1 as sent) that carry PSH.
+fn pushed_segments(p: &Pair) -> Vec<usize> {
+    p.log
+        .iter()
+        .filter(|(_, f, h)| *f == 0 && h.payload_len > 0)
+        .enumerate()
+        .filter(|(_, (_, _, h))| {
+            h.tcp_repr()
+                .unwrap()
+                .flags
+                .contains(asymlink_core::wire::TcpFlags::PSH)
+        })
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+/// Linux's receiver (`tcp_measure_rcv_mss`, `tcp_cleanup_rbuf`): once quick-ACK mode is
+/// over, a lone full-sized segment with PSH (the end of a write) is acknowledged as soon
+/// as the application has read it, not after the delayed-ACK timer; one that stays
+/// unread waits for the timer (40 ms). (100 ms path; the writes are 300 ms apart, less
+/// than the RTO: no quick-ACK mode after a silence.)
+#[test]
+fn linux_acks_a_pushed_full_segment_when_the_application_reads_it() {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.rcv_autotune = false;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(100));
+    p.run(Instant::from_millis(300));
+    p.with(0, |c, now, io| c.write(now, 16 * 1448, io));
+    p.run(Instant::from_millis(600));
+    assert_eq!(
+        p.c[1].as_ref().unwrap().delack_state(),
+        (Duration::from_millis(40), 0)
+    );
+    p.now = Instant::from_millis(600);
+    p.with(0, |c, now, io| c.write(now, 1448, io));
+    p.run(Instant::from_millis(900));
+    assert_eq!(ack_delay_of_last_data(&p), Some(Duration::ZERO));
+    p.with(1, |c, _, _| c.pause_reading());
+    p.now = Instant::from_millis(900);
+    p.with(0, |c, now, io| c.write(now, 1448, io));
+    p.run(Instant::from_millis(1_200));
+    assert_eq!(ack_delay_of_last_data(&p), Some(Duration::from_millis(40)));
+}
+
+/// Short segments with Linux's receiver (100 ms path, writes 300 ms apart, less than the
+/// RTO): outside ping-pong mode one is acknowledged when read; a reply sent within ato of
+/// the data puts the receiver in ping-pong mode, where one short segment waits for the
+/// delayed-ACK timer (whose expiry ends ping-pong mode) and two short segments before an
+/// ACK are acknowledged at the second's read.
+#[test]
+fn linux_pushed_short_segments_and_ping_pong_mode() {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.rcv_autotune = false;
+    cfg.nagle = false;
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(100));
+    p.run(Instant::from_millis(300));
+    p.with(0, |c, now, io| c.write(now, 16 * 1448, io));
+    p.run(Instant::from_millis(600));
+    assert_eq!(p.c[1].as_ref().unwrap().delack_state().1, 0);
+    let send = |p: &mut Pair, t: Instant, n: u64| {
+        p.run(t);
+        p.now = t;
+        p.with(0, |c, now, io| c.write(now, n, io));
+    };
+    let reply = |p: &mut Pair| {
+        let arrival = p.rx_log.iter().rev().find(|(_, to, _)| *to == 1).unwrap().0;
+        p.now = arrival + Duration::from_millis(1);
+        p.with(1, |c, now, io| c.write(now, 100, io));
+    };
+    let mut t = Instant::from_millis(600);
+    // Not in ping-pong mode: acknowledged at the read.
+    send(&mut p, t, 100);
+    p.run(t + Duration::from_millis(250));
+    assert_eq!(ack_delay_of_last_data(&p), Some(Duration::ZERO));
+    // One short segment in ping-pong mode (a reply 1 ms after the data): the timer ...
+    t += Duration::from_millis(300);
+    send(&mut p, t, 100);
+    p.run(t + Duration::from_millis(101));
+    reply(&mut p);
+    t += Duration::from_millis(300);
+    send(&mut p, t, 100);
+    p.run(t + Duration::from_millis(250));
+    assert_eq!(ack_delay_of_last_data(&p), Some(Duration::from_millis(40)));
+    // ... whose expiry ended ping-pong mode: the next is acknowledged at the read.
+    t += Duration::from_millis(300);
+    send(&mut p, t, 100);
+    p.run(t + Duration::from_millis(250));
+    assert_eq!(ack_delay_of_last_data(&p), Some(Duration::ZERO));
+    // Ping-pong mode again; two short segments 5 ms apart: the second is acknowledged
+    // at its read, the first not.
+    t += Duration::from_millis(300);
+    send(&mut p, t, 100);
+    p.run(t + Duration::from_millis(101));
+    reply(&mut p);
+    t += Duration::from_millis(300);
+    send(&mut p, t, 100);
+    send(&mut p, t + Duration::from_millis(5), 100);
+    p.run(t + Duration::from_millis(250));
+    let pure_acks: Vec<Instant> = p
+        .log
+        .iter()
+        .filter(|(s, f, h)| *f == 1 && *s >= t && h.payload_len == 0)
+        .map(|(s, _, _)| *s)
+        .collect();
+    assert_eq!(pure_acks.len(), 1, "{pure_acks:?}");
+    assert_eq!(ack_delay_of_last_data(&p), Some(Duration::ZERO));
+}
+
+/// Linux's sender marks PSH where `tcp_sendmsg` does: at the end of a write, and on the
+/// segment that takes what was written past half the largest window the peer offered
+/// (`forced_push`: 65 160 bytes offered, so segment 23, byte 33 304); a writer limited by
+/// its send buffer pushes the buffer's end (`tcp_push` before it waits for memory).
+#[test]
+fn linux_sender_marks_psh_where_tcp_sendmsg_does() {
+    let cfg = TcpConfig::profile("linux").unwrap();
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 40 * 1448, io));
+    p.run(Instant::from_secs(2));
+    assert_eq!(p.delivered(), 40 * 1448);
+    assert_eq!(pushed_segments(&p), vec![23, 40]);
+    // The `rfc` sender pushes the end of the write only.
+    let mut p = Pair::new(
+        &TcpConfig::profile("rfc").unwrap(),
+        Rate::mbps(10),
+        Duration::from_millis(20),
+    );
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 40 * 1448, io));
+    p.run(Instant::from_secs(2));
+    assert_eq!(pushed_segments(&p), vec![40]);
+    // A send buffer of 4 segments: each time the writer fills it.
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.sndbuf = Some(4 * 1448);
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| c.write(now, 12 * 1448, io));
+    p.run(Instant::from_secs(2));
+    assert_eq!(p.delivered(), 12 * 1448);
+    let pushed = pushed_segments(&p);
+    assert!(pushed.contains(&4) && pushed.contains(&12), "{pushed:?}");
 }
 
 mod paced;
