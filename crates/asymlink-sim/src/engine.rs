@@ -2,24 +2,23 @@
 //!
 //! # Event scheduling
 //!
-//! One heap of `(time, sequence, event)` keys (`queue.rs`: four-ary, each entry one
-//! packed `u128`); the sequence number breaks ties in insertion order, so runs are
-//! deterministic. The pending set is kept small and its cost
-//! flat, as the design notes ask:
+//! One pending-event set of `(time, sequence, event)` keys (`queue.rs`: a timing wheel
+//! whose finest slots are taken out and sorted one at a time, beside a small heap; each
+//! entry one packed `u128`); the sequence number breaks ties in insertion order, so runs
+//! are deterministic. The pending set is kept small and its cost flat, as the design
+//! notes ask:
 //!
 //! * a link direction is a transmitter followed by a FIFO "wire"; only the head of the
 //!   wire is scheduled (`Arrive`), the rest wait in a plain queue;
-//! * a TCP connection has at most one live heap entry. Its timers (RTO, delayed ACK, ...)
+//! * a TCP connection has at most one live entry. Its timers (RTO, delayed ACK, ...)
 //!   are deadlines inside the connection; the engine schedules the earliest one lazily: a
 //!   deadline that moves *later* costs nothing (the entry fires, finds nothing due, and is
 //!   re-armed), and only a deadline that moves *earlier* pushes a new entry. Stale entries
 //!   are recognised by comparing with the time the connection's [`Timer`] holds. Link
 //!   directions, middleboxes and host conditioners keep their one live entry the same way.
-//! * timers (connections', middleboxes', applications', flow starts) wait in a
-//!   hierarchical timer wheel beside the heap and enter the heap only in the last
-//!   millisecond or so before they are due (`queue.rs`), so the heap holds packet events
-//!   and near-term timers, not one entry per connection. Every entry keeps the key it was
-//!   pushed with, so the order of events is the same as with the heap alone.
+//! * packet events and timers alike wait in the wheel's slots; what the engine
+//!   schedules (a transmitter freeing up, an arrival, a timer) costs about the same
+//!   whatever the number of pending events.
 
 use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
@@ -486,7 +485,7 @@ impl World {
         // The links live on as `dirs`; their configurations are not read after this
         // (tens of megabytes with tens of thousands of links).
         w.spec.links = Vec::new();
-        w.schedule_timer(Instant::ZERO, Ev::Sample);
+        w.schedule(Instant::ZERO, Ev::Sample);
         Ok(w)
     }
 
@@ -516,12 +515,12 @@ impl World {
                 self.hosts[h as usize].listeners.insert(f.port, app);
                 self.hosts[h as usize].udp.insert(f.port, app);
             }
-            self.schedule_timer(
+            self.schedule(
                 Instant::ZERO + Duration::from_secs_f64(f.start),
                 Ev::FlowStart(i as u32),
             );
             if let Some(s) = f.stop {
-                self.schedule_timer(
+                self.schedule(
                     Instant::ZERO + Duration::from_secs_f64(s),
                     Ev::FlowStop(i as u32),
                 );
@@ -562,17 +561,10 @@ impl World {
 
     // ------------------------------------------------------------------ scheduling
 
-    /// Schedule a packet event (due soon) straight into the heap.
-    #[inline]
+    /// Schedule an event at `t`.
+    #[inline(always)]
     fn schedule(&mut self, t: Instant, ev: Ev) {
         self.queue.push(t, ev);
-    }
-
-    /// Schedule a timer (flow starts, application timers, sampling): it waits in the
-    /// timer wheel until its slot comes up. Same order of events as [`World::schedule`].
-    #[inline]
-    fn schedule_timer(&mut self, t: Instant, ev: Ev) {
-        self.queue.push_timer(t, ev);
     }
 
     /// `hdr` in a header box, reused if one is free.
@@ -679,7 +671,7 @@ impl World {
                 self.sample();
                 let next = self.now + self.monitor.interval;
                 if next <= self.end {
-                    self.schedule_timer(next, Ev::Sample);
+                    self.schedule(next, Ev::Sample);
                 }
             }
         }
@@ -1312,7 +1304,7 @@ impl World {
                         i
                     }
                 };
-                self.schedule_timer(at.max(self.now), Ev::App(i));
+                self.schedule(at.max(self.now), Ev::App(i));
             }
             Cmd::Measure(metric, value) => {
                 let f = self.flow_of_app(app);

@@ -1,5 +1,5 @@
-//! The simulator's pending-event set: a four-ary min-heap of packed keys, fed by a
-//! hierarchical timer wheel.
+//! The simulator's pending-event set: a hierarchical timing wheel whose finest slots are
+//! taken out one at a time and sorted, with a small four-ary heap beside them.
 //!
 //! An entry is one `u128`: the time in the high 64 bits, then a 32-bit insertion
 //! sequence, then the event packed into 32 bits ([`QueueEvent`]). Ordering is one integer
@@ -10,26 +10,30 @@
 //! Cancellation is lazy: an owner keeps a [`Timer`] holding the time of its one live
 //! entry and recognises stale entries when they pop.
 //!
-//! The heap is four-ary: half the levels of a binary heap, so a pop moves its hole down
-//! half as many times (three comparisons among four adjacent children, one cache line
-//! of keys, per level).
+//! # A calendar of slots
 //!
-//! # Near-term entries in the heap, timers in the wheel
+//! Every entry ([`EventQueue::push`]) goes into the wheel unless its finest slot has
+//! already been taken out. The finest level has 1 024 slots; coarser levels of 64 slots,
+//! each 64 times wider, cover the rest of time, and a coarse slot is spread over the finer
+//! levels when time reaches it (a connection's RTO, a flow's start). When the entries
+//! taken out last are all popped, the next occupied finest slot is taken out whole and
+//! sorted (the "run"); entries pushed meanwhile for the time before its end (a transmitter
+//! freeing up within the slot, an arrival right behind another) go into the heap, and
+//! each pop takes the earlier of the run's next entry and the heap's top. A packet event
+//! therefore costs an append to a slot, its share of sorting a few entries and a read
+//! from the run, whatever the number of pending events; a heap of every pending entry
+//! (one arrival per busy link direction) grew by a level with every fourfold.
 //!
-//! Packet events (an arrival, a transmitter freeing up) are due within microseconds or
-//! milliseconds and go straight into the heap ([`EventQueue::push`]). Timers (a
-//! connection's RTO or delayed ACK, a shaper's tick, an application's think time) are
-//! mostly far ahead and usually superseded before they fire; [`EventQueue::push_timer`]
-//! keeps those beyond the current ~1 ms slot in a hierarchical timer wheel (eight levels
-//! of 64 slots, the finest 2^20 ns ≈ 1.05 ms wide, each level 64 times coarser, the
-//! eighth covering all of `u64` time) and moves a slot's entries into the heap only when
-//! the heap's earliest entry reaches that slot. The heap therefore holds only what is
-//! due in the next millisecond or so, not one entry per connection, and its pops stay
-//! cheap as the number of connections grows.
+//! The width of the finest slots follows the events' density: every few thousand entries
+//! (and never sooner than the wheel's size in entries, so placing every entry again costs
+//! at most one insertion per entry popped) the queue counts the entries that left the
+//! wheel per finest slot taken out, and outside 4–32 it scales the width by the power of
+//! two that brings that to about 6 (from 64 ns to 16.8 ms; 64 μs at first).
 //!
-//! An entry keeps the key it was given when pushed, wherever it waits, and the heap gives
-//! up its earliest entry only when no entry in the wheel could come before it; so the
-//! order of events — ties included — is exactly that of one heap holding everything.
+//! An entry keeps the key it was given when pushed, wherever it waits, and the run and
+//! the heap hold only entries due before every entry in the wheel; so the order of
+//! events — ties included — is exactly that of one heap holding everything, whatever the
+//! slot width.
 
 use asymlink_core::time::Instant;
 
@@ -90,9 +94,10 @@ impl Heap {
         &mut self.v[..self.len]
     }
 
+    /// The earliest key, `u128::MAX` if there is none (the padding).
     #[inline]
-    fn peek(&self) -> Option<u128> {
-        (self.len > 0).then(|| self.v[0])
+    fn top(&self) -> u128 {
+        self.v[0]
     }
 
     #[inline]
@@ -158,37 +163,58 @@ impl Heap {
     }
 }
 
-/// log2 of the finest slot's width in ns (2^20 ns ≈ 1.05 ms).
-const SLOT_BITS: u32 = 20;
-/// log2 of the slots per level.
+/// log2 of the finest slot's width in ns: the narrowest (64 ns), the widest (≈ 16.8 ms)
+/// and the first.
+const MIN_SLOT_BITS: u32 = 6;
+const MAX_SLOT_BITS: u32 = 24;
+const START_SLOT_BITS: u32 = 16;
+/// log2 of the number of finest slots (1 024).
+const FINE_BITS: u32 = 10;
+const FINE_SLOTS: usize = 1 << FINE_BITS;
+/// log2 of the slots of each coarse level.
 const LEVEL_BITS: u32 = 6;
 const SLOTS: usize = 1 << LEVEL_BITS;
-/// Levels: 20 + 6 × 8 = 68 ≥ 64 bits, so every time has a level.
-const LEVELS: usize = 8;
+/// Coarse levels: enough that every `u64` time has one with the narrowest finest slots
+/// (6 + 10 + 6 × 8 = 64).
+const COARSE: usize = (64 - MIN_SLOT_BITS - FINE_BITS).div_ceil(LEVEL_BITS) as usize;
 
-/// A hierarchical timer wheel of keys due at or after `cur`.
+/// The slot width is reviewed after this many entries at least.
+const REVIEW_MIN: usize = 4096;
+/// Entries per finest slot the width keeps to, and aims at when it changes.
+const DENSITY_LOW: u64 = 4;
+const DENSITY_HIGH: u64 = 32;
+const DENSITY_AIM: u64 = 6;
+
+/// A hierarchical timing wheel of keys due at or after `cur`.
 ///
-/// Level `k` has 64 slots of 2^(20 + 6k) ns. An entry sits at the lowest level whose slot
-/// width covers the highest bit in which its time differs from `cur`, and no level above
-/// 0 holds an entry in the slot that contains `cur` (such a slot is spread over the finer
-/// levels as soon as `cur` enters it), so every entry of level `k` is earlier than every
-/// entry of level `k + 1`, and within a level the slots are in time order from `cur`'s
-/// slot on. The next entries due are therefore in the
-/// lowest occupied slot of the lowest occupied level: a level-0 slot is moved into the
-/// heap as a whole; a coarser slot is spread over the finer levels first (each entry
-/// moves down at most seven times in its life).
+/// The finest level has 1 024 slots of 2^`bits` ns; coarse level `k` has 64 slots of
+/// 2^(`bits` + 10 + 6k) ns. An entry sits at the finest level if its time agrees with
+/// `cur` in every bit from `bits + 10` up, else at the coarse level whose slot width
+/// covers the highest bit in which the two differ; no coarse level holds an entry in the
+/// slot that contains `cur` (such a slot is spread over the finer levels as soon as `cur`
+/// enters it). So every entry of a level is earlier than every entry of the next, and
+/// within a level the slots are in time order from `cur`'s slot on: the next entries due
+/// are in the lowest occupied slot of the lowest occupied level. A finest slot is taken
+/// out whole (into the queue's sorted run); a coarse slot is spread over the finer levels
+/// first.
 #[derive(Debug)]
 struct Wheel {
-    /// Entries due before `cur` are not here (they are in the heap); `cur` is a multiple
-    /// of the level-0 slot width and only grows.
+    /// Entries due before `cur` are not here. `cur` only grows.
     cur: u64,
-    /// Bit `i` of `occupied[k]`: slot `i` of level `k` holds entries.
-    occupied: [u64; LEVELS],
-    /// `LEVELS × SLOTS` slots, level-major.
+    /// log2 of the finest slot's width in ns.
+    bits: u32,
+    /// Bit `i` of `fine_occ[w]`: finest slot `64w + i` holds entries.
+    fine_occ: [u64; FINE_SLOTS / 64],
+    /// Bit `w`: `fine_occ[w]` is not zero.
+    fine_sum: u64,
+    /// Bit `i` of `occ[k]`: slot `i` of coarse level `k` holds entries.
+    occ: [u64; COARSE],
+    /// The `FINE_SLOTS` finest slots, then `COARSE × SLOTS` coarse ones, level-major.
     slots: Vec<Vec<u128>>,
     /// Entries held.
     len: usize,
-    /// An empty vector kept to swap with a slot being emptied (its capacity is reused).
+    /// An empty vector kept to swap with a coarse slot being spread (its capacity is
+    /// reused).
     spare: Vec<u128>,
 }
 
@@ -196,17 +222,28 @@ impl Wheel {
     fn new() -> Self {
         Wheel {
             cur: 0,
-            occupied: [0; LEVELS],
-            slots: (0..LEVELS * SLOTS).map(|_| Vec::new()).collect(),
+            bits: START_SLOT_BITS,
+            fine_occ: [0; FINE_SLOTS / 64],
+            fine_sum: 0,
+            occ: [0; COARSE],
+            slots: (0..FINE_SLOTS + COARSE * SLOTS)
+                .map(|_| Vec::new())
+                .collect(),
             len: 0,
             spare: Vec::new(),
         }
     }
 
-    /// Shift of level `k`'s slot index within a time.
+    /// Bits of a time below the coarse levels.
     #[inline]
-    fn shift(k: usize) -> u32 {
-        SLOT_BITS + LEVEL_BITS * k as u32
+    fn span(&self) -> u32 {
+        self.bits + FINE_BITS
+    }
+
+    /// Shift of coarse level `k`'s slot index within a time (64 or more: no such level).
+    #[inline]
+    fn coarse_shift(&self, k: usize) -> u32 {
+        self.span() + LEVEL_BITS * k as u32
     }
 
     /// Hold `e`, due at or after `cur`.
@@ -214,72 +251,124 @@ impl Wheel {
     fn insert(&mut self, e: u128) {
         let t = key_time(e);
         debug_assert!(t >= self.cur);
-        let diff = (t ^ self.cur) >> SLOT_BITS;
-        let k = if diff == 0 {
-            0
-        } else {
-            ((63 - diff.leading_zeros()) / LEVEL_BITS) as usize
-        };
-        let i = ((t >> Self::shift(k)) as usize) & (SLOTS - 1);
-        self.slots[k * SLOTS + i].push(e);
-        self.occupied[k] |= 1 << i;
         self.len += 1;
-    }
-
-    /// The lowest occupied level and slot, and the time that slot starts (no earlier than
-    /// `cur`): no entry held is due before it.
-    #[inline]
-    fn next_slot(&self) -> Option<(usize, usize, u64)> {
-        let k = self.occupied.iter().position(|&o| o != 0)?;
-        let i = self.occupied[k].trailing_zeros() as usize;
-        let up = Self::shift(k) + LEVEL_BITS;
-        let base = if up >= 64 { 0 } else { self.cur >> up << up };
-        let start = base | (i as u64) << Self::shift(k);
-        Some((k, i, start.max(self.cur)))
-    }
-
-    /// Empty the lowest occupied slot: a level-0 slot into `heap` (then `cur` moves past
-    /// it), a coarser one into the finer levels (then `cur` moves to its start).
-    fn advance(&mut self, heap: &mut Heap) {
-        let Some((k, i, start)) = self.next_slot() else {
-            return;
-        };
-        self.occupied[k] &= !(1 << i);
-        let mut taken = std::mem::take(&mut self.spare);
-        std::mem::swap(&mut taken, &mut self.slots[k * SLOTS + i]);
-        self.len -= taken.len();
-        if k == 0 {
-            self.cur = start + (1 << SLOT_BITS);
-            for e in taken.drain(..) {
-                heap.push(e);
-            }
+        if (t ^ self.cur) >> self.span() == 0 {
+            let i = (t >> self.bits) as usize & (FINE_SLOTS - 1);
+            self.slots[i].push(e);
+            self.fine_occ[i / 64] |= 1 << (i % 64);
+            self.fine_sum |= 1 << (i / 64);
         } else {
-            self.cur = start;
-            for e in taken.drain(..) {
-                self.insert(e);
-            }
+            self.insert_coarse(e);
         }
-        self.spare = taken;
+    }
+
+    /// Hold `e`, due at or after `cur` but beyond the finest level.
+    #[inline(never)]
+    fn insert_coarse(&mut self, e: u128) {
+        let t = key_time(e);
+        let diff = (t ^ self.cur) >> self.span();
+        let k = ((63 - diff.leading_zeros()) / LEVEL_BITS) as usize;
+        let i = (t >> self.coarse_shift(k)) as usize & (SLOTS - 1);
+        self.slots[FINE_SLOTS + k * SLOTS + i].push(e);
+        self.occ[k] |= 1 << i;
+    }
+
+    /// The lowest occupied slot of the lowest occupied level (its index in `slots`) and
+    /// the time it starts (no earlier than `cur`): no entry held is due before it.
+    #[inline]
+    fn next_slot(&self) -> Option<(usize, u64)> {
+        if self.fine_sum != 0 {
+            let w = self.fine_sum.trailing_zeros() as usize;
+            let i = w * 64 + self.fine_occ[w].trailing_zeros() as usize;
+            let start = self.cur >> self.span() << self.span() | (i as u64) << self.bits;
+            return Some((i, start.max(self.cur)));
+        }
+        let k = self.occ.iter().position(|&o| o != 0)?;
+        let i = self.occ[k].trailing_zeros() as usize;
+        let shift = self.coarse_shift(k);
+        let up = shift + LEVEL_BITS;
+        let base = if up >= 64 { 0 } else { self.cur >> up << up };
+        let start = base | (i as u64) << shift;
+        Some((FINE_SLOTS + k * SLOTS + i, start.max(self.cur)))
+    }
+
+    /// Swap finest slot `i`'s entries into `out` (whose old contents are dropped) and
+    /// move `cur` past the slot.
+    #[inline]
+    fn take_fine(&mut self, i: usize, out: &mut Vec<u128>) {
+        let w = &mut self.fine_occ[i / 64];
+        *w &= !(1 << (i % 64));
+        if *w == 0 {
+            self.fine_sum &= !(1 << (i / 64));
+        }
+        std::mem::swap(out, &mut self.slots[i]);
+        self.slots[i].clear();
+        self.len -= out.len();
+        let old = self.cur;
+        let start = old >> self.span() << self.span() | (i as u64) << self.bits;
+        self.cur = start.saturating_add(1 << self.bits);
+        // Only a `cur` that entered another coarse slot can find entries to spread.
+        if (old ^ self.cur) >> self.span() != 0 {
+            self.settle();
+        }
+    }
+
+    /// Spread coarse slot `s` (an index in `slots`), which starts at `start`, over the
+    /// finer levels; `cur` moves to its start.
+    #[inline(never)]
+    fn spread(&mut self, s: usize, start: u64) {
+        let k = (s - FINE_SLOTS) / SLOTS;
+        self.occ[k] &= !(1 << ((s - FINE_SLOTS) % SLOTS));
+        self.cur = start;
+        self.respread(s);
         self.settle();
     }
 
+    /// Re-insert the entries of slot `s` (its occupancy bit already cleared).
+    fn respread(&mut self, s: usize) {
+        let mut taken = std::mem::take(&mut self.spare);
+        std::mem::swap(&mut taken, &mut self.slots[s]);
+        self.len -= taken.len();
+        for e in taken.drain(..) {
+            self.insert(e);
+        }
+        self.spare = taken;
+    }
+
     /// After `cur` moved: spread the coarse slots that now contain `cur` over the finer
-    /// levels, coarsest first. Afterwards no level above 0 holds an entry in `cur`'s own
+    /// levels, coarsest first. Afterwards no coarse level holds an entry in `cur`'s own
     /// slot, which is what keeps the levels in time order.
+    #[inline(never)]
     fn settle(&mut self) {
-        for k in (1..LEVELS).rev() {
-            let i = ((self.cur >> Self::shift(k)) as usize) & (SLOTS - 1);
-            if self.occupied[k] & (1 << i) == 0 {
+        for k in (0..COARSE).rev() {
+            let shift = self.coarse_shift(k);
+            if shift >= 64 {
                 continue;
             }
-            self.occupied[k] &= !(1 << i);
-            let mut taken = std::mem::take(&mut self.spare);
-            std::mem::swap(&mut taken, &mut self.slots[k * SLOTS + i]);
-            self.len -= taken.len();
-            for e in taken.drain(..) {
-                self.insert(e);
+            let i = (self.cur >> shift) as usize & (SLOTS - 1);
+            if self.occ[k] & (1 << i) == 0 {
+                continue;
             }
-            self.spare = taken;
+            self.occ[k] &= !(1 << i);
+            self.respread(FINE_SLOTS + k * SLOTS + i);
+        }
+    }
+
+    /// Make the finest slots 2^`bits` ns wide: every entry is placed again.
+    #[cold]
+    #[inline(never)]
+    fn set_bits(&mut self, bits: u32) {
+        let mut all = Vec::with_capacity(self.len);
+        for s in self.slots.iter_mut() {
+            all.append(s);
+        }
+        self.fine_occ = [0; FINE_SLOTS / 64];
+        self.fine_sum = 0;
+        self.occ = [0; COARSE];
+        self.len = 0;
+        self.bits = bits;
+        for e in all {
+            self.insert(e);
         }
     }
 }
@@ -287,10 +376,21 @@ impl Wheel {
 /// Pending events in time order, FIFO among equal times.
 #[derive(Debug)]
 pub struct EventQueue<E> {
-    /// Entries due before `wheel.cur`, and any pushed with [`EventQueue::push`].
+    /// The entries of the finest slot taken out last, sorted; those before `pos` have
+    /// been popped. All are due before `wheel.cur`.
+    run: Vec<u128>,
+    pos: usize,
+    /// Entries pushed due before `wheel.cur` (after their slot was taken out).
     heap: Heap,
-    /// Timers due at or after `wheel.cur`.
+    /// Entries due at or after `wheel.cur`.
     wheel: Wheel,
+    /// Entries that left the wheel (taken out with their finest slot, or pushed straight
+    /// into the heap) since the slot width was last reviewed.
+    near: usize,
+    /// Finest slots taken out since the last review.
+    taken: usize,
+    /// `near` at which the slot width is reviewed next.
+    review_at: usize,
     /// The last sequence number given.
     seq: u32,
     /// The largest sequence number given before the pending entries are renumbered
@@ -302,8 +402,13 @@ pub struct EventQueue<E> {
 impl<E: QueueEvent> Default for EventQueue<E> {
     fn default() -> Self {
         EventQueue {
+            run: Vec::new(),
+            pos: 0,
             heap: Heap::default(),
             wheel: Wheel::new(),
+            near: 0,
+            taken: 0,
+            review_at: REVIEW_MIN,
             seq: 0,
             seq_max: u32::MAX,
             _ev: std::marker::PhantomData,
@@ -323,16 +428,20 @@ impl<E: QueueEvent> EventQueue<E> {
             self.renumber();
         }
         self.seq += 1;
-        (t.as_nanos() as u128) << 64 | (self.seq as u128) << SEQ_SHIFT | ev.pack() as u128
+        let e = (t.as_nanos() as u128) << 64 | (self.seq as u128) << SEQ_SHIFT | ev.pack() as u128;
+        debug_assert!(e != u128::MAX, "the key that marks an empty run or heap");
+        e
     }
 
     /// The sequence numbers ran out: number the pending entries 1, 2, ... in their order
-    /// (a strictly increasing map of the keys, so the heap stays a heap and every entry
-    /// stays in its slot of the wheel) and continue after them.
+    /// (a strictly increasing map of the keys, so the heap stays a heap, the run stays
+    /// sorted and every entry stays in its slot of the wheel) and continue after them.
     #[cold]
     #[inline(never)]
     fn renumber(&mut self) {
+        let last = self.run.len();
         let mut all: Vec<u128> = self.heap.entries().to_vec();
+        all.extend_from_slice(&self.run[self.pos..last]);
         for s in &self.wheel.slots {
             all.extend_from_slice(s);
         }
@@ -343,6 +452,9 @@ impl<E: QueueEvent> EventQueue<E> {
             (k >> 64) << 64 | (pos + 1) << SEQ_SHIFT | (k & low)
         };
         for k in self.heap.entries().iter_mut() {
+            *k = renumbered(*k);
+        }
+        for k in self.run[self.pos..last].iter_mut() {
             *k = renumbered(*k);
         }
         for s in self.wheel.slots.iter_mut() {
@@ -357,63 +469,119 @@ impl<E: QueueEvent> EventQueue<E> {
         );
     }
 
-    /// Schedule `ev` at `t`, straight into the heap: for events due soon (packet
-    /// arrivals, transmitters freeing up).
-    #[inline]
+    /// Schedule `ev` at `t`: into the wheel unless its finest slot was already taken out.
+    #[inline(always)]
     pub fn push(&mut self, t: Instant, ev: E) {
         let e = self.entry(t, ev);
-        self.heap.push(e);
-    }
-
-    /// Schedule `ev` at `t`, a timer: beyond the current ~1 ms slot it waits in the wheel
-    /// until its slot comes up. The order of events is the same as with
-    /// [`EventQueue::push`].
-    #[inline]
-    pub fn push_timer(&mut self, t: Instant, ev: E) {
-        let e = self.entry(t, ev);
-        if key_time(e) < self.wheel.cur {
+        if t.as_nanos() < self.wheel.cur {
+            self.near += 1;
             self.heap.push(e);
         } else {
             self.wheel.insert(e);
         }
     }
 
+    /// Take the wheel's next slot out if it starts by `limit`: a finest slot into the
+    /// sorted run (the run and the heap are empty then), a coarse one spread over the
+    /// finer levels. Whether there was one.
+    #[inline]
+    fn advance(&mut self, limit: u64) -> bool {
+        let Some((s, start)) = self.wheel.next_slot() else {
+            return false;
+        };
+        if start > limit {
+            return false;
+        }
+        if s < FINE_SLOTS {
+            debug_assert!(self.heap.len() == 0 && self.pos == self.run.len());
+            self.wheel.take_fine(s, &mut self.run);
+            if self.run.len() > 1 {
+                self.run.sort_unstable();
+            }
+            self.pos = 0;
+            self.near += self.run.len();
+            self.taken += 1;
+            if self.near >= self.review_at {
+                self.review();
+            }
+        } else {
+            self.wheel.spread(s, start);
+        }
+        true
+    }
+
+    /// Keep the finest slots about `DENSITY_LOW ..= DENSITY_HIGH` entries wide: the
+    /// entries that left the wheel since the last review per finest slot taken out (empty
+    /// slots cost next to nothing and are not counted). Out of that range, the width
+    /// changes by the power of two nearest to the factor that would make it
+    /// `DENSITY_AIM`. Reviews come at least as many entries apart as the wheel holds, so
+    /// placing them all again costs at most one insertion per entry popped.
+    #[cold]
+    #[inline(never)]
+    fn review(&mut self) {
+        let (near, taken) = (self.near as u64, self.taken.max(1) as u64);
+        let bits = self.wheel.bits;
+        if !(taken * DENSITY_LOW..=taken * DENSITY_HIGH).contains(&near) {
+            // log2(AIM · taken / near), rounded (ties up): compare squares against powers
+            // of two to stay in integers.
+            let (num, den) = (DENSITY_AIM * taken, near.max(1));
+            let want = if num >= den {
+                let mut k = 0;
+                while (num * num) >> (2 * k + 1) >= den * den {
+                    k += 1;
+                }
+                (bits + k).min(MAX_SLOT_BITS)
+            } else {
+                let mut k = 0;
+                while (den * den) >> (2 * k + 1) > num * num {
+                    k += 1;
+                }
+                bits.saturating_sub(k).max(MIN_SLOT_BITS)
+            };
+            if want != bits {
+                self.wheel.set_bits(want);
+            }
+        }
+        self.near = 0;
+        self.taken = 0;
+        self.review_at = self.wheel.len.max(REVIEW_MIN);
+    }
+
     /// Remove and return the earliest event if it is due at or before `limit`.
     #[inline]
     pub fn pop_until(&mut self, limit: Instant) -> Option<(Instant, E)> {
         let limit = limit.as_nanos();
-        // Move timers into the heap until its earliest entry is earlier than anything
-        // left in the wheel (or nothing in the wheel is due by `limit`).
         loop {
-            let top = self.heap.peek().map(key_time);
-            // The common case: the heap's earliest entry is before the wheel's range.
-            if top.is_some_and(|t| t < self.wheel.cur) || self.wheel.len == 0 {
-                break;
+            // Everything in the run and the heap is due before anything in the wheel.
+            let r = self.run.get(self.pos).copied().unwrap_or(u128::MAX);
+            let h = self.heap.top();
+            let m = r.min(h);
+            if m != u128::MAX {
+                let at = key_time(m);
+                if at > limit {
+                    return None;
+                }
+                if r < h {
+                    self.pos += 1;
+                } else {
+                    self.heap.pop();
+                }
+                return Some((Instant(at), E::unpack(m as u32)));
             }
-            let Some((_, _, start)) = self.wheel.next_slot() else {
-                break;
-            };
-            if top.is_some_and(|t| t < start) || start > limit {
-                break;
+            if !self.advance(limit) {
+                return None;
             }
-            self.wheel.advance(&mut self.heap);
         }
-        let at = key_time(self.heap.peek()?);
-        if at > limit {
-            return None;
-        }
-        let e = self.heap.pop()?;
-        Some((Instant(at), E::unpack(e as u32)))
     }
 
     /// Number of pending entries (stale ones included).
     pub fn len(&self) -> usize {
-        self.heap.len() + self.wheel.len
+        self.heap.len() + (self.run.len() - self.pos) + self.wheel.len
     }
 
-    /// Entries in the heap (the rest wait in the timer wheel).
-    pub fn heap_len(&self) -> usize {
-        self.heap.len()
+    /// Entries out of the wheel: in the run and the heap.
+    pub fn near_len(&self) -> usize {
+        self.heap.len() + (self.run.len() - self.pos)
     }
 
     /// Whether nothing is pending.
@@ -432,12 +600,11 @@ impl Timer {
     /// Make sure an entry fires at `t` or earlier: push `ev` at `t` unless the live entry
     /// is already due by then. For deadlines that may move later cheaply (the entry
     /// fires early, finds nothing due, and the owner re-arms) and must move earlier.
-    /// The entry is a timer ([`EventQueue::push_timer`]).
     #[inline]
     pub fn arm_by<E: QueueEvent>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
         if self.0.is_none_or(|s| t < s) {
             self.0 = Some(t);
-            q.push_timer(t, ev);
+            q.push(t, ev);
         }
     }
 
@@ -538,11 +705,7 @@ mod tests {
                             t = t.max(now);
                         }
                         n += 1;
-                        if rng.below(2) == 0 {
-                            q.push(Instant(t), n);
-                        } else {
-                            q.push_timer(Instant(t), n);
-                        }
+                        q.push(Instant(t), n);
                         reference.push((t, n));
                     }
                     _ => {
@@ -567,24 +730,140 @@ mod tests {
     }
 
     #[test]
-    fn far_timers_wait_outside_the_heap() {
+    fn far_timers_wait_in_the_wheel() {
         let mut q = EventQueue::new();
         for i in 0..1000u32 {
-            q.push_timer(Instant(1_000_000_000 + i as u64 * 1_000_000), i);
+            q.push(Instant(1_000_000_000 + i as u64 * 1_000_000), i);
         }
         q.push(Instant(10), 5000);
         assert_eq!(q.len(), 1001);
-        assert_eq!(q.heap_len(), 1);
+        assert_eq!(q.near_len(), 0);
         assert_eq!(
             q.pop_until(Instant(2_000_000_000)),
             Some((Instant(10), 5000))
         );
-        // The first timer's slot moved into the heap, not the whole wheel.
+        // Only the first timer's finest slot was taken out of the wheel.
         assert_eq!(
             q.pop_until(Instant(2_000_000_000)),
             Some((Instant(1_000_000_000), 0))
         );
-        assert!(q.heap_len() <= 2, "heap holds {}", q.heap_len());
+        assert_eq!(q.near_len(), 0);
+        assert_eq!(q.len(), 999);
+    }
+
+    /// Events as the engine schedules them — one popped, a few pushed at or after its
+    /// time: the same instant, within the finest slot, a link delay or a timeout ahead,
+    /// on slot boundaries, at the far end of time — come out exactly as from a
+    /// `BinaryHeap` of `(time, push order)`.
+    #[test]
+    fn matches_a_binary_heap() {
+        use asymlink_core::rand::Rng;
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        for seed in 0..30 {
+            let mut rng = Rng::new(1000 + seed);
+            let mut q = EventQueue::new();
+            if seed % 3 == 1 {
+                q.seq_max = 5000;
+            }
+            let mut reference = BinaryHeap::new();
+            let mut n = 0u32;
+            let mut now = 0u64;
+            let mut popped = 0;
+            let mut push = |q: &mut EventQueue<u32>, r: &mut BinaryHeap<_>, t: u64| {
+                n += 1;
+                q.push(Instant(t), n);
+                r.push(Reverse((t, n)));
+            };
+            for _ in 0..200 {
+                push(&mut q, &mut reference, rng.below(1 << 24));
+            }
+            for step in 0..60_000u32 {
+                let limit = if step % 1000 == 999 {
+                    // Now and then a limit before the next event.
+                    now.saturating_add(rng.below(1 << 12))
+                } else {
+                    u64::MAX
+                };
+                let got = q.pop_until(Instant(limit));
+                let want = match reference.peek() {
+                    Some(&Reverse((t, _))) if t <= limit => reference.pop().map(|Reverse(x)| x),
+                    _ => None,
+                };
+                assert_eq!(got.map(|(t, e)| (t.0, e)), want, "seed {seed} step {step}");
+                let Some((t, _)) = want else {
+                    now = limit;
+                    continue;
+                };
+                assert!(t >= now);
+                now = t;
+                popped += 1;
+                let (fine, coarse) = (q.wheel.bits, q.wheel.span());
+                for _ in 0..rng.below(3) + u64::from(reference.len() < 50) {
+                    let d = match rng.below(if step % 97 == 0 { 16 } else { 15 }) {
+                        0..=2 => 0,
+                        3..=6 => rng.below(1 << 12),
+                        7..=9 => 1_000_000 + rng.below(1 << 14),
+                        10 => 8_000_000 + rng.below(1 << 16),
+                        11 => rng.below(1 << 30),
+                        // The start of a later finest slot, of a later coarse slot.
+                        12 => (((now >> fine) + 1 + rng.below(4)) << fine).wrapping_sub(now),
+                        13 => (((now >> coarse) + 1 + rng.below(2)) << coarse).wrapping_sub(now),
+                        14 => rng.below(1 << 44),
+                        _ => u64::MAX - rng.below(1 << 13),
+                    };
+                    push(&mut q, &mut reference, now.saturating_add(d));
+                }
+            }
+            assert!(popped > 50_000);
+            assert_eq!(q.len(), reference.len());
+        }
+    }
+
+    /// Dense events (a few ns apart) narrow the finest slots, sparse ones (milliseconds
+    /// apart) widen them, and the order stays that of one sorted list.
+    #[test]
+    fn slot_width_follows_the_density() {
+        use asymlink_core::rand::Rng;
+        let mut rng = Rng::new(7);
+        let mut q = EventQueue::new();
+        let mut reference = Vec::new();
+        let mut got = Vec::new();
+        let mut n = 0u32;
+        let mut now = 0u64;
+        let mut widths = Vec::new();
+        for phase in 0..6 {
+            // Each popped event is followed by one within 200 gaps: an event every 32 ns
+            // or every 65 μs or so, in turns.
+            let gap = if phase % 2 == 0 { 1 << 6 } else { 1 << 18 };
+            for _ in 0..200 {
+                n += 1;
+                let t = now + rng.below(gap * 200);
+                q.push(Instant(t), n);
+                reference.push((t, n));
+            }
+            for _ in 0..200_000 {
+                let (t, e) = q.pop_until(Instant(u64::MAX)).unwrap();
+                got.push((t.0, e));
+                now = t.0;
+                n += 1;
+                let t = now + rng.below(gap * 200);
+                q.push(Instant(t), n);
+                reference.push((t, n));
+            }
+            widths.push(q.wheel.bits);
+        }
+        while let Some((t, e)) = q.pop_until(Instant(u64::MAX)) {
+            got.push((t.0, e));
+        }
+        reference.sort_unstable();
+        assert_eq!(got, reference);
+        // About 6 events per slot: some 200 ns, or some 400 μs (less as the pending
+        // events pile up from phase to phase).
+        for (phase, &bits) in widths.iter().enumerate() {
+            let want = if phase % 2 == 0 { 7..=10 } else { 16..=21 };
+            assert!(want.contains(&bits), "phase {phase}: {widths:?}");
+        }
     }
 
     #[test]
