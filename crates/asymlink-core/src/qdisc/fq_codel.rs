@@ -24,9 +24,11 @@
 //! flows of the same set are active at once; a flow that finds no way free shares a queue
 //! of its own host if one is in the set, else is dropped as `state_full`.
 //!
-//! **Memory.** A bucket holds state only while its queue is on a list: a table of `flows`
-//! buckets costs a 16-bit index entry per bucket, and one queue per bucket in use, given
-//! back when the queue empties and leaves the lists and reused by the next bucket. What a
+//! **Memory.** A bucket holds state only while its queue is on a list: a table costs one
+//! queue per bucket in use, given back when the queue empties and leaves the lists and
+//! reused by the next bucket; a bucket's queue is found by reading the queues' owners
+//! while there are at most 32, and through an index of a 16-bit entry per bucket (made
+//! when the 33rd queue is) beyond that. What a
 //! bucket must remember between its busy spells stays: CoDel's state while a new dropping
 //! episode would resume from it (up to 16 intervals after its last drop), and the ACK
 //! history of its connection with the ACK filter. So a discipline serving a few flows
@@ -308,30 +310,43 @@ impl<P, A: FlowAqm> Flow<P, A> {
 /// `owner` of a slot no bucket uses.
 const FREE: u32 = u32::MAX;
 
-/// Which buckets of a table are in use, and where their state is. `index[bucket]` names
-/// a slot, which belongs to the bucket only if the slot says so (`owner[slot] ==
-/// bucket`): a stale index entry needs no clearing. A bucket takes a slot when it joins
-/// the new/old lists and gives it back when it leaves them; given-back slots are reused,
-/// newest first, before new ones are made. So a table holds as many slots as buckets
-/// were in use at once — a few for a home line, not one per bucket — and a reused slot
-/// keeps its queue's capacity. With at most 65 536 buckets a slot number fits 16 bits.
+/// Which buckets of a table are in use, and where their state is. `owner[slot]` is the
+/// bucket a slot belongs to. A bucket takes a slot when it joins the new/old lists and
+/// gives it back when it leaves them; given-back slots are reused, newest first, before
+/// new ones are made. So a table holds as many slots as buckets were in use at once — a
+/// few for a home line, not one per bucket — and a reused slot keeps its queue's
+/// capacity. While there are at most [`SCAN`] slots a bucket's slot is found by reading
+/// `owner` (a cache line or two); beyond that through `index[bucket]`, which names a slot
+/// that belongs to the bucket only if the slot says so (a stale index entry needs no
+/// clearing). With at most 65 536 buckets a slot number fits 16 bits.
 #[derive(Debug, Default)]
 struct SlotIndex {
+    /// Buckets of the table; 0 until the first packet.
+    n: u32,
+    /// Empty while there are at most [`SCAN`] slots.
     index: Vec<u16>,
     owner: Vec<u32>,
     free: Vec<u16>,
 }
 
+/// Slots found by reading them all: the index of a table up to this many slots is not
+/// made (a few kB a table, and a cache miss a lookup, for a home line's few flows).
+const SCAN: usize = 32;
+
 impl SlotIndex {
     fn with_buckets(n: u32) -> Self {
         SlotIndex {
-            index: vec![0; n as usize],
+            n,
             ..SlotIndex::default()
         }
     }
 
     /// The slot of `bucket`, if the bucket is in use.
+    #[inline]
     fn get(&self, bucket: usize) -> Option<usize> {
+        if self.index.is_empty() {
+            return self.owner.iter().position(|&b| b as usize == bucket);
+        }
         let s = usize::from(*self.index.get(bucket)?);
         (self.owner.get(s) == Some(&(bucket as u32))).then_some(s)
     }
@@ -343,13 +358,24 @@ impl SlotIndex {
         match self.free.pop() {
             Some(s) => {
                 self.owner[usize::from(s)] = bucket as u32;
-                self.index[bucket] = s;
+                if !self.index.is_empty() {
+                    self.index[bucket] = s;
+                }
                 Ok(usize::from(s))
             }
             None => {
                 let s = self.owner.len();
                 self.owner.push(bucket as u32);
-                self.index[bucket] = s as u16;
+                if !self.index.is_empty() {
+                    self.index[bucket] = s as u16;
+                } else if self.owner.len() > SCAN {
+                    self.index = vec![0; self.n as usize];
+                    for (s, &b) in self.owner.iter().enumerate() {
+                        if b != FREE {
+                            self.index[b as usize] = s as u16;
+                        }
+                    }
+                }
                 Err(s)
             }
         }
@@ -412,7 +438,7 @@ impl<P, A: FlowAqm> FlowTable<P, A> {
 
     /// The index, made on the first packet (an unused discipline costs only its struct).
     fn allocate(&mut self) {
-        if self.slots.index.is_empty() {
+        if self.slots.n == 0 {
             self.slots = SlotIndex::with_buckets(self.n);
         }
     }
@@ -918,21 +944,43 @@ pub struct HostFqCodel<P, A = CodelVars> {
     new_host_count: u64,
 }
 
-/// Find a way in the set of `tag` (tables of a multiple of [`WAYS`] entries): one already
-/// used by `tag`, else a free one. `used(i)` says whether way `i` is taken and by what tag.
-fn set_lookup(n: usize, tag: u64, used: impl Fn(usize) -> Option<u64>) -> Result<usize, usize> {
+/// Find a way in the set of `tag` (tables of `n`, a multiple of [`WAYS`], buckets whose
+/// slots `slots` holds): one already used by `tag` (`Ok` with its slot), else the first
+/// free one (`Ok` without a slot), else `Err` with the set's first way. `tag_of(slot)` is
+/// the tag a slot in use holds.
+fn set_lookup(
+    n: usize,
+    tag: u64,
+    slots: &SlotIndex,
+    tag_of: impl Fn(usize) -> u64,
+) -> Result<(usize, Option<usize>), usize> {
     let set = (tag % (n / WAYS) as u64) as usize * WAYS;
-    let mut free = None;
-    for i in set..set + WAYS {
-        match used(i) {
-            Some(t) if t == tag => return Ok(i),
-            Some(_) => {}
-            None => {
-                free.get_or_insert(i);
+    // Bit i: way `set + i` is in use.
+    let mut taken = 0u32;
+    if slots.index.is_empty() {
+        for (s, &b) in slots.owner.iter().enumerate() {
+            let i = (b as usize).wrapping_sub(set);
+            if i < WAYS {
+                if tag_of(s) == tag {
+                    return Ok((set + i, Some(s)));
+                }
+                taken |= 1 << i;
+            }
+        }
+    } else {
+        for i in 0..WAYS {
+            if let Some(s) = slots.get(set + i) {
+                if tag_of(s) == tag {
+                    return Ok((set + i, Some(s)));
+                }
+                taken |= 1 << i;
             }
         }
     }
-    free.ok_or(set)
+    match (!taken).trailing_zeros() as usize {
+        i if i < WAYS => Ok((set + i, None)),
+        _ => Err(set),
+    }
 }
 
 impl<P: Pkt, A: FlowAqm> HostFqCodel<P, A> {
@@ -996,16 +1044,14 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();
-        if self.host_slots.index.is_empty() {
+        if self.host_slots.n == 0 {
             self.flows.allocate();
             self.host_slots = SlotIndex::with_buckets(self.n_hosts);
         }
         // The host slot: its own, else a free way of its set.
         let htag = host_hash(&pkt, self.key, self.perturb);
         let (host_slots, hosts) = (&self.host_slots, &self.hosts);
-        let h = match set_lookup(self.n_hosts as usize, htag, |i| {
-            host_slots.get(i).map(|s| hosts[s].tag)
-        }) {
+        let (h, hs) = match set_lookup(self.n_hosts as usize, htag, host_slots, |s| hosts[s].tag) {
             Ok(h) => h,
             Err(_) => {
                 self.stats
@@ -1030,13 +1076,16 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
                 })
             })
         };
-        let f = match set_lookup(self.flows.n as usize, ftag, |i| in_use(i).map(|w| w.tag)) {
-            Ok(f) if t.get(f).is_some() => f,
-            Ok(free) => guest_in(free - free % WAYS).unwrap_or(free),
+        let (f, fs) = match set_lookup(self.flows.n as usize, ftag, &t.slots, |s| t.flows[s].tag) {
+            Ok((f, Some(s))) => (f, Some(s)),
+            Ok((free, None)) => match guest_in(free - free % WAYS) {
+                Some(g) => (g, t.get(g)),
+                None => (free, None),
+            },
             Err(set) => match guest_in(set).or_else(|| {
                 (set..set + WAYS).find(|&i| in_use(i).is_some_and(|w| w.host == h as u32))
             }) {
-                Some(f) => f,
+                Some(f) => (f, t.get(f)),
                 None => {
                     self.stats
                         .on_reject(Verdict::Dropped(DropReason::StateFull));
@@ -1045,14 +1094,13 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
                 }
             },
         };
-        let fs = t.get(f);
         if let Some(s) = fs {
             let w = &mut self.flows.flows[s];
             if w.tag != ftag {
                 w.guests = true;
             }
         }
-        let hs = match self.host_slots.get(h) {
+        let hs = match hs {
             Some(hs) => hs,
             None => {
                 let hs = match self.host_slots.take(h) {
@@ -1725,6 +1773,50 @@ mod tests {
         }
         assert_eq!((q.flows.flows.len(), q.hosts.len()), (1, 1));
         assert!(d.is_empty());
+    }
+
+    /// A table of a few flows finds them by reading its slots and holds no bucket index;
+    /// past `SCAN` slots it makes the index, and every flow keeps its queue across the
+    /// change.
+    #[test]
+    fn the_bucket_index_is_made_only_for_many_flows() {
+        let mut q = fq("");
+        let mut d = Drops::new();
+        let mut buckets = std::collections::BTreeSet::new();
+        let mut f = 0u16;
+        while buckets.len() < SCAN {
+            let p = data_flow(u32::from(f), 100, f);
+            buckets.insert(q.bucket_of(&p));
+            q.enqueue(ms(0), p, &mut d);
+            f += 1;
+        }
+        assert_eq!(q.table.used(), SCAN);
+        assert!(q.table.slots.index.is_empty());
+        // A second packet of each flow so far joins its flow's queue, not a new one.
+        for g in 0..f {
+            q.enqueue(ms(0), data_flow(u32::from(g) + 1000, 100, g), &mut d);
+        }
+        assert_eq!(q.table.used(), SCAN);
+        // One more flow: the index is made, and the earlier flows are still found.
+        let mut g = f;
+        while buckets.len() == SCAN {
+            let p = data_flow(u32::from(g), 100, g);
+            buckets.insert(q.bucket_of(&p));
+            q.enqueue(ms(0), p, &mut d);
+            g += 1;
+        }
+        assert_eq!(q.table.used(), SCAN + 1);
+        assert_eq!(q.table.slots.index.len(), 1024);
+        for h in 0..f {
+            q.enqueue(ms(0), data_flow(u32::from(h) + 2000, 100, h), &mut d);
+        }
+        assert_eq!(q.table.used(), SCAN + 1);
+        assert_eq!(
+            drain(&mut q, ms(0)).len(),
+            3 * usize::from(f) + usize::from(g - f)
+        );
+        assert!(d.is_empty());
+        check(&q);
     }
 
     /// Every bucket in use at once, then none, then some again: as many slots as buckets
