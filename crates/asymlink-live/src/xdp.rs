@@ -190,11 +190,10 @@ pub fn attach_redirect(
             .u64(16, &value as *const u32 as u64),
         "BPF_MAP_UPDATE_ELEM (XSKMAP)",
     )?;
-    let (stamping, plain) = (
-        stamp_redirect_program(map.as_raw_fd()),
-        redirect_program(map.as_raw_fd()),
-    );
-    let prog = load_xdp(if stamp { &stamping } else { &plain })?;
+    let prog = match stamp {
+        true => load_xdp(&stamp_redirect_program(map.as_raw_fd()))?,
+        false => load_xdp(&redirect_program(map.as_raw_fd()))?,
+    };
     let link = |flags: u32| {
         bpf(
             BPF_LINK_CREATE,
