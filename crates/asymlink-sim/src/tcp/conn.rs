@@ -2467,6 +2467,14 @@ impl Connection {
         if !self.can_send_data() {
             return;
         }
+        if self.nothing_to_send() {
+            // What the loop below concludes then (a receiver, after each segment): nothing
+            // is sent, the burst is over, the window is not closed.
+            self.pacer.end_burst();
+            self.persist_at = None;
+            self.persist_backoff = 0;
+            return;
+        }
         self.maybe_restart_after_idle(now);
         let sent_before = self.stats.segments_sent + self.stats.policed;
         let mut sent_new = false;
@@ -2514,6 +2522,21 @@ impl Connection {
         }
         self.note_cwnd_use(self.stats.segments_sent + self.stats.policed > sent_before);
         self.arm_persist(now);
+    }
+
+    /// Nothing is outstanding or waiting to be sent (no data, no FIN), the sender does
+    /// not pace, and the congestion window is open: [`Connection::try_send`] can only
+    /// find nothing to send, without the congestion window holding it back.
+    fn nothing_to_send(&self) -> bool {
+        if self.paced || self.snd_una != self.snd_max || !self.sb.is_empty() {
+            return false;
+        }
+        let data_end = self.data_end();
+        let fin_pending = self.fin_queued && self.fin_off.is_none() && data_end == self.app_end;
+        data_end <= self.snd_max
+            && !fin_pending
+            && self.ca_state != CaState::Recovery
+            && self.inflight() < self.cc.cwnd
     }
 
     /// RFC 6675 NextSeg rules (3) and (4) (`rescue_retransmit`), in SACK recovery once no
@@ -2642,15 +2665,17 @@ impl Connection {
     }
 
     /// Ask the conditioner; returns Some(dscp override) to go, None to stop.
+    /// `tcp` and `payload`: the segment (its length is worked out only for a conditioner).
     fn admit(
         &mut self,
         now: Instant,
-        ip_len: u32,
+        tcp: &TcpRepr,
+        payload: u64,
         io: &mut ConnIo<'_>,
     ) -> Option<Result<Option<u8>, ()>> {
         match io.conditioner.as_deref_mut() {
             None => Some(Ok(None)),
-            Some(c) => match c.admit(now, self.id, ip_len) {
+            Some(c) => match c.admit(now, self.id, ip_len_for(&self.local.0, tcp, payload)) {
                 Admit::Send => Some(Ok(None)),
                 Admit::Mark(d) => Some(Ok(Some(d))),
                 Admit::Drop => Some(Err(())),
@@ -2733,8 +2758,7 @@ impl Connection {
         if self.cwr_pending && len > 0 {
             tcp.flags = tcp.flags | TcpFlags::CWR;
         }
-        let ip_len = ip_len_for(&self.local.0, &tcp, len);
-        let verdict = match self.admit(now, ip_len, io) {
+        let verdict = match self.admit(now, &tcp, len, io) {
             None => return false,
             Some(v) => v,
         };
@@ -2811,8 +2835,7 @@ impl Connection {
         if fin {
             tcp.flags = tcp.flags | TcpFlags::FIN;
         }
-        let ip_len = ip_len_for(&self.local.0, &tcp, len);
-        let verdict = match self.admit(now, ip_len, io) {
+        let verdict = match self.admit(now, &tcp, len, io) {
             None => return false,
             Some(v) => v,
         };
