@@ -2486,7 +2486,7 @@ impl Connection {
             && self.can_send_data()
             && self.data_end() > self.snd_max
             && self.snd_una + self.snd_wnd < self.data_end()
-            && self.next_new_segment().is_none()
+            && self.next_new_segment(self.new_data_limit()).is_none()
     }
 
     // ---------------------------------------------------------------- output
@@ -2515,6 +2515,14 @@ impl Connection {
 
     fn try_send(&mut self, now: Instant, io: &mut ConnIo<'_>) {
         if !self.can_send_data() {
+            return;
+        }
+        if self.nothing_to_send() {
+            // What the loop below concludes then (a receiver, after each segment): nothing
+            // is sent, the burst is over, the window is not closed.
+            self.pacer.end_burst();
+            self.persist_at = None;
+            self.persist_backoff = 0;
             return;
         }
         self.maybe_restart_after_idle(now);
@@ -2554,6 +2562,10 @@ impl Connection {
         // The GSO packet being built: its segments so far and where its last one is in
         // `io.out`.
         let mut gso = (0u64, 0usize);
+        // How far new data may go (`new_data_limit`), worked out once: sending new data
+        // moves the flight and the next segment by the same amount, so the limit holds
+        // until a retransmission adds to the pipe (or BBR resets its window on a send).
+        let mut limit = None;
         loop {
             if paced {
                 if let Some(t) = self.pacer.check(now, burst) {
@@ -2576,13 +2588,23 @@ impl Connection {
                 if !self.retransmit(now, i, io) {
                     break;
                 }
+                limit = None;
                 continue;
             }
-            let Some((start, len, fin)) = self.next_new_segment() else {
+            let lim = match limit {
+                Some(l) => l,
+                None => self.new_data_limit(),
+            };
+            limit = self.bbr.is_none().then_some(lim);
+            let Some((start, len, fin)) = self.next_new_segment(lim) else {
                 if let Some(i) = self.last_resort_retransmit() {
+                    if gso.0 > 0 {
+                        self.end_gso(&mut gso, io);
+                    }
                     if !self.retransmit(now, i, io) {
                         break;
                     }
+                    limit = None;
                     continue;
                 }
                 break;
@@ -2652,6 +2674,25 @@ impl Connection {
         auto.min(half)
     }
 
+    /// Nothing is outstanding or waiting to be sent (no data, no FIN), the sender does
+    /// not pace, and the congestion window is open: [`Connection::try_send`] can only
+    /// find nothing to send, without the congestion window holding it back.
+    fn nothing_to_send(&self) -> bool {
+        if self.paced || self.snd_una != self.snd_max || !self.sb.is_empty() {
+            return false;
+        }
+        if self.linux_writer && self.write_seq < self.app_end {
+            // The writer has more to copy (it waits for the connection or for space).
+            return false;
+        }
+        let data_end = self.data_end();
+        let fin_pending = self.fin_queued && self.fin_off.is_none() && data_end == self.app_end;
+        data_end <= self.snd_max
+            && !fin_pending
+            && self.ca_state != CaState::Recovery
+            && self.inflight() < self.cc.cwnd
+    }
+
     /// RFC 6675 NextSeg rules (3) and (4) (`rescue_retransmit`), in SACK recovery once no
     /// lost segment waits and no new data can be sent but the pipe leaves room: a segment
     /// below the highest SACK not yet SACKed, else, once per recovery, the highest segment
@@ -2708,15 +2749,9 @@ impl Connection {
         self.last_data_sent = Some(now);
     }
 
-    /// The next new segment allowed by the windows, Nagle and SWS avoidance.
-    fn next_new_segment(&self) -> Option<(u64, u64, bool)> {
-        let data_end = self.data_end();
-        let fin_pending = self.fin_queued && self.fin_off.is_none() && data_end == self.app_end;
-        if self.snd_max >= data_end {
-            return fin_pending.then_some((self.snd_max, 0, true));
-        }
-        let avail = data_end - self.snd_max;
-        let wnd_room = (self.snd_una + self.snd_wnd).saturating_sub(self.snd_max);
+    /// How far new data may go now: the end of the data (within the send buffer), of the
+    /// peer's window, and of the room the congestion window leaves.
+    fn new_data_limit(&self) -> u64 {
         let flight = match (self.ca_state, self.sack_ok) {
             (CaState::Recovery, false) => self.flight(),
             _ => self.inflight(),
@@ -2734,9 +2769,30 @@ impl Connection {
             // would send two per duplicate ACK.
             cwnd += self.dupacks as u64 * self.mss as u64;
         }
-        let cwnd_room = cwnd.saturating_sub(flight);
+        let cwnd_end = self.snd_max + cwnd.saturating_sub(flight);
+        self.data_end()
+            .min(self.snd_una + self.snd_wnd)
+            .min(cwnd_end)
+    }
+
+    /// The next new segment allowed by `limit` ([`Connection::new_data_limit`]), Nagle and
+    /// SWS avoidance.
+    fn next_new_segment(&self, limit: u64) -> Option<(u64, u64, bool)> {
         let mss = self.mss as u64;
-        let len = mss.min(avail).min(wnd_room).min(cwnd_room);
+        if self.snd_max + mss <= limit {
+            // A full segment fits every window (the common case: no Nagle, no SWS test).
+            let fin = self.fin_queued
+                && self.snd_max + mss == self.app_end
+                && self.data_end() == self.app_end;
+            return Some((self.snd_max, mss, fin));
+        }
+        let data_end = self.data_end();
+        let fin_pending = self.fin_queued && self.fin_off.is_none() && data_end == self.app_end;
+        if self.snd_max >= data_end {
+            return fin_pending.then_some((self.snd_max, 0, true));
+        }
+        let avail = data_end - self.snd_max;
+        let len = mss.min(limit.saturating_sub(self.snd_max));
         if len == 0 {
             return None;
         }
@@ -2778,15 +2834,17 @@ impl Connection {
     }
 
     /// Ask the conditioner; returns Some(dscp override) to go, None to stop.
+    /// `tcp` and `payload`: the segment (its length is worked out only for a conditioner).
     fn admit(
         &mut self,
         now: Instant,
-        ip_len: u32,
+        tcp: &TcpRepr,
+        payload: u64,
         io: &mut ConnIo<'_>,
     ) -> Option<Result<Option<u8>, ()>> {
         match io.conditioner.as_deref_mut() {
             None => Some(Ok(None)),
-            Some(c) => match c.admit(now, self.id, ip_len) {
+            Some(c) => match c.admit(now, self.id, ip_len_for(&self.local.0, tcp, payload)) {
                 Admit::Send => Some(Ok(None)),
                 Admit::Mark(d) => Some(Ok(Some(d))),
                 Admit::Drop => Some(Err(())),
@@ -2950,8 +3008,7 @@ impl Connection {
         if self.cwr_pending && len > 0 {
             tcp.flags = tcp.flags | TcpFlags::CWR;
         }
-        let ip_len = ip_len_for(&self.local.0, &tcp, len);
-        let verdict = match self.admit(now, ip_len, io) {
+        let verdict = match self.admit(now, &tcp, len, io) {
             None => return false,
             Some(v) => v,
         };
@@ -3028,8 +3085,7 @@ impl Connection {
         if fin {
             tcp.flags = tcp.flags | TcpFlags::FIN;
         }
-        let ip_len = ip_len_for(&self.local.0, &tcp, len);
-        let verdict = match self.admit(now, ip_len, io) {
+        let verdict = match self.admit(now, &tcp, len, io) {
             None => return false,
             Some(v) => v,
         };

@@ -93,12 +93,18 @@ impl Receiver {
         }
         if start > self.rcv_nxt {
             a.out_of_order = true;
+            self.stamp += 1;
+            if start < end && self.ooo.last().is_none_or(|l| start >= l.end) {
+                // At or above the end of every range held (the usual arrival behind a
+                // hole): nothing overlaps, the last range grows or a new one starts.
+                self.append(start, end);
+                return a;
+            }
             a.dup_range = self
                 .ooo
                 .iter()
                 .find(|r| r.start < end && start < r.end)
                 .map(|r| (start.max(r.start), end.min(r.end)));
-            self.stamp += 1;
             let before = self.ooo_bytes;
             self.insert(start, end);
             a.duplicate = self.ooo_bytes == before;
@@ -123,6 +129,20 @@ impl Receiver {
         a.delivered = self.rcv_nxt - old;
         a.filled_gap = had_gap && (absorbed > 0 || self.has_gap());
         a
+    }
+
+    /// [`Receiver::insert`] of a range that starts at or above the end of every range
+    /// held: it extends the last one when adjacent, or follows it.
+    fn append(&mut self, start: u64, end: u64) {
+        let stamp = self.stamp;
+        self.ooo_bytes += end - start;
+        match self.ooo.last_mut() {
+            Some(l) if l.end == start => {
+                l.end = end;
+                l.stamp = stamp;
+            }
+            _ => self.ooo.push(Range { start, end, stamp }),
+        }
     }
 
     fn insert(&mut self, start: u64, end: u64) {
@@ -222,6 +242,100 @@ mod tests {
             }
         }
         assert!(checked > 10_000, "{checked}");
+    }
+
+    /// Random arrivals (in order, behind holes, overlapping, duplicates) against a map
+    /// of 100-byte units, each holding the arrival counter of the out-of-order segment
+    /// that last covered it: the delivery point, the bytes held, what each arrival
+    /// reports and the SACK blocks (a range is as new as its newest unit) agree.
+    #[test]
+    fn arrivals_match_a_map_of_units() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..60 {
+            let mut r = Receiver::new(0);
+            let mut units: Vec<Option<u64>> = vec![None; 400];
+            let (mut nxt, mut stamp) = (0usize, 0u64);
+            for _ in 0..150 {
+                let lo = (nxt + next(24) as usize).saturating_sub(4);
+                let hi = (lo + 1 + next(3) as usize).min(units.len());
+                if lo >= hi {
+                    continue;
+                }
+                let (start, end) = (lo as u64 * 100, hi as u64 * 100);
+                // What the map says before the arrival.
+                let mut want = Arrival {
+                    duplicate: hi <= nxt || (lo > nxt && units[lo..hi].iter().all(|u| u.is_some())),
+                    out_of_order: lo > nxt,
+                    ..Default::default()
+                };
+                want.dup_range = if hi <= nxt {
+                    Some((start, end))
+                } else if lo < nxt {
+                    Some((start, nxt as u64 * 100))
+                } else if lo == nxt {
+                    None
+                } else {
+                    // The overlap with the first held range that overlaps the segment.
+                    let first = (lo..hi).find(|&u| units[u].is_some());
+                    first.map(|f| {
+                        let mut b = f;
+                        while b > nxt && units[b - 1].is_some() {
+                            b -= 1;
+                        }
+                        let mut e = f;
+                        while e < units.len() && units[e].is_some() {
+                            e += 1;
+                        }
+                        (start.max(b as u64 * 100), end.min(e as u64 * 100))
+                    })
+                };
+                if hi > nxt {
+                    if lo > nxt {
+                        stamp += 1;
+                        units[lo..hi].iter_mut().for_each(|u| *u = Some(stamp));
+                    } else {
+                        let old = nxt;
+                        nxt = hi;
+                        while nxt < units.len() && units[nxt].is_some() {
+                            nxt += 1;
+                        }
+                        want.delivered = (nxt - old) as u64 * 100;
+                        want.filled_gap = units[old..].iter().any(|u| u.is_some());
+                        units[..nxt].iter_mut().for_each(|u| *u = None);
+                    }
+                }
+                let got = r.on_data(start, end);
+                assert_eq!(got, want, "[{start}, {end}) at {}", r.rcv_nxt());
+                assert_eq!(r.rcv_nxt(), nxt as u64 * 100);
+                let held = units.iter().filter(|u| u.is_some()).count() as u64;
+                assert_eq!(r.ooo_bytes(), held * 100);
+                // Runs of held units: (newest stamp, start, end).
+                let mut runs = Vec::new();
+                let mut u = nxt;
+                while u < units.len() {
+                    if units[u].is_none() {
+                        u += 1;
+                        continue;
+                    }
+                    let b = u;
+                    let mut newest = 0;
+                    while u < units.len() && units[u].is_some() {
+                        newest = newest.max(units[u].unwrap_or(0));
+                        u += 1;
+                    }
+                    runs.push((newest, b as u64 * 100, u as u64 * 100));
+                }
+                runs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                let blocks: Vec<_> = runs.iter().take(4).map(|&(_, s, e)| (s, e)).collect();
+                assert_eq!(r.sack_blocks(4).collect::<Vec<_>>(), blocks);
+            }
+        }
     }
 
     #[test]

@@ -225,7 +225,9 @@ impl Scoreboard {
     pub fn ack_to(&mut self, ack: u64, prior_fack: u64) -> Acked {
         let mut r = Acked::default();
         let drop_n = self.sacked_ranges.partition_point(|x| x.1 <= ack);
-        self.sacked_ranges.drain(..drop_n);
+        if drop_n > 0 {
+            self.sacked_ranges.drain(..drop_n);
+        }
         while let Some(front) = self.segs.front().copied() {
             if front.end <= ack {
                 self.segs.pop_front();
@@ -319,7 +321,7 @@ impl Scoreboard {
         for &(l, r) in &pieces[..n] {
             newly += self.mark_sacked(l, r);
         }
-        self.insert_range(left, right);
+        self.insert_range(first, left, right);
         if newly > 0 {
             self.high_sacked = self.high_sacked.max(right);
         }
@@ -364,9 +366,10 @@ impl Scoreboard {
         newly
     }
 
-    fn insert_range(&mut self, left: u64, right: u64) {
+    /// Add [left, right) to the applied ranges; `i`: the first range that ends at or
+    /// after `left`.
+    fn insert_range(&mut self, i: usize, left: u64, right: u64) {
         let v = &mut self.sacked_ranges;
-        let i = v.partition_point(|r| r.1 < left);
         let mut j = i;
         let (mut l, mut r) = (left, right);
         while j < v.len() && v[j].0 <= r {
@@ -374,7 +377,15 @@ impl Scoreboard {
             r = r.max(v[j].1);
             j += 1;
         }
-        v.splice(i..j, [(l, r)]);
+        // Usually one range grows (or a repeated block changes nothing) in place.
+        match j - i {
+            0 => v.insert(i, (l, r)),
+            1 => v[i] = (l, r),
+            _ => {
+                v[i] = (l, r);
+                v.drain(i + 1..j);
+            }
+        }
     }
 
     /// RFC 6675 IsLost over the whole board: mark as lost every un-SACKed, not
@@ -407,8 +418,8 @@ impl Scoreboard {
         let from = self.segs.partition_point(|s| s.end <= self.lost_scanned);
         if from < b {
             self.lost_scanned = self.segs[b - 1].end;
-            self.retx_hint = self.retx_hint.min(self.segs[from].start);
         }
+        let mut first_marked = None;
         for i in from..b {
             let s = self.segs[i];
             if !s.has(SACKED | LOST | RETX_OUT) {
@@ -416,7 +427,15 @@ impl Scoreboard {
                 self.segs[i].flags |= LOST;
                 self.lost += s.len();
                 newly += s.len();
+                first_marked = first_marked.or(Some(s.start));
             }
+        }
+        // Only a segment marked here became a retransmission candidate: the search for
+        // the next one need not start below it (most calls in a recovery mark nothing,
+        // and a hint lowered to the boundary's old position would send the next search
+        // over every segment sent since).
+        if let Some(start) = first_marked {
+            self.retx_hint = self.retx_hint.min(start);
         }
         newly
     }
@@ -526,8 +545,10 @@ impl Scoreboard {
         self.segs.iter().rposition(|s| !s.has(SACKED))
     }
 
-    /// [`Scoreboard::next_retransmit`], remembering a fruitless search so that the next one
-    /// starts where this one ended (any new candidate lowers the hint again).
+    /// [`Scoreboard::next_retransmit`], remembering where the search ended so that the
+    /// next one starts there: at the segment found (a sender the congestion window holds
+    /// back asks again on every ACK), or after the last segment when none was (any new
+    /// candidate lowers the hint again).
     pub fn next_retransmit_mut(&mut self) -> Option<usize> {
         if self.lost == 0 {
             // Nothing to search (the common case): the hint stays where it is, which only
@@ -535,9 +556,10 @@ impl Scoreboard {
             return None;
         }
         let r = self.next_retransmit();
-        if r.is_none() {
-            self.retx_hint = self.segs.back().map_or(0, |s| s.end);
-        }
+        self.retx_hint = match r {
+            Some(i) => self.retx_hint.max(self.segs[i].start),
+            None => self.segs.back().map_or(0, |s| s.end),
+        };
         r
     }
 
@@ -790,11 +812,11 @@ mod tests {
         let from = b.segs.partition_point(|s| s.end <= b.lost_scanned);
         if from < bd {
             b.lost_scanned = b.segs[bd - 1].end;
-            b.retx_hint = b.retx_hint.min(b.segs[from].start);
         }
         for i in from..bd {
             let s = b.segs[i];
             if !s.has(SACKED | LOST | RETX_OUT) {
+                b.retx_hint = b.retx_hint.min(s.start);
                 b.lost_marks += 1;
                 b.segs[i].flags |= LOST;
                 b.lost += s.len();
@@ -844,11 +866,14 @@ mod tests {
                         assert_eq!(format!("{b:?}"), format!("{w:?}"), "seed {seed}");
                     }
                     11 => {
-                        if let Some(i) = b.next_retransmit_mut() {
+                        // Sometimes the congestion window holds the retransmission back.
+                        if let Some(i) = b.next_retransmit_mut().filter(|_| rng.below(2) == 0) {
                             b.retransmitted(i, now);
                         }
                     }
-                    12 => {
+                    // The sender's last resort (RFC 6675 NextSeg rules 3 and 4) once
+                    // nothing marked lost waits.
+                    12 if b.next_retransmit_mut().is_none() => {
                         if let Some(i) = b.next_below_high_sacked() {
                             b.retransmitted(i, now);
                         } else if let Some(i) = b.last_unsacked() {
@@ -877,6 +902,43 @@ mod tests {
                     walk_next_below_high_sacked(&b),
                     "seed {seed}"
                 );
+                let first_lost = (0..b.len()).find(|&i| {
+                    let s = b.get(i);
+                    s.has(LOST) && !s.has(SACKED | RETX_OUT)
+                });
+                assert_eq!(b.next_retransmit(), first_lost, "seed {seed}");
+            }
+        }
+    }
+
+    /// The applied SACK ranges stay the sorted, merged union of every block applied (a
+    /// map of units says what that union is).
+    #[test]
+    fn applied_ranges_are_the_union_of_the_blocks() {
+        let mut rng = asymlink_core::rand::Rng::new(7);
+        for _ in 0..50 {
+            let mut b = Scoreboard::default();
+            let mut units = [false; 200];
+            for _ in 0..60 {
+                let l = rng.below(190);
+                let r = l + 1 + rng.below(10);
+                b.sack(l * 10, r * 10);
+                units[l as usize..r as usize]
+                    .iter_mut()
+                    .for_each(|u| *u = true);
+                let mut want = Vec::new();
+                let mut u = 0;
+                while u < units.len() {
+                    if units[u] {
+                        let s = u;
+                        while u < units.len() && units[u] {
+                            u += 1;
+                        }
+                        want.push((s as u64 * 10, u as u64 * 10));
+                    }
+                    u += 1;
+                }
+                assert_eq!(b.sacked_ranges, want);
             }
         }
     }
