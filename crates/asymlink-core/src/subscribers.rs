@@ -568,8 +568,10 @@ enum Sched {
     Waiting(Instant),
 }
 
-/// A tree's place: slot 0 holds the top-level pipeline, slot k + 1 subscriber k.
+/// A tree's place: slot 0 is the top-level pipeline's (held in the box itself), slot k + 1
+/// subscriber k's.
 struct Slot<P> {
+    /// The subscriber's tree, if alive (always `None` in slot 0).
     mb: Option<Box<Middlebox<P>>>,
     sched: [Sched; 2],
     last_active: Instant,
@@ -670,6 +672,12 @@ pub struct Reconfigured {
 
 /// The top-level pipeline and the subscribers' trees, as one middlebox.
 pub struct SubscriberBox<P> {
+    /// The top-level pipeline, held here rather than behind a pointer: without
+    /// subscribers it takes every packet.
+    top: Middlebox<P>,
+    /// Whether the table has entries (asked for every packet; the table's entries are
+    /// behind a shared pointer).
+    has_subscribers: bool,
     table: SubscriberTable,
     max: usize,
     seed: u64,
@@ -717,11 +725,12 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     /// The top-level pipeline `default` and the subscribers of `table`, at most `max` trees
     /// alive at once. Subscriber trees derive their seeds from `seed` and their prefix.
     pub fn new(default: Middlebox<P>, table: SubscriberTable, max: usize, seed: u64) -> Self {
-        let mut slots: Vec<Slot<P>> = (0..=table.len()).map(|_| Slot::empty()).collect();
-        slots[0].mb = Some(Box::new(default));
+        let slots: Vec<Slot<P>> = (0..=table.len()).map(|_| Slot::empty()).collect();
         let table_len = table.len();
         let watchers = idle_watchers(&table);
         let mut b = SubscriberBox {
+            top: default,
+            has_subscribers: !table.is_empty(),
             table,
             max: max.max(1),
             seed,
@@ -831,7 +840,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
 
     /// The slot of the tree `pkt`, travelling in `dir`, belongs to (0: the top level).
     fn slot_of(&self, dir: Dir, pkt: &P) -> usize {
-        if self.table.is_empty() {
+        if !self.has_subscribers {
             return 0;
         }
         pkt.headers()
@@ -897,7 +906,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     /// Run `f` on slot `s`'s tree, keeping the totals and the timer heap up to date; with
     /// `wake`, list the directions that hold packets for the round robin again.
     fn op<R>(&mut self, s: usize, wake: bool, f: impl FnOnce(&mut Middlebox<P>) -> R) -> Option<R> {
-        let mb = self.slots[s].mb.as_mut()?;
+        let mb = self.tree_mut(s)?;
         let before = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
         let r = f(mb);
         let after = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
@@ -924,7 +933,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     }
 
     fn refresh_timer(&mut self, s: usize) {
-        let t = self.slots[s].mb.as_ref().and_then(|mb| mb.poll_at());
+        let t = self.tree(s).and_then(|mb| mb.poll_at());
         if t != self.slots[s].timer {
             self.slots[s].timer = t;
             if let Some(t) = t {
@@ -1101,10 +1110,27 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     }
 
     fn backlog_of(&self, s: usize, dir: Dir) -> u32 {
-        self.slots[s]
-            .mb
-            .as_ref()
-            .map_or(0, |mb| mb.backlog(dir).packets)
+        self.tree(s).map_or(0, |mb| mb.backlog(dir).packets)
+    }
+
+    /// Slot `s`'s tree, if alive (slot 0: the top level).
+    #[inline]
+    fn tree(&self, s: usize) -> Option<&Middlebox<P>> {
+        if s == 0 {
+            Some(&self.top)
+        } else {
+            self.slots[s].mb.as_deref()
+        }
+    }
+
+    /// Slot `s`'s tree, mutably.
+    #[inline]
+    fn tree_mut(&mut self, s: usize) -> Option<&mut Middlebox<P>> {
+        if s == 0 {
+            Some(&mut self.top)
+        } else {
+            self.slots[s].mb.as_deref_mut()
+        }
     }
 
     /// Earliest deadline of any tree's rewriters or disciplines.
@@ -1143,10 +1169,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
 
     /// The top-level pipeline.
     pub fn top_level(&self) -> &Middlebox<P> {
-        self.slots[0]
-            .mb
-            .as_ref()
-            .expect("the top level is never evicted")
+        &self.top
     }
 
     /// The tree of subscriber `k`, if it has one.
@@ -1184,12 +1207,12 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     /// evicted trees' (trees a reload replaced are not counted), with the largest total
     /// backlog seen as the high-water marks. The conservation identities hold for it.
     pub fn qdisc_stats(&self, dir: Dir) -> Cow<'_, QdiscStats> {
-        if self.table.is_empty() {
+        if !self.has_subscribers {
             return Cow::Borrowed(self.top_level().qdisc_stats(dir));
         }
         let mut acc = self.retired[dir.index()].clone();
-        for sl in &self.slots {
-            if let Some(mb) = &sl.mb {
+        for s in 0..self.slots.len() {
+            if let Some(mb) = self.tree(s) {
                 add_stats(&mut acc, mb.qdisc_stats(dir));
             }
         }
@@ -1215,8 +1238,8 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     /// Check every tree's discipline counters and the totals.
     pub fn check(&self) -> Result<(), String> {
         let mut sum = [Backlog::default(); 2];
-        for (s, sl) in self.slots.iter().enumerate() {
-            let Some(mb) = &sl.mb else { continue };
+        for s in 0..self.slots.len() {
+            let Some(mb) = self.tree(s) else { continue };
             for d in [Dir::ToB, Dir::ToA] {
                 let b = mb.backlog(d);
                 mb.qdisc_stats(d).check(b).map_err(|e| {
@@ -1261,14 +1284,13 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 pending.extend(v.into_iter().map(|p| (d, p)));
             }
         };
-        let mut old_default = self.slots[0].mb.take().expect("top level");
+        let mut old_default = std::mem::replace(&mut self.top, default);
         out.retired = [
             old_default.qdisc_stats(Dir::ToB).clone(),
             old_default.qdisc_stats(Dir::ToA).clone(),
         ];
         take(&mut old_default, &mut out.stranded);
         let mut slots: Vec<Slot<P>> = (0..=table.len()).map(|_| Slot::empty()).collect();
-        slots[0].mb = Some(Box::new(default));
         slots[0].last_active = self.slots[0].last_active;
         let old = std::mem::take(&mut self.slots);
         // Whether an old plan and a new one are alike, compared once per pair of plans.
@@ -1306,6 +1328,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             })
             .collect();
         self.idle_watchers = idle_watchers(&table);
+        self.has_subscribers = !table.is_empty();
         self.table = table;
         self.max = max.max(1);
         self.generation += 1;
@@ -1317,7 +1340,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         self.live = 0;
         self.parked_total = 0;
         for s in 0..self.slots.len() {
-            let Some(mb) = &self.slots[s].mb else {
+            let Some(mb) = self.tree(s) else {
                 continue;
             };
             let backlogs = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];

@@ -146,10 +146,10 @@ pub(crate) struct LinkDir {
     /// Sum and maximum of the sojourn times (offer to start of transmission), ns.
     pub sojourn_sum_ns: u64,
     pub sojourn_max_ns: u64,
-    /// Distribution of the sojourn times of TCP, UDP and other packets, indexed by
+    /// Distribution of the sojourn times of TCP, UDP and other packets, by
     /// `SimPacket::proto` (percentiles in `queue_summary`; the direction's own are those
-    /// of the three merged).
-    pub sojourn_hist: [crate::hist::Histogram; 3],
+    /// of the three together).
+    pub sojourn_hist: crate::hist::Batched<3>,
     /// Indices into `World::captures` of the pcap files recording this direction.
     pub captures: Vec<usize>,
 }
@@ -729,7 +729,7 @@ impl World {
             let sojourn = tx.start.as_nanos().saturating_sub(p.queued_at);
             *sojourn_sum_ns += sojourn;
             *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
-            sojourn_hist[p.proto() as usize].record(sojourn);
+            sojourn_hist.record(p.proto() as usize, sojourn);
         });
         if !had_head {
             if let Some(t) = line.next_arrival() {

@@ -291,16 +291,12 @@ fn queue_summary(w: &World) -> Table {
 /// The `q` quantile of the sojourn times of a link direction's TCP (`proto` 0) or UDP (1)
 /// packets, ms; 0 when it sent none.
 fn proto_quantile(d: &LinkDir, proto: usize, q: f64) -> f64 {
-    d.sojourn_hist[proto].quantile(q) as f64 / 1e6
+    d.sojourn_hist.quantile(proto, q) as f64 / 1e6
 }
 
 /// The `q` quantile of the sojourn times of all of a link direction's packets, ms.
 fn all_quantile(d: &LinkDir, q: f64) -> f64 {
-    let mut all = crate::hist::Histogram::default();
-    for h in &d.sojourn_hist {
-        all.merge(h);
-    }
-    all.quantile(q) as f64 / 1e6
+    d.sojourn_hist.quantile_all(q) as f64 / 1e6
 }
 
 fn egress_qdisc<'a>(

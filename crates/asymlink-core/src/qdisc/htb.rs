@@ -184,6 +184,9 @@ struct Class<P> {
     quantum: i64,
     deficit: i64,
     leaf: Option<Box<dyn Qdisc<P>>>,
+    /// Packets its leaf discipline holds, as of its last call (the dequeue scans read
+    /// this instead of asking each leaf, a separate object, for its backlog).
+    queued: u32,
     counters: HtbClassCounters,
 }
 
@@ -213,6 +216,14 @@ impl<P> Class<P> {
     }
 }
 
+impl<P: Pkt> Class<P> {
+    /// Note what the leaf discipline holds after a call to it.
+    #[inline]
+    fn sync(&mut self) {
+        self.queued = self.leaf.as_ref().map_or(0, |q| q.backlog().packets);
+    }
+}
+
 fn elapsed(from: Instant, to: Instant) -> i64 {
     i64::try_from(dur_ns(to.saturating_since(from)))
         .unwrap_or(i64::MAX)
@@ -227,8 +238,9 @@ pub struct Htb<P> {
     default: Option<usize>,
     ll: LinkLayer,
     ingress: bool,
-    /// Round-robin position per (level, prio): the leaf served last.
-    rr: [[usize; PRIOS as usize]; MAX_DEPTH + 1],
+    /// Round-robin position per (level, prio): the leaf served last (`u8::MAX`: none
+    /// yet; a tree has at most 64 classes).
+    rr: [[u8; PRIOS as usize]; MAX_DEPTH + 1],
     stats: QdiscStats,
 }
 
@@ -298,6 +310,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 quantum,
                 deficit: quantum,
                 leaf,
+                queued: 0,
                 counters: HtbClassCounters::default(),
             });
         }
@@ -310,7 +323,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             default,
             ll,
             ingress: cfg.ingress,
-            rr: [[usize::MAX; PRIOS as usize]; MAX_DEPTH + 1],
+            rr: [[u8::MAX; PRIOS as usize]; MAX_DEPTH + 1],
             stats: QdiscStats::default(),
         })
     }
@@ -452,6 +465,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             .as_mut()
             .expect("leaf")
             .enqueue(now, pkt, drops);
+        self.classes[l].sync();
         self.stats.absorb(drops, mark, len);
         self.charge_discards(l, drops, mark, now);
         debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
@@ -465,8 +479,11 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             let mut best: Option<(usize, u8)> = None;
             let mut any = false;
             for (i, c) in self.classes.iter().enumerate() {
-                let Some(q) = &c.leaf else { continue };
-                if q.backlog().packets == 0 || skip & (1 << i) != 0 {
+                if c.leaf.is_none() {
+                    continue;
+                }
+                debug_assert_eq!(c.queued, c.leaf.as_ref().map_or(0, |q| q.backlog().packets));
+                if c.queued == 0 || skip & (1 << i) != 0 {
                     continue;
                 }
                 any = true;
@@ -497,13 +514,15 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             // Round robin among the leaves of this (level, prio), after the last served.
             let n = self.classes.len();
             let last = self.rr[level][prio as usize];
-            let start = if last == usize::MAX { 0 } else { last };
+            let start = if last == u8::MAX { 0 } else { last as usize };
             let mut chosen = None;
             for k in 0..n {
                 let i = (start + k) % n;
                 let c = &self.classes[i];
-                let Some(q) = &c.leaf else { continue };
-                if c.prio != prio || q.backlog().packets == 0 || skip & (1 << i) != 0 {
+                if c.leaf.is_none() {
+                    continue;
+                }
+                if c.prio != prio || c.queued == 0 || skip & (1 << i) != 0 {
                     continue;
                 }
                 if let Ok(lender) = self.lender(i, now) {
@@ -520,6 +539,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                 .as_mut()
                 .expect("leaf")
                 .dequeue(now, drops);
+            self.classes[leaf].sync();
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }
@@ -533,9 +553,9 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                     c.deficit -= wire;
                     if c.deficit < 0 {
                         c.deficit += c.quantum;
-                        self.rr[level][prio as usize] = (leaf + 1) % n;
+                        self.rr[level][prio as usize] = ((leaf + 1) % n) as u8;
                     } else {
-                        self.rr[level][prio as usize] = leaf;
+                        self.rr[level][prio as usize] = leaf as u8;
                     }
                     self.stats.on_dequeue(len);
                     debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
@@ -564,6 +584,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             };
             let mark = drops.len();
             q.handle_timeout(now, drops);
+            self.classes[i].sync();
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }

@@ -706,12 +706,21 @@ impl Connection {
 
     /// The earliest deadline of any timer.
     pub fn poll_at(&self) -> Option<Instant> {
-        let mut t = earliest(self.rto_at, self.delack_at);
-        t = earliest(t, self.reo_at);
-        t = earliest(t, self.tlp_at);
-        t = earliest(t, self.persist_at);
-        t = earliest(t, self.wake_at);
-        earliest(t, self.linger_at)
+        // Without a branch per timer (the engine asks after every call).
+        let (mut t, mut any) = (u64::MAX, false);
+        for x in [
+            self.rto_at,
+            self.delack_at,
+            self.reo_at,
+            self.tlp_at,
+            self.persist_at,
+            self.wake_at,
+            self.linger_at,
+        ] {
+            t = t.min(x.map_or(u64::MAX, |i| i.0));
+            any |= x.is_some();
+        }
+        any.then_some(Instant(t))
     }
 
     // ---------------------------------------------------------------- application API
@@ -965,7 +974,7 @@ impl Connection {
         let mut new_sack = false;
         let dsack = self.dsack_of(t, ack);
         let prior_fack = self.sb.fack();
-        if self.sack_ok {
+        if self.sack_ok && !t.opts.sack.is_empty() {
             let mut blocks = [(0u64, 0u64); 4];
             let mut n = 0;
             let skip = dsack.is_some() as usize;
