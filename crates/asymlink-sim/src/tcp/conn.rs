@@ -967,6 +967,18 @@ impl Connection {
             self.snd_wl2 = ack;
             self.max_snd_wnd = self.max_snd_wnd.max(wnd);
         }
+        if ack == self.snd_una
+            && self.snd_una == self.snd_max
+            && t.opts.sack.is_empty()
+            && self.ca_state == CaState::Open
+            && !t.flags.contains(TcpFlags::ECE)
+            && !self.paced
+            && !self.rack_on()
+        {
+            // Nothing outstanding and nothing newly acknowledged (a receiver's ACK field):
+            // no SACK, loss, congestion-window, ECN or pacing state can change below.
+            return;
+        }
         let rack = self.rack_on();
         let delivered_before = self.sb.delivered_segs();
         let (prior_in_flight, lost_before) = (self.inflight(), self.sb.lost_marks());
