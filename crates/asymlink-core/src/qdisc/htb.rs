@@ -184,9 +184,6 @@ struct Class<P> {
     quantum: i64,
     deficit: i64,
     leaf: Option<Box<dyn Qdisc<P>>>,
-    /// Packets its leaf discipline holds, as of its last call (the dequeue scans read
-    /// this instead of asking each leaf, a separate object, for its backlog).
-    queued: u32,
     counters: HtbClassCounters,
 }
 
@@ -216,14 +213,6 @@ impl<P> Class<P> {
     }
 }
 
-impl<P: Pkt> Class<P> {
-    /// Note what the leaf discipline holds after a call to it.
-    #[inline]
-    fn sync(&mut self) {
-        self.queued = self.leaf.as_ref().map_or(0, |q| q.backlog().packets);
-    }
-}
-
 fn elapsed(from: Instant, to: Instant) -> i64 {
     i64::try_from(dur_ns(to.saturating_since(from)))
         .unwrap_or(i64::MAX)
@@ -238,9 +227,8 @@ pub struct Htb<P> {
     default: Option<usize>,
     ll: LinkLayer,
     ingress: bool,
-    /// Round-robin position per (level, prio): the leaf served last (`u8::MAX`: none
-    /// yet; a tree has at most 64 classes).
-    rr: [[u8; PRIOS as usize]; MAX_DEPTH + 1],
+    /// Round-robin position per (level, prio): the leaf served last.
+    rr: [[usize; PRIOS as usize]; MAX_DEPTH + 1],
     stats: QdiscStats,
 }
 
@@ -310,7 +298,6 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 quantum,
                 deficit: quantum,
                 leaf,
-                queued: 0,
                 counters: HtbClassCounters::default(),
             });
         }
@@ -323,7 +310,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             default,
             ll,
             ingress: cfg.ingress,
-            rr: [[u8::MAX; PRIOS as usize]; MAX_DEPTH + 1],
+            rr: [[usize::MAX; PRIOS as usize]; MAX_DEPTH + 1],
             stats: QdiscStats::default(),
         })
     }
@@ -465,7 +452,6 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             .as_mut()
             .expect("leaf")
             .enqueue(now, pkt, drops);
-        self.classes[l].sync();
         self.stats.absorb(drops, mark, len);
         self.charge_discards(l, drops, mark, now);
         debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
@@ -479,11 +465,8 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             let mut best: Option<(usize, u8)> = None;
             let mut any = false;
             for (i, c) in self.classes.iter().enumerate() {
-                if c.leaf.is_none() {
-                    continue;
-                }
-                debug_assert_eq!(c.queued, c.leaf.as_ref().map_or(0, |q| q.backlog().packets));
-                if c.queued == 0 || skip & (1 << i) != 0 {
+                let Some(q) = &c.leaf else { continue };
+                if q.backlog().packets == 0 || skip & (1 << i) != 0 {
                     continue;
                 }
                 any = true;
@@ -514,15 +497,13 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             // Round robin among the leaves of this (level, prio), after the last served.
             let n = self.classes.len();
             let last = self.rr[level][prio as usize];
-            let start = if last == u8::MAX { 0 } else { last as usize };
+            let start = if last == usize::MAX { 0 } else { last };
             let mut chosen = None;
             for k in 0..n {
                 let i = (start + k) % n;
                 let c = &self.classes[i];
-                if c.leaf.is_none() {
-                    continue;
-                }
-                if c.prio != prio || c.queued == 0 || skip & (1 << i) != 0 {
+                let Some(q) = &c.leaf else { continue };
+                if c.prio != prio || q.backlog().packets == 0 || skip & (1 << i) != 0 {
                     continue;
                 }
                 if let Ok(lender) = self.lender(i, now) {
@@ -539,7 +520,6 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                 .as_mut()
                 .expect("leaf")
                 .dequeue(now, drops);
-            self.classes[leaf].sync();
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }
@@ -553,9 +533,9 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                     c.deficit -= wire;
                     if c.deficit < 0 {
                         c.deficit += c.quantum;
-                        self.rr[level][prio as usize] = ((leaf + 1) % n) as u8;
+                        self.rr[level][prio as usize] = (leaf + 1) % n;
                     } else {
-                        self.rr[level][prio as usize] = leaf as u8;
+                        self.rr[level][prio as usize] = leaf;
                     }
                     self.stats.on_dequeue(len);
                     debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
@@ -584,7 +564,6 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             };
             let mark = drops.len();
             q.handle_timeout(now, drops);
-            self.classes[i].sync();
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }
