@@ -22,7 +22,7 @@
 //! | initial RTO | 3 s | 1 s | 1 s |
 //! | Nagle | off | on (RFC 896) | on (Minshall's variant, FIN not held) |
 //! | limited transmit | off | on | on |
-//! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | autotuned (`rmem`) / 4 MB |
+//! | receive / send buffer | 1 MB / unlimited | 4 MB / 4 MB | autotuned (`rmem` / `wmem`) |
 //! | spurious-timeout undo (Eifel, timestamps) | off | off | on |
 //! | rescue retransmission (RFC 6675 NextSeg rules 3–4) | off | on | off |
 //! | cwnd growth when not cwnd-limited | grows | RFC 7661 rule | Linux rule |
@@ -265,7 +265,10 @@ pub struct TcpConfig {
     pub initial_ssthresh: Option<u64>,
     /// Receive buffer in bytes (bounds the advertised window).
     pub rcvbuf: u64,
-    /// Send buffer in bytes (bounds unacknowledged + unsent data; `None`: unlimited).
+    /// Send buffer in bytes (bounds unacknowledged + unsent data; `None`: unlimited, or
+    /// autotuned with `snd_autotune`). With Linux's sender (`delack_mode = "linux"`) it is
+    /// the buffer's memory (`sk_sndbuf`, what `ss -m` shows as `tb`: twice the value given
+    /// to `SO_SNDBUF`), of which each queued packet also takes its `sk_buff` (832 bytes).
     pub sndbuf: Option<u64>,
     /// Acknowledge every `delayed_ack` full-sized segments.
     pub delayed_ack: u32,
@@ -357,6 +360,14 @@ pub struct TcpConfig {
     /// ratio (`scaling_ratio`) from it at the first full-sized segment. `None`: the
     /// ratio stays at half.
     pub skb_truesize: Option<u64>,
+    /// Send-buffer autotuning (Linux `tcp_sndbuf_expand`, with `delack_mode = "linux"` and
+    /// no `sndbuf`): the buffer starts at twice (BBR: three times) max(10, cwnd) packets of
+    /// 2304 bytes of memory, and grows so when a writer waiting for space finds the sender
+    /// not cwnd-limited, up to `wmem[2]`. Setting `sndbuf` turns it off (as `SO_SNDBUF`
+    /// locks a Linux socket's buffer).
+    pub snd_autotune: bool,
+    /// Linux's `tcp_wmem` (min, default, max) in bytes of buffer memory.
+    pub wmem: [u64; 3],
     /// How delayed ACKs are timed.
     pub delack_mode: DelackMode,
     /// How a retransmission timeout sets ssthresh.
@@ -414,6 +425,8 @@ impl TcpConfig {
             so_rcvbuf: None,
             window_clamp: None,
             skb_truesize: None,
+            snd_autotune: false,
+            wmem: [4096, 16_384, 4_194_304],
             delack_mode: DelackMode::Fixed,
             timeout_mode: TimeoutMode::Rfc,
             dsack: false,
@@ -444,6 +457,8 @@ impl TcpConfig {
                 mss: 1448,
                 initial_window: 10,
                 rcvbuf: 6_000_000,
+                sndbuf: None,
+                snd_autotune: true,
                 delack_timeout: Duration::from_millis(40),
                 quickack: 16,
                 rto_min: Duration::from_millis(200),
@@ -581,6 +596,8 @@ pub struct TcpOverrides {
     pub so_rcvbuf: Option<Bytes>,
     pub window_clamp: Option<Bytes>,
     pub skb_truesize: Option<Bytes>,
+    pub snd_autotune: Option<bool>,
+    pub wmem: Option<[Bytes; 3]>,
     pub delack_mode: Option<DelackMode>,
     pub timeout_mode: Option<TimeoutMode>,
     pub dsack: Option<bool>,
@@ -679,7 +696,11 @@ impl TcpSpec {
         set!(dsack);
         if let Some(b) = o.sndbuf {
             c.sndbuf = Some(b.0);
+            // A buffer set by hand is fixed, as `SO_SNDBUF` locks a Linux socket's buffer.
+            c.snd_autotune = false;
         }
+        set!(snd_autotune);
+        set!(wmem, |r: [Bytes; 3]| r.map(|b| b.0));
         set!(delayed_ack);
         set!(delack_timeout, |s: Span| s.0);
         set!(quickack);
@@ -751,6 +772,15 @@ impl TcpConfig {
         }
         if self.sndbuf.is_some_and(|s| s < self.mss as u64) {
             return err("sndbuf", "must hold at least one MSS");
+        }
+        if self.snd_autotune {
+            let [lo, def, hi] = self.wmem;
+            if !(lo <= def && def <= hi) {
+                return err("wmem", "must be [min, default, max] in increasing order");
+            }
+            if def < self.mss as u64 {
+                return err("wmem", "the default buffer must hold at least one MSS");
+            }
         }
         if self.rto_min.is_zero() || self.rto_min > self.rto_max {
             return err("rto_min", "must be positive and at most rto_max");
@@ -870,8 +900,12 @@ mod tests {
         assert_eq!(c.wscale_shift(), 7);
         let e = t("t = { rmem = [\"4KiB\", \"128KiB\", \"64KiB\"] }").unwrap_err();
         assert_eq!(e.path, "rmem");
+        assert!(c.snd_autotune && c.sndbuf.is_none());
+        let c = t("t = { sndbuf = \"4MB\" }").unwrap();
+        assert!(!c.snd_autotune);
+        assert_eq!(c.sndbuf, Some(4_000_000));
         let c = t("t = { profile = \"rfc\" }").unwrap();
-        assert!(!c.rcv_autotune && !c.hystart);
+        assert!(!c.rcv_autotune && !c.hystart && !c.snd_autotune);
         assert_eq!(c.delack_mode, DelackMode::Fixed);
     }
 

@@ -145,6 +145,17 @@ struct DsackUndo {
 /// Linux's `TCP_RACK_RECOVERY_THRESH`: recoveries a widened reordering window lasts.
 const REO_WND_PERSIST: u32 = 16;
 /// Linux `ICSK_ACK_PUSHED` and `ICSK_ACK_PUSHED2` (`Connection::ack_pushed`).
+/// Linux's `MAX_TCP_HEADER` (room reserved for headers in each sent buffer).
+const MAX_TCP_HEADER: u64 = 256;
+/// `SKB_DATA_ALIGN(sizeof(struct skb_shared_info))`.
+const SKB_SHINFO: u64 = 320;
+/// `SKB_DATA_ALIGN(sizeof(struct sk_buff))`.
+const SKB_STRUCT: u64 = 256;
+/// The memory an `sk_buff` of the send queue takes beside its payload (`truesize` of a
+/// small head: header room, shared info and the struct): 832 bytes.
+const SKB_OVERHEAD: u64 = MAX_TCP_HEADER + SKB_SHINFO + SKB_STRUCT;
+/// The largest `size_goal` (`sk_gso_max_size`: 64 KiB less `MAX_TCP_HEADER` + 1).
+const GSO_GOAL_MAX: u64 = 65_536 - MAX_TCP_HEADER - 1;
 const ACK_PUSHED: u8 = 1;
 const ACK_PUSHED2: u8 = 2;
 
@@ -206,6 +217,16 @@ pub struct Connection {
     write_seq: u64,
     pushed_seq: u64,
     push_marks: std::collections::VecDeque<u64>,
+    /// Linux's sender (`delack_mode = "linux"`): the writer copies into a send buffer of
+    /// `sk_sndbuf` bytes of memory (0: not set up yet; `u64::MAX`: unlimited), waits when
+    /// it is full (`writer_waiting`); `tail_skb` is where the last buffer it filled starts;
+    /// `tx_skbs` the ends of the packets sent (each a buffer of its own) not yet
+    /// acknowledged, for the memory they take.
+    linux_writer: bool,
+    sk_sndbuf: u64,
+    writer_waiting: bool,
+    tail_skb: u64,
+    tx_skbs: std::collections::VecDeque<u64>,
     sb: Scoreboard,
     cc: Cc,
     rtt: RttEstimator,
@@ -356,6 +377,11 @@ impl Connection {
             write_seq: 1,
             pushed_seq: 1,
             push_marks: Default::default(),
+            linux_writer: cfg.delack_mode == DelackMode::Linux,
+            sk_sndbuf: 0,
+            writer_waiting: false,
+            tail_skb: 1,
+            tx_skbs: Default::default(),
             sb: Scoreboard::default(),
             cc: Cc::new(cfg, mss),
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max, cfg.rto_floor),
@@ -628,6 +654,15 @@ impl Connection {
             .as_ref()
             .map(|a| (a.rcvbuf(), a.window_clamp()))
     }
+    /// With BBR: whether the flow is marked app-limited (Linux `tp->app_limited`).
+    pub fn app_limited(&self) -> bool {
+        self.bbr.as_ref().is_some_and(|b| b.1.app_limited())
+    }
+    /// Linux's sender: the send buffer's size in bytes of memory (`sk_sndbuf`;
+    /// `u64::MAX`: unlimited; 0 before the connection is set up).
+    pub fn sndbuf(&self) -> u64 {
+        self.sk_sndbuf
+    }
     /// Smoothed RTT.
     pub fn srtt(&self) -> Option<Duration> {
         self.rtt.srtt()
@@ -695,22 +730,32 @@ impl Connection {
         if self.fin_queued || matches!(self.state, State::Closed | State::TimeWait) {
             return;
         }
-        if self.bbr.is_some() {
-            // Linux `tcp_rate_check_app_limited`: less than a segment unsent, room in cwnd,
-            // no lost segment waiting: what follows this write is app-limited.
-            let unsent = self.data_end().saturating_sub(self.snd_max);
-            if unsent < self.mss as u64
-                && self.inflight() < self.cc.cwnd
-                && self.sb.lost_bytes() <= self.sb.retx_out_bytes()
-            {
-                let mark = self.sb.delivered_segs() + self.segs(self.inflight());
-                if let Some(b) = self.bbr.as_mut() {
-                    b.1.set_app_limited(mark);
-                }
+        self.check_app_limited();
+        self.app_end = self.app_end.saturating_add(n).min(u64::MAX / 2);
+        if self.linux_writer {
+            // A new `send()`: it copies what the buffer takes, whatever it waited for.
+            self.writer_waiting = false;
+            self.fill_sndbuf();
+        }
+        self.try_send(now, io);
+    }
+
+    /// Linux `tcp_rate_check_app_limited`, at each `send()` (with BBR): less than a segment
+    /// unsent, room in cwnd, no lost segment waiting: what follows is app-limited.
+    fn check_app_limited(&mut self) {
+        if self.bbr.is_none() {
+            return;
+        }
+        let unsent = self.data_end().saturating_sub(self.snd_max);
+        if unsent < self.mss as u64
+            && self.inflight() < self.cc.cwnd
+            && self.sb.lost_bytes() <= self.sb.retx_out_bytes()
+        {
+            let mark = self.sb.delivered_segs() + self.segs(self.inflight());
+            if let Some(b) = self.bbr.as_mut() {
+                b.1.set_app_limited(mark);
             }
         }
-        self.app_end = self.app_end.saturating_add(n).min(u64::MAX / 2);
-        self.try_send(now, io);
     }
 
     /// The application closes its direction: a FIN follows the written data.
@@ -759,6 +804,7 @@ impl Connection {
     /// Stop writing: data not yet sent is forgotten and a FIN follows what was sent.
     pub fn stop_writing(&mut self, now: Instant, io: &mut ConnIo<'_>) {
         self.app_end = self.app_end.min(self.snd_max.max(1));
+        self.write_seq = self.write_seq.min(self.app_end);
         self.close(now, io);
     }
 
@@ -2467,6 +2513,10 @@ impl Connection {
     // ---------------------------------------------------------------- output
 
     fn data_end(&self) -> u64 {
+        if self.linux_writer {
+            // Only what the writer copied into the send buffer can be sent.
+            return self.write_seq;
+        }
         match self.cfg.sndbuf {
             Some(b) => self.app_end.min(self.snd_una.max(1) + b),
             None => self.app_end,
@@ -2499,8 +2549,40 @@ impl Connection {
         self.maybe_restart_after_idle(now);
         let sent_before = self.stats.segments_sent + self.stats.policed;
         let mut sent_new = false;
+        loop {
+            sent_new |= self.send_loop(now, io);
+            // Linux `tcp_data_snd_check`: once what was queued went out, a writer waiting
+            // for buffer space may wake (`tcp_check_space`), and what it copies goes out
+            // at once.
+            if !(self.linux_writer && self.write_seq < self.app_end && self.fill_sndbuf()) {
+                break;
+            }
+        }
+        if sent_new && self.cfg.tlp {
+            // Linux `tcp_write_xmit`: new data (re)arms the probe timer.
+            self.schedule_tlp(now, false);
+        }
+        self.note_cwnd_use(self.stats.segments_sent + self.stats.policed > sent_before);
+        self.arm_persist(now);
+    }
+
+    /// What the windows, the pacer and the conditioner let out now; whether new data left.
+    /// Linux's sender sends new data as GSO packets (`tcp_write_xmit`: at most
+    /// `tcp_tso_autosize` segments and half the cwnd each), and `__tcp_transmit_skb` marks
+    /// PSH on every packet of more than one segment (its last segment carries it).
+    #[inline(always)]
+    fn send_loop(&mut self, now: Instant, io: &mut ConnIo<'_>) -> bool {
+        let mut sent_new = false;
         let paced = self.paced();
         let burst = if paced { self.burst_segs() } else { 0 };
+        let gso_max = if self.linux_writer {
+            self.gso_segs(paced, burst)
+        } else {
+            u64::MAX
+        };
+        // The GSO packet being built: its segments so far and where its last one is in
+        // `io.out`.
+        let mut gso = (0u64, 0usize);
         // How far new data may go (`new_data_limit`), worked out once: sending new data
         // moves the flight and the next segment by the same amount, so the limit holds
         // until a retransmission adds to the pipe (or BBR resets its window on a send).
@@ -2521,6 +2603,9 @@ impl Connection {
                 if !ok {
                     break;
                 }
+                if gso.0 > 0 {
+                    self.end_gso(&mut gso, io);
+                }
                 if !self.retransmit(now, i, io) {
                     break;
                 }
@@ -2534,6 +2619,9 @@ impl Connection {
             limit = self.bbr.is_none().then_some(lim);
             let Some((start, len, fin)) = self.next_new_segment(lim) else {
                 if let Some(i) = self.last_resort_retransmit() {
+                    if gso.0 > 0 {
+                        self.end_gso(&mut gso, io);
+                    }
                     if !self.retransmit(now, i, io) {
                         break;
                     }
@@ -2542,18 +2630,69 @@ impl Connection {
                 }
                 break;
             };
+            let out_before = io.out.len();
             if !self.transmit_new(now, start, len, fin, io) {
                 break;
             }
             sent_new = true;
+            if self.linux_writer {
+                if len > 0 && io.out.len() > out_before {
+                    gso = (gso.0 + 1, out_before);
+                }
+                if len == 0 || gso.0 >= gso_max {
+                    self.end_gso(&mut gso, io);
+                }
+            }
+        }
+        if gso.0 > 0 {
+            self.end_gso(&mut gso, io);
         }
         self.pacer.end_burst();
-        if sent_new && self.cfg.tlp {
-            // Linux `tcp_write_xmit`: new data (re)arms the probe timer.
-            self.schedule_tlp(now, false);
+        sent_new
+    }
+
+    /// The GSO packet being built is complete: PSH on its last segment if it has more than
+    /// one (`__tcp_transmit_skb`); it takes a buffer of its own in the send queue.
+    #[cold]
+    fn end_gso(&mut self, gso: &mut (u64, usize), io: &mut ConnIo<'_>) {
+        if gso.0 == 0 {
+            return;
         }
-        self.note_cwnd_use(self.stats.segments_sent + self.stats.policed > sent_before);
-        self.arm_persist(now);
+        if gso.0 > 1 {
+            if let Some(t) = io.out.get_mut(gso.1).and_then(|h| h.tcp_repr_mut()) {
+                t.flags = t.flags | TcpFlags::PSH;
+            }
+        }
+        if self.sk_sndbuf != u64::MAX {
+            self.tx_skbs.push_back(self.snd_max);
+        }
+        *gso = (0, 0);
+    }
+
+    /// Segments one GSO packet may carry (Linux `tcp_write_xmit`): `tcp_tso_autosize` at
+    /// the pacing rate — the pacer's burst, or, unpaced, at the rate Linux computes
+    /// anyway (`tcp_update_pacing_rate`) — and at most half the cwnd (`tcp_cwnd_test`).
+    fn gso_segs(&self, paced: bool, burst: u64) -> u64 {
+        let mss = self.mss as u64;
+        let cwnd = self.cc.cwnd / mss;
+        let half = (cwnd / 2).max(1);
+        let auto = if paced {
+            burst
+        } else {
+            let rate = self.rtt.srtt().filter(|d| !d.is_zero()).map(|srtt| {
+                let ratio = if cwnd < self.cc.ssthresh / mss / 2 {
+                    super::pacing::PACING_SS_RATIO
+                } else {
+                    super::pacing::PACING_CA_RATIO
+                };
+                let segs = cwnd.max(self.flight().div_ceil(mss));
+                let r = mss as u128 * ratio as u128 * segs as u128 * 10_000_000
+                    / srtt.as_nanos().max(1);
+                u64::try_from(r).unwrap_or(u64::MAX)
+            });
+            super::pacing::tso_autosize(rate, mss, self.rtt.min_rtt(), MIN_TSO_SEGS)
+        };
+        auto.min(half)
     }
 
     /// Nothing is outstanding or waiting to be sent (no data, no FIN), the sender does
@@ -2561,6 +2700,10 @@ impl Connection {
     /// find nothing to send, without the congestion window holding it back.
     fn nothing_to_send(&self) -> bool {
         if self.paced || self.snd_una != self.snd_max || !self.sb.is_empty() {
+            return false;
+        }
+        if self.linux_writer && self.write_seq < self.app_end {
+            // The writer has more to copy (it waits for the connection or for space).
             return false;
         }
         let data_end = self.data_end();
@@ -2735,14 +2878,11 @@ impl Connection {
     }
 
     /// Whether new data ending at `end` carries PSH: the end of what the application
-    /// wrote; with Linux's stack (`delack_mode = "linux"`) also, as `tcp_sendmsg` marks
-    /// them, the end of what a full send buffer holds (the writer waits there) and the
-    /// data that takes what was written since the last mark past half the largest window
-    /// the peer offered (`forced_push`).
+    /// wrote; with Linux's sender also where `tcp_sendmsg` marked it as the writer copied
+    /// (see [`Connection::fill_sndbuf`]).
     fn push_due(&mut self, end: u64) -> bool {
         let mut push = end >= self.app_end;
-        if self.cfg.delack_mode == DelackMode::Linux {
-            self.copy_into_sndbuf();
+        if self.linux_writer {
             while self.push_marks.front().is_some_and(|&m| m <= end) {
                 self.push_marks.pop_front();
                 push = true;
@@ -2751,40 +2891,124 @@ impl Connection {
         push
     }
 
-    /// Linux `tcp_sendmsg` copying what the application wrote into the send buffer, as
-    /// far as the buffer allows: segment-sized buffers, PSH marked on the one that takes
-    /// what was copied since the last mark past half the largest window the peer offered
-    /// (`forced_push`), and on the last one copied (`tcp_push`: the write ends, or the
-    /// writer waits for buffer space). Nothing is copied before the peer offered a window
-    /// (the writer waits for the connection); a writer waiting for space wakes when a
-    /// third of the buffer is free (`sk_stream_write_space`).
-    fn copy_into_sndbuf(&mut self) {
-        let end = self.data_end();
-        if self.max_snd_wnd == 0 || end <= self.write_seq {
-            return;
+    /// Linux `tcp_sendmsg_locked` copying what the application wrote into the send buffer,
+    /// one buffer (`sk_buff`) of `size_goal` bytes at a time: a new one only while the
+    /// queue's memory is below `sk_sndbuf` (else the writer waits), the last one filled
+    /// up even beyond it. PSH is marked on a full buffer that takes what was copied since
+    /// the last mark past half the largest window the peer offered (`forced_push`), and on
+    /// the last one copied (`tcp_push`: the write ends, or the writer waits for space); a
+    /// write that goes on filling an unsent buffer takes its mark away. Nothing is copied
+    /// before the peer offered a window. A waiting writer wakes once the buffer has half as
+    /// much room as the queue takes (`sk_stream_write_space`: a third free), after the
+    /// buffer grew if the sender is not cwnd-limited (`tcp_new_space`); it wakes as a new
+    /// `send()` (an event-driven writer), so BBR checks whether it is app-limited. Returns
+    /// whether anything was copied.
+    fn fill_sndbuf(&mut self) -> bool {
+        if self.max_snd_wnd == 0 || self.write_seq >= self.app_end {
+            return false;
         }
-        if end < self.app_end && self.write_seq > 1 {
-            let buf = self.cfg.sndbuf.unwrap_or(u64::MAX);
-            if (end - self.write_seq) * 3 < buf {
-                return;
+        if self.sk_sndbuf == 0 {
+            // `tcp_init_buffer_space`.
+            self.sk_sndbuf = match self.cfg.sndbuf {
+                Some(b) => b,
+                None if self.cfg.snd_autotune => {
+                    self.sk_sndbuf = self.cfg.wmem[1];
+                    self.sndbuf_expand();
+                    self.sk_sndbuf
+                }
+                None => u64::MAX,
+            };
+        }
+        while self.tx_skbs.front().is_some_and(|&e| e <= self.snd_una) {
+            self.tx_skbs.pop_front();
+        }
+        if self.writer_waiting {
+            if self.cfg.snd_autotune && self.cfg.sndbuf.is_none() && self.inflight() < self.cc.cwnd
+            {
+                self.sndbuf_expand();
+            }
+            let queued = self.sndbuf_queued();
+            if self.sk_sndbuf.saturating_sub(queued) < queued / 2 {
+                return false;
+            }
+            self.writer_waiting = false;
+            self.check_app_limited();
+        }
+        let from = self.write_seq;
+        if self.sk_sndbuf == u64::MAX {
+            // An unlimited buffer takes the whole write at once.
+            self.write_seq = self.app_end;
+        }
+        let goal = self.size_goal();
+        while self.write_seq < self.app_end {
+            let unsent_tail = self.write_seq - self.tail_skb.max(self.snd_max).min(self.write_seq);
+            let room = if unsent_tail > 0 && unsent_tail < goal {
+                goal - unsent_tail
+            } else {
+                if self.sndbuf_queued() >= self.sk_sndbuf {
+                    self.writer_waiting = true;
+                    break;
+                }
+                self.tail_skb = self.write_seq;
+                goal
+            };
+            if self.write_seq == from
+                && unsent_tail > 0
+                && self.push_marks.back() == Some(&self.write_seq)
+            {
+                // `if (!copied) tcp_flags &= ~TCPHDR_PSH`: the buffer goes on.
+                self.push_marks.pop_back();
+            }
+            self.write_seq += room.min(self.app_end - self.write_seq);
+            let full = self.write_seq - self.tail_skb.max(self.snd_max) >= goal;
+            if full && self.write_seq > self.pushed_seq + self.max_snd_wnd / 2 {
+                self.push_marks.push_back(self.write_seq);
+                self.pushed_seq = self.write_seq;
             }
         }
+        if self.write_seq == from {
+            return false;
+        }
+        if self.push_marks.back() != Some(&self.write_seq) {
+            self.push_marks.push_back(self.write_seq);
+        }
+        self.pushed_seq = self.write_seq;
+        true
+    }
+
+    /// Linux `tcp_xmit_size_goal`: half the largest window offered, at most a GSO packet,
+    /// in whole segments.
+    fn size_goal(&self) -> u64 {
         let mss = self.mss as u64;
-        loop {
-            let next = self.pushed_seq + self.max_snd_wnd / 2;
-            if next >= end {
-                break;
-            }
-            // The segment whose end first passes `next` (segments from the first byte).
-            let mark = (1 + ((next - 1) / mss + 1) * mss).min(end);
-            self.push_marks.push_back(mark);
-            self.pushed_seq = mark;
-        }
-        if self.push_marks.back() != Some(&end) {
-            self.push_marks.push_back(end);
-        }
-        self.pushed_seq = end;
-        self.write_seq = end;
+        let half = if self.max_snd_wnd >= 512 {
+            self.max_snd_wnd / 2
+        } else {
+            self.max_snd_wnd
+        };
+        (half.min(GSO_GOAL_MAX) / mss * mss).max(mss)
+    }
+
+    /// The send queue's memory (`sk_wmem_queued`): its bytes, and an `sk_buff` for each
+    /// packet sent and not yet acknowledged and for each buffer of unsent data.
+    fn sndbuf_queued(&self) -> u64 {
+        let bytes = self.write_seq.saturating_sub(self.snd_una.max(1));
+        let unsent = self.write_seq.saturating_sub(self.snd_max.max(1));
+        let skbs = self.tx_skbs.len() as u64 + unsent.div_ceil(self.size_goal());
+        bytes + SKB_OVERHEAD * skbs
+    }
+
+    /// Linux `tcp_sndbuf_expand`: room for twice (BBR: three times) max(10, cwnd,
+    /// reordering + 1) packets, each a power-of-two buffer for the MSS and its headers plus
+    /// its `sk_buff` (2304 bytes for a 1460-byte MSS), at most `wmem[2]`; never shrinks.
+    fn sndbuf_expand(&mut self) {
+        let mss_clamp = self.mss as u64 + if self.ts_ok { 12 } else { 0 };
+        let per_mss = (mss_clamp + MAX_TCP_HEADER + SKB_SHINFO).next_power_of_two() + SKB_STRUCT;
+        let segs = (self.cc.cwnd / self.mss as u64)
+            .max(10)
+            .max(self.cfg.dupthresh as u64 + 1);
+        let factor = if self.bbr.is_some() { 3 } else { 2 };
+        let mem = (factor * segs * per_mss).min(self.cfg.wmem[2]);
+        self.sk_sndbuf = self.sk_sndbuf.max(mem);
     }
 
     fn transmit_new(

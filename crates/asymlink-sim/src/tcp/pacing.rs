@@ -107,16 +107,10 @@ impl Pacer {
     /// about 1 ms of data (plus up to 64 KB more for flows whose minimum RTT is below
     /// ~16 ms), at most 64 KB, at least `min_segs` (2; BBR asks for 1 below 1.2 Mbit/s).
     pub fn burst_segs(&self, mss: u64, min_rtt: Option<Duration>, min_segs: u64) -> u64 {
-        let Some(rate) = self.rate else {
-            return u64::MAX;
-        };
-        let mut bytes = rate >> PACING_SHIFT;
-        let r = min_rtt.map_or(u64::MAX, |d| (d.as_nanos() / 1000) as u64) >> TSO_RTT_LOG;
-        if r < 64 {
-            bytes += GSO_MAX_SIZE >> r;
+        match self.rate {
+            None => u64::MAX,
+            rate => tso_autosize(rate, mss, min_rtt, min_segs),
         }
-        let bytes = bytes.min(GSO_MAX_SIZE);
-        (bytes / mss.max(1)).max(min_segs)
     }
 
     /// Linux `tcp_pacing_check`: may data leave now? `burst` segments (see
@@ -171,6 +165,20 @@ impl Pacer {
     pub fn next_departure(&self) -> Instant {
         self.wstamp
     }
+}
+
+/// Linux `tcp_tso_autosize`: the segments one TSO/GSO packet may carry at `rate` bytes
+/// per second (`None`: no rate yet, Linux's `~0UL`) — about 1 ms of data plus up to
+/// 64 KB more for flows whose minimum RTT is below ~16 ms, at most 64 KB, at least
+/// `min_segs`.
+pub fn tso_autosize(rate: Option<u64>, mss: u64, min_rtt: Option<Duration>, min_segs: u64) -> u64 {
+    let mut bytes = rate.map_or(GSO_MAX_SIZE, |r| r >> PACING_SHIFT);
+    let r = min_rtt.map_or(u64::MAX, |d| (d.as_nanos() / 1000) as u64) >> TSO_RTT_LOG;
+    if r < 64 {
+        bytes = bytes.saturating_add(GSO_MAX_SIZE >> r);
+    }
+    let bytes = bytes.min(GSO_MAX_SIZE);
+    (bytes / mss.max(1)).max(min_segs)
 }
 
 #[cfg(test)]
