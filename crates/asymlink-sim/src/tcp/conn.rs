@@ -2679,17 +2679,13 @@ impl Connection {
         let auto = if paced {
             burst
         } else {
-            let rate = self.rtt.srtt().filter(|d| !d.is_zero()).map(|srtt| {
-                let ratio = if cwnd < self.cc.ssthresh / mss / 2 {
-                    super::pacing::PACING_SS_RATIO
-                } else {
-                    super::pacing::PACING_CA_RATIO
-                };
-                let segs = cwnd.max(self.flight().div_ceil(mss));
-                let r = mss as u128 * ratio as u128 * segs as u128 * 10_000_000
-                    / srtt.as_nanos().max(1);
-                u64::try_from(r).unwrap_or(u64::MAX)
-            });
+            let rate = super::pacing::cwnd_rate(
+                mss,
+                cwnd,
+                self.flight().div_ceil(mss),
+                self.cc.ssthresh / mss,
+                self.rtt.srtt(),
+            );
             super::pacing::tso_autosize(rate, mss, self.rtt.min_rtt(), MIN_TSO_SEGS)
         };
         auto.min(half)

@@ -89,18 +89,10 @@ impl Pacer {
         ssthresh: u64,
         srtt: Option<Duration>,
     ) {
-        let Some(srtt) = srtt.filter(|d| !d.is_zero()) else {
-            self.rate = self.max_rate;
-            return;
-        };
-        let ratio = if cwnd < ssthresh / 2 {
-            PACING_SS_RATIO
-        } else {
-            PACING_CA_RATIO
-        };
-        let segs = cwnd.max(packets_out) as u128;
-        let r = mss as u128 * ratio as u128 * segs * 10_000_000 / srtt.as_nanos().max(1);
-        self.set_rate(u64::try_from(r).unwrap_or(u64::MAX));
+        match cwnd_rate(mss, cwnd, packets_out, ssthresh, srtt) {
+            Some(r) => self.set_rate(r),
+            None => self.rate = self.max_rate,
+        }
     }
 
     /// Linux `tcp_tso_autosize`: the segments one burst may carry at the current rate —
@@ -165,6 +157,27 @@ impl Pacer {
     pub fn next_departure(&self) -> Instant {
         self.wstamp
     }
+}
+
+/// Linux `tcp_update_pacing_rate`'s rate, bytes per second: `ratio` × MSS × max(cwnd,
+/// packets out) / SRTT, with 200 % while cwnd is below half of ssthresh (slow start) and
+/// 120 % after (cwnd, packets out and ssthresh in segments); `None` without an RTT sample.
+pub fn cwnd_rate(
+    mss: u64,
+    cwnd: u64,
+    packets_out: u64,
+    ssthresh: u64,
+    srtt: Option<Duration>,
+) -> Option<u64> {
+    let srtt = srtt.filter(|d| !d.is_zero())?;
+    let ratio = if cwnd < ssthresh / 2 {
+        PACING_SS_RATIO
+    } else {
+        PACING_CA_RATIO
+    };
+    let segs = cwnd.max(packets_out) as u128;
+    let r = mss as u128 * ratio as u128 * segs * 10_000_000 / srtt.as_nanos().max(1);
+    Some(u64::try_from(r).unwrap_or(u64::MAX))
 }
 
 /// Linux `tcp_tso_autosize`: the segments one TSO/GSO packet may carry at `rate` bytes
