@@ -1,6 +1,8 @@
 //! The simulator's packet: compact headers plus bookkeeping that real packets do not carry.
 
+use asymlink_core::link::OnWire;
 use asymlink_core::packet::{ClassId, Pkt};
+use asymlink_core::time::Instant;
 use asymlink_core::wire::{Ecn, Headers, TcpFlags, Transport};
 
 /// Index of a node in the simulation.
@@ -70,7 +72,8 @@ pub struct SimPacket {
     /// copy in `hop` must follow every change (only the [`Pkt`] mutators change them).
     hdr: Box<Headers>,
     /// When it was offered to the egress of the link direction it waits for (ns): its
-    /// sojourn time there is measured when its transmission starts.
+    /// sojourn time there is measured when its transmission starts. On a delay line,
+    /// from then until it arrives, the field holds its arrival time instead ([`OnWire`]).
     pub queued_at: u64,
     /// Application data the simulator does not carry as bytes (e.g. a probe's send time).
     pub tag: u64,
@@ -157,6 +160,32 @@ impl SimPacket {
 }
 
 const _: () = assert!(core::mem::size_of::<SimPacket>() <= 64);
+
+/// A delay line's entry: the packet, with its arrival time in `queued_at` (the sojourn
+/// it measures ends when the transmission starts, before the packet goes onto the line),
+/// aligned so that each entry is one cache line.
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct OnLine(SimPacket);
+
+const _: () = assert!(core::mem::size_of::<OnLine>() == 64);
+
+impl OnWire for SimPacket {
+    type Entry = OnLine;
+    #[inline]
+    fn to_wire(mut self, at: Instant) -> OnLine {
+        self.queued_at = at.as_nanos();
+        OnLine(self)
+    }
+    #[inline]
+    fn arrival(e: &OnLine) -> Instant {
+        Instant(e.0.queued_at)
+    }
+    #[inline]
+    fn off_wire(e: OnLine) -> SimPacket {
+        e.0
+    }
+}
 
 impl Pkt for SimPacket {
     #[inline]
