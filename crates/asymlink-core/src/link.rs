@@ -453,6 +453,11 @@ impl<P: Pkt + OnWire> Link<P> {
             .or_else(|| self.trace.as_ref().map(|t| t.trace.mean_rate()))
     }
 
+    /// Whether a drop script reads the headers of the packets it transmits.
+    pub fn has_script(&self) -> bool {
+        self.script.is_some()
+    }
+
     /// Whether a modem buffer sits between the discipline and the serialiser.
     pub fn has_modem_buffer(&self) -> bool {
         self.modem.is_some()

@@ -3,7 +3,10 @@
 use asymlink_core::link::OnWire;
 use asymlink_core::packet::{ClassId, Pkt};
 use asymlink_core::time::Instant;
-use asymlink_core::wire::{Ecn, Headers, TcpFlags, Transport};
+use asymlink_core::wire::{
+    Ecn, Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp, Transport,
+};
+use std::net::IpAddr;
 
 /// Index of a node in the simulation.
 pub type NodeId = u32;
@@ -57,6 +60,16 @@ impl HopFields {
     }
 }
 
+/// The addresses and ports of a TCP connection endpoint, as its segments carry them
+/// (local: source, remote: destination).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnAddrs {
+    /// The endpoint's own address and port.
+    pub local: (IpAddr, u16),
+    /// The other endpoint's address and port.
+    pub remote: (IpAddr, u16),
+}
+
 /// A packet in flight in the simulator. Only the headers are "on the wire"; the rest is
 /// the simulator's bookkeeping (routing shortcut, demultiplexing shortcut, tracing).
 ///
@@ -66,16 +79,26 @@ impl HopFields {
 /// move, and what a hop reads. The headers are read where a packet is classified,
 /// rewritten or received. The engine reuses the header boxes of delivered and dropped
 /// packets for new ones.
+///
+/// The common TCP segment has no header box at all (a *compact* packet): with no
+/// options but timestamps and the IP fields a connection always sends, its headers are
+/// the per-hop fields, the sending connection's addresses ([`ConnAddrs`]), the IP
+/// identification, DSCP and ECN, and the timestamps (kept in `tag`, which TCP does not
+/// use). [`SimPacket::headers_with`] rebuilds them; the engine gives a compact packet its
+/// box ([`SimPacket::materialise`]) before anything that reads or rewrites headers in
+/// flight sees it, so only the receiving host rebuilds them, on its stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimPacket {
-    /// The headers (payload bytes are not simulated, only their count). Private: the
-    /// copy in `hop` must follow every change (only the [`Pkt`] mutators change them).
-    hdr: Box<Headers>,
+    /// The headers (payload bytes are not simulated, only their count); `None`: a compact
+    /// packet. Private: the copy in `hop` must follow every change (only the [`Pkt`]
+    /// mutators change them).
+    hdr: Option<Box<Headers>>,
     /// When it was offered to the egress of the link direction it waits for (ns): its
     /// sojourn time there is measured when its transmission starts. On a delay line,
     /// from then until it arrives, the field holds its arrival time instead ([`OnWire`]).
     pub queued_at: u64,
-    /// Application data the simulator does not carry as bytes (e.g. a probe's send time).
+    /// Application data the simulator does not carry as bytes (e.g. a probe's send time);
+    /// a compact packet's TCP timestamps (value in the high half, echo reply in the low).
     pub tag: u64,
     /// The header fields every hop reads.
     hop: HopFields,
@@ -83,16 +106,19 @@ pub struct SimPacket {
     pub len: u32,
     /// Destination node (routing uses it instead of looking up the address).
     pub dst_node: NodeId,
-    /// Source node.
-    pub src_node: NodeId,
     /// The receiving connection endpoint if known (demultiplexing shortcut).
     pub dst_conn: ConnId,
     /// The sending connection endpoint (for per-flow monitors), or [`NO_CONN`].
     pub src_conn: ConnId,
     /// Class assigned by a classifier on the current hop.
     pub class: ClassId,
-    /// The kind of transport header: [`SimPacket::TCP`], [`SimPacket::UDP`] or
-    /// [`SimPacket::OTHER`] (per-protocol statistics read it on every hop).
+    /// A compact packet's IP identification.
+    ident: u16,
+    /// A compact packet's IP DSCP (high six bits) and ECN (low two).
+    tos: u8,
+    /// The kind of transport header ([`SimPacket::TCP`], [`SimPacket::UDP`] or
+    /// [`SimPacket::OTHER`]: per-protocol statistics read it on every hop), and
+    /// [`SimPacket::HAS_TS`] for a compact packet with timestamps.
     proto: u8,
 }
 
@@ -103,12 +129,13 @@ impl SimPacket {
     pub const UDP: u8 = 1;
     /// [`SimPacket::proto`] of any other packet.
     pub const OTHER: u8 = 2;
+    /// The bit of `proto` a compact packet with TCP timestamps sets.
+    const HAS_TS: u8 = 0x80;
 
     /// A packet with the given headers and bookkeeping; the length and the per-hop
     /// fields are taken from `hdr`.
     pub fn new(
         hdr: Box<Headers>,
-        src_node: NodeId,
         dst_node: NodeId,
         src_conn: ConnId,
         dst_conn: ConnId,
@@ -122,21 +149,133 @@ impl SimPacket {
                 Transport::Udp(_) => SimPacket::UDP,
                 Transport::Other(_) => SimPacket::OTHER,
             },
-            hdr,
+            hdr: Some(hdr),
             class: ClassId::NONE,
             dst_node,
-            src_node,
             dst_conn,
             src_conn,
             tag,
             queued_at: 0,
+            ident: 0,
+            tos: 0,
         }
     }
 
-    /// The headers.
+    /// A compact packet for the segment `h` of the connection whose addresses are `a`
+    /// (see [`SimPacket`]), if the segment is a common one: TCP with no options but
+    /// timestamps, no urgent pointer, the IP fields of `IpRepr::new` but for the
+    /// identification, DSCP and ECN, and `a`'s addresses and ports. `None` otherwise.
+    #[inline]
+    pub fn compact(
+        h: &Headers,
+        a: &ConnAddrs,
+        dst_node: NodeId,
+        src_conn: ConnId,
+        dst_conn: ConnId,
+    ) -> Option<SimPacket> {
+        let Transport::Tcp(t) = &h.transport else {
+            return None;
+        };
+        let o = &t.opts;
+        let ip = &h.ip;
+        let common = t.urgent == 0
+            && o.mss.is_none()
+            && o.wscale.is_none()
+            && !o.sack_permitted
+            && o.sack.is_empty()
+            && !o.other
+            && !o.signed
+            && ip.dscp < 64
+            && ip.ttl == 64
+            && ip.dont_frag == ip.src.is_ipv4()
+            && ip.flow_label == 0
+            && !ip.extensions
+            && !ip.auth
+            && (ip.src, t.src_port) == a.local
+            && (ip.dst, t.dst_port) == a.remote;
+        if !common {
+            return None;
+        }
+        let (tag, ts) = match o.timestamp {
+            Some(ts) => ((ts.val as u64) << 32 | ts.ecr as u64, SimPacket::HAS_TS),
+            None => (0, 0),
+        };
+        let p = SimPacket {
+            len: h.ip_len(),
+            hop: HopFields::of(h),
+            proto: SimPacket::TCP | ts,
+            hdr: None,
+            class: ClassId::NONE,
+            dst_node,
+            dst_conn,
+            src_conn,
+            tag,
+            queued_at: 0,
+            ident: ip.ident,
+            tos: ip.dscp << 2 | ip.ecn.bits(),
+        };
+        debug_assert_eq!(p.headers_with(a), *h);
+        Some(p)
+    }
+
+    /// Whether the packet is compact (no header box; see [`SimPacket`]).
+    #[inline]
+    pub fn is_compact(&self) -> bool {
+        self.hdr.is_none()
+    }
+
+    /// The headers, given the sending connection's addresses (read only for a compact
+    /// packet).
+    #[inline]
+    pub fn headers_with(&self, a: &ConnAddrs) -> Headers {
+        if let Some(h) = &self.hdr {
+            return **h;
+        }
+        let mut ip = IpRepr::new(a.local.0, a.remote.0);
+        ip.ident = self.ident;
+        ip.dscp = self.tos >> 2;
+        ip.ecn = Ecn::from_bits(self.tos);
+        let f = &self.hop;
+        let opts = TcpOptions {
+            timestamp: (self.proto & SimPacket::HAS_TS != 0).then_some(Timestamp {
+                val: (self.tag >> 32) as u32,
+                ecr: self.tag as u32,
+            }),
+            ..TcpOptions::default()
+        };
+        let t = TcpRepr {
+            src_port: a.local.1,
+            dst_port: a.remote.1,
+            seq: SeqNumber(f.seq),
+            ack: SeqNumber(f.ack),
+            flags: TcpFlags(f.flags),
+            window: f.window,
+            urgent: 0,
+            opts,
+        };
+        Headers::tcp(ip, t, f.payload_len)
+    }
+
+    /// Give a compact packet its header box `b`, holding the headers
+    /// [`SimPacket::headers_with`] rebuilds: from then on it is a packet like any other.
+    pub fn materialise(&mut self, b: Box<Headers>) {
+        debug_assert!(self.hdr.is_none());
+        self.hdr = Some(b);
+        self.tag = 0;
+        self.proto = SimPacket::TCP;
+        self.ident = 0;
+        self.tos = 0;
+    }
+
+    /// The headers of a packet that is not compact.
+    ///
+    /// # Panics
+    /// On a compact packet (the engine gives it a box before anything reads them).
     #[inline]
     pub fn hdr(&self) -> &Headers {
-        &self.hdr
+        self.hdr
+            .as_deref()
+            .expect("a compact packet's headers are read")
     }
 
     /// The header fields every hop reads (equal to those of [`SimPacket::hdr`]).
@@ -149,12 +288,12 @@ impl SimPacket {
     /// [`SimPacket::OTHER`]).
     #[inline]
     pub fn proto(&self) -> u8 {
-        self.proto
+        self.proto & 3
     }
 
-    /// The header box, for reuse once the packet is gone.
+    /// The header box, for reuse once the packet is gone (`None`: a compact packet).
     #[inline]
-    pub fn into_hdr(self) -> Box<Headers> {
+    pub fn into_hdr(self) -> Option<Box<Headers>> {
         self.hdr
     }
 }
@@ -194,7 +333,7 @@ impl Pkt for SimPacket {
     }
     #[inline]
     fn headers(&self) -> Option<&Headers> {
-        Some(&*self.hdr)
+        Some(self.hdr())
     }
     #[inline]
     fn class(&self) -> ClassId {
@@ -205,7 +344,11 @@ impl Pkt for SimPacket {
         self.class = class;
     }
     fn set_tcp_window(&mut self, window: u16) -> bool {
-        match self.hdr.tcp_repr_mut() {
+        let hdr = self
+            .hdr
+            .as_mut()
+            .expect("a compact packet's headers are rewritten");
+        match hdr.tcp_repr_mut() {
             Some(t) => {
                 t.window = window;
                 self.hop.window = window;
@@ -215,8 +358,12 @@ impl Pkt for SimPacket {
         }
     }
     fn set_dscp_ecn(&mut self, dscp: u8, ecn: Ecn) -> bool {
-        self.hdr.ip.dscp = dscp;
-        self.hdr.ip.ecn = ecn;
+        let hdr = self
+            .hdr
+            .as_mut()
+            .expect("a compact packet's headers are rewritten");
+        hdr.ip.dscp = dscp;
+        hdr.ip.ecn = ecn;
         true
     }
 }
@@ -224,7 +371,7 @@ impl Pkt for SimPacket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asymlink_core::wire::{IpRepr, SeqNumber, TcpOptions, TcpRepr, UdpRepr};
+    use asymlink_core::wire::UdpRepr;
 
     fn tcp(flags: TcpFlags, payload_len: u32) -> Headers {
         Headers {
@@ -255,7 +402,7 @@ mod tests {
             (TcpFlags::ACK | TcpFlags::PSH | TcpFlags::ECE, 0),
         ] {
             let h = tcp(flags, len);
-            let p = SimPacket::new(Box::new(h), 0, 1, 2, 3, 0);
+            let p = SimPacket::new(Box::new(h), 1, 2, 3, 0);
             assert_eq!(p.hop().is_pure_ack(), h.is_pure_ack(), "{flags:?} {len}");
             assert_eq!(p.hop().seq, 0xdead_beef);
             assert_eq!(p.hop().ack, 0x0123_4567);
@@ -271,7 +418,7 @@ mod tests {
             }),
             payload_len: 100,
         };
-        let p = SimPacket::new(Box::new(u), 0, 1, NO_CONN, NO_CONN, 7);
+        let p = SimPacket::new(Box::new(u), 1, NO_CONN, NO_CONN, 7);
         assert!(!p.hop().is_pure_ack());
         assert_eq!(p.proto(), SimPacket::UDP);
         assert_eq!((p.hop().seq, p.hop().ack, p.hop().flags), (5000, 6000, 0));
@@ -279,12 +426,92 @@ mod tests {
 
     #[test]
     fn a_rewritten_window_is_seen_by_the_hop_fields() {
-        let mut p = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 0)), 0, 1, 2, 3, 0);
+        let mut p = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 0)), 1, 2, 3, 0);
         assert!(p.set_tcp_window(77));
         assert_eq!(p.hop().window, 77);
         assert_eq!(p.hdr().tcp_repr().unwrap().window, 77);
         assert_eq!(*p.hop(), HopFields::of(p.hdr()));
         assert!(p.set_dscp_ecn(10, Ecn::Ce));
         assert_eq!(*p.hop(), HopFields::of(p.hdr()));
+    }
+
+    fn addrs() -> ConnAddrs {
+        ConnAddrs {
+            local: ([10, 0, 0, 1].into(), 40_001),
+            remote: ([10, 0, 0, 2].into(), 80),
+        }
+    }
+
+    #[test]
+    fn a_common_segment_is_compact_and_rebuilt_exactly() {
+        let mut h = tcp(TcpFlags::ACK | TcpFlags::PSH, 1448);
+        h.ip.ident = 0xbeef;
+        h.ip.dscp = 46;
+        h.ip.ecn = Ecn::Ect0;
+        let t = h.tcp_repr_mut().unwrap();
+        t.opts.timestamp = Some(Timestamp {
+            val: 0x8000_0001,
+            ecr: 0xffff_fffe,
+        });
+        let p = SimPacket::compact(&h, &addrs(), 1, 2, 3).expect("compact");
+        assert!(p.is_compact());
+        assert_eq!(p.headers_with(&addrs()), h);
+        assert_eq!(*p.hop(), HopFields::of(&h));
+        assert_eq!(p.len, h.ip_len());
+        assert_eq!(p.proto(), SimPacket::TCP);
+        assert_eq!((p.dst_node, p.src_conn, p.dst_conn), (1, 2, 3));
+        // Without timestamps.
+        let plain = tcp(TcpFlags::ACK, 0);
+        let q = SimPacket::compact(&plain, &addrs(), 1, 2, 3).expect("compact");
+        assert_eq!(q.headers_with(&addrs()), plain);
+        // Given its box, it is a packet like any other.
+        let mut m = p.clone();
+        m.materialise(Box::new(m.headers_with(&addrs())));
+        assert!(!m.is_compact());
+        assert_eq!(*m.hdr(), h);
+        assert_eq!(m.proto(), SimPacket::TCP);
+        assert!(m.set_tcp_window(9));
+        assert_eq!(m.hdr().tcp_repr().unwrap().window, 9);
+    }
+
+    #[test]
+    fn other_segments_keep_their_box() {
+        let a = addrs();
+        let base = tcp(TcpFlags::ACK, 0);
+        assert!(SimPacket::compact(&base, &a, 1, 2, 3).is_some());
+        let mut cases: Vec<Headers> = Vec::new();
+        let mut with = |f: &dyn Fn(&mut Headers)| {
+            let mut h = base;
+            f(&mut h);
+            cases.push(h);
+        };
+        with(&|h| {
+            h.tcp_repr_mut()
+                .unwrap()
+                .opts
+                .sack
+                .push(asymlink_core::wire::SackBlock {
+                    left: SeqNumber(1),
+                    right: SeqNumber(2),
+                });
+        });
+        with(&|h| h.tcp_repr_mut().unwrap().opts.mss = Some(1460));
+        with(&|h| h.tcp_repr_mut().unwrap().opts.wscale = Some(7));
+        with(&|h| h.tcp_repr_mut().unwrap().opts.sack_permitted = true);
+        with(&|h| h.tcp_repr_mut().unwrap().opts.other = true);
+        with(&|h| h.tcp_repr_mut().unwrap().urgent = 1);
+        with(&|h| h.ip.ttl = 63);
+        with(&|h| h.ip.dont_frag = false);
+        with(&|h| h.ip.src = [10, 0, 0, 9].into());
+        with(&|h| h.tcp_repr_mut().unwrap().dst_port = 81);
+        with(&|h| {
+            h.transport = Transport::Udp(UdpRepr {
+                src_port: 40_001,
+                dst_port: 80,
+            })
+        });
+        for h in cases {
+            assert!(SimPacket::compact(&h, &a, 1, 2, 3).is_none(), "{h:?}");
+        }
     }
 }
