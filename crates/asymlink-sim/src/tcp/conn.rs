@@ -953,7 +953,9 @@ impl Connection {
 
     /// [`Connection::predicted`]'s in-order data: `on_ack` only updates the send window's
     /// bookkeeping (nothing outstanding, nothing acknowledged), `on_data` takes the data.
-    #[inline(always)]
+    /// Both bodies stay out of line: inlined, they made `on_segment` larger and its
+    /// instruction-cache misses at 10 000 flows more frequent, for no instruction saved.
+    #[inline(never)]
     fn predicted_data(&mut self, now: Instant, t: &TcpRepr, len: u64, io: &mut ConnIo<'_>) {
         let (seg_off, ack) = (self.rcv.rcv_nxt(), self.snd_una);
         if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
@@ -983,7 +985,7 @@ impl Connection {
 
     /// [`Connection::predicted`]'s pure ACK of new data: `on_ack` in the open state
     /// without SACK blocks, D-SACK, ECE, RACK or BBR.
-    #[inline(always)]
+    #[inline(never)]
     fn predicted_ack(&mut self, now: Instant, t: &TcpRepr, ack: u64, io: &mut ConnIo<'_>) {
         let seg_off = self.rcv.rcv_nxt();
         if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
