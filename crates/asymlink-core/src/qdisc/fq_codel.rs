@@ -1358,7 +1358,11 @@ mod tests {
             for f in 0..1000 {
                 used.insert(q.bucket_of(&named(f, 0, 1)));
             }
-            assert!((600..=680).contains(&used.len()), "seed {seed}: {}", used.len());
+            assert!(
+                (600..=680).contains(&used.len()),
+                "seed {seed}: {}",
+                used.len()
+            );
             // The same flow, whatever its hosts say, keeps its bucket; another seed moves it.
             assert_eq!(q.bucket_of(&named(7, 0, 1)), q.bucket_of(&named(7, 5, 6)));
         }
