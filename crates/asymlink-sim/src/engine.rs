@@ -1057,8 +1057,7 @@ impl World {
             p.hdr().ip.src,
             p.hdr().tcp_repr().map(|t| t.src_port).unwrap_or(0),
         );
-        let src_node = self.hosts[self.conns[p.src_conn as usize].host as usize].node;
-        self.new_slot(id, h, src_node, app, false, local, remote);
+        self.new_slot(id, h, p.src_node, app, false, local, remote);
         self.conns[id as usize].peer = p.src_conn;
         let hdr = *p.hdr();
         let mut made = None;
@@ -1260,6 +1259,7 @@ impl World {
         if let Some(p) = SimPacket::compact(
             hdr,
             &self.conn_addrs[cid as usize],
+            self.hosts[h as usize].node,
             slot.remote_node,
             cid,
             slot.peer,
@@ -1277,7 +1277,14 @@ impl World {
             None => Box::new(*hdr),
         };
         let slot = &self.conns[cid as usize];
-        let p = SimPacket::new(hdr, slot.remote_node, cid, slot.peer, 0);
+        let p = SimPacket::new(
+            hdr,
+            self.hosts[h as usize].node,
+            slot.remote_node,
+            cid,
+            slot.peer,
+            0,
+        );
         let d = self.hosts[h as usize].out_dir;
         self.enqueue(d, p);
     }
@@ -1387,7 +1394,7 @@ impl World {
                     payload_len: size.saturating_sub(ip.header_len() as u32 + 8),
                 };
                 let hdr = self.boxed(hdr);
-                let p = SimPacket::new(hdr, to as NodeId, NO_CONN, NO_CONN, tag);
+                let p = SimPacket::new(hdr, from as NodeId, to as NodeId, NO_CONN, NO_CONN, tag);
                 let d = self.hosts[h as usize].out_dir;
                 self.enqueue(d, p);
             }

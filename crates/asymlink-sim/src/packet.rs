@@ -1,10 +1,10 @@
 //! The simulator's packet: compact headers plus bookkeeping that real packets do not carry.
 
 use asymlink_core::link::OnWire;
-use asymlink_core::packet::{ClassId, Pkt};
+use asymlink_core::packet::{ClassId, FlowIds, Pkt};
 use asymlink_core::time::Instant;
 use asymlink_core::wire::{
-    Ecn, Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp, Transport,
+    Ecn, Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Transport,
 };
 use std::net::IpAddr;
 
@@ -81,10 +81,9 @@ pub struct ConnAddrs {
 /// packets for new ones.
 ///
 /// The common TCP segment has no header box at all (a *compact* packet): with no
-/// options but timestamps and the IP fields a connection always sends, its headers are
-/// the per-hop fields, the sending connection's addresses ([`ConnAddrs`]), the IP
-/// identification, DSCP and ECN, and the timestamps (kept in `tag`, which TCP does not
-/// use). [`SimPacket::headers_with`] rebuilds them; the engine gives a compact packet its
+/// options and the IP fields a connection always sends, its headers are
+/// the per-hop fields, the sending connection's addresses ([`ConnAddrs`]), and the IP
+/// identification, DSCP and ECN (kept in `tag`, which TCP does not use). [`SimPacket::headers_with`] rebuilds them; the engine gives a compact packet its
 /// box ([`SimPacket::materialise`]) before anything that reads or rewrites headers in
 /// flight sees it, so only the receiving host rebuilds them, on its stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,7 +97,7 @@ pub struct SimPacket {
     /// from then until it arrives, the field holds its arrival time instead ([`OnWire`]).
     pub queued_at: u64,
     /// Application data the simulator does not carry as bytes (e.g. a probe's send time);
-    /// a compact packet's TCP timestamps (value in the high half, echo reply in the low).
+    /// a compact packet's IP identification (low 16 bits), DSCP and ECN (the next 8).
     pub tag: u64,
     /// The header fields every hop reads.
     hop: HopFields,
@@ -106,19 +105,16 @@ pub struct SimPacket {
     pub len: u32,
     /// Destination node (routing uses it instead of looking up the address).
     pub dst_node: NodeId,
+    /// Source node.
+    pub src_node: NodeId,
     /// The receiving connection endpoint if known (demultiplexing shortcut).
     pub dst_conn: ConnId,
     /// The sending connection endpoint (for per-flow monitors), or [`NO_CONN`].
     pub src_conn: ConnId,
     /// Class assigned by a classifier on the current hop.
     pub class: ClassId,
-    /// A compact packet's IP identification.
-    ident: u16,
-    /// A compact packet's IP DSCP (high six bits) and ECN (low two).
-    tos: u8,
-    /// The kind of transport header ([`SimPacket::TCP`], [`SimPacket::UDP`] or
-    /// [`SimPacket::OTHER`]: per-protocol statistics read it on every hop), and
-    /// [`SimPacket::HAS_TS`] for a compact packet with timestamps.
+    /// The kind of transport header: [`SimPacket::TCP`], [`SimPacket::UDP`] or
+    /// [`SimPacket::OTHER`] (per-protocol statistics read it on every hop).
     proto: u8,
 }
 
@@ -129,13 +125,12 @@ impl SimPacket {
     pub const UDP: u8 = 1;
     /// [`SimPacket::proto`] of any other packet.
     pub const OTHER: u8 = 2;
-    /// The bit of `proto` a compact packet with TCP timestamps sets.
-    const HAS_TS: u8 = 0x80;
 
     /// A packet with the given headers and bookkeeping; the length and the per-hop
     /// fields are taken from `hdr`.
     pub fn new(
         hdr: Box<Headers>,
+        src_node: NodeId,
         dst_node: NodeId,
         src_conn: ConnId,
         dst_conn: ConnId,
@@ -152,23 +147,23 @@ impl SimPacket {
             hdr: Some(hdr),
             class: ClassId::NONE,
             dst_node,
+            src_node,
             dst_conn,
             src_conn,
             tag,
             queued_at: 0,
-            ident: 0,
-            tos: 0,
         }
     }
 
     /// A compact packet for the segment `h` of the connection whose addresses are `a`
-    /// (see [`SimPacket`]), if the segment is a common one: TCP with no options but
-    /// timestamps, no urgent pointer, the IP fields of `IpRepr::new` but for the
+    /// (see [`SimPacket`]), if the segment is a common one: TCP with no options, no
+    /// urgent pointer, the IP fields of `IpRepr::new` but for the
     /// identification, DSCP and ECN, and `a`'s addresses and ports. `None` otherwise.
     #[inline]
     pub fn compact(
         h: &Headers,
         a: &ConnAddrs,
+        src_node: NodeId,
         dst_node: NodeId,
         src_conn: ConnId,
         dst_conn: ConnId,
@@ -182,6 +177,7 @@ impl SimPacket {
             && o.mss.is_none()
             && o.wscale.is_none()
             && !o.sack_permitted
+            && o.timestamp.is_none()
             && o.sack.is_empty()
             && !o.other
             && !o.signed
@@ -196,23 +192,18 @@ impl SimPacket {
         if !common {
             return None;
         }
-        let (tag, ts) = match o.timestamp {
-            Some(ts) => ((ts.val as u64) << 32 | ts.ecr as u64, SimPacket::HAS_TS),
-            None => (0, 0),
-        };
         let p = SimPacket {
             len: h.ip_len(),
             hop: HopFields::of(h),
-            proto: SimPacket::TCP | ts,
+            proto: SimPacket::TCP,
             hdr: None,
             class: ClassId::NONE,
             dst_node,
+            src_node,
             dst_conn,
             src_conn,
-            tag,
+            tag: u64::from(ip.ident) | u64::from(ip.dscp << 2 | ip.ecn.bits()) << 16,
             queued_at: 0,
-            ident: ip.ident,
-            tos: ip.dscp << 2 | ip.ecn.bits(),
         };
         debug_assert_eq!(p.headers_with(a), *h);
         Some(p)
@@ -232,17 +223,11 @@ impl SimPacket {
             return **h;
         }
         let mut ip = IpRepr::new(a.local.0, a.remote.0);
-        ip.ident = self.ident;
-        ip.dscp = self.tos >> 2;
-        ip.ecn = Ecn::from_bits(self.tos);
+        ip.ident = self.tag as u16;
+        let tos = (self.tag >> 16) as u8;
+        ip.dscp = tos >> 2;
+        ip.ecn = Ecn::from_bits(tos);
         let f = &self.hop;
-        let opts = TcpOptions {
-            timestamp: (self.proto & SimPacket::HAS_TS != 0).then_some(Timestamp {
-                val: (self.tag >> 32) as u32,
-                ecr: self.tag as u32,
-            }),
-            ..TcpOptions::default()
-        };
         let t = TcpRepr {
             src_port: a.local.1,
             dst_port: a.remote.1,
@@ -251,7 +236,7 @@ impl SimPacket {
             flags: TcpFlags(f.flags),
             window: f.window,
             urgent: 0,
-            opts,
+            opts: TcpOptions::default(),
         };
         Headers::tcp(ip, t, f.payload_len)
     }
@@ -262,9 +247,6 @@ impl SimPacket {
         debug_assert!(self.hdr.is_none());
         self.hdr = Some(b);
         self.tag = 0;
-        self.proto = SimPacket::TCP;
-        self.ident = 0;
-        self.tos = 0;
     }
 
     /// The headers of a packet that is not compact.
@@ -288,7 +270,7 @@ impl SimPacket {
     /// [`SimPacket::OTHER`]).
     #[inline]
     pub fn proto(&self) -> u8 {
-        self.proto & 3
+        self.proto
     }
 
     /// The header box, for reuse once the packet is gone (`None`: a compact packet).
@@ -366,6 +348,26 @@ impl Pkt for SimPacket {
         hdr.ip.ecn = ecn;
         true
     }
+    /// From the packet itself, not its headers: a host is its node (a host has one
+    /// address), a TCP flow its sending connection endpoint (one 5-tuple for its whole
+    /// life), any other flow its nodes, ports ([`HopFields`]) and protocol.
+    #[inline]
+    fn flow_ids(&self) -> Option<FlowIds> {
+        let flow = if self.proto == SimPacket::TCP {
+            u64::from(self.src_conn)
+        } else {
+            let mut s = (u64::from(self.src_node) << 32) | u64::from(self.dst_node);
+            let h = asymlink_core::rand::splitmix64(&mut s);
+            let mut s = h ^ (u64::from(self.hop.seq) << 32 | u64::from(self.hop.ack));
+            // Above every connection id, so never a TCP flow's.
+            asymlink_core::rand::splitmix64(&mut s) | (u64::from(self.proto) + 1) << 56
+        };
+        Some(FlowIds {
+            flow,
+            src: u64::from(self.src_node),
+            dst: u64::from(self.dst_node),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -402,7 +404,7 @@ mod tests {
             (TcpFlags::ACK | TcpFlags::PSH | TcpFlags::ECE, 0),
         ] {
             let h = tcp(flags, len);
-            let p = SimPacket::new(Box::new(h), 1, 2, 3, 0);
+            let p = SimPacket::new(Box::new(h), 0, 1, 2, 3, 0);
             assert_eq!(p.hop().is_pure_ack(), h.is_pure_ack(), "{flags:?} {len}");
             assert_eq!(p.hop().seq, 0xdead_beef);
             assert_eq!(p.hop().ack, 0x0123_4567);
@@ -418,15 +420,53 @@ mod tests {
             }),
             payload_len: 100,
         };
-        let p = SimPacket::new(Box::new(u), 1, NO_CONN, NO_CONN, 7);
+        let p = SimPacket::new(Box::new(u), 0, 1, NO_CONN, NO_CONN, 7);
         assert!(!p.hop().is_pure_ack());
         assert_eq!(p.proto(), SimPacket::UDP);
         assert_eq!((p.hop().seq, p.hop().ack, p.hop().flags), (5000, 6000, 0));
     }
 
     #[test]
+    fn flow_ids_name_the_connection_the_nodes_and_the_ports() {
+        let ids = |p: &SimPacket| p.flow_ids().unwrap();
+        // One connection endpoint: every segment, whatever its flags and length.
+        let a = SimPacket::new(Box::new(tcp(TcpFlags::SYN, 0)), 4, 9, 12, NO_CONN, 0);
+        let b = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 1448)), 4, 9, 12, 30, 0);
+        assert_eq!(ids(&a), ids(&b));
+        assert_eq!((ids(&a).src, ids(&a).dst), (4, 9));
+        // Its peer's segments, and another connection's, are other flows.
+        let peer = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 0)), 9, 4, 30, 12, 0);
+        let other = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 0)), 4, 9, 13, 31, 0);
+        assert_ne!(ids(&peer).flow, ids(&a).flow);
+        assert_ne!(ids(&other).flow, ids(&a).flow);
+        // UDP: the nodes and both ports.
+        let udp = |from: NodeId, to: NodeId, sp: u16, dp: u16| {
+            let h = Headers {
+                ip: IpRepr::new([10, 0, 0, 1].into(), [10, 0, 0, 2].into()),
+                transport: Transport::Udp(UdpRepr {
+                    src_port: sp,
+                    dst_port: dp,
+                }),
+                payload_len: 100,
+            };
+            ids(&SimPacket::new(Box::new(h), from, to, NO_CONN, NO_CONN, 0)).flow
+        };
+        let u = udp(4, 9, 5000, 6000);
+        assert_eq!(u, udp(4, 9, 5000, 6000));
+        for v in [
+            udp(5, 9, 5000, 6000),
+            udp(4, 8, 5000, 6000),
+            udp(4, 9, 5001, 6000),
+        ] {
+            assert_ne!(u, v);
+        }
+        assert_ne!(u, udp(4, 9, 5000, 6001));
+        assert!(u > u64::from(u32::MAX), "never a connection's");
+    }
+
+    #[test]
     fn a_rewritten_window_is_seen_by_the_hop_fields() {
-        let mut p = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 0)), 1, 2, 3, 0);
+        let mut p = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 0)), 0, 1, 2, 3, 0);
         assert!(p.set_tcp_window(77));
         assert_eq!(p.hop().window, 77);
         assert_eq!(p.hdr().tcp_repr().unwrap().window, 77);
@@ -448,21 +488,19 @@ mod tests {
         h.ip.ident = 0xbeef;
         h.ip.dscp = 46;
         h.ip.ecn = Ecn::Ect0;
-        let t = h.tcp_repr_mut().unwrap();
-        t.opts.timestamp = Some(Timestamp {
-            val: 0x8000_0001,
-            ecr: 0xffff_fffe,
-        });
-        let p = SimPacket::compact(&h, &addrs(), 1, 2, 3).expect("compact");
+        let p = SimPacket::compact(&h, &addrs(), 0, 1, 2, 3).expect("compact");
         assert!(p.is_compact());
         assert_eq!(p.headers_with(&addrs()), h);
         assert_eq!(*p.hop(), HopFields::of(&h));
         assert_eq!(p.len, h.ip_len());
         assert_eq!(p.proto(), SimPacket::TCP);
-        assert_eq!((p.dst_node, p.src_conn, p.dst_conn), (1, 2, 3));
-        // Without timestamps.
+        assert_eq!(
+            (p.src_node, p.dst_node, p.src_conn, p.dst_conn),
+            (0, 1, 2, 3)
+        );
+        // Another segment.
         let plain = tcp(TcpFlags::ACK, 0);
-        let q = SimPacket::compact(&plain, &addrs(), 1, 2, 3).expect("compact");
+        let q = SimPacket::compact(&plain, &addrs(), 0, 1, 2, 3).expect("compact");
         assert_eq!(q.headers_with(&addrs()), plain);
         // Given its box, it is a packet like any other.
         let mut m = p.clone();
@@ -478,7 +516,7 @@ mod tests {
     fn other_segments_keep_their_box() {
         let a = addrs();
         let base = tcp(TcpFlags::ACK, 0);
-        assert!(SimPacket::compact(&base, &a, 1, 2, 3).is_some());
+        assert!(SimPacket::compact(&base, &a, 0, 1, 2, 3).is_some());
         let mut cases: Vec<Headers> = Vec::new();
         let mut with = |f: &dyn Fn(&mut Headers)| {
             let mut h = base;
@@ -499,6 +537,10 @@ mod tests {
         with(&|h| h.tcp_repr_mut().unwrap().opts.wscale = Some(7));
         with(&|h| h.tcp_repr_mut().unwrap().opts.sack_permitted = true);
         with(&|h| h.tcp_repr_mut().unwrap().opts.other = true);
+        with(&|h| {
+            h.tcp_repr_mut().unwrap().opts.timestamp =
+                Some(asymlink_core::wire::Timestamp { val: 1, ecr: 2 })
+        });
         with(&|h| h.tcp_repr_mut().unwrap().urgent = 1);
         with(&|h| h.ip.ttl = 63);
         with(&|h| h.ip.dont_frag = false);
@@ -511,7 +553,7 @@ mod tests {
             })
         });
         for h in cases {
-            assert!(SimPacket::compact(&h, &a, 1, 2, 3).is_none(), "{h:?}");
+            assert!(SimPacket::compact(&h, &a, 0, 1, 2, 3).is_none(), "{h:?}");
         }
     }
 }
