@@ -863,6 +863,9 @@ impl Connection {
     }
 
     fn on_segment_inner(&mut self, now: Instant, h: &Headers, t: &TcpRepr, io: &mut ConnIo<'_>) {
+        if self.state == State::Established && prediction::on() && self.predicted(now, h, t, io) {
+            return;
+        }
         if t.flags.contains(TcpFlags::RST) {
             if self.state != State::Closed {
                 self.enter_closed(now, io, true);
@@ -906,15 +909,7 @@ impl Connection {
                 }
             }
         }
-        if let Some(ts) = t.opts.timestamp.filter(|_| self.ts_ok) {
-            let seg_off = unwrap(self.irs, self.rcv.rcv_nxt(), t.seq);
-            //= https://www.rfc-editor.org/rfc/rfc7323#section-4.3
-            //# If SEG.TSval >= TS.Recent and SEG.SEQ <= Last.ACK.sent
-            //# then SEG.TSval is copied to TS.Recent
-            if seg_off <= self.last_ack_sent && SeqNumber(ts.val) >= SeqNumber(self.ts_recent) {
-                self.ts_recent = ts.val;
-            }
-        }
+        self.take_ts_recent(t);
         if t.flags.contains(TcpFlags::ACK) {
             self.on_ack(now, h, t, io);
         }
@@ -924,6 +919,144 @@ impl Connection {
         self.on_data(now, h, t, io);
         self.try_send(now, io);
         self.flush_ack(now, io);
+    }
+
+    #[inline(always)]
+    fn take_ts_recent(&mut self, t: &TcpRepr) {
+        if let Some(ts) = t.opts.timestamp.filter(|_| self.ts_ok) {
+            let seg_off = unwrap(self.irs, self.rcv.rcv_nxt(), t.seq);
+            //= https://www.rfc-editor.org/rfc/rfc7323#section-4.3
+            //# If SEG.TSval >= TS.Recent and SEG.SEQ <= Last.ACK.sent
+            //# then SEG.TSval is copied to TS.Recent
+            if seg_off <= self.last_ack_sent && SeqNumber(ts.val) >= SeqNumber(self.ts_recent) {
+                self.ts_recent = ts.val;
+            }
+        }
+    }
+
+    /// Header prediction (RFC 9293 §3.10.7.4's common case; Linux `tcp_rcv_established`'s
+    /// fast path): in the established state, a segment with only ACK (and PSH) set, no
+    /// SACK blocks, the window unchanged and the expected sequence number is either
+    ///
+    /// * in-order data at a receiver with nothing outstanding, that acknowledges nothing
+    ///   new, with no hole in its sequence space, or
+    /// * a pure ACK that advances SND.UNA at a sender in the open state without RACK or
+    ///   BBR.
+    ///
+    /// Such a segment is handled here with the general path's steps that can have an
+    /// effect on it, in the same order, and none of its tests for what cannot apply;
+    /// returns false (having changed nothing) for any other segment. The outcome is the
+    /// general path's: a test runs both on the same segments and compares everything
+    /// each end sends and reports.
+    #[inline(always)]
+    fn predicted(&mut self, now: Instant, h: &Headers, t: &TcpRepr, io: &mut ConnIo<'_>) -> bool {
+        if t.flags.0 & !TcpFlags::PSH.0 != TcpFlags::ACK.0
+            || !t.opts.sack.is_empty()
+            || t.seq != seq_of(self.irs, self.rcv.rcv_nxt())
+            || (t.window as u64) << self.snd_wscale != self.snd_wnd
+            || self.ca_state != CaState::Open
+            || self.rack_on()
+        {
+            return false;
+        }
+        let len = h.payload_len as u64;
+        if len > 0 {
+            if t.ack != seq_of(self.iss, self.snd_una)
+                || self.snd_una != self.snd_max
+                || self.paced
+                || self.rcv.has_gap()
+                || self.peer_fin_at.is_some()
+                || (self.ecn_ok && h.ip.ecn == Ecn::Ce)
+            {
+                return false;
+            }
+            self.take_ts_recent(t);
+            self.predicted_data(now, t, len, io);
+        } else {
+            let ack = unwrap(self.iss, self.snd_una, t.ack);
+            if ack <= self.snd_una || ack > self.snd_max || self.cfg.cc == CcAlgo::Bbr {
+                return false;
+            }
+            self.take_ts_recent(t);
+            self.predicted_ack(now, t, ack, io);
+        }
+        prediction::count();
+        self.try_send(now, io);
+        self.flush_ack(now, io);
+        true
+    }
+
+    /// [`Connection::predicted`]'s in-order data: `on_ack` only updates the send window's
+    /// bookkeeping (nothing outstanding, nothing acknowledged), `on_data` takes the data.
+    #[inline(always)]
+    fn predicted_data(&mut self, now: Instant, t: &TcpRepr, len: u64, io: &mut ConnIo<'_>) {
+        let (seg_off, ack) = (self.rcv.rcv_nxt(), self.snd_una);
+        if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
+            self.snd_wl1 = seg_off;
+            self.snd_wl2 = ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+        }
+        if let Some(p) = io.rwnd.as_deref_mut() {
+            p.on_data(now, self.id, len as u32);
+        }
+        let linux_acks = self.cfg.delack_mode == DelackMode::Linux;
+        if linux_acks {
+            self.measure_rcv_mss(len, t.flags.contains(TcpFlags::PSH));
+        }
+        self.measure_rcv_rtt_ts(now, t, len);
+        let a = self.rcv.on_data_in_order(len);
+        self.on_data_arrival(now, len, &a);
+        if !self.reading {
+            self.unread += len;
+        } else {
+            self.stats.bytes_delivered += len;
+            io.events.push(ConnEvent::Delivered(len));
+            self.on_app_read(now);
+        }
+        self.in_order_ack_decision(now, linux_acks, len);
+    }
+
+    /// [`Connection::predicted`]'s pure ACK of new data: `on_ack` in the open state
+    /// without SACK blocks, D-SACK, ECE, RACK or BBR.
+    #[inline(always)]
+    fn predicted_ack(&mut self, now: Instant, t: &TcpRepr, ack: u64, io: &mut ConnIo<'_>) {
+        let seg_off = self.rcv.rcv_nxt();
+        if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
+            self.snd_wl1 = seg_off;
+            self.snd_wl2 = ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+        }
+        let sacked_before = self.sb.sacked_bytes();
+        let prior_fack = self.sb.fack();
+        self.rto_unanswered = false;
+        let newest_sent = if self.cfg.hystart {
+            self.newest_clean_sent(ack)
+        } else {
+            None
+        };
+        let acked = self.sb.ack_to(ack, prior_fack);
+        let grow = self.growth_bytes(acked.bytes, sacked_before);
+        self.update_rtt(now, &acked, t);
+        self.hystart_sample(now, &acked, newest_sent, t, ack);
+        let data_acked = data_bytes_between(self.snd_una, ack, self.fin_off);
+        self.snd_una = ack;
+        self.stats.bytes_acked += data_acked;
+        if data_acked > 0 {
+            io.events.push(ConnEvent::Acked(data_acked));
+        }
+        if self.may_raise_cwnd() {
+            self.cc.on_ack(now, grow, self.rtt.srtt());
+        }
+        self.dupacks = 0;
+        if acked.fin {
+            self.on_fin_acked(now, io);
+        }
+        self.rto_at = if self.snd_una < self.snd_max {
+            Some(now + self.rtt.rto())
+        } else {
+            None
+        };
+        self.update_pacing_rate();
     }
 
     fn on_syn_ack(&mut self, now: Instant, t: &TcpRepr, io: &mut ConnIo<'_>) -> bool {
@@ -2095,24 +2228,31 @@ impl Connection {
             //# immediate ACK when the incoming segment fills in all or part of a
             //# gap in the sequence space.
             self.ack_now = true;
-        } else if len > 0 && linux_acks {
+        } else if len > 0 {
+            self.in_order_ack_decision(now, linux_acks, a.delivered);
+        }
+    }
+
+    /// Whether data that arrived in order (`delivered` bytes of it new) is acknowledged
+    /// now or later.
+    #[inline(always)]
+    fn in_order_ack_decision(&mut self, now: Instant, linux_acks: bool, delivered: u64) {
+        if linux_acks {
             self.linux_ack_check(now);
-            if a.delivered > 0 && self.reading {
+            if delivered > 0 && self.reading {
                 // The application reads at once, after the ACK decision (as Linux's reader
                 // runs after the softirq that queued the data).
                 self.cleanup_rbuf_ack();
             }
-        } else if len > 0 {
-            if self.quickack_left > 0 {
-                self.quickack_left -= 1;
+        } else if self.quickack_left > 0 {
+            self.quickack_left -= 1;
+            self.ack_now = true;
+        } else {
+            self.ack_pending += 1;
+            if self.ack_pending >= self.cfg.delayed_ack {
                 self.ack_now = true;
-            } else {
-                self.ack_pending += 1;
-                if self.ack_pending >= self.cfg.delayed_ack {
-                    self.ack_now = true;
-                } else if self.delack_at.is_none() {
-                    self.delack_at = Some(now + self.cfg.delack_timeout);
-                }
+            } else if self.delack_at.is_none() {
+                self.delack_at = Some(now + self.cfg.delack_timeout);
             }
         }
     }
@@ -3426,4 +3566,33 @@ fn ts_clock(now: Instant) -> u32 {
 fn ip_len_for(src: &IpAddr, tcp: &TcpRepr, payload: u64) -> u32 {
     let ip = if src.is_ipv4() { 20 } else { 40 };
     (ip + tcp.header_len() as u64 + payload) as u32
+}
+
+/// Header prediction ([`Connection::predicted`]) on or off: always on, except that a test
+/// may switch it off on its thread to compare the fast path with the general one, and
+/// count the segments it took.
+pub(crate) mod prediction {
+    #[cfg(test)]
+    thread_local! {
+        pub(crate) static OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        pub(crate) static TAKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    #[inline(always)]
+    pub(super) fn on() -> bool {
+        #[cfg(test)]
+        {
+            !OFF.with(|c| c.get())
+        }
+        #[cfg(not(test))]
+        {
+            true
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn count() {
+        #[cfg(test)]
+        TAKEN.with(|c| c.set(c.get() + 1));
+    }
 }

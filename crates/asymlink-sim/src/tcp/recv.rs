@@ -131,6 +131,18 @@ impl Receiver {
         a
     }
 
+    /// [`Receiver::on_data`] of `len` bytes at `rcv_nxt` without a gap (the caller checked
+    /// [`Receiver::has_gap`]): all of them are delivered.
+    #[inline]
+    pub fn on_data_in_order(&mut self, len: u64) -> Arrival {
+        debug_assert!(self.ooo.is_empty() && len > 0);
+        self.rcv_nxt += len;
+        Arrival {
+            delivered: len,
+            ..Arrival::default()
+        }
+    }
+
     /// [`Receiver::insert`] of a range that starts at or above the end of every range
     /// held: it extends the last one when adjacent, or follows it.
     fn append(&mut self, start: u64, end: u64) {

@@ -159,10 +159,15 @@ pub struct Scoreboard {
     lost_scanned: u64,
     /// No segment starting below this offset is a retransmission candidate.
     retx_hint: u64,
-    /// No segment ending above this offset has a retransmission in flight (the largest
-    /// end of a segment retransmitted since the last timeout): the search for the highest
-    /// one (RFC 6675 HighRxt) starts there, not at the end of the board.
+    /// No segment ending above this offset has a retransmission in flight (raised to the
+    /// end of each segment retransmitted, lowered by the search for the highest one, RFC
+    /// 6675 HighRxt, to what it found): that search starts there, not at the end of the
+    /// board.
     retx_top: u64,
+    /// Every segment ending at or below this offset is SACKed, marked lost or being
+    /// retransmitted: the search for an RFC 6675 rule (3) candidate starts above it. Only
+    /// taking a flag away (undoing loss marks, forgetting SACKs) moves it back, to 0.
+    flagged_below: u64,
     /// SACKed ranges already applied (sorted, merged), so a SACK block repeated on every
     /// ACK costs only a lookup, not a walk over its segments.
     sacked_ranges: Vec<(u64, u64)>,
@@ -495,6 +500,7 @@ impl Scoreboard {
     pub fn unmark_lost(&mut self) {
         self.lost = 0;
         self.lost_scanned = 0;
+        self.flagged_below = 0;
         for s in self.segs.iter_mut() {
             s.flags &= !LOST;
         }
@@ -525,18 +531,53 @@ impl Scoreboard {
     /// RFC 6675 NextSeg rule (3): the first segment above the highest retransmission in
     /// flight (HighRxt) and wholly below the highest SACKed offset (HighSACK) that is not
     /// SACKed, not presumed lost and not being retransmitted.
-    pub fn next_below_high_sacked(&self) -> Option<usize> {
-        let top = self.segs.partition_point(|s| s.end <= self.retx_top);
-        let from = self
-            .segs
-            .range(..top)
-            .rposition(|s| s.has(RETX_OUT))
-            .map_or(0, |i| i + 1);
-        self.segs
-            .range(from..)
-            .take_while(|s| s.end <= self.high_sacked)
-            .position(|s| !s.has(SACKED | LOST | RETX_OUT))
-            .map(|i| i + from)
+    ///
+    /// A sender in recovery asks on every ACK while it can send nothing else, and after a
+    /// slow start's overshoot the board holds thousands of segments, nearly all SACKed or
+    /// lost. Both walks remember where they ended: the search for HighRxt lowers
+    /// `retx_top` to the retransmission it finds (nothing above it is in flight), and the
+    /// search for a candidate skips the segments an earlier search found flagged
+    /// (`flagged_below`).
+    pub fn next_below_high_sacked(&mut self) -> Option<usize> {
+        let from = if self.retx_out == 0 {
+            // No segment is being retransmitted (a SACKed one never is).
+            self.retx_top = 0;
+            0
+        } else {
+            let top = self.segs.partition_point(|s| s.end <= self.retx_top);
+            match self.segs.range(..top).rposition(|s| s.has(RETX_OUT)) {
+                Some(h) => {
+                    self.retx_top = self.segs[h].end;
+                    h + 1
+                }
+                None => {
+                    self.retx_top = 0;
+                    0
+                }
+            }
+        };
+        let known = self.segs.partition_point(|s| s.end <= self.flagged_below);
+        // The first segment not flagged from `known` on (below `from` it is no candidate,
+        // but the segments before it are all flagged), and the first at or above `from`.
+        let (mut unflagged, mut found, mut end) = (None, None, known);
+        for (k, s) in self.segs.range(known..).enumerate() {
+            if s.end > self.high_sacked {
+                break;
+            }
+            end = known + k + 1;
+            if !s.has(SACKED | LOST | RETX_OUT) {
+                unflagged.get_or_insert(known + k);
+                if known + k >= from {
+                    found = Some(known + k);
+                    break;
+                }
+            }
+        }
+        let flagged_to = unflagged.unwrap_or(end);
+        if flagged_to > known {
+            self.flagged_below = self.segs[flagged_to - 1].end;
+        }
+        found
     }
 
     /// The segment holding the highest offset not SACKed (RFC 6675 NextSeg rule (4), the
@@ -704,6 +745,7 @@ impl Scoreboard {
         for s in self.segs.iter_mut() {
             s.flags &= !SACKED;
         }
+        self.flagged_below = 0;
         self.sacked = 0;
         self.sacked_segs = 0;
         self.high_sacked = 0;

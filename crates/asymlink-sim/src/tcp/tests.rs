@@ -2140,3 +2140,167 @@ fn a_bbr_writer_of_64k_calls_is_app_limited_in_startup() {
     );
     assert_eq!(later(&marked(0)), Vec::<u64>::new());
 }
+
+/// A small deterministic generator for the randomised tests below (splitmix64).
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+}
+
+/// Everything both ends sent, received and reported in one randomised exchange, and
+/// how many segments header prediction took.
+type Outcome = (Vec<String>, u64);
+
+/// One randomised exchange (configuration, path, losses, CE marks, reordering, writes in
+/// both directions, a receiver that stops reading for a while, close) from `seed`, with
+/// header prediction on or off.
+fn exchange(seed: u64, predict: bool) -> Outcome {
+    super::conn::prediction::OFF.with(|c| c.set(!predict));
+    super::conn::prediction::TAKEN.with(|c| c.set(0));
+    let mut r = Mix(seed);
+    let mut cfg = TcpConfig::profile(["paper", "rfc", "linux"][r.below(3) as usize]).unwrap();
+    cfg.sack = r.chance(700);
+    cfg.timestamps = r.chance(500);
+    cfg.ecn = r.chance(400);
+    cfg.dsack = r.chance(500);
+    cfg.rack = cfg.sack && r.chance(300);
+    cfg.tlp = r.chance(300);
+    cfg.hystart = r.chance(400);
+    cfg.rcv_autotune = r.chance(400);
+    cfg.cc = [CcAlgo::Reno, CcAlgo::NewReno, CcAlgo::Cubic, CcAlgo::Bbr][r.below(4) as usize];
+    cfg.pacing = r.chance(300);
+    cfg.delack_mode = if r.chance(500) {
+        DelackMode::Linux
+    } else {
+        DelackMode::Fixed
+    };
+    cfg.grow_by = if r.chance(500) {
+        GrowBy::Delivered
+    } else {
+        GrowBy::Acked
+    };
+    let rate = Rate::mbps(1 + r.below(40));
+    let delay = Duration::from_micros(500 + r.below(30_000));
+    let mut p = Pair::new(&cfg, rate, delay);
+    let (loss, ce, late) = (
+        r.below(4) * r.below(10),
+        r.below(3) * r.below(30),
+        r.below(3) * r.below(20),
+    );
+    let mut pr = Mix(r.next());
+    p.drop = Box::new(move |_, _| pr.chance(loss));
+    let mut pm = Mix(r.next());
+    p.mark = Box::new(move |_| pm.chance(ce));
+    let mut pl = Mix(r.next());
+    p.late = Box::new(move |_| {
+        if pl.chance(late) {
+            Duration::from_micros(pl.below(20_000))
+        } else {
+            Duration::ZERO
+        }
+    });
+    p.run(Instant::from_millis(100));
+    let up = 1 + r.below(400_000);
+    let down = if r.chance(300) { r.below(200_000) } else { 0 };
+    p.with(0, |c, now, io| c.write(now, up, io));
+    if down > 0 {
+        p.with(1, |c, now, io| c.write(now, down, io));
+    }
+    let pause = r.chance(300).then(|| 200 + r.below(2_000));
+    if let Some(ms) = pause {
+        p.run(Instant::from_millis(ms));
+        p.with(1, |c, _, _| c.pause_reading());
+        p.run(Instant::from_millis(ms + 300 + r.below(1_000)));
+        p.with(1, |c, now, io| c.resume_reading(now, io));
+    }
+    p.run(Instant::from_secs(8));
+    p.with(0, |c, now, io| c.close(now, io));
+    p.with(1, |c, now, io| c.close(now, io));
+    p.run(Instant::from_secs(30));
+    let mut seen: Vec<String> = p
+        .log
+        .iter()
+        .chain(&p.rx_log)
+        .map(|(t, i, h)| format!("{t:?} {i} {h:?}"))
+        .collect();
+    for i in 0..2 {
+        seen.push(format!("{:?}", p.events[i]));
+        seen.push(format!("{}", p.timer_calls[i]));
+        if let Some(c) = &p.c[i] {
+            seen.push(format!(
+                "{:?} {:?} {:?} {} {} {:?} {:?} {} {:?} {:?} {:?} {}",
+                c.state(),
+                c.ca_state(),
+                c.stats(),
+                c.cwnd(),
+                c.ssthresh(),
+                c.srtt(),
+                c.rto(),
+                c.snd_wnd(),
+                c.delack_state(),
+                c.rcvbuf_autotuned(),
+                c.poll_at(),
+                c.unread_bytes(),
+            ));
+        }
+    }
+    let taken = super::conn::prediction::TAKEN.with(|c| c.get());
+    super::conn::prediction::OFF.with(|c| c.set(false));
+    (seen, taken)
+}
+
+/// Header prediction changes nothing: on random exchanges, everything sent, received and
+/// reported is the same with the fast path as with the general path alone.
+#[test]
+fn header_prediction_matches_the_general_path() {
+    let (mut taken, mut segments) = (0, 0);
+    for seed in 0..160 {
+        let (fast, n) = exchange(seed, true);
+        let (general, none) = exchange(seed, false);
+        assert_eq!(none, 0);
+        assert_eq!(fast.len(), general.len(), "seed {seed}");
+        for (i, (a, b)) in fast.iter().zip(&general).enumerate() {
+            assert_eq!(a, b, "seed {seed}, entry {i}");
+        }
+        taken += n;
+        segments += fast.len() as u64;
+    }
+    // The fast path took part of the segments (about half of what is logged are
+    // arrivals; RACK, BBR, losses and CE marks send many to the general path).
+    assert!(taken * 20 > segments, "{taken} of {segments}");
+}
+
+/// A bulk transfer without loss takes the fast path at nearly every arrival (all but
+/// the handshake and the close) where RACK is off, and never with RACK (the paper and
+/// rfc profiles against linux).
+#[test]
+fn header_prediction_takes_a_clean_bulk_transfer() {
+    for (profile, share) in [("paper", 99.0), ("rfc", 99.0), ("linux", 0.0)] {
+        let cfg = TcpConfig::profile(profile).unwrap();
+        super::conn::prediction::TAKEN.with(|c| c.set(0));
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(10));
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| c.write(now, 3_000_000, io));
+        p.run(Instant::from_secs(30));
+        assert_eq!(p.delivered(), 3_000_000);
+        let taken = super::conn::prediction::TAKEN.with(|c| c.get()) as f64;
+        let pct = 100.0 * taken / p.rx_log.len() as f64;
+        assert!(
+            pct >= share && (share > 0.0 || taken == 0.0),
+            "{profile}: {pct}%"
+        );
+    }
+}
