@@ -20,6 +20,21 @@ impl ClassId {
     }
 }
 
+/// Who a packet belongs to, as a packet that knows it without its headers tells the
+/// flow-queueing disciplines ([`Pkt::flow_ids`]), so that they need not read the headers
+/// to find its queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowIds {
+    /// The flow: equal for the packets of one 5-tuple (addresses, ports, protocol) and
+    /// different for packets of different 5-tuples.
+    pub flow: u64,
+    /// The source host: equal for the packets of one source address, different for
+    /// different source addresses.
+    pub src: u64,
+    /// The destination host, as `src`.
+    pub dst: u64,
+}
+
 /// A packet as seen by the core.
 pub trait Pkt {
     /// Length of the IP packet in bytes (what a raw-IP link carries).
@@ -37,6 +52,14 @@ pub trait Pkt {
     fn set_tcp_window(&mut self, window: u16) -> bool;
     /// Set the IP DSCP and ECN fields. Returns false if not parsed.
     fn set_dscp_ecn(&mut self, dscp: u8, ecn: Ecn) -> bool;
+    /// The packet's flow and hosts if it knows them without reading its headers; `None`
+    /// (the default) makes the flow-queueing disciplines hash the headers' addresses,
+    /// ports and protocol instead. The values are hashed again with each discipline's
+    /// perturbation, so they need only be distinct, not random-looking.
+    #[inline]
+    fn flow_ids(&self) -> Option<FlowIds> {
+        None
+    }
 }
 
 /// A packet that is only headers: used by unit tests of disciplines and by the simulator's

@@ -1,6 +1,6 @@
 //! The simulator's packet: compact headers plus bookkeeping that real packets do not carry.
 
-use asymlink_core::packet::{ClassId, Pkt};
+use asymlink_core::packet::{ClassId, FlowIds, Pkt};
 use asymlink_core::wire::{Ecn, Headers, TcpFlags, Transport};
 
 /// Index of a node in the simulation.
@@ -190,6 +190,26 @@ impl Pkt for SimPacket {
         self.hdr.ip.ecn = ecn;
         true
     }
+    /// From the packet itself, not its headers: a host is its node (a host has one
+    /// address), a TCP flow its sending connection endpoint (one 5-tuple for its whole
+    /// life), any other flow its nodes, ports ([`HopFields`]) and protocol.
+    #[inline]
+    fn flow_ids(&self) -> Option<FlowIds> {
+        let flow = if self.proto == SimPacket::TCP {
+            u64::from(self.src_conn)
+        } else {
+            let mut s = (u64::from(self.src_node) << 32) | u64::from(self.dst_node);
+            let h = asymlink_core::rand::splitmix64(&mut s);
+            let mut s = h ^ (u64::from(self.hop.seq) << 32 | u64::from(self.hop.ack));
+            // Above every connection id, so never a TCP flow's.
+            asymlink_core::rand::splitmix64(&mut s) | (u64::from(self.proto) + 1) << 56
+        };
+        Some(FlowIds {
+            flow,
+            src: u64::from(self.src_node),
+            dst: u64::from(self.dst_node),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -246,6 +266,44 @@ mod tests {
         assert!(!p.hop().is_pure_ack());
         assert_eq!(p.proto(), SimPacket::UDP);
         assert_eq!((p.hop().seq, p.hop().ack, p.hop().flags), (5000, 6000, 0));
+    }
+
+    #[test]
+    fn flow_ids_name_the_connection_the_nodes_and_the_ports() {
+        let ids = |p: &SimPacket| p.flow_ids().unwrap();
+        // One connection endpoint: every segment, whatever its flags and length.
+        let a = SimPacket::new(Box::new(tcp(TcpFlags::SYN, 0)), 4, 9, 12, NO_CONN, 0);
+        let b = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 1448)), 4, 9, 12, 30, 0);
+        assert_eq!(ids(&a), ids(&b));
+        assert_eq!((ids(&a).src, ids(&a).dst), (4, 9));
+        // Its peer's segments, and another connection's, are other flows.
+        let peer = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 0)), 9, 4, 30, 12, 0);
+        let other = SimPacket::new(Box::new(tcp(TcpFlags::ACK, 0)), 4, 9, 13, 31, 0);
+        assert_ne!(ids(&peer).flow, ids(&a).flow);
+        assert_ne!(ids(&other).flow, ids(&a).flow);
+        // UDP: the nodes and both ports.
+        let udp = |from: NodeId, to: NodeId, sp: u16, dp: u16| {
+            let h = Headers {
+                ip: IpRepr::new([10, 0, 0, 1].into(), [10, 0, 0, 2].into()),
+                transport: Transport::Udp(UdpRepr {
+                    src_port: sp,
+                    dst_port: dp,
+                }),
+                payload_len: 100,
+            };
+            ids(&SimPacket::new(Box::new(h), from, to, NO_CONN, NO_CONN, 0)).flow
+        };
+        let u = udp(4, 9, 5000, 6000);
+        assert_eq!(u, udp(4, 9, 5000, 6000));
+        for v in [
+            udp(5, 9, 5000, 6000),
+            udp(4, 8, 5000, 6000),
+            udp(4, 9, 5001, 6000),
+        ] {
+            assert_ne!(u, v);
+        }
+        assert_ne!(u, udp(4, 9, 5000, 6001));
+        assert!(u > u64::from(u32::MAX), "never a connection's");
     }
 
     #[test]

@@ -619,14 +619,34 @@ fn perturbed(h: u64, perturb: u64) -> u64 {
     splitmix64(&mut s)
 }
 
+/// The flow tag of a packet: its [`Pkt::flow_ids`] if it has them (the simulator's
+/// packets), else its 5-tuple's hash (0 if it has no headers), mixed with `perturb`.
+#[inline]
 fn flow_hash<P: Pkt>(pkt: &P, perturb: u64) -> u64 {
+    if let Some(ids) = pkt.flow_ids() {
+        return perturbed(ids.flow, perturb);
+    }
     pkt.headers()
         .map_or(0, |h| perturbed(h.flow_key().stable_hash(), perturb))
 }
 
 const NONE_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 
+/// The host tag of a packet, as [`flow_hash`]: from its [`Pkt::flow_ids`] if it has
+/// them, else from its headers' addresses.
+#[inline]
 fn host_hash<P: Pkt>(pkt: &P, key: HostKey, perturb: u64) -> u64 {
+    if let Some(ids) = pkt.flow_ids() {
+        let k = match key {
+            HostKey::Src => ids.src,
+            HostKey::Dst => ids.dst,
+            HostKey::Pair => {
+                let mut s = ids.src;
+                splitmix64(&mut s) ^ ids.dst
+            }
+        };
+        return perturbed(k, perturb.rotate_left(29));
+    }
     pkt.headers().map_or(0, |h| {
         let (src, dst) = match key {
             HostKey::Src => (h.ip.src, NONE_ADDR),
@@ -1229,7 +1249,7 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::HeaderPacket;
+    use crate::packet::{FlowIds, HeaderPacket};
     use crate::qdisc::testutil::*;
     use crate::qdisc::QdiscConfig;
     use crate::wire::{Headers, IpRepr, Transport, UdpRepr};
@@ -1288,6 +1308,107 @@ mod tests {
 
     fn filtered(q: &dyn Qdisc<HeaderPacket>) -> u64 {
         q.stats().filtered_for(FilterReason::AckSuperseded)
+    }
+
+    /// A packet that names its flow and hosts ([`Pkt::flow_ids`]), as the simulator's do:
+    /// the headers (the same for all) must not matter.
+    struct Named(HeaderPacket, FlowIds);
+
+    impl Pkt for Named {
+        fn ip_len(&self) -> u32 {
+            self.0.ip_len()
+        }
+        fn headers(&self) -> Option<&Headers> {
+            self.0.headers()
+        }
+        fn class(&self) -> crate::packet::ClassId {
+            self.0.class
+        }
+        fn set_class(&mut self, c: crate::packet::ClassId) {
+            self.0.class = c;
+        }
+        fn set_tcp_window(&mut self, w: u16) -> bool {
+            self.0.set_tcp_window(w)
+        }
+        fn set_dscp_ecn(&mut self, d: u8, e: crate::wire::Ecn) -> bool {
+            self.0.set_dscp_ecn(d, e)
+        }
+        fn flow_ids(&self) -> Option<FlowIds> {
+            Some(self.1)
+        }
+    }
+
+    fn named(flow: u64, src: u64, dst: u64) -> Named {
+        Named(udp(0, 100, 1, 1), FlowIds { flow, src, dst })
+    }
+
+    #[test]
+    fn flows_named_by_the_packet_spread_over_the_buckets() {
+        // 1 000 consecutive flow numbers (as connection ids come) over 1 024 buckets:
+        // a random assignment fills 1024 × (1 − (1 − 1/1024)^1000) ≈ 638 buckets, with a
+        // standard deviation of about 9; the headers, equal for all, play no part.
+        let cfg: FqCodelConfig = toml::from_str("").unwrap();
+        for seed in [0, 1, 2] {
+            let ctx = BuildCtx {
+                seed,
+                ..BuildCtx::default()
+            };
+            let q: FqCodel<Named> = FqCodel::new(&cfg, &ctx).unwrap();
+            let mut used = std::collections::HashSet::new();
+            for f in 0..1000 {
+                used.insert(q.bucket_of(&named(f, 0, 1)));
+            }
+            assert!(
+                (600..=680).contains(&used.len()),
+                "seed {seed}: {}",
+                used.len()
+            );
+            // The same flow, whatever its hosts say, keeps its bucket; another seed moves it.
+            assert_eq!(q.bucket_of(&named(7, 0, 1)), q.bucket_of(&named(7, 5, 6)));
+        }
+        let q0: FqCodel<Named> = FqCodel::new(&cfg, &BuildCtx::default()).unwrap();
+        let ctx = BuildCtx {
+            seed: 9,
+            ..BuildCtx::default()
+        };
+        let q9: FqCodel<Named> = FqCodel::new(&cfg, &ctx).unwrap();
+        assert!((0..100).any(|f| q0.bucket_of(&named(f, 0, 1)) != q9.bucket_of(&named(f, 0, 1))));
+    }
+
+    #[test]
+    fn hosts_and_flows_named_by_the_packet_get_their_own_ways() {
+        // 200 hosts with two flows each in 1 024 host and 1 024 flow buckets (sets of 8
+        // ways): every host and every flow gets a way of its own, as CAKE's set-associative
+        // hashing gives distinct 5-tuples when the sets are not full.
+        let mut q: HostFqCodel<Named> = HostFqCodel::new(
+            &toml::from_str("hosts = \"dst\"").unwrap(),
+            &BuildCtx::default(),
+        )
+        .unwrap();
+        let mut d = Drops::new();
+        for h in 0..200u64 {
+            for f in 0..2 {
+                q.enqueue(ms(0), named(1000 + 2 * h + f, 77, h), &mut d);
+            }
+        }
+        assert_eq!(d.len(), 0);
+        assert_eq!(q.active_hosts(), 200);
+        let c = q.counters();
+        let get = |k: &str| c.iter().find(|(n, _)| *n == k).unwrap().1;
+        assert_eq!((get("new_hosts"), get("new_flows")), (200, 400));
+        // A flow's later packets join its queue; the source does not split a `dst` host.
+        q.enqueue(ms(0), named(1000, 78, 0), &mut d);
+        assert_eq!((q.active_hosts(), q.flows.used()), (200, 400));
+        // Keyed by source, the 200 destinations are one host.
+        let mut q: HostFqCodel<Named> = HostFqCodel::new(
+            &toml::from_str("hosts = \"src\"").unwrap(),
+            &BuildCtx::default(),
+        )
+        .unwrap();
+        for h in 0..200u64 {
+            q.enqueue(ms(0), named(h, 77, h), &mut d);
+        }
+        assert_eq!(q.active_hosts(), 1);
     }
 
     #[test]
