@@ -593,13 +593,7 @@ impl Connection {
         };
         if self.snd_max == 0 {
             self.snd_max = 1;
-            self.sb.push(SentSeg {
-                start: 0,
-                end: 1,
-                sent_at: now,
-                flags: scoreboard::SYN,
-                order: 0,
-            });
+            self.sb.push(SentSeg::new(0, 1, now, scoreboard::SYN));
         }
         if syn_ack {
             self.rcv_edge = self.rcv.rcv_nxt() + tcp.window as u64;
@@ -988,7 +982,9 @@ impl Connection {
 
     /// [`Connection::predicted`]'s in-order data: `on_ack` only updates the send window's
     /// bookkeeping (nothing outstanding, nothing acknowledged), `on_data` takes the data.
-    #[inline(always)]
+    /// Both bodies stay out of line: inlined, they made `on_segment` larger and its
+    /// instruction-cache misses at 10 000 flows more frequent, for no instruction saved.
+    #[inline(never)]
     fn predicted_data(&mut self, now: Instant, t: &TcpRepr, len: u64, io: &mut ConnIo<'_>) {
         let (seg_off, ack) = (self.rcv.rcv_nxt(), self.snd_una);
         if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
@@ -1018,7 +1014,7 @@ impl Connection {
 
     /// [`Connection::predicted`]'s pure ACK of new data: `on_ack` in the open state
     /// without SACK blocks, D-SACK, ECE, RACK or BBR.
-    #[inline(always)]
+    #[inline(never)]
     fn predicted_ack(&mut self, now: Instant, t: &TcpRepr, ack: u64, io: &mut ConnIo<'_>) {
         let seg_off = self.rcv.rcv_nxt();
         if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
@@ -1484,7 +1480,7 @@ impl Connection {
             if s.end > ack {
                 break;
             }
-            if s.flags & (scoreboard::SACKED | scoreboard::RETRANS) == 0 {
+            if s.flags() & (scoreboard::SACKED | scoreboard::RETRANS) == 0 {
                 t = Some(s.sent_at);
             }
         }
@@ -2038,7 +2034,7 @@ impl Connection {
             (self.transmit_new(now, start, len, fin, io), false)
         } else {
             match self.sb.last() {
-                Some(i) if self.sb.get(i).flags & (scoreboard::SACKED | scoreboard::SYN) == 0 => {
+                Some(i) if self.sb.get(i).flags() & (scoreboard::SACKED | scoreboard::SYN) == 0 => {
                     (self.retransmit(now, i, io), true)
                 }
                 _ => (false, false),
@@ -2892,7 +2888,7 @@ impl Connection {
             return None;
         }
         let room = self.cc.cwnd.saturating_sub(self.inflight());
-        let fits = |s: &SentSeg| s.len() <= room && s.flags & scoreboard::SYN == 0;
+        let fits = |s: &SentSeg| s.len() <= room && s.flags() & scoreboard::SYN == 0;
         if let Some(i) = self.sb.next_below_high_sacked() {
             return fits(self.sb.get(i)).then_some(i);
         }
@@ -3222,16 +3218,15 @@ impl Connection {
         }
         let end = start + len + fin as u64;
         let (idle, nothing_out) = (self.inflight() == 0, self.snd_max == self.snd_una);
-        self.sb.push(SentSeg {
+        self.sb.push(SentSeg::new(
             start,
             end,
-            sent_at: now,
-            flags: if fin { scoreboard::FIN } else { 0 },
-            order: 0,
-        });
+            now,
+            if fin { scoreboard::FIN } else { 0 },
+        ));
         self.snd_max = end;
         if self.bbr.is_some() {
-            let order = self.sb.get(self.sb.len() - 1).order;
+            let order = self.sb.get(self.sb.len() - 1).order();
             self.bbr_on_sent(now, order, idle, nothing_out);
         }
         if fin {
@@ -3279,12 +3274,12 @@ impl Connection {
 
     fn retransmit(&mut self, now: Instant, i: usize, io: &mut ConnIo<'_>) -> bool {
         let s = *self.sb.get(i);
-        if s.flags & scoreboard::SYN != 0 {
+        if s.flags() & scoreboard::SYN != 0 {
             self.sb.retransmitted(i, now);
             self.send_syn(now, io);
             return true;
         }
-        let fin = s.flags & scoreboard::FIN != 0;
+        let fin = s.flags() & scoreboard::FIN != 0;
         let len = s.len() - fin as u64;
         let mut tcp = self.base_header(now, s.start);
         if fin {
@@ -3296,8 +3291,8 @@ impl Connection {
         };
         self.sb.retransmitted(i, now);
         if let Some(b) = self.bbr.as_mut() {
-            b.1.forget(s.order);
-            let order = self.sb.get(i).order;
+            b.1.forget(s.order());
+            let order = self.sb.get(i).order();
             self.bbr_on_sent(now, order, false, false);
         }
         self.count_prr_out();

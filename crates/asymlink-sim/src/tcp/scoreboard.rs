@@ -32,14 +32,56 @@ pub struct SentSeg {
     pub end: u64,
     /// Last (re)transmission time.
     pub sent_at: Instant,
-    /// Flag bits above.
-    pub flags: u8,
-    /// Position of its last (re)transmission among all transmissions (set by the
-    /// scoreboard): orders segments sent at the same instant.
-    pub order: u64,
+    /// The flag bits above ([`SentSeg::flags`]) in the top byte, and below them the
+    /// position of its last (re)transmission among all transmissions
+    /// ([`SentSeg::order`]): one word, so that a record takes 32 bytes, two to a cache
+    /// line.
+    tag: u64,
 }
 
+/// The bits of [`SentSeg::tag`] that hold the transmission's position.
+const ORDER_MASK: u64 = (1 << 56) - 1;
+
 impl SentSeg {
+    /// A segment [start, end) sent at `sent_at` with `flags` (the scoreboard sets its
+    /// order when it is pushed).
+    pub fn new(start: u64, end: u64, sent_at: Instant, flags: u8) -> SentSeg {
+        SentSeg {
+            start,
+            end,
+            sent_at,
+            tag: (flags as u64) << 56,
+        }
+    }
+    /// Flag bits ([`SACKED`], [`LOST`], ...).
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        (self.tag >> 56) as u8
+    }
+    /// Position of its last (re)transmission among all transmissions (set by the
+    /// scoreboard): orders segments sent at the same instant.
+    #[inline]
+    pub fn order(&self) -> u64 {
+        self.tag & ORDER_MASK
+    }
+    #[inline]
+    fn set_flags(&mut self, f: u8) {
+        self.tag = (self.tag & ORDER_MASK) | (f as u64) << 56;
+    }
+    #[inline]
+    fn add_flags(&mut self, f: u8) {
+        self.tag |= (f as u64) << 56;
+    }
+    #[inline]
+    fn clear_flags(&mut self, f: u8) {
+        self.tag &= !((f as u64) << 56);
+    }
+    #[inline]
+    fn set_order(&mut self, order: u64) {
+        // 2^56 transmissions are out of reach of any simulation.
+        debug_assert!(order <= ORDER_MASK);
+        self.tag = (self.tag & !ORDER_MASK) | order;
+    }
     /// Length in sequence space.
     #[inline]
     pub fn len(&self) -> u64 {
@@ -52,7 +94,7 @@ impl SentSeg {
     }
     #[inline]
     fn has(&self, f: u8) -> bool {
-        self.flags & f != 0
+        self.flags() & f != 0
     }
 }
 
@@ -178,7 +220,7 @@ impl Scoreboard {
     pub fn push(&mut self, mut seg: SentSeg) {
         debug_assert!(self.segs.back().is_none_or(|b| b.end <= seg.start));
         self.tx_count += 1;
-        seg.order = self.tx_count;
+        seg.set_order(self.tx_count);
         self.segs.push_back(seg);
     }
 
@@ -245,7 +287,7 @@ impl Scoreboard {
                         }
                         self.deliveries.push(Delivery {
                             sent_at: front.sent_at,
-                            order: front.order,
+                            order: front.order(),
                             end: front.end,
                             retrans: front.has(RETRANS),
                         });
@@ -350,7 +392,7 @@ impl Scoreboard {
                 if s.has(RETX_OUT) {
                     self.retx_out -= l;
                 }
-                self.segs[i].flags = (s.flags | SACKED) & !(LOST | RETX_OUT);
+                self.segs[i].set_flags((s.flags() | SACKED) & !(LOST | RETX_OUT));
                 self.sacked += l;
                 self.sacked_segs += 1;
                 self.delivered += 1;
@@ -361,7 +403,7 @@ impl Scoreboard {
                     }
                     self.deliveries.push(Delivery {
                         sent_at: s.sent_at,
-                        order: s.order,
+                        order: s.order(),
                         end: s.end,
                         retrans: s.has(RETRANS),
                     });
@@ -429,7 +471,7 @@ impl Scoreboard {
             let s = self.segs[i];
             if !s.has(SACKED | LOST | RETX_OUT) {
                 self.lost_marks += 1;
-                self.segs[i].flags |= LOST;
+                self.segs[i].add_flags(LOST);
                 self.lost += s.len();
                 newly += s.len();
                 first_marked = first_marked.or(Some(s.start));
@@ -465,10 +507,10 @@ impl Scoreboard {
                 self.lost += s.len();
                 self.lost_marks += 1;
                 let f = self.segs.front_mut().expect("front exists");
-                f.flags |= LOST;
+                f.add_flags(LOST);
                 if f.has(RETX_OUT) {
                     // Its retransmission is presumed lost too: allow another.
-                    f.flags &= !RETX_OUT;
+                    f.clear_flags(RETX_OUT);
                     self.retx_out -= s.len();
                 }
             }
@@ -488,7 +530,7 @@ impl Scoreboard {
                 if !s.has(LOST) {
                     self.lost_marks += 1;
                 }
-                s.flags = (s.flags | LOST) & !RETX_OUT;
+                s.set_flags((s.flags() | LOST) & !RETX_OUT);
                 self.lost += s.len();
             }
         }
@@ -502,7 +544,7 @@ impl Scoreboard {
         self.lost_scanned = 0;
         self.flagged_below = 0;
         for s in self.segs.iter_mut() {
-            s.flags &= !LOST;
+            s.clear_flags(LOST);
         }
     }
 
@@ -612,10 +654,10 @@ impl Scoreboard {
         if !s.has(RETX_OUT) && !s.has(SACKED) {
             self.retx_out += s.end - s.start;
         }
-        s.flags |= RETRANS | RETX_OUT;
+        s.add_flags(RETRANS | RETX_OUT);
         s.sent_at = now;
         self.tx_count += 1;
-        s.order = self.tx_count;
+        s.set_order(self.tx_count);
     }
 
     /// RFC 6675 pipe: outstanding bytes not SACKed and not lost, plus retransmissions in
@@ -692,7 +734,7 @@ impl Scoreboard {
             if s.has(SACKED) || (s.has(LOST) && !s.has(RETX_OUT)) {
                 continue;
             }
-            if s.order >= rx {
+            if s.order() >= rx {
                 if s.has(RETRANS) {
                     continue;
                 }
@@ -709,7 +751,7 @@ impl Scoreboard {
                     self.lost += l;
                     self.lost_marks += 1;
                 }
-                self.segs[i].flags = (s.flags | LOST) & !RETX_OUT;
+                self.segs[i].set_flags((s.flags() | LOST) & !RETX_OUT);
                 self.retx_hint = self.retx_hint.min(s.start);
                 r.newly_lost += 1;
             } else {
@@ -743,7 +785,7 @@ impl Scoreboard {
     /// Clear SACK state (the receiver reneged or recovery restarted from scratch).
     pub fn clear_sacks(&mut self) {
         for s in self.segs.iter_mut() {
-            s.flags &= !SACKED;
+            s.clear_flags(SACKED);
         }
         self.flagged_below = 0;
         self.sacked = 0;
@@ -787,13 +829,12 @@ mod tests {
     fn board(n: u64) -> Scoreboard {
         let mut b = Scoreboard::default();
         for i in 0..n {
-            b.push(SentSeg {
-                start: 1 + i * 100,
-                end: 1 + (i + 1) * 100,
-                sent_at: Instant::from_millis(i),
-                flags: 0,
-                order: 0,
-            });
+            b.push(SentSeg::new(
+                1 + i * 100,
+                1 + (i + 1) * 100,
+                Instant::from_millis(i),
+                0,
+            ));
         }
         b
     }
@@ -860,12 +901,25 @@ mod tests {
             if !s.has(SACKED | LOST | RETX_OUT) {
                 b.retx_hint = b.retx_hint.min(s.start);
                 b.lost_marks += 1;
-                b.segs[i].flags |= LOST;
+                b.segs[i].add_flags(LOST);
                 b.lost += s.len();
                 newly += s.len();
             }
         }
         newly
+    }
+
+    #[test]
+    fn two_segment_records_fit_a_cache_line() {
+        assert_eq!(std::mem::size_of::<SentSeg>(), 32);
+        let mut s = SentSeg::new(1, 2, Instant::from_millis(3), FIN);
+        s.set_order(ORDER_MASK);
+        s.add_flags(SACKED | LOST);
+        s.clear_flags(LOST);
+        assert_eq!((s.flags(), s.order()), (FIN | SACKED, ORDER_MASK));
+        s.set_flags(RETX_OUT);
+        s.set_order(7);
+        assert_eq!((s.flags(), s.order()), (RETX_OUT, 7));
     }
 
     #[test]
@@ -882,13 +936,7 @@ mod tests {
                 match rng.below(16) {
                     0..=4 => {
                         let len = 50 + rng.below(3) * 25;
-                        b.push(SentSeg {
-                            start: next,
-                            end: next + len,
-                            sent_at: now,
-                            flags: 0,
-                            order: 0,
-                        });
+                        b.push(SentSeg::new(next, next + len, now, 0));
                         next += len;
                     }
                     5..=7 if next > una => {
