@@ -35,6 +35,8 @@ pub enum Cmd {
     },
     /// Write bytes.
     Write(ConnId, u64),
+    /// The application's bytes per `send()` call on a connection (Linux's sender).
+    WriteSize(ConnId, u64),
     /// Close (FIN after the written data).
     Close(ConnId),
     /// Stop writing (forget unsent data beyond what was sent) and close.
@@ -90,6 +92,11 @@ impl Api<'_> {
     pub fn write(&mut self, conn: ConnId, n: u64) {
         self.cmds.push(Cmd::Write(conn, n));
     }
+    /// Write in `send()` calls of at most `n` bytes on `conn` (see
+    /// [`crate::tcp::Connection::set_write_size`]).
+    pub fn write_size(&mut self, conn: ConnId, n: u64) {
+        self.cmds.push(Cmd::WriteSize(conn, n));
+    }
     /// Close `conn`.
     pub fn close(&mut self, conn: ConnId) {
         self.cmds.push(Cmd::Close(conn));
@@ -137,13 +144,19 @@ pub trait App: Send {
 pub fn build(flow: &FlowSpec) -> Box<dyn App> {
     let (from, to, port) = (flow.from, flow.to, flow.port);
     match &flow.app {
-        AppSpec::Bulk { bytes, open, then } => Box::new(Bulk {
+        AppSpec::Bulk {
+            bytes,
+            open,
+            then,
+            write_size,
+        } => Box::new(Bulk {
             from,
             to,
             port,
             bytes: *bytes,
             open: *open,
             then: *then,
+            write_size: *write_size,
             acked: 0,
             sender: NO_CONN,
             receiver: NO_CONN,
@@ -234,6 +247,8 @@ struct Bulk {
     open: Opener,
     /// The second write and the idle time before it.
     then: Option<(u64, Duration)>,
+    /// Bytes per `send()` call (`None`: one call per write).
+    write_size: Option<u64>,
     /// Bytes of the first write acknowledged.
     acked: u64,
     sender: ConnId,
@@ -277,6 +292,9 @@ impl App for Bulk {
     fn on_event(&mut self, conn: ConnId, ev: ConnEvent, api: &mut Api<'_>) {
         match ev {
             ConnEvent::Established if conn == self.sender => {
+                if let Some(n) = self.write_size {
+                    api.write_size(conn, n);
+                }
                 api.write(conn, self.bytes.unwrap_or(ENDLESS));
                 if self.bytes.is_some() && self.then.is_none() {
                     api.close(conn);

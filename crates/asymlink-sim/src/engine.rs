@@ -1349,6 +1349,7 @@ impl World {
                 self.schedule_conn(conn);
             }
             Cmd::Write(cid, n) => self.conn_call(cid, |c, now, io| c.write(now, n, io)),
+            Cmd::WriteSize(cid, n) => self.conn_call(cid, |c, _, _| c.set_write_size(n)),
             Cmd::Close(cid) => self.conn_call(cid, |c, now, io| c.close(now, io)),
             Cmd::Stop(cid) => self.conn_call(cid, |c, now, io| c.stop_writing(now, io)),
             Cmd::Timer(at, token) => {

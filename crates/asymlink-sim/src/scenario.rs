@@ -836,8 +836,25 @@ mod tests {
                 bytes: Some(1_000_000),
                 open: Opener::Sender,
                 then: None,
+                write_size: None,
             }
         );
+    }
+
+    #[test]
+    fn a_bulk_writer_takes_a_write_size() {
+        let s = Spec::parse(&BASE.replace("bytes = \"1MB\"", "write_size = \"64KiB\"")).unwrap();
+        assert_eq!(
+            s.flows[0].app,
+            AppSpec::Bulk {
+                bytes: None,
+                open: Opener::Sender,
+                then: None,
+                write_size: Some(65_536),
+            }
+        );
+        let m = e(&BASE.replace("bytes = \"1MB\"", "write_size = \"0B\""));
+        assert!(m.contains("flows[0].app.write_size"), "{m}");
     }
 
     fn e(src: &str) -> String {

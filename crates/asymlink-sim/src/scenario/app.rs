@@ -152,7 +152,9 @@ pub enum Opener {
 pub enum AppConfig {
     /// `{ kind = "bulk", bytes = "1MB", open = "sender" }` (endless without `bytes`);
     /// with `then = "2MB"` and `idle = "2s"`, a second write of `then` bytes `idle` after
-    /// the first is acknowledged, on the same connection.
+    /// the first is acknowledged, on the same connection; with `write_size = "64KiB"`,
+    /// the application writes in `send()` calls of that many bytes, each once the socket
+    /// is writable (Linux's sender).
     Bulk {
         #[serde(default)]
         bytes: Option<Bytes>,
@@ -162,6 +164,8 @@ pub enum AppConfig {
         then: Option<Bytes>,
         #[serde(default)]
         idle: Option<Span>,
+        #[serde(default)]
+        write_size: Option<Bytes>,
     },
     /// `{ kind = "file_transfers", size = ..., gap = ..., count = 10 }`.
     FileTransfers {
@@ -231,6 +235,9 @@ pub enum AppSpec {
         open: Opener,
         /// A second write: its bytes, and the idle time after the first is acknowledged.
         then: Option<(u64, Duration)>,
+        /// Bytes per `send()` call, each once the socket is writable (`None`: one call
+        /// per write).
+        write_size: Option<u64>,
     },
     /// Files one after another on new connections, separated by random gaps.
     FileTransfers {
@@ -314,7 +321,14 @@ impl AppConfig {
                 open,
                 then,
                 idle,
+                write_size,
             } => AppSpec::Bulk {
+                write_size: match write_size {
+                    Some(b) if b.0 == 0 => {
+                        return Err(ConfigError::new("write_size", "must be at least 1 byte"))
+                    }
+                    w => w.map(|b| b.0),
+                },
                 bytes: bytes.map(|b| b.0),
                 open: *open,
                 then: match (then, bytes) {

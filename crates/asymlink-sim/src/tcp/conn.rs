@@ -225,6 +225,10 @@ pub struct Connection {
     linux_writer: bool,
     sk_sndbuf: u64,
     writer_waiting: bool,
+    /// Linux's sender: the application's bytes per `send()` (0: one call takes a whole
+    /// write) and where the current call ends (`u64::MAX`: with the write).
+    write_size: u64,
+    call_end: u64,
     tail_skb: u64,
     tx_skbs: std::collections::VecDeque<u64>,
     sb: Scoreboard,
@@ -380,6 +384,8 @@ impl Connection {
             linux_writer: cfg.delack_mode == DelackMode::Linux,
             sk_sndbuf: 0,
             writer_waiting: false,
+            write_size: 0,
+            call_end: u64::MAX,
             tail_skb: 1,
             tx_skbs: Default::default(),
             sb: Scoreboard::default(),
@@ -693,6 +699,11 @@ impl Connection {
     pub fn unacked_app_bytes(&self) -> u64 {
         self.app_end.saturating_sub(self.snd_una.max(1))
     }
+    /// Linux's sender: bytes the writer copied into the send buffer and not yet sent
+    /// (`tcpi_notsent_bytes`); other senders: what was written and not yet sent.
+    pub fn notsent_bytes(&self) -> u64 {
+        self.data_end().saturating_sub(self.snd_max.max(1))
+    }
     /// The configuration.
     pub fn config(&self) -> &TcpConfig {
         &self.cfg
@@ -729,9 +740,27 @@ impl Connection {
         if self.linux_writer {
             // A new `send()`: it copies what the buffer takes, whatever it waited for.
             self.writer_waiting = false;
+            self.new_call();
             self.fill_sndbuf();
         }
         self.try_send(now, io);
+    }
+
+    /// The application hands Linux's sender what it writes in `send()` calls of at most
+    /// `n` bytes each (0: one call per [`Connection::write`]), as a non-blocking writer
+    /// driven by `select()` does: a call copies what the buffer takes and pushes it
+    /// (`tcp_push`); the next call comes at once if the socket is writable — the buffer has
+    /// half as much room as the queue takes (`sk_stream_is_writeable`) — else when it
+    /// becomes so; each call checks whether BBR is app-limited. Other senders ignore it.
+    pub fn set_write_size(&mut self, n: u64) {
+        self.write_size = n;
+    }
+
+    /// A new `send()` call of the application starts where the writer is.
+    fn new_call(&mut self) {
+        if self.write_size > 0 {
+            self.call_end = self.write_seq.saturating_add(self.write_size);
+        }
     }
 
     /// Linux `tcp_rate_check_app_limited`, at each `send()` (with BBR): less than a segment
@@ -3033,7 +3062,9 @@ impl Connection {
     /// before the peer offered a window. A waiting writer wakes once the buffer has half as
     /// much room as the queue takes (`sk_stream_write_space`: a third free), after the
     /// buffer grew if the sender is not cwnd-limited (`tcp_new_space`); it wakes as a new
-    /// `send()` (an event-driven writer), so BBR checks whether it is app-limited. Returns
+    /// `send()` (an event-driven writer), so BBR checks whether it is app-limited. With a
+    /// write size ([`Connection::set_write_size`]) a call ends once it copied that much,
+    /// and the next comes when the socket is writable (the same third free). Returns
     /// whether anything was copied.
     fn fill_sndbuf(&mut self) -> bool {
         if self.max_snd_wnd == 0 || self.write_seq >= self.app_end {
@@ -3059,20 +3090,30 @@ impl Connection {
             {
                 self.sndbuf_expand();
             }
-            let queued = self.sndbuf_queued();
-            if self.sk_sndbuf.saturating_sub(queued) < queued / 2 {
+            if !self.writable() {
                 return false;
             }
             self.writer_waiting = false;
             self.check_app_limited();
+            self.new_call();
+        } else if self.write_seq >= self.call_end {
+            // The last `send()` copied all it was given: `select()` finds the socket
+            // writable, and the next call comes, or the writer waits for it.
+            if !self.writable() {
+                self.writer_waiting = true;
+                return false;
+            }
+            self.check_app_limited();
+            self.new_call();
         }
         let from = self.write_seq;
+        let end = self.app_end.min(self.call_end);
         if self.sk_sndbuf == u64::MAX {
-            // An unlimited buffer takes the whole write at once.
-            self.write_seq = self.app_end;
+            // An unlimited buffer takes the whole call at once.
+            self.write_seq = end;
         }
         let goal = self.size_goal();
-        while self.write_seq < self.app_end {
+        while self.write_seq < end {
             let unsent_tail = self.write_seq - self.tail_skb.max(self.snd_max).min(self.write_seq);
             let room = if unsent_tail > 0 && unsent_tail < goal {
                 goal - unsent_tail
@@ -3091,7 +3132,7 @@ impl Connection {
                 // `if (!copied) tcp_flags &= ~TCPHDR_PSH`: the buffer goes on.
                 self.push_marks.pop_back();
             }
-            self.write_seq += room.min(self.app_end - self.write_seq);
+            self.write_seq += room.min(end - self.write_seq);
             let full = self.write_seq - self.tail_skb.max(self.snd_max) >= goal;
             if full && self.write_seq > self.pushed_seq + self.max_snd_wnd / 2 {
                 self.push_marks.push_back(self.write_seq);
@@ -3106,6 +3147,13 @@ impl Connection {
         }
         self.pushed_seq = self.write_seq;
         true
+    }
+
+    /// Linux `sk_stream_is_writeable`: the buffer has at least half as much room as the
+    /// queue takes (`sk_stream_wspace >= sk_stream_min_wspace`: a third of it free).
+    fn writable(&self) -> bool {
+        let queued = self.sndbuf_queued();
+        self.sk_sndbuf.saturating_sub(queued) >= queued / 2
     }
 
     /// Linux `tcp_xmit_size_goal`: half the largest window offered, at most a GSO packet,

@@ -2070,6 +2070,77 @@ fn a_linux_writer_pushes_what_it_copied_before_it_waits() {
 
 mod paced;
 
+/// A writer of 64 KiB `send()` calls (a non-blocking writer woken by `select()`), BBR
+/// with Linux's autotuned buffer (69 120 bytes at first): the first call copies all it is
+/// given, and the next comes only once the socket is writable (half as much room as the
+/// queue takes), so the first call's 65 536 bytes are all the sender has until ACKs free
+/// a third of the buffer, as in the lab; one endless write copies on until the buffer is
+/// full (three buffers of half the window, 95 568 bytes). Smaller calls follow each other
+/// while the socket stays writable.
+#[test]
+fn a_writer_of_64k_calls_waits_until_the_socket_is_writable() {
+    let copied = |write_size: u64| {
+        let mut cfg = TcpConfig::profile("linux").unwrap();
+        cfg.cc = CcAlgo::Bbr;
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| {
+            c.set_write_size(write_size);
+            c.write(now, u64::MAX / 4, io)
+        });
+        // Before the first ACK of data (40 ms after the write, at the handshake's end).
+        let written = p.now;
+        p.run(written + Duration::from_millis(30));
+        let c = p.c[0].as_ref().unwrap();
+        assert_eq!(c.sndbuf(), 69_120);
+        c.stats().bytes_sent + c.notsent_bytes()
+    };
+    assert_eq!(copied(65_536), 65_536);
+    assert_eq!(copied(0), 3 * 31_856);
+    assert_eq!(copied(16_384), 3 * 16_384);
+}
+
+/// BBR behind a writer of 64 KiB calls with Linux's autotuned buffer (69 120 bytes at
+/// first), on the lab's slow ACK path (10 Mbit/s forward, ACKs over 100 kbit/s, a 64 KiB
+/// window): in STARTUP the flow sends all the first call copied while the writer waits
+/// for a third of the buffer, so the next call finds nothing unsent and room in cwnd and
+/// marks the flow app-limited, as Linux's did in the lab at 0.16 s; one endless write
+/// keeps ahead of the cwnd there.
+#[test]
+fn a_bbr_writer_of_64k_calls_is_app_limited_in_startup() {
+    let marked = |write_size: u64| {
+        let mut cfg = TcpConfig::profile("linux").unwrap();
+        cfg.cc = CcAlgo::Bbr;
+        cfg.so_rcvbuf = Some(128 << 10);
+        cfg.window_clamp = Some(64 << 10);
+        let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+        p.pipes[1].rate = Rate::kbps(100);
+        p.run(Instant::from_millis(100));
+        let written = p.now;
+        p.with(0, |c, now, io| {
+            c.set_write_size(write_size);
+            c.write(now, u64::MAX / 4, io)
+        });
+        let mut marked = Vec::new();
+        for ms in 1..=600u64 {
+            p.run(written + Duration::from_millis(ms));
+            if p.c[0].as_ref().unwrap().app_limited() {
+                marked.push(ms);
+            }
+        }
+        marked
+    };
+    // Both are app-limited at first (the first write finds nothing unsent), until the
+    // first segments are delivered.
+    let later = |m: &[u64]| m.iter().copied().filter(|&ms| ms > 60).collect::<Vec<_>>();
+    let calls = later(&marked(65_536));
+    assert!(
+        calls.len() > 40 && calls.iter().all(|&ms| (100..250).contains(&ms)),
+        "{calls:?}"
+    );
+    assert_eq!(later(&marked(0)), Vec::<u64>::new());
+}
+
 /// A small deterministic generator for the randomised tests below (splitmix64).
 struct Mix(u64);
 
