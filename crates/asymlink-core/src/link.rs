@@ -270,9 +270,67 @@ pub struct LinkStats {
 /// Packets of room a delay line keeps however empty it gets.
 const WIRE_KEEP: usize = 16;
 
+/// How a packet waits on a delay line together with its arrival time: an entry of the
+/// line. [`Paired`] keeps the two side by side; a packet type with a field it does not
+/// need while it propagates can keep the arrival time there, so that an entry is the
+/// packet alone (the simulator's packets: one cache line per entry).
+pub trait OnWire: Sized {
+    /// An entry of the delay line.
+    type Entry;
+    /// The entry of `self`, arriving at `at`.
+    fn to_wire(self, at: Instant) -> Self::Entry;
+    /// The arrival time of an entry.
+    fn arrival(e: &Self::Entry) -> Instant;
+    /// The packet of an entry, as it was handed to [`OnWire::to_wire`] (a field used to
+    /// keep the arrival time may hold anything).
+    fn off_wire(e: Self::Entry) -> Self;
+}
+
+/// A delay line's entry that keeps the arrival time beside the packet (implement
+/// [`OnWire`] with `type Entry = Paired<Self>` and the helpers below).
+#[derive(Debug)]
+pub struct Paired<P> {
+    at: Instant,
+    pkt: P,
+}
+
+impl<P> Paired<P> {
+    /// `pkt`, arriving at `at`.
+    #[inline]
+    pub fn new(pkt: P, at: Instant) -> Paired<P> {
+        Paired { at, pkt }
+    }
+    /// The arrival time.
+    #[inline]
+    pub fn at(&self) -> Instant {
+        self.at
+    }
+    /// The packet.
+    #[inline]
+    pub fn into_pkt(self) -> P {
+        self.pkt
+    }
+}
+
+impl OnWire for crate::packet::HeaderPacket {
+    type Entry = Paired<Self>;
+    #[inline]
+    fn to_wire(self, at: Instant) -> Paired<Self> {
+        Paired::new(self, at)
+    }
+    #[inline]
+    fn arrival(e: &Paired<Self>) -> Instant {
+        e.at()
+    }
+    #[inline]
+    fn off_wire(e: Paired<Self>) -> Self {
+        e.into_pkt()
+    }
+}
+
 /// One direction of a link (see the module documentation).
 #[derive(Debug)]
-pub struct Link<P> {
+pub struct Link<P: OnWire> {
     rate: Option<Rate>,
     packet_ns: u64,
     /// The trace-driven line, if any (then `rate` and `packet_ns` are unused and
@@ -294,8 +352,8 @@ pub struct Link<P> {
     free_at: Instant,
     /// Trace-driven: when the last packet's last byte went.
     last_end: Instant,
-    /// The delay line: (arrival, packet), in order.
-    wire: VecDeque<(Instant, P)>,
+    /// The delay line: packets with their arrival times, in order.
+    wire: VecDeque<P::Entry>,
     /// The discipline's last "not before" answer (or the instant it answered "empty").
     ready: Option<Instant>,
     /// The discipline answered `Empty` and has not been asked since.
@@ -307,7 +365,7 @@ pub struct Link<P> {
     stats: LinkStats,
 }
 
-impl<P: Pkt> Link<P> {
+impl<P: Pkt + OnWire> Link<P> {
     /// A link direction drawing its losses from `rng`; `idle_dequeue` as the feeding
     /// discipline's `wants_idle_dequeue`.
     pub fn new(cfg: &LinkConfig, rng: Rng, idle_dequeue: bool) -> Link<P> {
@@ -393,6 +451,11 @@ impl<P: Pkt> Link<P> {
     pub fn nominal_rate(&self) -> Option<Rate> {
         self.rate
             .or_else(|| self.trace.as_ref().map(|t| t.trace.mean_rate()))
+    }
+
+    /// Whether a drop script reads the headers of the packets it transmits.
+    pub fn has_script(&self) -> bool {
+        self.script.is_some()
     }
 
     /// Whether a modem buffer sits between the discipline and the serialiser.
@@ -580,21 +643,21 @@ impl<P: Pkt> Link<P> {
             return;
         }
         self.wire
-            .push_back((Instant(end.0.saturating_add(self.delay_ns)), pkt));
+            .push_back(pkt.to_wire(Instant(end.0.saturating_add(self.delay_ns))));
     }
 
     /// When the head of the delay line arrives.
     pub fn next_arrival(&self) -> Option<Instant> {
-        self.wire.front().map(|(t, _)| *t)
+        self.wire.front().map(P::arrival)
     }
 
     /// Take the head of the delay line if it has arrived by `now`.
     #[inline]
     pub fn pop_arrival(&mut self, now: Instant) -> Option<P> {
-        if self.wire.front().is_none_or(|(t, _)| *t > now) {
+        if self.wire.front().is_none_or(|e| P::arrival(e) > now) {
             return None;
         }
-        let (_, p) = self.wire.pop_front()?;
+        let p = P::off_wire(self.wire.pop_front()?);
         self.stats.delivered += 1;
         self.stats.delivered_bytes += p.ip_len() as u64;
         // Give back most of the delay line's memory once it holds a quarter of its
@@ -671,7 +734,7 @@ impl<P: Pkt> Link<P> {
     /// Remove every packet held (modem buffer, delay line).
     pub fn drain_all(&mut self) -> Vec<P> {
         let mut v: Vec<P> = self.buffer.drain(..).map(|(p, _)| p).collect();
-        v.extend(self.wire.drain(..).map(|(_, p)| p));
+        v.extend(self.wire.drain(..).map(P::off_wire));
         self.buffer_bytes = 0;
         v
     }

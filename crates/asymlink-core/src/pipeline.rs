@@ -177,6 +177,12 @@ impl<P: Pkt + Send + 'static> Egress<P> {
         &mut *self.qdisc
     }
 
+    /// Whether the classifier or the discipline may read or rewrite a packet's headers
+    /// ([`Qdisc::reads_headers`]).
+    pub fn reads_headers(&self) -> bool {
+        self.classifier.is_some() || self.qdisc.reads_headers()
+    }
+
     /// The classifier, if any.
     pub fn classifier(&self) -> Option<&Classifier> {
         self.classifier.as_deref()

@@ -289,6 +289,22 @@ pub fn ipv4_header_ok(ip: &[u8]) -> bool {
     s == 0xffff
 }
 
+impl asymlink_core::link::OnWire for LivePacket {
+    type Entry = asymlink_core::link::Paired<Self>;
+    #[inline]
+    fn to_wire(self, at: Instant) -> Self::Entry {
+        asymlink_core::link::Paired::new(self, at)
+    }
+    #[inline]
+    fn arrival(e: &Self::Entry) -> Instant {
+        e.at()
+    }
+    #[inline]
+    fn off_wire(e: Self::Entry) -> Self {
+        e.into_pkt()
+    }
+}
+
 impl Pkt for LivePacket {
     #[inline]
     fn ip_len(&self) -> u32 {

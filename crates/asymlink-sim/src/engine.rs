@@ -22,7 +22,7 @@
 
 use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
-use crate::packet::{ConnId, NodeId, SimPacket, NO_CONN};
+use crate::packet::{ConnAddrs, ConnId, NodeId, SimPacket, NO_CONN};
 use crate::pcap::Capture;
 use crate::queue::{EventQueue, QueueEvent, Timer};
 use crate::scenario::Spec;
@@ -152,6 +152,10 @@ pub(crate) struct LinkDir {
     pub sojourn_hist: crate::hist::Batched<3>,
     /// Indices into `World::captures` of the pcap files recording this direction.
     pub captures: Vec<usize>,
+    /// Whether nothing on this direction reads a packet's headers (its own egress, which
+    /// does not, no drop script, no capture): compact packets pass it as they are;
+    /// elsewhere they get their header box as they are enqueued.
+    pub plain: bool,
 }
 
 /// A link direction's source as the core link sees it.
@@ -383,6 +387,9 @@ pub(crate) struct World {
     pub mbs: Vec<MbState>,
     /// Connection endpoints, indexed by `ConnId`.
     pub conns: Vec<ConnSlot>,
+    /// Per connection endpoint (by `ConnId`): its addresses and ports, for the headers of
+    /// its compact packets (kept for the run, like the slots).
+    conn_addrs: Vec<ConnAddrs>,
     next_conn: ConnId,
     /// Applications, one per flow.
     pub apps: Vec<Box<dyn App>>,
@@ -456,6 +463,7 @@ impl World {
             dirs,
             mbs,
             conns: Vec::new(),
+            conn_addrs: Vec::new(),
             next_conn: 0,
             apps: Vec::new(),
             app_rngs: Vec::new(),
@@ -482,6 +490,11 @@ impl World {
         };
         w.add_flows();
         w.open_captures(opts)?;
+        for d in w.dirs.iter_mut() {
+            d.plain = d.captures.is_empty()
+                && !d.line.has_script()
+                && matches!(&d.source, Source::Own(e) if !e.reads_headers());
+        }
         // The links live on as `dirs`; their configurations are not read after this
         // (tens of megabytes with tens of thousands of links).
         w.spec.links = Vec::new();
@@ -579,12 +592,24 @@ impl World {
         }
     }
 
-    /// Keep the header box of a packet that is gone, for the next packet.
+    /// Keep the header box of a packet that is gone, for the next packet (a compact
+    /// packet has none).
     #[inline]
-    fn recycle(&mut self, b: Box<Headers>) {
-        if self.pool_hdr.len() < HDR_POOL_MAX {
-            self.pool_hdr.push(b);
+    fn recycle(&mut self, b: Option<Box<Headers>>) {
+        if let Some(b) = b {
+            if self.pool_hdr.len() < HDR_POOL_MAX {
+                self.pool_hdr.push(b);
+            }
         }
+    }
+
+    /// Give a compact packet its header box (before anything that reads headers sees it).
+    #[cold]
+    #[inline(never)]
+    fn materialise(&mut self, p: &mut SimPacket) {
+        let hdr = p.headers_with(&self.conn_addrs[p.src_conn as usize]);
+        let b = self.boxed(hdr);
+        p.materialise(b);
     }
 
     /// Process events up to `t` (inclusive, capped at the end).
@@ -780,6 +805,9 @@ impl World {
 
     fn enqueue(&mut self, d: u32, mut p: SimPacket) {
         let now = self.now;
+        if p.is_compact() && !self.dirs[d as usize].plain {
+            self.materialise(&mut p);
+        }
         p.class = ClassId::NONE;
         p.queued_at = now.as_nanos();
         let drops = &mut self.drops;
@@ -868,7 +896,22 @@ impl World {
         }
     }
 
-    fn host_receive(&mut self, h: u32, p: SimPacket) {
+    fn host_receive(&mut self, h: u32, mut p: SimPacket) {
+        if p.is_compact() {
+            let cid = p.dst_conn;
+            if self
+                .conns
+                .get(cid as usize)
+                .is_some_and(|s| s.host == h && s.opened())
+            {
+                // The common segment: its headers are rebuilt here, on the stack, from the
+                // packet and the sender's addresses; there is no box to read.
+                let hdr = p.headers_with(&self.conn_addrs[p.src_conn as usize]);
+                self.conn_call(cid, |c, now, io| c.on_segment(now, &hdr, io));
+                return;
+            }
+            self.materialise(&mut p);
+        }
         match p.hdr().transport {
             Transport::Tcp(t) => {
                 let mut cid = p.dst_conn;
@@ -890,9 +933,9 @@ impl World {
                         slot.peer = p.src_conn;
                     }
                     // The headers stay in their box (no copy) until the call returns.
-                    let hdr = p.into_hdr();
+                    let hdr = p.into_hdr().expect("not compact");
                     self.conn_call(cid, |c, now, io| c.on_segment(now, &hdr, io));
-                    self.recycle(hdr);
+                    self.recycle(Some(hdr));
                     return;
                 }
                 let syn = t.flags.contains(asymlink_core::wire::TcpFlags::SYN)
@@ -984,6 +1027,10 @@ impl World {
         if let Some(c) = self.hosts[host as usize].conditioner.as_mut() {
             c.on_open_flow(now, id, local, remote);
         }
+        while self.conn_addrs.len() <= idx {
+            self.conn_addrs.push(ConnAddrs { local, remote });
+        }
+        self.conn_addrs[idx] = ConnAddrs { local, remote };
         self.conns[idx] = ConnSlot {
             endpoint: Endpoint::None,
             host,
@@ -1208,6 +1255,19 @@ impl World {
     }
 
     fn host_send(&mut self, h: u32, cid: ConnId, hdr: &Headers) {
+        let slot = &self.conns[cid as usize];
+        if let Some(p) = SimPacket::compact(
+            hdr,
+            &self.conn_addrs[cid as usize],
+            self.hosts[h as usize].node,
+            slot.remote_node,
+            cid,
+            slot.peer,
+        ) {
+            let d = self.hosts[h as usize].out_dir;
+            self.enqueue(d, p);
+            return;
+        }
         // Copied once, from the connection's output into a header box.
         let hdr = match self.pool_hdr.pop() {
             Some(mut b) => {

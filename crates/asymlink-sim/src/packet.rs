@@ -1,7 +1,12 @@
 //! The simulator's packet: compact headers plus bookkeeping that real packets do not carry.
 
+use asymlink_core::link::OnWire;
 use asymlink_core::packet::{ClassId, FlowIds, Pkt};
-use asymlink_core::wire::{Ecn, Headers, TcpFlags, Transport};
+use asymlink_core::time::Instant;
+use asymlink_core::wire::{
+    Ecn, Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Transport,
+};
+use std::net::IpAddr;
 
 /// Index of a node in the simulation.
 pub type NodeId = u32;
@@ -55,6 +60,16 @@ impl HopFields {
     }
 }
 
+/// The addresses and ports of a TCP connection endpoint, as its segments carry them
+/// (local: source, remote: destination).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnAddrs {
+    /// The endpoint's own address and port.
+    pub local: (IpAddr, u16),
+    /// The other endpoint's address and port.
+    pub remote: (IpAddr, u16),
+}
+
 /// A packet in flight in the simulator. Only the headers are "on the wire"; the rest is
 /// the simulator's bookkeeping (routing shortcut, demultiplexing shortcut, tracing).
 ///
@@ -64,15 +79,25 @@ impl HopFields {
 /// move, and what a hop reads. The headers are read where a packet is classified,
 /// rewritten or received. The engine reuses the header boxes of delivered and dropped
 /// packets for new ones.
+///
+/// The common TCP segment has no header box at all (a *compact* packet): with no
+/// options and the IP fields a connection always sends, its headers are
+/// the per-hop fields, the sending connection's addresses ([`ConnAddrs`]), and the IP
+/// identification, DSCP and ECN (kept in `tag`, which TCP does not use). [`SimPacket::headers_with`] rebuilds them; the engine gives a compact packet its
+/// box ([`SimPacket::materialise`]) before anything that reads or rewrites headers in
+/// flight sees it, so only the receiving host rebuilds them, on its stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimPacket {
-    /// The headers (payload bytes are not simulated, only their count). Private: the
-    /// copy in `hop` must follow every change (only the [`Pkt`] mutators change them).
-    hdr: Box<Headers>,
+    /// The headers (payload bytes are not simulated, only their count); `None`: a compact
+    /// packet. Private: the copy in `hop` must follow every change (only the [`Pkt`]
+    /// mutators change them).
+    hdr: Option<Box<Headers>>,
     /// When it was offered to the egress of the link direction it waits for (ns): its
-    /// sojourn time there is measured when its transmission starts.
+    /// sojourn time there is measured when its transmission starts. On a delay line,
+    /// from then until it arrives, the field holds its arrival time instead ([`OnWire`]).
     pub queued_at: u64,
-    /// Application data the simulator does not carry as bytes (e.g. a probe's send time).
+    /// Application data the simulator does not carry as bytes (e.g. a probe's send time);
+    /// a compact packet's IP identification (low 16 bits), DSCP and ECN (the next 8).
     pub tag: u64,
     /// The header fields every hop reads.
     hop: HopFields,
@@ -119,7 +144,7 @@ impl SimPacket {
                 Transport::Udp(_) => SimPacket::UDP,
                 Transport::Other(_) => SimPacket::OTHER,
             },
-            hdr,
+            hdr: Some(hdr),
             class: ClassId::NONE,
             dst_node,
             src_node,
@@ -130,10 +155,109 @@ impl SimPacket {
         }
     }
 
-    /// The headers.
+    /// A compact packet for the segment `h` of the connection whose addresses are `a`
+    /// (see [`SimPacket`]), if the segment is a common one: TCP with no options, no
+    /// urgent pointer, the IP fields of `IpRepr::new` but for the
+    /// identification, DSCP and ECN, and `a`'s addresses and ports. `None` otherwise.
+    #[inline]
+    pub fn compact(
+        h: &Headers,
+        a: &ConnAddrs,
+        src_node: NodeId,
+        dst_node: NodeId,
+        src_conn: ConnId,
+        dst_conn: ConnId,
+    ) -> Option<SimPacket> {
+        let Transport::Tcp(t) = &h.transport else {
+            return None;
+        };
+        let o = &t.opts;
+        let ip = &h.ip;
+        let common = t.urgent == 0
+            && o.mss.is_none()
+            && o.wscale.is_none()
+            && !o.sack_permitted
+            && o.timestamp.is_none()
+            && o.sack.is_empty()
+            && !o.other
+            && !o.signed
+            && ip.dscp < 64
+            && ip.ttl == 64
+            && ip.dont_frag == ip.src.is_ipv4()
+            && ip.flow_label == 0
+            && !ip.extensions
+            && !ip.auth
+            && (ip.src, t.src_port) == a.local
+            && (ip.dst, t.dst_port) == a.remote;
+        if !common {
+            return None;
+        }
+        let p = SimPacket {
+            len: h.ip_len(),
+            hop: HopFields::of(h),
+            proto: SimPacket::TCP,
+            hdr: None,
+            class: ClassId::NONE,
+            dst_node,
+            src_node,
+            dst_conn,
+            src_conn,
+            tag: u64::from(ip.ident) | u64::from(ip.dscp << 2 | ip.ecn.bits()) << 16,
+            queued_at: 0,
+        };
+        debug_assert_eq!(p.headers_with(a), *h);
+        Some(p)
+    }
+
+    /// Whether the packet is compact (no header box; see [`SimPacket`]).
+    #[inline]
+    pub fn is_compact(&self) -> bool {
+        self.hdr.is_none()
+    }
+
+    /// The headers, given the sending connection's addresses (read only for a compact
+    /// packet).
+    #[inline]
+    pub fn headers_with(&self, a: &ConnAddrs) -> Headers {
+        if let Some(h) = &self.hdr {
+            return **h;
+        }
+        let mut ip = IpRepr::new(a.local.0, a.remote.0);
+        ip.ident = self.tag as u16;
+        let tos = (self.tag >> 16) as u8;
+        ip.dscp = tos >> 2;
+        ip.ecn = Ecn::from_bits(tos);
+        let f = &self.hop;
+        let t = TcpRepr {
+            src_port: a.local.1,
+            dst_port: a.remote.1,
+            seq: SeqNumber(f.seq),
+            ack: SeqNumber(f.ack),
+            flags: TcpFlags(f.flags),
+            window: f.window,
+            urgent: 0,
+            opts: TcpOptions::default(),
+        };
+        Headers::tcp(ip, t, f.payload_len)
+    }
+
+    /// Give a compact packet its header box `b`, holding the headers
+    /// [`SimPacket::headers_with`] rebuilds: from then on it is a packet like any other.
+    pub fn materialise(&mut self, b: Box<Headers>) {
+        debug_assert!(self.hdr.is_none());
+        self.hdr = Some(b);
+        self.tag = 0;
+    }
+
+    /// The headers of a packet that is not compact.
+    ///
+    /// # Panics
+    /// On a compact packet (the engine gives it a box before anything reads them).
     #[inline]
     pub fn hdr(&self) -> &Headers {
-        &self.hdr
+        self.hdr
+            .as_deref()
+            .expect("a compact packet's headers are read")
     }
 
     /// The header fields every hop reads (equal to those of [`SimPacket::hdr`]).
@@ -149,14 +273,40 @@ impl SimPacket {
         self.proto
     }
 
-    /// The header box, for reuse once the packet is gone.
+    /// The header box, for reuse once the packet is gone (`None`: a compact packet).
     #[inline]
-    pub fn into_hdr(self) -> Box<Headers> {
+    pub fn into_hdr(self) -> Option<Box<Headers>> {
         self.hdr
     }
 }
 
 const _: () = assert!(core::mem::size_of::<SimPacket>() <= 64);
+
+/// A delay line's entry: the packet, with its arrival time in `queued_at` (the sojourn
+/// it measures ends when the transmission starts, before the packet goes onto the line),
+/// aligned so that each entry is one cache line.
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct OnLine(SimPacket);
+
+const _: () = assert!(core::mem::size_of::<OnLine>() == 64);
+
+impl OnWire for SimPacket {
+    type Entry = OnLine;
+    #[inline]
+    fn to_wire(mut self, at: Instant) -> OnLine {
+        self.queued_at = at.as_nanos();
+        OnLine(self)
+    }
+    #[inline]
+    fn arrival(e: &OnLine) -> Instant {
+        Instant(e.0.queued_at)
+    }
+    #[inline]
+    fn off_wire(e: OnLine) -> SimPacket {
+        e.0
+    }
+}
 
 impl Pkt for SimPacket {
     #[inline]
@@ -165,7 +315,7 @@ impl Pkt for SimPacket {
     }
     #[inline]
     fn headers(&self) -> Option<&Headers> {
-        Some(&*self.hdr)
+        Some(self.hdr())
     }
     #[inline]
     fn class(&self) -> ClassId {
@@ -176,7 +326,11 @@ impl Pkt for SimPacket {
         self.class = class;
     }
     fn set_tcp_window(&mut self, window: u16) -> bool {
-        match self.hdr.tcp_repr_mut() {
+        let hdr = self
+            .hdr
+            .as_mut()
+            .expect("a compact packet's headers are rewritten");
+        match hdr.tcp_repr_mut() {
             Some(t) => {
                 t.window = window;
                 self.hop.window = window;
@@ -186,8 +340,12 @@ impl Pkt for SimPacket {
         }
     }
     fn set_dscp_ecn(&mut self, dscp: u8, ecn: Ecn) -> bool {
-        self.hdr.ip.dscp = dscp;
-        self.hdr.ip.ecn = ecn;
+        let hdr = self
+            .hdr
+            .as_mut()
+            .expect("a compact packet's headers are rewritten");
+        hdr.ip.dscp = dscp;
+        hdr.ip.ecn = ecn;
         true
     }
     /// From the packet itself, not its headers: a host is its node (a host has one
@@ -215,7 +373,7 @@ impl Pkt for SimPacket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asymlink_core::wire::{IpRepr, SeqNumber, TcpOptions, TcpRepr, UdpRepr};
+    use asymlink_core::wire::UdpRepr;
 
     fn tcp(flags: TcpFlags, payload_len: u32) -> Headers {
         Headers {
@@ -315,5 +473,87 @@ mod tests {
         assert_eq!(*p.hop(), HopFields::of(p.hdr()));
         assert!(p.set_dscp_ecn(10, Ecn::Ce));
         assert_eq!(*p.hop(), HopFields::of(p.hdr()));
+    }
+
+    fn addrs() -> ConnAddrs {
+        ConnAddrs {
+            local: ([10, 0, 0, 1].into(), 40_001),
+            remote: ([10, 0, 0, 2].into(), 80),
+        }
+    }
+
+    #[test]
+    fn a_common_segment_is_compact_and_rebuilt_exactly() {
+        let mut h = tcp(TcpFlags::ACK | TcpFlags::PSH, 1448);
+        h.ip.ident = 0xbeef;
+        h.ip.dscp = 46;
+        h.ip.ecn = Ecn::Ect0;
+        let p = SimPacket::compact(&h, &addrs(), 0, 1, 2, 3).expect("compact");
+        assert!(p.is_compact());
+        assert_eq!(p.headers_with(&addrs()), h);
+        assert_eq!(*p.hop(), HopFields::of(&h));
+        assert_eq!(p.len, h.ip_len());
+        assert_eq!(p.proto(), SimPacket::TCP);
+        assert_eq!(
+            (p.src_node, p.dst_node, p.src_conn, p.dst_conn),
+            (0, 1, 2, 3)
+        );
+        // Another segment.
+        let plain = tcp(TcpFlags::ACK, 0);
+        let q = SimPacket::compact(&plain, &addrs(), 0, 1, 2, 3).expect("compact");
+        assert_eq!(q.headers_with(&addrs()), plain);
+        // Given its box, it is a packet like any other.
+        let mut m = p.clone();
+        m.materialise(Box::new(m.headers_with(&addrs())));
+        assert!(!m.is_compact());
+        assert_eq!(*m.hdr(), h);
+        assert_eq!(m.proto(), SimPacket::TCP);
+        assert!(m.set_tcp_window(9));
+        assert_eq!(m.hdr().tcp_repr().unwrap().window, 9);
+    }
+
+    #[test]
+    fn other_segments_keep_their_box() {
+        let a = addrs();
+        let base = tcp(TcpFlags::ACK, 0);
+        assert!(SimPacket::compact(&base, &a, 0, 1, 2, 3).is_some());
+        let mut cases: Vec<Headers> = Vec::new();
+        let mut with = |f: &dyn Fn(&mut Headers)| {
+            let mut h = base;
+            f(&mut h);
+            cases.push(h);
+        };
+        with(&|h| {
+            h.tcp_repr_mut()
+                .unwrap()
+                .opts
+                .sack
+                .push(asymlink_core::wire::SackBlock {
+                    left: SeqNumber(1),
+                    right: SeqNumber(2),
+                });
+        });
+        with(&|h| h.tcp_repr_mut().unwrap().opts.mss = Some(1460));
+        with(&|h| h.tcp_repr_mut().unwrap().opts.wscale = Some(7));
+        with(&|h| h.tcp_repr_mut().unwrap().opts.sack_permitted = true);
+        with(&|h| h.tcp_repr_mut().unwrap().opts.other = true);
+        with(&|h| {
+            h.tcp_repr_mut().unwrap().opts.timestamp =
+                Some(asymlink_core::wire::Timestamp { val: 1, ecr: 2 })
+        });
+        with(&|h| h.tcp_repr_mut().unwrap().urgent = 1);
+        with(&|h| h.ip.ttl = 63);
+        with(&|h| h.ip.dont_frag = false);
+        with(&|h| h.ip.src = [10, 0, 0, 9].into());
+        with(&|h| h.tcp_repr_mut().unwrap().dst_port = 81);
+        with(&|h| {
+            h.transport = Transport::Udp(UdpRepr {
+                src_port: 40_001,
+                dst_port: 80,
+            })
+        });
+        for h in cases {
+            assert!(SimPacket::compact(&h, &a, 0, 1, 2, 3).is_none(), "{h:?}");
+        }
     }
 }

@@ -126,6 +126,7 @@ pub(crate) fn build_links(
                 sojourn_max_ns: 0,
                 sojourn_hist: Default::default(),
                 captures: Vec::new(),
+                plain: false,
             });
             adj[from].push((to, id));
             if let NodeRole::Host(h) = nodes[from].role {

@@ -105,6 +105,9 @@ impl<P: Pkt> Fifo<P> {
 }
 
 impl<P: Pkt + Send> Qdisc<P> for Fifo<P> {
+    fn reads_headers(&self) -> bool {
+        false
+    }
     fn enqueue(&mut self, _now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();

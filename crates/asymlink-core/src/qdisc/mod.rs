@@ -549,6 +549,12 @@ pub trait Qdisc<P: Pkt>: Send {
     fn wants_idle_dequeue(&self) -> bool {
         false
     }
+    /// Whether the discipline may read or rewrite a packet's headers (beyond its length
+    /// and class). A runtime whose packets keep their headers in a form that must be
+    /// unpacked first unpacks them before a discipline that does. Default: true.
+    fn reads_headers(&self) -> bool {
+        true
+    }
     /// Entries of per-flow state held — connection tables, ACK histories — by this
     /// discipline and its children together: what grows with the number of flows seen
     /// rather than with the backlog. Every such table has a configured bound and evicts
