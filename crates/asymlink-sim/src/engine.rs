@@ -1255,37 +1255,21 @@ impl World {
     }
 
     fn host_send(&mut self, h: u32, cid: ConnId, hdr: &Headers) {
+        let (node, d) = (self.hosts[h as usize].node, self.hosts[h as usize].out_dir);
         let slot = &self.conns[cid as usize];
-        if let Some(p) = SimPacket::compact(
+        let (remote, peer) = (slot.remote_node, slot.peer);
+        let p = match SimPacket::compact(
             hdr,
             &self.conn_addrs[cid as usize],
-            self.hosts[h as usize].node,
-            slot.remote_node,
+            node,
+            remote,
             cid,
-            slot.peer,
+            peer,
         ) {
-            let d = self.hosts[h as usize].out_dir;
-            self.enqueue(d, p);
-            return;
-        }
-        // Copied once, from the connection's output into a header box.
-        let hdr = match self.pool_hdr.pop() {
-            Some(mut b) => {
-                *b = *hdr;
-                b
-            }
-            None => Box::new(*hdr),
+            Some(p) => p,
+            // Copied once, from the connection's output into a header box.
+            None => SimPacket::new(self.boxed(*hdr), node, remote, cid, peer, 0),
         };
-        let slot = &self.conns[cid as usize];
-        let p = SimPacket::new(
-            hdr,
-            self.hosts[h as usize].node,
-            slot.remote_node,
-            cid,
-            slot.peer,
-            0,
-        );
-        let d = self.hosts[h as usize].out_dir;
         self.enqueue(d, p);
     }
 

@@ -986,12 +986,8 @@ impl Connection {
     /// instruction-cache misses at 10 000 flows more frequent, for no instruction saved.
     #[inline(never)]
     fn predicted_data(&mut self, now: Instant, t: &TcpRepr, len: u64, io: &mut ConnIo<'_>) {
-        let (seg_off, ack) = (self.rcv.rcv_nxt(), self.snd_una);
-        if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
-            self.snd_wl1 = seg_off;
-            self.snd_wl2 = ack;
-            self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
-        }
+        // The window is unchanged (a condition of the prediction).
+        self.take_window(self.rcv.rcv_nxt(), self.snd_una, self.snd_wnd);
         if let Some(p) = io.rwnd.as_deref_mut() {
             p.on_data(now, self.id, len as u32);
         }
@@ -1016,12 +1012,7 @@ impl Connection {
     /// without SACK blocks, D-SACK, ECE, RACK or BBR.
     #[inline(never)]
     fn predicted_ack(&mut self, now: Instant, t: &TcpRepr, ack: u64, io: &mut ConnIo<'_>) {
-        let seg_off = self.rcv.rcv_nxt();
-        if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
-            self.snd_wl1 = seg_off;
-            self.snd_wl2 = ack;
-            self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
-        }
+        self.take_window(self.rcv.rcv_nxt(), ack, self.snd_wnd);
         let sacked_before = self.sb.sacked_bytes();
         let prior_fack = self.sb.fack();
         self.rto_unanswered = false;
@@ -1043,8 +1034,31 @@ impl Connection {
         if self.may_raise_cwnd() {
             self.cc.on_ack(now, grow, self.rtt.srtt());
         }
+        self.after_new_ack(now, acked.fin, io);
+        self.update_pacing_rate();
+    }
+
+    /// The send window from a segment at `seg_off` acknowledging `ack` and offering `wnd`
+    /// bytes, if it is newer than the one that set the window last.
+    #[inline(always)]
+    fn take_window(&mut self, seg_off: u64, ack: u64, wnd: u64) {
+        //= https://www.rfc-editor.org/rfc/rfc9293#section-3.10.7.4
+        //# If SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and SND.WL2 =< SEG.ACK), set
+        //# SND.WND <- SEG.WND, set SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK.
+        if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
+            self.snd_wnd = wnd;
+            self.snd_wl1 = seg_off;
+            self.snd_wl2 = ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
+        }
+    }
+
+    /// After an ACK of new data: the duplicate count starts again, an acknowledged FIN
+    /// is taken, and the retransmission timer restarts while data is outstanding.
+    #[inline(always)]
+    fn after_new_ack(&mut self, now: Instant, fin_acked: bool, io: &mut ConnIo<'_>) {
         self.dupacks = 0;
-        if acked.fin {
+        if fin_acked {
             self.on_fin_acked(now, io);
         }
         self.rto_at = if self.snd_una < self.snd_max {
@@ -1052,7 +1066,6 @@ impl Connection {
         } else {
             None
         };
-        self.update_pacing_rate();
     }
 
     fn on_syn_ack(&mut self, now: Instant, t: &TcpRepr, io: &mut ConnIo<'_>) -> bool {
@@ -1116,15 +1129,7 @@ impl Connection {
             (t.window as u64) << self.snd_wscale
         };
         let window_changed = wnd != self.snd_wnd;
-        //= https://www.rfc-editor.org/rfc/rfc9293#section-3.10.7.4
-        //# If SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and SND.WL2 =< SEG.ACK), set
-        //# SND.WND <- SEG.WND, set SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK.
-        if self.snd_wl1 < seg_off || (self.snd_wl1 == seg_off && self.snd_wl2 <= ack) {
-            self.snd_wnd = wnd;
-            self.snd_wl1 = seg_off;
-            self.snd_wl2 = ack;
-            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
-        }
+        self.take_window(seg_off, ack, wnd);
         if ack == self.snd_una
             && self.snd_una == self.snd_max
             && t.opts.sack.is_empty()
@@ -1238,15 +1243,7 @@ impl Connection {
             }
             // With RACK the window grows after loss detection, as Linux's
             // `tcp_cong_control` follows `tcp_fastretrans_alert`.
-            self.dupacks = 0;
-            if acked.fin {
-                self.on_fin_acked(now, io);
-            }
-            self.rto_at = if self.snd_una < self.snd_max {
-                Some(now + self.rtt.rto())
-            } else {
-                None
-            };
+            self.after_new_ack(now, acked.fin, io);
         } else if ack == self.snd_una
             && h.payload_len == 0
             && !t.flags.intersects(TcpFlags::SYN | TcpFlags::FIN)
