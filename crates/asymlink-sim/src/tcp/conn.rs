@@ -1015,16 +1015,7 @@ impl Connection {
         self.take_window(self.rcv.rcv_nxt(), ack, self.snd_wnd);
         let sacked_before = self.sb.sacked_bytes();
         let prior_fack = self.sb.fack();
-        self.rto_unanswered = false;
-        let newest_sent = if self.cfg.hystart {
-            self.newest_clean_sent(ack)
-        } else {
-            None
-        };
-        let acked = self.sb.ack_to(ack, prior_fack);
-        let grow = self.growth_bytes(acked.bytes, sacked_before);
-        self.update_rtt(now, &acked, t);
-        self.hystart_sample(now, &acked, newest_sent, t, ack);
+        let (acked, grow) = self.take_new_ack(now, t, ack, prior_fack, sacked_before);
         let data_acked = data_bytes_between(self.snd_una, ack, self.fin_off);
         self.snd_una = ack;
         self.stats.bytes_acked += data_acked;
@@ -1051,6 +1042,31 @@ impl Connection {
             self.snd_wl2 = ack;
             self.max_snd_wnd = self.max_snd_wnd.max(wnd);
         }
+    }
+
+    /// An ACK of new data up to `ack`: the scoreboard drops what it covers, the RTT and
+    /// HyStart take their samples; returns what was acknowledged and the bytes it grows
+    /// the window by.
+    #[inline(always)]
+    fn take_new_ack(
+        &mut self,
+        now: Instant,
+        t: &TcpRepr,
+        ack: u64,
+        prior_fack: u64,
+        sacked_before: u64,
+    ) -> (scoreboard::Acked, u64) {
+        self.rto_unanswered = false;
+        let newest_sent = if self.cfg.hystart {
+            self.newest_clean_sent(ack)
+        } else {
+            None
+        };
+        let acked = self.sb.ack_to(ack, prior_fack);
+        let grow = self.growth_bytes(acked.bytes, sacked_before);
+        self.update_rtt(now, &acked, t);
+        self.hystart_sample(now, &acked, newest_sent, t, ack);
+        (acked, grow)
     }
 
     /// After an ACK of new data: the duplicate count starts again, an acknowledged FIN
@@ -1179,16 +1195,8 @@ impl Connection {
             self.ecn_ok && t.flags.contains(TcpFlags::ECE) && !t.flags.contains(TcpFlags::SYN);
 
         if ack > self.snd_una {
-            self.rto_unanswered = false;
-            let newest_sent = if self.cfg.hystart {
-                self.newest_clean_sent(ack)
-            } else {
-                None
-            };
-            let acked = self.sb.ack_to(ack, prior_fack);
-            grow = self.growth_bytes(acked.bytes, sacked_before);
-            self.update_rtt(now, &acked, t);
-            self.hystart_sample(now, &acked, newest_sent, t, ack);
+            let (acked, g) = self.take_new_ack(now, t, ack, prior_fack, sacked_before);
+            grow = g;
             if self.ca_state == CaState::Loss {
                 self.maybe_undo_timeout(t, ack);
             }
