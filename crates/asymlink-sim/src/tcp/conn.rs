@@ -710,10 +710,12 @@ impl Connection {
     }
 
     /// The earliest deadline of any timer.
+    #[inline]
     pub fn poll_at(&self) -> Option<Instant> {
-        // Without a branch per timer (the engine asks after every call).
-        let (mut t, mut any) = (u64::MAX, false);
-        for x in [
+        // Without a branch per timer (the engine asks after every call). No timer is ever
+        // set to the end of time (`u64::MAX` ns): every deadline is a bounded interval
+        // after the current time, so that value can stand for "none".
+        let t = [
             self.rto_at,
             self.delack_at,
             self.reo_at,
@@ -721,11 +723,10 @@ impl Connection {
             self.persist_at,
             self.wake_at,
             self.linger_at,
-        ] {
-            t = t.min(x.map_or(u64::MAX, |i| i.0));
-            any |= x.is_some();
-        }
-        any.then_some(Instant(t))
+        ]
+        .into_iter()
+        .fold(u64::MAX, |t, x| t.min(x.map_or(u64::MAX, |i| i.0)));
+        (t != u64::MAX).then_some(Instant(t))
     }
 
     // ---------------------------------------------------------------- application API
