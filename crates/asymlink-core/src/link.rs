@@ -270,6 +270,11 @@ pub struct LinkStats {
 /// Packets of room a delay line keeps however empty it gets.
 const WIRE_KEEP: usize = 16;
 
+/// A delay line gives memory back at most once in this time (ns): the flight of a window
+/// comes and goes once per round trip, and memory given back between two flights is
+/// only allocated again (and the line copied) for the next.
+const WIRE_SHRINK_GAP_NS: u64 = 100_000_000;
+
 /// How a packet waits on a delay line together with its arrival time: an entry of the
 /// line. [`Paired`] keeps the two side by side; a packet type with a field it does not
 /// need while it propagates can keep the arrival time there, so that an entry is the
@@ -354,6 +359,8 @@ pub struct Link<P: OnWire> {
     last_end: Instant,
     /// The delay line: packets with their arrival times, in order.
     wire: VecDeque<P::Entry>,
+    /// The delay line may give memory back from then on (ns).
+    wire_shrink_at: u64,
     /// The discipline's last "not before" answer (or the instant it answered "empty").
     ready: Option<Instant>,
     /// The discipline answered `Empty` and has not been asked since.
@@ -384,6 +391,7 @@ impl<P: Pkt + OnWire> Link<P> {
             free_at: Instant::ZERO,
             last_end: Instant::ZERO,
             wire: VecDeque::new(),
+            wire_shrink_at: 0,
             ready: None,
             // Nothing was queued before the start.
             feed_empty: true,
@@ -661,10 +669,13 @@ impl<P: Pkt + OnWire> Link<P> {
         self.stats.delivered += 1;
         self.stats.delivered_bytes += p.ip_len() as u64;
         // Give back most of the delay line's memory once it holds a quarter of its
-        // largest burst (amortised constant): a burst must not keep its memory for the
-        // rest of the run when thousands of links are simulated.
-        if self.wire.capacity() > WIRE_KEEP && self.wire.len() * 4 < self.wire.capacity() {
-            self.shrink_wire();
+        // largest burst (amortised constant), at most once in 100 ms: a burst must not
+        // keep its memory for the rest of the run when thousands of links are simulated.
+        if self.wire.capacity() > WIRE_KEEP
+            && self.wire.len() * 4 < self.wire.capacity()
+            && now.0 >= self.wire_shrink_at
+        {
+            self.shrink_wire(now);
         }
         Some(p)
     }
@@ -673,9 +684,10 @@ impl<P: Pkt + OnWire> Link<P> {
     /// small enough to inline.
     #[cold]
     #[inline(never)]
-    fn shrink_wire(&mut self) {
+    fn shrink_wire(&mut self, now: Instant) {
         let len = self.wire.len();
         self.wire.shrink_to((len * 2).max(WIRE_KEEP));
+        self.wire_shrink_at = now.0.saturating_add(WIRE_SHRINK_GAP_NS);
     }
 
     /// Move every packet whose propagation has ended by `now` to `out`, in order.
@@ -744,6 +756,7 @@ impl<P: Pkt + OnWire> Link<P> {
 mod tests {
     use super::*;
     use crate::packet::HeaderPacket;
+    use crate::time::Duration;
     use crate::wire::{Headers, IpRepr, Transport, UdpRepr};
     use core::net::{IpAddr, Ipv4Addr};
 
@@ -815,6 +828,48 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Send `n` packets of 125 bytes from `start` and take every arrival; returns the
+    /// delay line's capacity after each arrival and the time of the last.
+    fn burst(l: &mut Link<HeaderPacket>, start: Instant, n: usize) -> (Vec<usize>, Instant) {
+        let mut q = Queue::of(&vec![125; n]);
+        let (mut drops, mut now, mut caps) = (Drops::new(), start, Vec::new());
+        loop {
+            l.pull(now, &mut q, &mut drops, &mut |_| {});
+            while l.pop_arrival(now).is_some() {
+                caps.push(l.wire.capacity());
+            }
+            match l.poll_at(q.q.len() as u32) {
+                Some(t) => now = t.max(now),
+                None => return (caps, now),
+            }
+        }
+    }
+
+    #[test]
+    fn delay_line_gives_memory_back_at_most_once_in_a_while() {
+        // 1 us per packet, 10 ms of propagation: a burst of 200 is on the line at once.
+        let mut l = Link::new(
+            &cfg("rate = \"1Gbit\"\ndelay = \"10ms\""),
+            Rng::new(1),
+            false,
+        );
+        let (caps, end) = burst(&mut l, Instant::ZERO, 200);
+        let peak = caps[0];
+        assert!(peak >= 200);
+        // Given back once, when a quarter of it was left; not again for a while.
+        let after = *caps.last().unwrap();
+        assert!(after < peak && after > WIRE_KEEP, "{peak} -> {after}");
+        let first = caps.iter().position(|&c| c < peak).unwrap();
+        assert!(caps[first..].iter().all(|&c| c == after), "{caps:?}");
+        // The next flight, a round trip later, finds the memory there.
+        let (caps2, end2) = burst(&mut l, end + Duration::from_millis(10), 40);
+        assert!(caps2.iter().all(|&c| c == after), "{caps2:?}");
+        // Later the line gives it back again.
+        let later = end2 + Duration::from_nanos(WIRE_SHRINK_GAP_NS);
+        let (caps3, _) = burst(&mut l, later, 1);
+        assert_eq!(caps3, vec![WIRE_KEEP]);
     }
 
     #[test]

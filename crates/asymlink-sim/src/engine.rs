@@ -1246,12 +1246,24 @@ impl World {
         self.pool_ev.push(ev);
     }
 
+    /// After every call into a connection: usually its timer's entry already fires by its
+    /// earliest deadline, and nothing is pushed (the push stays out of line).
+    #[inline]
     fn schedule_conn(&mut self, cid: ConnId) {
-        let slot = &mut self.conns[cid as usize];
+        let slot = &self.conns[cid as usize];
         if let Some(t) = slot.conn().and_then(|c| c.poll_at()) {
-            slot.timer
-                .arm_by(&mut self.queue, t.max(self.now), Ev::Conn(cid));
+            if slot.timer.armed_by(t.max(self.now)) {
+                return;
+            }
+            self.arm_conn(cid, t.max(self.now));
         }
+    }
+
+    #[inline(never)]
+    fn arm_conn(&mut self, cid: ConnId, t: Instant) {
+        self.conns[cid as usize]
+            .timer
+            .arm_by(&mut self.queue, t, Ev::Conn(cid));
     }
 
     fn host_send(&mut self, h: u32, cid: ConnId, hdr: &Headers) {

@@ -4,7 +4,7 @@ use asymlink_core::link::OnWire;
 use asymlink_core::packet::{ClassId, FlowIds, Pkt};
 use asymlink_core::time::Instant;
 use asymlink_core::wire::{
-    Ecn, Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Transport,
+    Ecn, Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp, Transport,
 };
 use std::net::IpAddr;
 
@@ -81,11 +81,13 @@ pub struct ConnAddrs {
 /// packets for new ones.
 ///
 /// The common TCP segment has no header box at all (a *compact* packet): with no
-/// options and the IP fields a connection always sends, its headers are
+/// option but timestamps and the IP fields a connection always sends, its headers are
 /// the per-hop fields, the sending connection's addresses ([`ConnAddrs`]), and the IP
-/// identification, DSCP and ECN (kept in `tag`, which TCP does not use). [`SimPacket::headers_with`] rebuilds them; the engine gives a compact packet its
-/// box ([`SimPacket::materialise`]) before anything that reads or rewrites headers in
-/// flight sees it, so only the receiving host rebuilds them, on its stack.
+/// identification, DSCP, ECN and timestamps, kept in `tag` (which TCP does not use) and
+/// `ts_gap_hi` (see [`SimPacket::compact`]). [`SimPacket::headers_with`] rebuilds them;
+/// the engine gives a compact packet its box ([`SimPacket::materialise`]) before
+/// anything that reads or rewrites headers in flight sees it, so only the receiving host
+/// rebuilds them, on its stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimPacket {
     /// The headers (payload bytes are not simulated, only their count); `None`: a compact
@@ -97,7 +99,8 @@ pub struct SimPacket {
     /// from then until it arrives, the field holds its arrival time instead ([`OnWire`]).
     pub queued_at: u64,
     /// Application data the simulator does not carry as bytes (e.g. a probe's send time);
-    /// a compact packet's IP identification (low 16 bits), DSCP and ECN (the next 8).
+    /// a compact packet's IP identification (bits 0–15), DSCP and ECN (16–23), the low
+    /// byte of its timestamp gap (24–31, see [`SimPacket::compact`]) and TSval (32–63).
     pub tag: u64,
     /// The header fields every hop reads.
     hop: HopFields,
@@ -116,6 +119,8 @@ pub struct SimPacket {
     /// The kind of transport header: [`SimPacket::TCP`], [`SimPacket::UDP`] or
     /// [`SimPacket::OTHER`] (per-protocol statistics read it on every hop).
     proto: u8,
+    /// A compact packet's timestamp gap, high byte (see [`SimPacket::compact`]); else 0.
+    ts_gap_hi: u8,
 }
 
 impl SimPacket {
@@ -152,13 +157,20 @@ impl SimPacket {
             src_conn,
             tag,
             queued_at: 0,
+            ts_gap_hi: 0,
         }
     }
 
     /// A compact packet for the segment `h` of the connection whose addresses are `a`
-    /// (see [`SimPacket`]), if the segment is a common one: TCP with no options, no
-    /// urgent pointer, the IP fields of `IpRepr::new` but for the
-    /// identification, DSCP and ECN, and `a`'s addresses and ports. `None` otherwise.
+    /// (see [`SimPacket`]), if the segment is a common one: TCP with no option but
+    /// timestamps whose TSecr is at most 65 534 below TSval, no urgent pointer, the IP
+    /// fields of `IpRepr::new` but for the identification, DSCP and ECN, and `a`'s
+    /// addresses and ports. `None` otherwise.
+    ///
+    /// The timestamps take 48 bits: TSval, and the *gap* `TSval − TSecr + 1` (wrapping;
+    /// 0: no timestamp option) in 16. TSecr echoes the peer's clock, which in the
+    /// simulator is the same millisecond clock as TSval's, read when the peer sent the
+    /// echoed segment (a round trip or an idle period earlier), so the gap is small.
     #[inline]
     pub fn compact(
         h: &Headers,
@@ -173,11 +185,15 @@ impl SimPacket {
         };
         let o = &t.opts;
         let ip = &h.ip;
+        let (ts_val, gap) = match o.timestamp {
+            None => (0, 0),
+            Some(ts) => (ts.val, ts.val.wrapping_sub(ts.ecr).wrapping_add(1)),
+        };
         let common = t.urgent == 0
             && o.mss.is_none()
             && o.wscale.is_none()
             && !o.sack_permitted
-            && o.timestamp.is_none()
+            && (o.timestamp.is_none() || (1..=0xffff).contains(&gap))
             && o.sack.is_empty()
             && !o.other
             && !o.signed
@@ -202,8 +218,12 @@ impl SimPacket {
             src_node,
             dst_conn,
             src_conn,
-            tag: u64::from(ip.ident) | u64::from(ip.dscp << 2 | ip.ecn.bits()) << 16,
+            tag: u64::from(ip.ident)
+                | u64::from(ip.dscp << 2 | ip.ecn.bits()) << 16
+                | u64::from(gap as u8) << 24
+                | u64::from(ts_val) << 32,
             queued_at: 0,
+            ts_gap_hi: (gap >> 8) as u8,
         };
         debug_assert_eq!(p.headers_with(a), *h);
         Some(p)
@@ -227,6 +247,15 @@ impl SimPacket {
         let tos = (self.tag >> 16) as u8;
         ip.dscp = tos >> 2;
         ip.ecn = Ecn::from_bits(tos);
+        let mut opts = TcpOptions::default();
+        let gap = u32::from(self.ts_gap_hi) << 8 | (self.tag >> 24) as u32 & 0xff;
+        if gap != 0 {
+            let val = (self.tag >> 32) as u32;
+            opts.timestamp = Some(Timestamp {
+                val,
+                ecr: val.wrapping_sub(gap - 1),
+            });
+        }
         let f = &self.hop;
         let t = TcpRepr {
             src_port: a.local.1,
@@ -236,7 +265,7 @@ impl SimPacket {
             flags: TcpFlags(f.flags),
             window: f.window,
             urgent: 0,
-            opts: TcpOptions::default(),
+            opts,
         };
         Headers::tcp(ip, t, f.payload_len)
     }
@@ -247,6 +276,7 @@ impl SimPacket {
         debug_assert!(self.hdr.is_none());
         self.hdr = Some(b);
         self.tag = 0;
+        self.ts_gap_hi = 0;
     }
 
     /// The headers of a packet that is not compact.
@@ -513,6 +543,34 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_with_timestamps_is_compact_and_rebuilt_exactly() {
+        let a = addrs();
+        for (val, ecr) in [
+            (1, 0),
+            (40_000, 39_980),
+            (40_000, 40_000),
+            (70_000, 70_000 - 65_534),
+            (5, u32::MAX - 3),
+            (u32::MAX, u32::MAX - 1000),
+        ] {
+            let mut h = tcp(TcpFlags::ACK, 1448);
+            h.ip.ident = 0xffff;
+            h.ip.dscp = 63;
+            h.ip.ecn = Ecn::Ce;
+            h.tcp_repr_mut().unwrap().opts.timestamp = Some(Timestamp { val, ecr });
+            let h = Headers::tcp(h.ip, *h.tcp_repr().unwrap(), 1448);
+            let p = SimPacket::compact(&h, &a, 0, 1, 2, 3).expect("compact");
+            assert_eq!(p.headers_with(&a), h, "{val} {ecr}");
+            assert_eq!(p.len, h.ip_len());
+            assert_eq!(p.len, 20 + 32 + 1448);
+            let mut m = p.clone();
+            m.materialise(Box::new(m.headers_with(&a)));
+            assert_eq!(*m.hdr(), h);
+            assert_eq!((m.tag, m.ts_gap_hi), (0, 0));
+        }
+    }
+
+    #[test]
     fn other_segments_keep_their_box() {
         let a = addrs();
         let base = tcp(TcpFlags::ACK, 0);
@@ -537,9 +595,17 @@ mod tests {
         with(&|h| h.tcp_repr_mut().unwrap().opts.wscale = Some(7));
         with(&|h| h.tcp_repr_mut().unwrap().opts.sack_permitted = true);
         with(&|h| h.tcp_repr_mut().unwrap().opts.other = true);
+        // TSecr above TSval, or too far below it.
+        for (val, ecr) in [(1, 2), (70_000, 70_000 - 65_535), (5, u32::MAX - 65_531)] {
+            with(&move |h| h.tcp_repr_mut().unwrap().opts.timestamp = Some(Timestamp { val, ecr }));
+        }
         with(&|h| {
-            h.tcp_repr_mut().unwrap().opts.timestamp =
-                Some(asymlink_core::wire::Timestamp { val: 1, ecr: 2 })
+            let t = h.tcp_repr_mut().unwrap();
+            t.opts.timestamp = Some(Timestamp { val: 9, ecr: 8 });
+            t.opts.sack.push(asymlink_core::wire::SackBlock {
+                left: SeqNumber(1),
+                right: SeqNumber(2),
+            });
         });
         with(&|h| h.tcp_repr_mut().unwrap().urgent = 1);
         with(&|h| h.ip.ttl = 63);

@@ -608,6 +608,13 @@ impl Timer {
         }
     }
 
+    /// Whether the live entry fires at `t` or earlier ([`Timer::arm_by`] would push
+    /// nothing).
+    #[inline]
+    pub fn armed_by(&self, t: Instant) -> bool {
+        self.0.is_some_and(|s| s <= t)
+    }
+
     /// Make sure the live entry fires exactly at `t`: push `ev` at `t` unless it already
     /// does (an entry at another time becomes stale).
     #[inline]

@@ -224,6 +224,29 @@ impl Scoreboard {
         self.segs.push_back(seg);
     }
 
+    /// `self.segs.partition_point(below)` for a predicate that holds for the segments
+    /// below offset `x` and not from there on. The segments are contiguous and nearly all
+    /// of one size (the MSS), so the index is first worked out from `x`'s distance to the
+    /// end of the first one and checked on its two neighbours; only a wrong guess (a board
+    /// of mixed sizes) is searched for.
+    #[inline]
+    fn seg_index(&self, x: u64, below: impl Fn(&SentSeg) -> bool) -> usize {
+        let n = self.segs.len();
+        if n >= 2 {
+            let end0 = self.segs[0].end;
+            let w = self.segs[1].len().max(1);
+            let g = if x < end0 {
+                0
+            } else {
+                ((x - end0) / w).saturating_add(1).min(n as u64) as usize
+            };
+            if (g == 0 || below(&self.segs[g - 1])) && (g == n || !below(&self.segs[g])) {
+                return g;
+            }
+        }
+        self.segs.partition_point(below)
+    }
+
     /// Outstanding segments.
     pub fn len(&self) -> usize {
         self.segs.len()
@@ -378,7 +401,7 @@ impl Scoreboard {
     fn mark_sacked(&mut self, left: u64, right: u64) -> u64 {
         let mut newly = 0;
         let fack = self.fack();
-        let first = self.segs.partition_point(|s| s.end <= left);
+        let first = self.seg_index(left, |s| s.end <= left);
         for i in first..self.segs.len() {
             let s = self.segs[i];
             if s.start >= right {
@@ -447,7 +470,8 @@ impl Scoreboard {
         let mut boundary = None;
         // Every SACKed segment ends at or below the highest SACKed offset: the walk down
         // to the `dupthresh`-th SACKed segment starts there, not at the end of the board.
-        let top = self.segs.partition_point(|s| s.start < self.high_sacked);
+        let hs = self.high_sacked;
+        let top = self.seg_index(hs, |s| s.start < hs);
         for i in (0..top).rev() {
             let s = &self.segs[i];
             if s.has(SACKED) {
@@ -462,7 +486,8 @@ impl Scoreboard {
         let Some(b) = boundary else { return 0 };
         let mut newly = 0;
         // Segments below the previous boundary were handled by an earlier call.
-        let from = self.segs.partition_point(|s| s.end <= self.lost_scanned);
+        let ls = self.lost_scanned;
+        let from = self.seg_index(ls, |s| s.end <= ls);
         if from < b {
             self.lost_scanned = self.segs[b - 1].end;
         }
@@ -563,7 +588,8 @@ impl Scoreboard {
         if self.lost == 0 {
             return None;
         }
-        let from = self.segs.partition_point(|s| s.end <= self.retx_hint);
+        let h = self.retx_hint;
+        let from = self.seg_index(h, |s| s.end <= h);
         self.segs
             .range(from..)
             .position(|s| s.has(LOST) && !s.has(SACKED | RETX_OUT))
@@ -586,7 +612,8 @@ impl Scoreboard {
             self.retx_top = 0;
             0
         } else {
-            let top = self.segs.partition_point(|s| s.end <= self.retx_top);
+            let rt = self.retx_top;
+            let top = self.seg_index(rt, |s| s.end <= rt);
             match self.segs.range(..top).rposition(|s| s.has(RETX_OUT)) {
                 Some(h) => {
                     self.retx_top = self.segs[h].end;
@@ -598,7 +625,8 @@ impl Scoreboard {
                 }
             }
         };
-        let known = self.segs.partition_point(|s| s.end <= self.flagged_below);
+        let fb = self.flagged_below;
+        let known = self.seg_index(fb, |s| s.end <= fb);
         // The first segment not flagged from `known` on (below `from` it is no candidate,
         // but the segments before it are all flagged), and the first at or above `from`.
         let (mut unflagged, mut found, mut end) = (None, None, known);
@@ -920,6 +948,45 @@ mod tests {
         s.set_flags(RETX_OUT);
         s.set_order(7);
         assert_eq!((s.flags(), s.order()), (RETX_OUT, 7));
+    }
+
+    #[test]
+    fn guessed_index_is_the_partition_point() {
+        // Boards of one size (the guess holds), of mixed sizes, with a trimmed head and a
+        // short tail (it is searched for); offsets on and between boundaries, and beyond.
+        let mut rng = asymlink_core::rand::Rng::new(3);
+        for case in 0..200 {
+            let mut b = Scoreboard::default();
+            let mut next = 1 + rng.below(1000);
+            let n = rng.below(40);
+            for i in 0..n {
+                let len = match case % 3 {
+                    0 => 100,
+                    1 => 50 + rng.below(3) * 25,
+                    _ if i + 1 == n => 1 + rng.below(99),
+                    _ => 100,
+                };
+                b.push(SentSeg::new(next, next + len, Instant::ZERO, 0));
+                next += len;
+            }
+            if case % 4 == 3 && n > 0 {
+                let una = b.get(0).start + rng.below(b.get(0).len());
+                b.ack_to(una, 0);
+            }
+            for _ in 0..50 {
+                let x = rng.below(next + 300);
+                assert_eq!(
+                    b.seg_index(x, |s| s.end <= x),
+                    b.segs.partition_point(|s| s.end <= x),
+                    "case {case} x {x}"
+                );
+                assert_eq!(
+                    b.seg_index(x, |s| s.start < x),
+                    b.segs.partition_point(|s| s.start < x),
+                    "case {case} x {x}"
+                );
+            }
+        }
     }
 
     #[test]
