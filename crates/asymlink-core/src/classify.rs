@@ -284,17 +284,19 @@ impl Match {
         if self.min_len.is_some_and(|m| ip_len < m) || self.max_len.is_some_and(|m| ip_len > m) {
             return false;
         }
-        let needs_headers = self.proto.is_some()
-            || self.src.is_some()
-            || self.dst.is_some()
-            || self.src_port.is_some()
-            || self.dst_port.is_some()
-            || self.port.is_some()
-            || self.flags.is_some()
-            || self.pure_ack.is_some()
-            || self.dscp.is_some()
-            || self.p2p_host == Some(true);
-        let Some(h) = h else { return !needs_headers };
+        let Some(h) = h else {
+            let needs_headers = self.proto.is_some()
+                || self.src.is_some()
+                || self.dst.is_some()
+                || self.src_port.is_some()
+                || self.dst_port.is_some()
+                || self.port.is_some()
+                || self.flags.is_some()
+                || self.pure_ack.is_some()
+                || self.dscp.is_some()
+                || self.p2p_host == Some(true);
+            return !needs_headers;
+        };
         if self.proto.is_some_and(|p| p.0 != h.protocol()) {
             return false;
         }
@@ -308,21 +310,23 @@ impl Match {
                 return false;
             }
         }
-        let p = ports(h);
-        let in_ranges = |v: &Vec<PortRange>, port: u16| v.iter().any(|r| r.contains(port));
-        if let Some(v) = &self.src_port {
-            if !p.is_some_and(|(s, _)| in_ranges(v, s)) {
-                return false;
+        if self.src_port.is_some() || self.dst_port.is_some() || self.port.is_some() {
+            let p = ports(h);
+            let in_ranges = |v: &Vec<PortRange>, port: u16| v.iter().any(|r| r.contains(port));
+            if let Some(v) = &self.src_port {
+                if !p.is_some_and(|(s, _)| in_ranges(v, s)) {
+                    return false;
+                }
             }
-        }
-        if let Some(v) = &self.dst_port {
-            if !p.is_some_and(|(_, d)| in_ranges(v, d)) {
-                return false;
+            if let Some(v) = &self.dst_port {
+                if !p.is_some_and(|(_, d)| in_ranges(v, d)) {
+                    return false;
+                }
             }
-        }
-        if let Some(v) = &self.port {
-            if !p.is_some_and(|(s, d)| in_ranges(v, s) || in_ranges(v, d)) {
-                return false;
+            if let Some(v) = &self.port {
+                if !p.is_some_and(|(s, d)| in_ranges(v, s) || in_ranges(v, d)) {
+                    return false;
+                }
             }
         }
         if let Some(fl) = &self.flags {

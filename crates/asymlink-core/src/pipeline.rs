@@ -109,6 +109,9 @@ pub struct Egress<P> {
     qdisc: Box<dyn Qdisc<P>>,
     rate: Option<Rate>,
     capacity: Option<Limit>,
+    /// The discipline's [`Qdisc::has_timers`] and [`Qdisc::observes_peer`], asked once.
+    timed: bool,
+    observes: bool,
 }
 
 impl<P: Pkt + Send + 'static> Egress<P> {
@@ -136,6 +139,8 @@ impl<P: Pkt + Send + 'static> Egress<P> {
         let qdisc = qcfg.build(&ctx)?;
         Ok(Egress {
             classifier,
+            timed: qdisc.has_timers(),
+            observes: qdisc.observes_peer(),
             qdisc,
             rate: link_rate,
             capacity: qcfg.capacity(),
@@ -146,6 +151,8 @@ impl<P: Pkt + Send + 'static> Egress<P> {
     pub fn from_qdisc(qdisc: Box<dyn Qdisc<P>>, link_rate: Option<Rate>) -> Egress<P> {
         Egress {
             classifier: None,
+            timed: qdisc.has_timers(),
+            observes: qdisc.observes_peer(),
             qdisc,
             rate: link_rate,
             capacity: None,
@@ -186,6 +193,12 @@ impl<P: Pkt + Send + 'static> Egress<P> {
     /// The classifier, if any.
     pub fn classifier(&self) -> Option<&Classifier> {
         self.classifier.as_deref()
+    }
+
+    /// Whether the discipline watches the opposite direction ([`Qdisc::observes_peer`]).
+    #[inline]
+    pub fn observes_peer(&self) -> bool {
+        self.observes
     }
 
     /// What this egress tells the opposite direction.
@@ -400,6 +413,9 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
     }
 
     fn observe(&mut self, now: Instant, changed: Dir) {
+        if !self.dirs[changed.reverse().index()].observes {
+            return;
+        }
         let obs = self.dirs[changed.index()].observation();
         self.dirs[changed.reverse().index()]
             .qdisc_mut()
@@ -437,7 +453,9 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
             .iter()
             .fold(None, |a, r| earliest(a, r.poll_at()));
         for d in &self.dirs {
-            t = earliest(t, d.qdisc().poll_at());
+            if d.timed {
+                t = earliest(t, d.qdisc().poll_at());
+            }
         }
         t
     }
@@ -450,11 +468,8 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
             }
         }
         for d in [Dir::ToB, Dir::ToA] {
-            if self.dirs[d.index()]
-                .qdisc()
-                .poll_at()
-                .is_some_and(|t| t <= now)
-            {
+            let e = &self.dirs[d.index()];
+            if e.timed && e.qdisc().poll_at().is_some_and(|t| t <= now) {
                 self.dirs[d.index()].qdisc_mut().handle_timeout(now, drops);
                 self.observe(now, d);
             }

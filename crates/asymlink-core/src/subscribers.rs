@@ -568,6 +568,18 @@ enum Sched {
     Waiting(Instant),
 }
 
+/// Which directions of a tree an operation may have changed, for the round robin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Touched {
+    /// Neither: the caller schedules the direction it asked.
+    Neither,
+    /// A packet was offered in this direction; the other one saw it only through the
+    /// pipeline's peer observation.
+    Offered(Dir),
+    /// Both (timers ran).
+    Both,
+}
+
 /// A tree's place: slot 0 is the top-level pipeline's (held in the box itself), slot k + 1
 /// subscriber k's.
 struct Slot<P> {
@@ -903,13 +915,25 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         }
     }
 
-    /// Run `f` on slot `s`'s tree, keeping the totals and the timer heap up to date; with
-    /// `wake`, list the directions that hold packets for the round robin again.
-    fn op<R>(&mut self, s: usize, wake: bool, f: impl FnOnce(&mut Middlebox<P>) -> R) -> Option<R> {
+    /// Run `f` on slot `s`'s tree, keeping the totals and the timer heap up to date; list
+    /// the directions `touched` that hold packets for the round robin again. A direction
+    /// that waits for a "not before" instant and only saw the other direction change is
+    /// left waiting when its discipline ignores the other direction: its answer is the same
+    /// until then.
+    fn op<R>(
+        &mut self,
+        s: usize,
+        touched: Touched,
+        f: impl FnOnce(&mut Middlebox<P>) -> R,
+    ) -> Option<R> {
         let mb = self.tree_mut(s)?;
         let before = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
         let r = f(mb);
         let after = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
+        let observes = [
+            mb.egress(Dir::ToB).observes_peer(),
+            mb.egress(Dir::ToA).observes_peer(),
+        ];
         if s == 0 && after[0].packets == 0 && after[1].packets == 0 {
             self.top_epoch = self.top_epoch.wrapping_add(1);
             self.parked_total = 0;
@@ -920,10 +944,16 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             m.packets = m.packets.max(b.packets);
             m.bytes = m.bytes.max(b.bytes);
         }
-        if wake {
+        if touched != Touched::Neither {
             for d in [Dir::ToB, Dir::ToA] {
-                if after[d.index()].packets > 0 && self.slots[s].sched[d.index()] != Sched::Active {
-                    self.slots[s].sched[d.index()] = Sched::Active;
+                let sched = &mut self.slots[s].sched[d.index()];
+                let wake = match (touched, *sched) {
+                    (_, Sched::Active) => false,
+                    (Touched::Offered(o), Sched::Waiting(_)) => o == d || observes[d.index()],
+                    _ => true,
+                };
+                if wake && after[d.index()].packets > 0 {
+                    *sched = Sched::Active;
                     self.active[d.index()].push_back(s as u32);
                 }
             }
@@ -964,7 +994,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         }
         self.slots[s].last_active = now;
         let from = drops.len();
-        self.op(s, true, |mb| mb.handle_packet(now, dir, pkt, drops));
+        self.op(s, Touched::Offered(dir), |mb| {
+            mb.handle_packet(now, dir, pkt, drops)
+        });
         self.count_drops(s, from, Some(dir), drops);
         if s > 0 && self.next_sweep.is_none() {
             self.next_sweep = self.idle_timeout.map(|t| now.saturating_add(t / 4));
@@ -1015,7 +1047,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             };
             let s = s as usize;
             let from = drops.len();
-            let r = self.op(s, false, |mb| {
+            let r = self.op(s, Touched::Neither, |mb| {
                 let r = mb.poll_transmit(now, dir, drops);
                 (r, mb.backlog(dir).packets)
             });
@@ -1061,10 +1093,15 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
 
     /// A call in one direction told the other direction's discipline what changed (the
     /// pipeline's peer observation): if it waits for a "not before" instant, it is asked
-    /// again at the next call instead, as a lone pipeline would be.
+    /// again at the next call instead, as a lone pipeline would be — unless it ignores the
+    /// other direction, when its answer stands until that instant.
     fn rewake(&mut self, s: usize, dir: Dir) {
         let d = dir.index();
-        if matches!(self.slots[s].sched[d], Sched::Waiting(_)) {
+        if matches!(self.slots[s].sched[d], Sched::Waiting(_))
+            && self
+                .tree(s)
+                .is_some_and(|mb| mb.egress(dir).observes_peer())
+        {
             self.slots[s].sched[d] = Sched::Active;
             self.active[d].push_back(s as u32);
         }
@@ -1077,7 +1114,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             return None;
         }
         let from = drops.len();
-        let r = self.op(s, false, |mb| mb.poll_transmit(now, dir, drops));
+        let r = self.op(s, Touched::Neither, |mb| mb.poll_transmit(now, dir, drops));
         self.count_drops(s, from, Some(dir), drops);
         self.rewake(s, dir.reverse());
         match r {
@@ -1154,7 +1191,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             }
             self.slots[s].timer = None;
             let from = drops.len();
-            self.op(s, true, |mb| mb.handle_timeout(now, drops));
+            self.op(s, Touched::Both, |mb| mb.handle_timeout(now, drops));
             self.count_drops(s, from, None, drops);
         }
         if self.next_sweep.is_some_and(|t| t <= now) {
@@ -1228,7 +1265,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     pub fn drain(&mut self, dir: Dir, out: &mut Vec<P>) -> u32 {
         let mut stranded = 0;
         for s in 0..self.slots.len() {
-            if let Some(n) = self.op(s, false, |mb| mb.egress_mut(dir).qdisc_mut().drain(out)) {
+            if let Some(n) = self.op(s, Touched::Neither, |mb| {
+                mb.egress_mut(dir).qdisc_mut().drain(out)
+            }) {
                 stranded += n;
             }
         }

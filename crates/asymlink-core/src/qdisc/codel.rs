@@ -485,6 +485,12 @@ impl<P: Pkt> Codel<P> {
 }
 
 impl<P: Pkt + Send> Qdisc<P> for Codel<P> {
+    fn has_timers(&self) -> bool {
+        false
+    }
+    fn observes_peer(&self) -> bool {
+        false
+    }
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();

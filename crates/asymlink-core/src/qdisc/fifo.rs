@@ -105,6 +105,12 @@ impl<P: Pkt> Fifo<P> {
 }
 
 impl<P: Pkt + Send> Qdisc<P> for Fifo<P> {
+    fn has_timers(&self) -> bool {
+        false
+    }
+    fn observes_peer(&self) -> bool {
+        false
+    }
     fn reads_headers(&self) -> bool {
         false
     }

@@ -848,6 +848,12 @@ impl<P: Pkt, A: FlowAqm> FqCodel<P, A> {
 }
 
 impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for FqCodel<P, A> {
+    fn has_timers(&self) -> bool {
+        false
+    }
+    fn observes_peer(&self) -> bool {
+        false
+    }
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();
@@ -1061,6 +1067,12 @@ impl<P: Pkt, A: FlowAqm> HostFqCodel<P, A> {
 }
 
 impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
+    fn has_timers(&self) -> bool {
+        false
+    }
+    fn observes_peer(&self) -> bool {
+        false
+    }
     fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();

@@ -56,7 +56,7 @@ use super::{
 };
 use crate::overhead::{LinkLayer, LinkLayerConfig};
 use crate::packet::Pkt;
-use crate::time::{dur_ns, earliest, Duration, Instant};
+use crate::time::{earliest, Duration, Instant};
 use crate::units::{Bytes, Rate};
 use serde::Deserialize;
 
@@ -172,7 +172,8 @@ pub struct HtbClassCounters {
 struct Class<P> {
     name: String,
     parent: Option<usize>,
-    depth: usize,
+    /// The level it serves at as a lender ([`Htb::level`]).
+    level: usize,
     rate: Rate,
     ceil: Rate,
     buffer_ns: i64,
@@ -207,16 +208,11 @@ impl<P> Class<P> {
             ClassMode::MayBorrow
         }
     }
-
-    fn is_leaf(&self) -> bool {
-        self.leaf.is_some()
-    }
 }
 
+#[inline]
 fn elapsed(from: Instant, to: Instant) -> i64 {
-    i64::try_from(dur_ns(to.saturating_since(from)))
-        .unwrap_or(i64::MAX)
-        .min(MBUFFER_NS)
+    to.0.saturating_sub(from.0).min(MBUFFER_NS as u64) as i64
 }
 
 /// A hierarchical token bucket scheduler.
@@ -230,6 +226,11 @@ pub struct Htb<P> {
     /// Round-robin position per (level, prio): the leaf served last.
     rr: [[usize; PRIOS as usize]; MAX_DEPTH + 1],
     stats: QdiscStats,
+    /// Whether some leaf has timers, watches the other direction, or wants to see the link
+    /// go idle (the leaves are fixed when the tree is built).
+    timed: bool,
+    observes: bool,
+    idle: bool,
 }
 
 impl<P: Pkt + Send + 'static> Htb<P> {
@@ -286,7 +287,10 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             classes.push(Class {
                 name: c.name.clone(),
                 parent: tree.parent[i],
-                depth: tree.depth[i],
+                level: match tree.is_leaf(i) {
+                    true => 0,
+                    false => MAX_DEPTH - tree.depth[i],
+                },
                 rate: c.rate,
                 ceil,
                 buffer_ns,
@@ -304,6 +308,16 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         let leaf_of_class = tree.leaf_of_class(&specs, ctx)?;
         let default = tree.default_leaf(cfg.default.as_deref())?;
         let ll = cfg.linklayer.with_overrides(cfg.overhead, cfg.mpu).build();
+        let any = |f: fn(&dyn Qdisc<P>) -> bool| {
+            classes
+                .iter()
+                .any(|c: &Class<P>| c.leaf.as_deref().is_some_and(f))
+        };
+        let (timed, observes, idle) = (
+            any(|q| q.has_timers()),
+            any(|q| q.observes_peer()),
+            any(|q| q.wants_idle_dequeue()),
+        );
         Ok(Htb {
             classes,
             leaf_of_class,
@@ -312,6 +326,9 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             ingress: cfg.ingress,
             rr: [[usize::MAX; PRIOS as usize]; MAX_DEPTH + 1],
             stats: QdiscStats::default(),
+            timed,
+            observes,
+            idle,
         })
     }
 
@@ -347,11 +364,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
     /// The level a lender serves at: 0 for a leaf within its own rate; for an inner class
     /// the higher in the tree, the later (Linux numbers inner levels from the top).
     fn level(&self, c: usize) -> usize {
-        if self.classes[c].is_leaf() {
-            0
-        } else {
-            MAX_DEPTH - self.classes[c].depth
-        }
+        self.classes[c].level
     }
 
     /// The lender of a backlogged leaf at `now`, or how long until one may exist (ns).
@@ -379,9 +392,9 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         c.t_c = c.t_c.max(now);
     }
 
-    /// Charge a packet sent by `leaf` through `lender` (Linux `htb_charge_class`).
-    fn charge(&mut self, leaf: usize, lender: usize, ip_len: u32, now: Instant) {
-        let wire = self.ll.wire_len(ip_len) as u64;
+    /// Charge a packet of `wire` wire bytes sent by `leaf` through `lender` (Linux
+    /// `htb_charge_class`).
+    fn charge(&mut self, leaf: usize, lender: usize, ip_len: u32, wire: u64, now: Instant) {
         let lender_level = self.level(lender);
         let mut c = Some(leaf);
         while let Some(i) = c {
@@ -458,29 +471,35 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
     }
 
     fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
-        // Candidates: backlogged leaves with a lender, keyed by (level, prio).
+        let n = self.classes.len();
         let mut wait: Option<Instant> = None;
         let mut skip: u64 = 0; // leaves whose discipline had nothing to give (bit set)
         loop {
-            let mut best: Option<(usize, u8)> = None;
+            // One pass over the backlogged leaves: the best (level, prio) of those with a
+            // lender and, among that key's leaves, the first in round-robin order after
+            // the one served last (its rank: how far after the key's start position).
+            let mut best: Option<((usize, u8), usize, usize, usize)> = None;
             let mut any = false;
             for (i, c) in self.classes.iter().enumerate() {
                 let Some(q) = &c.leaf else { continue };
-                if q.backlog().packets == 0 || skip & (1 << i) != 0 {
+                if skip & (1 << i) != 0 || q.backlog().packets == 0 {
                     continue;
                 }
                 any = true;
                 match self.lender(i, now) {
                     Ok(lender) => {
-                        let k = (self.level(lender), c.prio);
-                        if best.is_none_or(|b| k < b) {
-                            best = Some(k);
+                        let k = (self.classes[lender].level, c.prio);
+                        let last = self.rr[k.0][k.1 as usize];
+                        let start = if last == usize::MAX { 0 } else { last };
+                        let rank = if i >= start { i - start } else { i + n - start };
+                        if best.is_none_or(|(bk, br, _, _)| k < bk || (k == bk && rank < br)) {
+                            best = Some((k, rank, i, lender));
                         }
                     }
                     Err(w) => wait = earliest(wait, Some(Instant(now.0.saturating_add(w as u64)))),
                 }
             }
-            let Some((level, prio)) = best else {
+            let Some(((level, prio), _, leaf, lender)) = best else {
                 return match wait {
                     Some(t) => Dequeued::NotBefore(t),
                     None if any || self.stats.backlog.packets > 0 => {
@@ -494,26 +513,6 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                     None => Dequeued::Empty,
                 };
             };
-            // Round robin among the leaves of this (level, prio), after the last served.
-            let n = self.classes.len();
-            let last = self.rr[level][prio as usize];
-            let start = if last == usize::MAX { 0 } else { last };
-            let mut chosen = None;
-            for k in 0..n {
-                let i = (start + k) % n;
-                let c = &self.classes[i];
-                let Some(q) = &c.leaf else { continue };
-                if c.prio != prio || q.backlog().packets == 0 || skip & (1 << i) != 0 {
-                    continue;
-                }
-                if let Ok(lender) = self.lender(i, now) {
-                    if self.level(lender) == level {
-                        chosen = Some((i, lender));
-                        break;
-                    }
-                }
-            }
-            let (leaf, lender) = chosen.expect("a candidate exists");
             let mark = drops.len();
             let r = self.classes[leaf]
                 .leaf
@@ -527,10 +526,10 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             match r {
                 Dequeued::Packet(p) => {
                     let len = p.ip_len();
-                    self.charge(leaf, lender, len, now);
-                    let wire = self.ll.wire_len(len) as i64;
+                    let wire = self.ll.wire_len(len);
+                    self.charge(leaf, lender, len, wire as u64, now);
                     let c = &mut self.classes[leaf];
-                    c.deficit -= wire;
+                    c.deficit -= wire as i64;
                     if c.deficit < 0 {
                         c.deficit += c.quantum;
                         self.rr[level][prio as usize] = (leaf + 1) % n;
@@ -551,10 +550,21 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
     }
 
     fn poll_at(&self) -> Option<Instant> {
+        if !self.timed {
+            return None;
+        }
         self.classes
             .iter()
             .filter_map(|c| c.leaf.as_ref())
             .fold(None, |a, q| earliest(a, q.poll_at()))
+    }
+
+    fn has_timers(&self) -> bool {
+        self.timed
+    }
+
+    fn observes_peer(&self) -> bool {
+        self.observes
     }
 
     fn handle_timeout(&mut self, now: Instant, drops: &mut Drops<P>) {
@@ -572,6 +582,9 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
     }
 
     fn handle_observation(&mut self, now: Instant, obs: &PeerObservation) {
+        if !self.observes {
+            return;
+        }
         for c in self.classes.iter_mut() {
             if let Some(q) = c.leaf.as_mut() {
                 q.handle_observation(now, obs);
@@ -595,9 +608,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
     }
 
     fn wants_idle_dequeue(&self) -> bool {
-        self.classes
-            .iter()
-            .any(|c| c.leaf.as_ref().is_some_and(|q| q.wants_idle_dequeue()))
+        self.idle
     }
 
     fn flow_entries(&self) -> u64 {
@@ -630,6 +641,46 @@ mod tests {
             Ok(_) => panic!("accepted: {src}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn a_tree_has_timers_watches_the_peer_or_wants_idle_calls_as_its_leaves_do() {
+        let tree = |a: &str, b: &str| {
+            let src = format!(
+                "classes = [{{ name = \"root\", rate = \"2Mbit\" }}, \
+                 {{ name = \"a\", parent = \"root\", rate = \"1Mbit\", queue = {{ {a} }} }}, \
+                 {{ name = \"b\", parent = \"root\", rate = \"1Mbit\", queue = {{ {b} }} }}]"
+            );
+            let q = htb(&src, &["a", "b"]);
+            (q.has_timers(), q.observes_peer(), q.wants_idle_dequeue())
+        };
+        let fq = "kind = \"fq_codel\"";
+        let host = "kind = \"host_fq_codel\"";
+        assert_eq!(tree(fq, host), (false, false, false));
+        assert_eq!(
+            tree("kind = \"fifo\", limit = \"10p\"", "kind = \"codel\""),
+            (false, false, false)
+        );
+        // A shaper leaf has timers; the ACK shaper also watches the other direction.
+        assert_eq!(
+            tree(fq, "kind = \"tbf\", rate = \"1Mbit\""),
+            (true, false, false)
+        );
+        let shaper = "kind = \"ack_shaper\", threshold = \"50KB\", leak = { kind = \"rate\" }";
+        assert_eq!(tree(shaper, fq), (true, true, false));
+        assert_eq!(
+            tree(fq, "kind = \"ack_filter\", policy = \"classic\""),
+            (true, true, true)
+        );
+        // Without timers the tree names none.
+        assert_eq!(
+            htb(
+                &format!("classes = [{{ name = \"a\", rate = \"1Mbit\", queue = {{ {fq} }} }}]"),
+                &["a"]
+            )
+            .poll_at(),
+            None
+        );
     }
 
     #[test]

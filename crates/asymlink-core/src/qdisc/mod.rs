@@ -549,6 +549,19 @@ pub trait Qdisc<P: Pkt>: Send {
     fn wants_idle_dequeue(&self) -> bool {
         false
     }
+    /// Whether [`Qdisc::poll_at`] can ever name an instant: false for a discipline that
+    /// changes only when it is offered or asked for a packet, so that parents and runtimes
+    /// need not ask it. Fixed when the discipline is built. Default: true.
+    fn has_timers(&self) -> bool {
+        true
+    }
+    /// Whether [`Qdisc::handle_observation`] can change anything: false for a discipline
+    /// that ignores the opposite direction, so that the pipeline need not build the
+    /// observation nor ask the discipline again after the other direction changed. Fixed
+    /// when the discipline is built. Default: true.
+    fn observes_peer(&self) -> bool {
+        true
+    }
     /// Whether the discipline may read or rewrite a packet's headers (beyond its length
     /// and class). A runtime whose packets keep their headers in a form that must be
     /// unpacked first unpacks them before a discipline that does. Default: true.

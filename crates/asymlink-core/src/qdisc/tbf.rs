@@ -93,6 +93,9 @@ impl<P: Pkt> Tbf<P> {
 }
 
 impl<P: Pkt + Send> Qdisc<P> for Tbf<P> {
+    fn observes_peer(&self) -> bool {
+        false
+    }
     fn enqueue(&mut self, _now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();

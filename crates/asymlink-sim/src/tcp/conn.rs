@@ -2788,7 +2788,12 @@ impl Connection {
                 None => self.new_data_limit(),
             };
             limit = self.bbr.is_none().then_some(lim);
-            let Some((start, len, fin)) = self.next_new_segment(lim) else {
+            // Room for a short segment at the end of the GSO packet being built: at
+            // least one segment already in it, fewer than it may carry; a paced sender
+            // (its packets are its bursts; see `next_segment_cut`).
+            let cut = (self.linux_writer && paced && gso.0 >= 1 && gso.0 < gso_max)
+                .then(|| (gso_max - gso.0) * self.mss as u64);
+            let Some((start, len, fin)) = self.next_segment_cut(lim, cut) else {
                 if let Some(i) = self.last_resort_retransmit() {
                     if gso.0 > 0 {
                         self.end_gso(&mut gso, io);
@@ -2966,6 +2971,19 @@ impl Connection {
     /// The next new segment allowed by `limit` ([`Connection::new_data_limit`]), Nagle and
     /// SWS avoidance.
     fn next_new_segment(&self, limit: u64) -> Option<(u64, u64, bool)> {
+        self.next_segment_cut(limit, None)
+    }
+
+    /// [`Connection::next_new_segment`] for the next segment of a GSO packet being built
+    /// (`cut`: Some(bytes it may still carry)). Linux cuts a GSO packet whose first segment
+    /// fits the peer's window at the window's edge, not at a segment boundary
+    /// (`tcp_mss_split_point`): its last segment is short and fills the window. Nagle
+    /// (Minshall's rule) holds that short segment back only when the packet is the last
+    /// one queued (`tcp_nagle_check` with `TCP_NAGLE_PUSH` for the others); sender SWS
+    /// avoidance plays no part. Only paced senders cut: an unpaced sender's GSO packets
+    /// are cut from the byte stream here, not from Linux's `sk_buff`s, and cutting them at
+    /// the window's edge would put the receiver's ACKs out of step with the pairs.
+    fn next_segment_cut(&self, limit: u64, cut: Option<u64>) -> Option<(u64, u64, bool)> {
         let mss = self.mss as u64;
         if self.snd_max + mss <= limit {
             // A full segment fits every window (the common case: no Nagle, no SWS test).
@@ -3001,7 +3019,12 @@ impl Connection {
                     NagleRule::Minshall => fin || self.snd_sml <= self.snd_una,
                 };
             let fs = self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2;
-            if !((all_queued && nagle_ok) || fs) {
+            // The packet is cut at the peer's window with data queued behind its edge;
+            // the packet is the last queued when what is unsent ends within its reach.
+            let at_edge = cut.is_some_and(|room| {
+                limit == self.snd_una + self.snd_wnd && !all_queued && (avail > room || nagle_ok)
+            });
+            if !((all_queued && nagle_ok) || fs || at_edge) {
                 return None;
             }
         }

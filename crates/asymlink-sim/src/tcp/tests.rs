@@ -2304,3 +2304,57 @@ fn header_prediction_takes_a_clean_bulk_transfer() {
         );
     }
 }
+
+/// A paced Linux sender held by a 64 KiB receive window (not a whole number of
+/// segments: 45 of 1448 bytes and 376 over) fills the window to its edge: the burst that
+/// reaches the edge ends in a short segment (`tcp_mss_split_point`), about once per round
+/// trip, so 65 536 bytes, 46 segments, are in flight, as in the lab's captures; a sender
+/// that stopped at segment boundaries would keep 45 (65 160 bytes). BBR, and CUBIC paced
+/// as over `fq`; BBR's delivery-rate samples count the short segment as one. An unpaced
+/// sender stops at segment boundaries.
+#[test]
+fn a_linux_sender_fills_a_receive_window_to_its_edge() {
+    for (cc, pacing, fills) in [
+        (CcAlgo::Bbr, false, true),
+        (CcAlgo::Cubic, true, true),
+        (CcAlgo::Cubic, false, false),
+    ] {
+        let mut cfg = TcpConfig::profile("linux").unwrap();
+        cfg.cc = cc;
+        cfg.pacing = pacing;
+        cfg.so_rcvbuf = Some(131_072);
+        cfg.window_clamp = Some(65_536);
+        let mut p = Pair::new(&cfg, Rate::mbps(100), Duration::from_millis(20));
+        p.run(Instant::from_millis(100));
+        p.with(0, |c, now, io| {
+            c.set_write_size(65_536);
+            c.write(now, u64::MAX / 4, io)
+        });
+        let mut max_flight = 0;
+        for ms in 1..=2000u64 {
+            p.run(Instant::from_millis(100 + ms));
+            let c = p.c[0].as_ref().unwrap();
+            max_flight = max_flight.max(c.inflight());
+        }
+        let short: Vec<u64> = p
+            .log
+            .iter()
+            .filter(|(_, f, h)| *f == 0 && h.payload_len > 0 && h.payload_len < 1448)
+            .map(|(_, _, h)| h.payload_len as u64)
+            .collect();
+        if !fills {
+            assert_eq!((max_flight, short.len()), (65_160, 0), "{cc:?}");
+            continue;
+        }
+        assert_eq!(max_flight, 65_536, "{cc:?} {pacing}");
+        assert!(
+            short.len() >= 10 && short.iter().all(|&l| l == 376),
+            "{cc:?} {short:?}"
+        );
+        if let Some(b) = p.c[0].as_ref().unwrap().bbr_info() {
+            // 46 segments a round trip (45 if it stopped at segment boundaries).
+            let segs = b.bw as f64 * b.min_rtt.unwrap().as_secs_f64() / 1448.0;
+            assert!(segs > 45.5, "{segs}");
+        }
+    }
+}
