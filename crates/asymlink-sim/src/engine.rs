@@ -156,21 +156,54 @@ pub(crate) struct LinkDir {
     /// does not, no drop script, no capture): compact packets pass it as they are;
     /// elsewhere they get their header box as they are enqueued.
     pub plain: bool,
+    /// Whether the line itself reads no headers (no drop script, no capture): a
+    /// middlebox's packet that is a common segment leaves its header box behind as it
+    /// goes onto the line ([`SimPacket::shed`]).
+    pub bare_line: bool,
 }
 
 /// A link direction's source as the core link sees it.
+#[allow(clippy::vec_box)] // the pool holds the boxes themselves, for reuse
 struct Feeder<'a> {
     source: &'a mut Source,
     mbs: &'a mut [MbState],
+    /// On a bare line ([`LinkDir::bare_line`]): the connections' addresses, and the pool
+    /// the header boxes that a middlebox's packets shed go back to.
+    shed: Option<(&'a [ConnAddrs], &'a mut Vec<Box<Headers>>)>,
 }
 
 impl Feed<SimPacket> for Feeder<'_> {
+    #[inline]
     fn dequeue(&mut self, now: Instant, drops: &mut Drops<SimPacket>) -> Dequeued<SimPacket> {
         match self.source {
             Source::Own(e) => e.dequeue(now, drops),
-            Source::Mb(m, md) => self.mbs[*m as usize].mb.poll_transmit(now, *md, drops),
+            Source::Mb(m, md) => {
+                mb_dequeue(&mut self.mbs[*m as usize], *md, now, drops, &mut self.shed)
+            }
         }
     }
+}
+
+/// The next packet of a middlebox's direction; on a bare line, a common segment sheds its
+/// header box ([`SimPacket::shed`]), which goes back to the pool.
+#[inline(never)]
+#[allow(clippy::vec_box)]
+fn mb_dequeue(
+    mb: &mut MbState,
+    md: Dir,
+    now: Instant,
+    drops: &mut Drops<SimPacket>,
+    shed: &mut Option<(&[ConnAddrs], &mut Vec<Box<Headers>>)>,
+) -> Dequeued<SimPacket> {
+    let mut r = mb.mb.poll_transmit(now, md, drops);
+    if let (Dequeued::Packet(p), Some((addrs, pool))) = (&mut r, shed) {
+        if let Some(b) = addrs.get(p.src_conn as usize).and_then(|a| p.shed(a)) {
+            if pool.len() < HDR_POOL_MAX {
+                pool.push(b);
+            }
+        }
+    }
+    r
 }
 
 /// Packets queued in a link direction's source.
@@ -491,9 +524,8 @@ impl World {
         w.add_flows();
         w.open_captures(opts)?;
         for d in w.dirs.iter_mut() {
-            d.plain = d.captures.is_empty()
-                && !d.line.has_script()
-                && matches!(&d.source, Source::Own(e) if !e.reads_headers());
+            d.bare_line = d.captures.is_empty() && !d.line.has_script();
+            d.plain = d.bare_line && matches!(&d.source, Source::Own(e) if !e.reads_headers());
         }
         // The links live on as `dirs`; their configurations are not read after this
         // (tens of megabytes with tens of thousands of links).
@@ -718,11 +750,14 @@ impl World {
             packet_hops,
             drops,
             queue,
+            conn_addrs,
+            pool_hdr,
             ..
         } = self;
         let LinkDir {
             line,
             source,
+            bare_line,
             tx_acks,
             sojourn_sum_ns,
             sojourn_max_ns,
@@ -738,7 +773,11 @@ impl World {
             return;
         }
         let had_head = line.next_arrival().is_some();
-        let mut feed = Feeder { source, mbs };
+        let shed = matches!(source, Source::Mb(..))
+            .then_some(())
+            .filter(|_| *bare_line)
+            .map(|_| (&conn_addrs[..], pool_hdr));
+        let mut feed = Feeder { source, mbs, shed };
         let not_before = line.pull(now, &mut feed, drops, &mut |tx| {
             let p = tx.pkt;
             *packet_hops += 1;

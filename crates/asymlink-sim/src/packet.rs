@@ -180,34 +180,7 @@ impl SimPacket {
         src_conn: ConnId,
         dst_conn: ConnId,
     ) -> Option<SimPacket> {
-        let Transport::Tcp(t) = &h.transport else {
-            return None;
-        };
-        let o = &t.opts;
-        let ip = &h.ip;
-        let (ts_val, gap) = match o.timestamp {
-            None => (0, 0),
-            Some(ts) => (ts.val, ts.val.wrapping_sub(ts.ecr).wrapping_add(1)),
-        };
-        let common = t.urgent == 0
-            && o.mss.is_none()
-            && o.wscale.is_none()
-            && !o.sack_permitted
-            && (o.timestamp.is_none() || (1..=0xffff).contains(&gap))
-            && o.sack.is_empty()
-            && !o.other
-            && !o.signed
-            && ip.dscp < 64
-            && ip.ttl == 64
-            && ip.dont_frag == ip.src.is_ipv4()
-            && ip.flow_label == 0
-            && !ip.extensions
-            && !ip.auth
-            && (ip.src, t.src_port) == a.local
-            && (ip.dst, t.dst_port) == a.remote;
-        if !common {
-            return None;
-        }
+        let (tag, ts_gap_hi) = compact_fields(h, a)?;
         let p = SimPacket {
             len: h.ip_len(),
             hop: HopFields::of(h),
@@ -218,15 +191,29 @@ impl SimPacket {
             src_node,
             dst_conn,
             src_conn,
-            tag: u64::from(ip.ident)
-                | u64::from(ip.dscp << 2 | ip.ecn.bits()) << 16
-                | u64::from(gap as u8) << 24
-                | u64::from(ts_val) << 32,
+            tag,
             queued_at: 0,
-            ts_gap_hi: (gap >> 8) as u8,
+            ts_gap_hi,
         };
         debug_assert_eq!(p.headers_with(a), *h);
         Some(p)
+    }
+
+    /// Make a packet whose headers are a common segment of the connection whose
+    /// addresses are `a` (see [`SimPacket::compact`]) compact again, everything else as
+    /// it was; its header box is returned, for reuse. `None` (the packet unchanged)
+    /// otherwise.
+    #[inline]
+    pub fn shed(&mut self, a: &ConnAddrs) -> Option<Box<Headers>> {
+        if self.proto != SimPacket::TCP {
+            return None;
+        }
+        let (tag, ts_gap_hi) = compact_fields(self.hdr.as_deref()?, a)?;
+        self.tag = tag;
+        self.ts_gap_hi = ts_gap_hi;
+        let b = self.hdr.take();
+        debug_assert_eq!(Some(self.headers_with(a)), b.as_deref().copied());
+        b
     }
 
     /// Whether the packet is compact (no header box; see [`SimPacket`]).
@@ -308,6 +295,44 @@ impl SimPacket {
     pub fn into_hdr(self) -> Option<Box<Headers>> {
         self.hdr
     }
+}
+
+/// A compact packet's `tag` and `ts_gap_hi` for the headers `h` of the connection whose
+/// addresses are `a`, if they are a common segment's ([`SimPacket::compact`]).
+#[inline]
+fn compact_fields(h: &Headers, a: &ConnAddrs) -> Option<(u64, u8)> {
+    let Transport::Tcp(t) = &h.transport else {
+        return None;
+    };
+    let o = &t.opts;
+    let ip = &h.ip;
+    let (ts_val, gap) = match o.timestamp {
+        None => (0, 0),
+        Some(ts) => (ts.val, ts.val.wrapping_sub(ts.ecr).wrapping_add(1)),
+    };
+    let common = t.urgent == 0
+        && o.mss.is_none()
+        && o.wscale.is_none()
+        && !o.sack_permitted
+        && (o.timestamp.is_none() || (1..=0xffff).contains(&gap))
+        && o.sack.is_empty()
+        && !o.other
+        && !o.signed
+        && ip.dscp < 64
+        && ip.ttl == 64
+        && ip.dont_frag == ip.src.is_ipv4()
+        && ip.flow_label == 0
+        && !ip.extensions
+        && !ip.auth
+        && (t.src_port, t.dst_port) == (a.local.1, a.remote.1)
+        && (ip.src, ip.dst) == (a.local.0, a.remote.0);
+    common.then_some((
+        u64::from(ip.ident)
+            | u64::from(ip.dscp << 2 | ip.ecn.bits()) << 16
+            | u64::from(gap as u8) << 24
+            | u64::from(ts_val) << 32,
+        (gap >> 8) as u8,
+    ))
 }
 
 const _: () = assert!(core::mem::size_of::<SimPacket>() <= 64);
@@ -567,7 +592,36 @@ mod tests {
             m.materialise(Box::new(m.headers_with(&a)));
             assert_eq!(*m.hdr(), h);
             assert_eq!((m.tag, m.ts_gap_hi), (0, 0));
+            // And back: it sheds its box, keeping what a hop set.
+            m.queued_at = 77;
+            m.class = ClassId(3);
+            assert_eq!(*m.shed(&a).expect("a common segment"), h);
+            assert_eq!(m.headers_with(&a), h);
+            assert_eq!((m.queued_at, m.class), (77, ClassId(3)));
+            m.queued_at = 0;
+            m.class = ClassId::NONE;
+            assert_eq!(m, p);
+            assert!(m.shed(&a).is_none(), "already compact");
         }
+    }
+
+    #[test]
+    fn only_common_segments_shed_their_box() {
+        let a = addrs();
+        let mut h = tcp(TcpFlags::ACK, 0);
+        h.tcp_repr_mut().unwrap().window = 9;
+        let mut p = SimPacket::new(Box::new(h), 0, 1, 2, 3, 0);
+        assert!(p.shed(&a).is_some());
+        assert_eq!(p.headers_with(&a), h);
+        let mut other = a;
+        other.local.1 += 1;
+        let mut q = SimPacket::new(Box::new(h), 0, 1, 2, 3, 0);
+        assert!(q.shed(&other).is_none());
+        assert_eq!(*q.hdr(), h);
+        h.ip.ttl = 63;
+        let mut r = SimPacket::new(Box::new(h), 0, 1, 2, 3, 0);
+        assert!(r.shed(&a).is_none());
+        assert_eq!(*r.hdr(), h);
     }
 
     #[test]

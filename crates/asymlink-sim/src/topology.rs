@@ -127,6 +127,7 @@ pub(crate) fn build_links(
                 sojourn_hist: Default::default(),
                 captures: Vec::new(),
                 plain: false,
+                bare_line: false,
             });
             adj[from].push((to, id));
             if let NodeRole::Host(h) = nodes[from].role {
