@@ -773,10 +773,8 @@ impl World {
             return;
         }
         let had_head = line.next_arrival().is_some();
-        let shed = matches!(source, Source::Mb(..))
-            .then_some(())
-            .filter(|_| *bare_line)
-            .map(|_| (&conn_addrs[..], pool_hdr));
+        let shed =
+            (*bare_line && matches!(source, Source::Mb(..))).then_some((&conn_addrs[..], pool_hdr));
         let mut feed = Feeder { source, mbs, shed };
         let not_before = line.pull(now, &mut feed, drops, &mut |tx| {
             let p = tx.pkt;
@@ -1291,10 +1289,10 @@ impl World {
     fn schedule_conn(&mut self, cid: ConnId) {
         let slot = &self.conns[cid as usize];
         if let Some(t) = slot.conn().and_then(|c| c.poll_at()) {
-            if slot.timer.armed_by(t.max(self.now)) {
-                return;
+            let t = t.max(self.now);
+            if !slot.timer.armed_by(t) {
+                self.arm_conn(cid, t);
             }
-            self.arm_conn(cid, t.max(self.now));
         }
     }
 

@@ -164,9 +164,10 @@ def run_sim(sc: LabScenario, seed: int = 1, echo_phases: int = 1) -> dict[str, A
         shifted = replace(sc, probes=[
             replace(p, start=p.start + k * p.every / echo_phases) if p.kind == "echo" else p
             for p in sc.probes])
-        for name, samples in sim_probes(shifted, one(shifted)).items():
-            if next(p for p in sc.probes if p.name == name).kind == "echo":
-                probes[name] = sorted(probes[name] + samples)
+        phase = sim_probes(shifted, one(shifted))
+        for p in sc.probes:
+            if p.kind == "echo":
+                probes[p.name] = sorted(probes[p.name] + phase[p.name])
     return sim_metrics(sc, res, probes)
 
 

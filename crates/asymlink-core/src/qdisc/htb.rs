@@ -488,7 +488,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                 any = true;
                 match self.lender(i, now) {
                     Ok(lender) => {
-                        let k = (self.classes[lender].level, c.prio);
+                        let k = (self.level(lender), c.prio);
                         let last = self.rr[k.0][k.1 as usize];
                         let start = if last == usize::MAX { 0 } else { last };
                         let rank = if i >= start { i - start } else { i + n - start };
