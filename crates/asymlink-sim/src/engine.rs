@@ -152,9 +152,10 @@ pub(crate) struct LinkDir {
     pub sojourn_hist: crate::hist::Batched<3>,
     /// Indices into `World::captures` of the pcap files recording this direction.
     pub captures: Vec<usize>,
-    /// Whether nothing on this direction reads a packet's headers (its own egress, which
-    /// does not, no drop script, no capture): compact packets pass it as they are;
-    /// elsewhere they get their header box as they are enqueued.
+    /// Whether nothing on this direction reads a packet's headers beyond what a compact
+    /// packet answers itself (its own egress or the middlebox direction feeding it, no
+    /// drop script, no capture): compact packets pass it as they are; elsewhere they get
+    /// their header box as they are enqueued.
     pub plain: bool,
     /// Whether the line itself reads no headers (no drop script, no capture): a
     /// middlebox's packet that is a common segment leaves its header box behind as it
@@ -525,7 +526,11 @@ impl World {
         w.open_captures(opts)?;
         for d in w.dirs.iter_mut() {
             d.bare_line = d.captures.is_empty() && !d.line.has_script();
-            d.plain = d.bare_line && matches!(&d.source, Source::Own(e) if !e.reads_headers());
+            d.plain = d.bare_line
+                && match &d.source {
+                    Source::Own(e) => !e.reads_headers(),
+                    Source::Mb(m, md) => !w.mbs[*m as usize].mb.reads_headers(*md),
+                };
         }
         // The links live on as `dirs`; their configurations are not read after this
         // (tens of megabytes with tens of thousands of links).
