@@ -953,7 +953,10 @@ mod tests {
             (tcp(TcpFlags::ACK, 100, 80, false), "interactive"),
             (tcp(TcpFlags::ACK, 0, 80, false), "short"),
             (tcp(TcpFlags::ACK, 0, 80, true), "short"),
-            (tcp(TcpFlags::ACK | TcpFlags::FIN, 0, 80, false), "interactive"),
+            (
+                tcp(TcpFlags::ACK | TcpFlags::FIN, 0, 80, false),
+                "interactive",
+            ),
             (tcp(TcpFlags::SYN, 500, 80, false), "syn"),
             (tcp(TcpFlags::ACK, 1000, 80, false), "bulk"),
         ];

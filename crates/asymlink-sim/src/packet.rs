@@ -1,7 +1,7 @@
 //! The simulator's packet: compact headers plus bookkeeping that real packets do not carry.
 
-use asymlink_core::link::OnWire;
 use asymlink_core::ack::AckSeg;
+use asymlink_core::link::OnWire;
 use asymlink_core::packet::{ClassId, Fields, FlowIds, Pkt};
 use asymlink_core::time::Instant;
 use asymlink_core::wire::{

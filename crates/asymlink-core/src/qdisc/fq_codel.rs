@@ -1519,9 +1519,16 @@ mod tests {
         let mut d = Drops::new();
         // Two connections' ACKs, all with the same headers: each connection keeps its
         // first ACK (no history) and its newest.
-        for (i, (a, conn)) in [(1000, 7), (2000, 7), (3000, 7), (1000, 8), (2000, 8), (4000, 7)]
-            .into_iter()
-            .enumerate()
+        for (i, (a, conn)) in [
+            (1000, 7),
+            (2000, 7),
+            (3000, 7),
+            (1000, 8),
+            (2000, 8),
+            (4000, 7),
+        ]
+        .into_iter()
+        .enumerate()
         {
             q.enqueue(ms(0), Packed(pure_ack(i as u32, a, 0), conn), &mut d);
         }
