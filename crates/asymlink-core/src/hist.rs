@@ -400,7 +400,10 @@ mod tests {
         // Only values of the first bin, none counted yet.
         let mut b = Batched::<3>::default();
         b.record(1, 5);
-        assert_eq!((b.len(1), b.quantile(1, 1.0), b.quantile_all(0.5)), (1, 8_192, 8_192));
+        assert_eq!(
+            (b.len(1), b.quantile(1, 1.0), b.quantile_all(0.5)),
+            (1, 8_192, 8_192)
+        );
         assert_eq!((b.len(0), b.quantile(0, 0.5)), (0, 0));
     }
 
