@@ -13,7 +13,9 @@
 //! of one link direction) through a buffer of 16 bin numbers held inline, and adds them
 //! to the counters 16 at a time: where thousands of link directions take turns, the
 //! counters are rarely in the cache when a packet is recorded, and the values of
-//! successive packets usually fall in the same few cache lines of counters.
+//! successive packets usually fall in the same few cache lines of counters. Values of the
+//! first bin (a packet that hardly waited, on most links most of them) are only counted,
+//! per kind, and added to the counters with the next batch.
 
 const SUB: u32 = 64;
 const LINEAR_BITS: u32 = 20;
@@ -147,14 +149,14 @@ impl Histogram {
 
     /// The `q` quantile (0..=1), ns (the middle of its bin); 0 when empty.
     pub fn quantile(&self, q: f64) -> u64 {
-        quantile_of(&[self], &[], q)
+        quantile_of(&[self], 0, &[], q)
     }
 }
 
-/// The `q` quantile of the values counted in `hists` together with the bins `extra`
-/// (sorted), ns; 0 when there are none.
-fn quantile_of(hists: &[&Histogram], extra: &[u16], q: f64) -> u64 {
-    let total = hists.iter().map(|h| h.total).sum::<u64>() + extra.len() as u64;
+/// The `q` quantile of the values counted in `hists` together with `first` more values
+/// in the first bin and the bins `extra` (sorted), ns; 0 when there are none.
+fn quantile_of(hists: &[&Histogram], first: u64, extra: &[u16], q: f64) -> u64 {
+    let total = hists.iter().map(|h| h.total).sum::<u64>() + first + extra.len() as u64;
     if total == 0 {
         return 0;
     }
@@ -163,9 +165,10 @@ fn quantile_of(hists: &[&Histogram], extra: &[u16], q: f64) -> u64 {
         .iter()
         .map(|h| h.bins())
         .chain(extra.last().map(|&b| b as usize + 1))
+        .chain((first > 0).then_some(1))
         .max()
         .unwrap_or(0);
-    let mut seen = 0;
+    let mut seen = first;
     let mut e = 0;
     for i in 0..bins {
         seen += hists.iter().map(|h| h.count(i)).sum::<u64>();
@@ -180,6 +183,8 @@ fn quantile_of(hists: &[&Histogram], extra: &[u16], q: f64) -> u64 {
     value_of(BINS - 1)
 }
 
+/// Values below this (ns) fall in the first bin.
+const FIRST_BIN_END: u64 = 1 << (LINEAR_BITS - 6);
 /// Values pending in a [`Batched`] before they are counted.
 const PENDING: usize = 16;
 /// Bits of a pending entry that hold the bin (`BINS` ≤ 2^11); the kind is above them.
@@ -191,6 +196,10 @@ const BIN_BITS: u32 = 11;
 #[derive(Clone, Debug)]
 pub struct Batched<const K: usize> {
     hists: [Histogram; K],
+    /// Values of each kind in the first bin (below 16.4 µs: on a link, a packet that
+    /// hardly waited, the most common value) not counted yet: a count each, not a
+    /// pending entry.
+    first: [u64; K],
     /// Bin | kind << `BIN_BITS` of the values not counted yet.
     pending: [u16; PENDING],
     n: u8,
@@ -200,6 +209,7 @@ impl<const K: usize> Default for Batched<K> {
     fn default() -> Self {
         Batched {
             hists: std::array::from_fn(|_| Histogram::default()),
+            first: [0; K],
             pending: [0; PENDING],
             n: 0,
         }
@@ -211,6 +221,10 @@ impl<const K: usize> Batched<K> {
     #[inline]
     pub fn record(&mut self, kind: usize, ns: u64) {
         debug_assert!(kind < K && K <= 32);
+        if ns < FIRST_BIN_END {
+            self.first[kind] += 1;
+            return;
+        }
         self.pending[self.n as usize] = (bin_of(ns) as u16) | ((kind as u16) << BIN_BITS);
         self.n += 1;
         if self.n as usize == PENDING {
@@ -228,6 +242,9 @@ impl<const K: usize> Batched<K> {
             self.hists[kind].add_bin(bin);
         }
         self.n = 0;
+        for (h, f) in self.hists.iter_mut().zip(&mut self.first) {
+            h.add_count(0, std::mem::take(f));
+        }
     }
 
     /// The sorted bins of the pending values of `kind` (all kinds: `None`).
@@ -246,21 +263,21 @@ impl<const K: usize> Batched<K> {
 
     /// Values of `kind` counted.
     pub fn len(&self, kind: usize) -> u64 {
-        self.hists[kind].len() + self.pending_bins(Some(kind)).1 as u64
+        self.hists[kind].len() + self.pending_bins(Some(kind)).1 as u64 + self.first[kind]
     }
 
     /// The `q` quantile (0..=1) of the values of `kind`, ns (the middle of its bin); 0
     /// when there are none.
     pub fn quantile(&self, kind: usize, q: f64) -> u64 {
         let (bins, m) = self.pending_bins(Some(kind));
-        quantile_of(&[&self.hists[kind]], &bins[..m], q)
+        quantile_of(&[&self.hists[kind]], self.first[kind], &bins[..m], q)
     }
 
     /// The `q` quantile of the values of every kind together.
     pub fn quantile_all(&self, q: f64) -> u64 {
         let (bins, m) = self.pending_bins(None);
         let hists: [&Histogram; K] = std::array::from_fn(|k| &self.hists[k]);
-        quantile_of(&hists, &bins[..m], q)
+        quantile_of(&hists, self.first.iter().sum(), &bins[..m], q)
     }
 }
 
@@ -350,6 +367,9 @@ mod tests {
             let ns = match i % 10 {
                 0 => rng.next_u64() % 1_000_000_000,
                 9 if i % 100 == 99 => u64::MAX - i,
+                // The first bin (a packet that did not wait) and around its end.
+                1..=3 => rng.next_u64() % 16_384,
+                4 => 16_380 + rng.next_u64() % 8,
                 _ => rng.next_u64() % 2_000_000,
             };
             b.record(kind, ns);
@@ -377,6 +397,14 @@ mod tests {
             assert_eq!(b.len(k), h.len());
         }
         assert_eq!(Batched::<3>::default().quantile_all(0.5), 0);
+        // Only values of the first bin, none counted yet.
+        let mut b = Batched::<3>::default();
+        b.record(1, 5);
+        assert_eq!(
+            (b.len(1), b.quantile(1, 1.0), b.quantile_all(0.5)),
+            (1, 8_192, 8_192)
+        );
+        assert_eq!((b.len(0), b.quantile(0, 0.5)), (0, 0));
     }
 
     #[test]

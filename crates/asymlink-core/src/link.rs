@@ -388,6 +388,12 @@ pub struct Link<P: OnWire> {
     /// simulated.
     script: Option<Box<Script>>,
     ll: LinkLayer,
+    /// The last packet length serialised at the rate (not trace-driven), with its wire
+    /// length and transmission time: successive packets of a direction mostly have one
+    /// length (`u64::MAX`: none yet).
+    memo_len: u64,
+    memo_wire: u32,
+    memo_ns: u64,
     modem: Option<Limit>,
     rng: Rng,
     /// The modem buffer: (packet, when it became available to the serialiser).
@@ -430,6 +436,9 @@ impl<P: Pkt + OnWire> Link<P> {
             loss: 0.0,
             script: None,
             ll: LinkLayer::RAW,
+            memo_len: u64::MAX,
+            memo_wire: 0,
+            memo_ns: 0,
             modem: None,
             rng,
             buffer: VecDeque::new(),
@@ -491,6 +500,7 @@ impl<P: Pkt + OnWire> Link<P> {
             self.script = Script::new(rules).map(Box::new);
         }
         self.ll = cfg.linklayer.map_or(LinkLayer::RAW, |l| l.build());
+        self.memo_len = u64::MAX;
         self.modem = cfg.modem_buffer;
         self.ready = None;
         self.idle_dequeue = idle_dequeue;
@@ -662,7 +672,7 @@ impl<P: Pkt + OnWire> Link<P> {
         drops: &mut Drops<P>,
         on_tx: &mut impl FnMut(&Tx<'_, P>),
     ) {
-        let (start, end, wire_len) = self.serialise(ready, pkt.ip_len());
+        let (start, end, wire_len) = self.charge(ready, pkt.ip_len());
         let random = self.loss > 0.0 && self.rng.bernoulli(self.loss);
         let scripted = self.script.as_mut().is_some_and(|s| s.on_transmit(&pkt));
         let lost = random || scripted;
@@ -686,23 +696,25 @@ impl<P: Pkt + OnWire> Link<P> {
     /// Charge the serialiser `len` IP bytes, available since `ready`: the transmission's
     /// start, end and wire length (the counters of transmissions follow).
     #[inline]
-    fn serialise(&mut self, ready: Instant, len: u32) -> (Instant, Instant, u32) {
-        let wire_len = self.ll.wire_len(len);
-        let (start, end, busy_ns) = if let Some(tr) = &mut self.trace {
+    fn charge(&mut self, ready: Instant, len: u32) -> (Instant, Instant, u32) {
+        let (wire_len, start, end, busy_ns) = if let Some(tr) = &mut self.trace {
+            let wire_len = self.ll.wire_len(len);
             tr.skip_to(ready);
             let start = tr.next_time();
             let end = tr.serve(wire_len);
             self.free_at = tr.next_time();
             self.last_end = end;
             let busy = tr.trace.mean_rate().tx_nanos(wire_len as u64);
-            (start, end, busy)
+            (wire_len, start, end, busy)
         } else {
+            if u64::from(len) != self.memo_len {
+                self.serialise(len);
+            }
+            let (wire_len, tx_ns) = (self.memo_wire, self.memo_ns);
             let start = self.free_at.max(ready);
-            let bit_ns = self.rate.map_or(0, |r| r.tx_nanos(wire_len as u64));
-            let tx_ns = bit_ns.max(self.packet_ns);
             let end = Instant(start.0.saturating_add(tx_ns));
             self.free_at = end;
-            (start, end, tx_ns)
+            (wire_len, start, end, tx_ns)
         };
         let s = &mut self.stats;
         s.sent += 1;
@@ -779,7 +791,7 @@ impl<P: Pkt + OnWire> Link<P> {
                 o.stats.on_dequeue(len);
             }
             self.stats.offered += 1;
-            let (start, end, wire_len) = self.serialise(ready, len);
+            let (start, end, wire_len) = self.charge(ready, len);
             let pkt = P::pkt(&self.wire[i]);
             let random = self.loss > 0.0 && self.rng.bernoulli(self.loss);
             let scripted = self.script.as_mut().is_some_and(|s| s.on_transmit(pkt));
@@ -809,6 +821,17 @@ impl<P: Pkt + OnWire> Link<P> {
             }
             self.idle_pending = self.idle_dequeue;
         }
+    }
+
+    /// The wire length and transmission time at the rate of a packet of IP length `len`,
+    /// kept for the packets of the same length that follow.
+    #[inline(never)]
+    fn serialise(&mut self, len: u32) {
+        let wire_len = self.ll.wire_len(len);
+        let bit_ns = self.rate.map_or(0, |r| r.tx_nanos(wire_len as u64));
+        self.memo_len = u64::from(len);
+        self.memo_wire = wire_len;
+        self.memo_ns = bit_ns.max(self.packet_ns);
     }
 
     /// When the head of the delay line arrives.
@@ -1055,6 +1078,39 @@ mod tests {
         );
         assert_eq!(l.stats().busy_ns, 36_000_000);
         assert_eq!(l.stats().delivered, 3);
+    }
+
+    #[test]
+    fn a_new_rate_framing_or_packet_clock_times_the_next_packet_of_the_same_length() {
+        // 1500 bytes: 12 ms at 1 Mbit/s, then 6 ms at 2 Mbit/s; with ATM framing
+        // (LLC/SNAP: 32 cells, 1696 bytes) 6.784 ms; at 10 packets/s 100 ms.
+        let mut l = Link::new(&cfg("rate = \"1Mbit\""), Rng::new(1), false);
+        let mut out = Vec::new();
+        let mut send = |l: &mut Link<HeaderPacket>, at: u64| {
+            let now = Instant(at);
+            l.pull(now, &mut Queue::of(&[1500]), &mut Drops::new(), &mut |tx| {
+                out.push((tx.start.as_nanos(), tx.tx_ns, tx.wire_len))
+            });
+        };
+        send(&mut l, 0);
+        send(&mut l, 12_000_000);
+        l.reconfigure(&cfg("rate = \"2Mbit\""), false);
+        send(&mut l, 24_000_000);
+        let atm = "rate = \"2Mbit\"\nlinklayer = { encap = \"llc_snap_routed\" }";
+        l.reconfigure(&cfg(atm), false);
+        send(&mut l, 30_000_000);
+        l.reconfigure(&cfg("rate = \"2Mbit\"\npacket_rate = 10"), false);
+        send(&mut l, 40_000_000);
+        assert_eq!(
+            out,
+            vec![
+                (0, 12_000_000, 1500),
+                (12_000_000, 12_000_000, 1500),
+                (24_000_000, 6_000_000, 1500),
+                (30_000_000, 6_784_000, 1696),
+                (36_784_000, 100_000_000, 1500),
+            ]
+        );
     }
 
     #[test]

@@ -130,8 +130,15 @@ pub trait App: Send {
     fn on_accept(&mut self, _conn: ConnId, _peer: ConnId, _api: &mut Api<'_>) -> bool {
         false
     }
-    /// An event on one of the flow's connections.
+    /// An event on one of the flow's connections (only the kinds [`App::wants`] names).
     fn on_event(&mut self, conn: ConnId, ev: ConnEvent, api: &mut Api<'_>);
+    /// The kinds of connection events `on_event` acts on, as a set of
+    /// [`ConnEvent::bit`]s: the engine asks once, when the application is built, and does
+    /// not call `on_event` for the others (an application that ignores `Acked` saves a
+    /// call per acknowledgment). All of them unless overridden.
+    fn wants(&self) -> u16 {
+        ConnEvent::ALL
+    }
     /// A timer set with [`Api::timer_in`] fired.
     fn on_timer(&mut self, _token: u32, _api: &mut Api<'_>) {}
     /// A datagram arrived at `node`.
@@ -320,6 +327,16 @@ impl App for Bulk {
             ConnEvent::PeerClosed => api.close(conn),
             _ => {}
         }
+    }
+    fn wants(&self) -> u16 {
+        let mut w = ConnEvent::Established.bit() | ConnEvent::PeerClosed.bit();
+        if self.bytes.is_some() && self.then.is_some() {
+            w |= ConnEvent::Acked(0).bit();
+        }
+        if self.total().is_some() {
+            w |= ConnEvent::Delivered(0).bit();
+        }
+        w
     }
     fn on_timer(&mut self, _token: u32, api: &mut Api<'_>) {
         if let Some((n, _)) = self.then {
@@ -706,6 +723,9 @@ impl App for Cbr {
         self.stopped = true;
     }
     fn on_event(&mut self, _conn: ConnId, _ev: ConnEvent, _api: &mut Api<'_>) {}
+    fn wants(&self) -> u16 {
+        0
+    }
     fn on_timer(&mut self, _token: u32, api: &mut Api<'_>) {
         if self.stopped {
             return;
@@ -748,6 +768,9 @@ impl App for Ping {
         self.stopped = true;
     }
     fn on_event(&mut self, _conn: ConnId, _ev: ConnEvent, _api: &mut Api<'_>) {}
+    fn wants(&self) -> u16 {
+        0
+    }
     fn on_timer(&mut self, _token: u32, api: &mut Api<'_>) {
         if self.stopped {
             return;
@@ -782,5 +805,110 @@ impl App for Ping {
     }
     fn kind(&self) -> &'static str {
         "ping"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(bytes: Option<u64>, then: Option<(u64, Duration)>) -> Bulk {
+        Bulk {
+            from: 0,
+            to: 1,
+            port: 5001,
+            bytes,
+            open: Opener::Sender,
+            then,
+            write_size: None,
+            acked: 0,
+            sender: 1,
+            receiver: 2,
+            got: 0,
+            started: Instant::ZERO,
+        }
+    }
+
+    const EVENTS: [ConnEvent; 9] = [
+        ConnEvent::Established,
+        ConnEvent::Delivered(1 << 40),
+        ConnEvent::Acked(1 << 40),
+        ConnEvent::PeerClosed,
+        ConnEvent::Closed,
+        ConnEvent::Reset,
+        ConnEvent::FastRetransmit,
+        ConnEvent::Timeout,
+        ConnEvent::LossProbe,
+    ];
+
+    /// The commands and state `on_event` leaves after `ev` on `conn`.
+    fn after(mut b: Bulk, conn: ConnId, ev: ConnEvent) -> (Vec<Cmd>, u64, u64) {
+        let (mut cmds, mut next, mut rng) = (Vec::new(), 10, Rng::new(1));
+        let mut api = Api {
+            now: Instant::ZERO + Duration::from_secs(1),
+            cmds: &mut cmds,
+            next_conn: &mut next,
+            rng: &mut rng,
+        };
+        b.on_event(conn, ev, &mut api);
+        (cmds, b.acked, b.got)
+    }
+
+    #[test]
+    fn event_kinds_have_distinct_bits_within_all() {
+        let mut seen = 0u16;
+        for e in EVENTS {
+            assert_eq!(e.bit().count_ones(), 1);
+            assert_eq!(seen & e.bit(), 0, "{e:?}");
+            seen |= e.bit();
+        }
+        assert_eq!(seen, ConnEvent::ALL);
+    }
+
+    #[test]
+    fn bulk_is_not_called_for_acks_and_deliveries_it_ignores() {
+        let second = Some((1000, Duration::from_secs(2)));
+        let endless = bulk(None, None).wants();
+        assert_eq!(endless & ConnEvent::Acked(0).bit(), 0);
+        assert_eq!(endless & ConnEvent::Delivered(0).bit(), 0);
+        // A sized transfer measures its end: it wants deliveries, and acknowledgments only
+        // when a second write waits for the first to be acknowledged.
+        let sized = bulk(Some(5000), None).wants();
+        assert_eq!(sized & ConnEvent::Acked(0).bit(), 0);
+        assert_ne!(sized & ConnEvent::Delivered(0).bit(), 0);
+        let two = bulk(Some(5000), second).wants();
+        assert_ne!(two & ConnEvent::Acked(0).bit(), 0);
+        assert_ne!(two & ConnEvent::Delivered(0).bit(), 0);
+        // What it is not called for would have done nothing; what it is called for does.
+        for (bytes, then) in [(None, None), (Some(5000), None), (Some(5000), second)] {
+            let wants = bulk(bytes, then).wants();
+            for conn in [1, 2] {
+                for e in EVENTS {
+                    // (An endless flow's count of delivered bytes is compared with no
+                    // total: it is never read.)
+                    let (cmds, acked, _) = after(bulk(bytes, then), conn, e);
+                    if wants & e.bit() == 0 {
+                        assert_eq!((cmds, acked), (vec![], 0), "{e:?} on {conn}");
+                    }
+                }
+            }
+        }
+        let (cmds, acked, _) = after(bulk(Some(5000), second), 1, ConnEvent::Acked(5000));
+        assert_eq!(acked, 5000);
+        assert_eq!(cmds.len(), 1);
+        let (cmds, _, got) = after(bulk(Some(5000), None), 2, ConnEvent::Delivered(5000));
+        assert_eq!(got, 5000);
+        assert_eq!(cmds.len(), 2);
+        // A datagram source is called for no connection event.
+        let cbr = Cbr {
+            from: 0,
+            to: 1,
+            port: 1,
+            gap: Duration::from_millis(1),
+            size: 100,
+            seq: 0,
+            stopped: false,
+        };
+        assert_eq!(cbr.wants(), 0);
     }
 }

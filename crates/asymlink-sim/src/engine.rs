@@ -432,6 +432,8 @@ pub(crate) struct World {
     next_conn: ConnId,
     /// Applications, one per flow.
     pub apps: Vec<Box<dyn App>>,
+    /// Per application: the kinds of connection events it is called for (`App::wants`).
+    app_wants: Vec<u16>,
     app_rngs: Vec<Rng>,
     /// Pending application timers `(application, token)`, indexed by `Ev::App`; free
     /// entries are listed in `app_timers_free`.
@@ -505,6 +507,7 @@ impl World {
             conn_addrs: Vec::new(),
             next_conn: 0,
             apps: Vec::new(),
+            app_wants: Vec::new(),
             app_rngs: Vec::new(),
             app_timers: Vec::new(),
             app_timers_free: Vec::new(),
@@ -563,7 +566,9 @@ impl World {
         for (i, f) in self.spec.flows.clone().iter().enumerate() {
             let app = self.apps.len() as u32;
             debug_assert_eq!(app as usize, i, "one application per flow, in order");
-            self.apps.push(apps::build(f));
+            let a = apps::build(f);
+            self.app_wants.push(a.wants());
+            self.apps.push(a);
             self.opened.push([0, 0]);
             self.app_rngs
                 .push(Rng::child(seed, &format!("app:{}", f.name)));
@@ -1303,6 +1308,9 @@ impl World {
                     continue;
                 }
                 _ => {}
+            }
+            if self.app_wants[app as usize] & e.bit() == 0 {
+                continue;
             }
             self.app_call(app, |a, api| a.on_event(cid, e, api));
         }

@@ -181,8 +181,12 @@ impl SimPacket {
         dst_conn: ConnId,
     ) -> Option<SimPacket> {
         let (tag, ts_gap_hi) = compact_fields(h, a)?;
+        // A common segment's IP length: the IP and TCP headers, timestamps (12 bytes with
+        // their padding, the segment's only option) and the payload.
+        let ts = ts_gap_hi != 0 || tag >> 24 & 0xff != 0;
+        let headers = if h.ip.src.is_ipv4() { 40 } else { 60 } + if ts { 12 } else { 0 };
         let p = SimPacket {
-            len: h.ip_len(),
+            len: (headers as u32).saturating_add(h.payload_len),
             hop: HopFields::of(h),
             proto: SimPacket::TCP,
             hdr: None,
@@ -196,6 +200,7 @@ impl SimPacket {
             ts_gap_hi,
         };
         debug_assert_eq!(p.headers_with(a), *h);
+        debug_assert_eq!(p.len, h.ip_len());
         Some(p)
     }
 
@@ -614,6 +619,28 @@ mod tests {
             m.class = ClassId::NONE;
             assert_eq!(m, p);
             assert!(m.shed(&a).is_none(), "already compact");
+        }
+    }
+
+    #[test]
+    fn a_compact_packets_length_is_the_ip_length_of_its_headers() {
+        let v6 = ConnAddrs {
+            local: ("2001:db8::1".parse().unwrap(), 40_001),
+            remote: ("2001:db8::2".parse().unwrap(), 80),
+        };
+        for a in [addrs(), v6] {
+            for ts in [None, Some(Timestamp { val: 9, ecr: 7 })] {
+                for payload in [0, 1, 1448, u32::MAX - 30, u32::MAX] {
+                    let mut ip = IpRepr::new(a.local.0, a.remote.0);
+                    ip.ident = 3;
+                    let mut t = *tcp(TcpFlags::ACK, 0).tcp_repr().unwrap();
+                    t.opts.timestamp = ts;
+                    let h = Headers::tcp(ip, t, payload);
+                    let p = SimPacket::compact(&h, &a, 0, 1, 2, 3).expect("compact");
+                    assert_eq!(p.len, h.ip_len(), "{:?} {ts:?} {payload}", a.local.0);
+                    assert_eq!(p.headers_with(&a), h);
+                }
+            }
         }
     }
 

@@ -83,6 +83,27 @@ pub enum ConnEvent {
     LossProbe,
 }
 
+impl ConnEvent {
+    /// Every kind's [`ConnEvent::bit`].
+    pub const ALL: u16 = (1 << 9) - 1;
+
+    /// The event's kind as one bit (its data aside), for sets of kinds (`App::wants`).
+    #[inline]
+    pub fn bit(&self) -> u16 {
+        1 << match self {
+            ConnEvent::Established => 0,
+            ConnEvent::Delivered(_) => 1,
+            ConnEvent::Acked(_) => 2,
+            ConnEvent::PeerClosed => 3,
+            ConnEvent::Closed => 4,
+            ConnEvent::Reset => 5,
+            ConnEvent::FastRetransmit => 6,
+            ConnEvent::Timeout => 7,
+            ConnEvent::LossProbe => 8,
+        }
+    }
+}
+
 /// Counters of one connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConnStats {
