@@ -402,7 +402,7 @@ PAIRS: dict[str, Pair] = {
         # Half of one 1500-byte packet's time on the 495 kbit/s of ATM cells (27 ms).
         latency_allowance_ms=13.5,
         # An echo typed every 200 ms against an upload packet every ~55 ms on the line:
-        # where the echoes fall in that cycle sets the tail (40.6-58.3 ms p90 over 40
+        # where the echoes fall in that cycle sets the tail (40.8-50.0 ms p90 over 40
         # phases of adsl-fix's probe), so the simulator's echoes pool eight phases.
         echo_phases=8),
     "ackfilter": Pair(
