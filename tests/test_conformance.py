@@ -67,8 +67,9 @@ def test_simulator_half(variant: str, tmp_path: Path) -> None:
         ev = sender_events(tr)
         retx = [g for _, g in ev["retx"]]
         total = sum(c.writes)
-        # Every segment was sent, the lost ones again.
-        assert ev["data_tx"] == total + len(retx), (c.name, ev)
+        # Every segment was sent, the lost ones again; as Linux, the sender may split a
+        # segment in two at the receive window's edge: at least as many.
+        assert ev["data_tx"] >= total + len(retx), (c.name, ev)
         for g in lost_segments(c):
             assert g in retx, (c.name, g, retx)
         if c.name == "lost-syn":

@@ -2810,9 +2810,9 @@ impl Connection {
             };
             limit = self.bbr.is_none().then_some(lim);
             // Room for a short segment at the end of the GSO packet being built: at
-            // least one segment already in it, fewer than it may carry; a paced sender
-            // (its packets are its bursts; see `next_segment_cut`).
-            let cut = (self.linux_writer && paced && gso.0 >= 1 && gso.0 < gso_max)
+            // least one segment already in it, fewer than it may carry (see
+            // `next_segment_cut`).
+            let cut = (self.linux_writer && gso.0 >= 1 && gso.0 < gso_max)
                 .then(|| (gso_max - gso.0) * self.mss as u64);
             let Some((start, len, fin)) = self.next_segment_cut(lim, cut) else {
                 if let Some(i) = self.last_resort_retransmit() {
@@ -2834,6 +2834,15 @@ impl Connection {
             sent_new = true;
             if self.linux_writer {
                 if len > 0 && io.out.len() > out_before {
+                    if gso.0 > 0 {
+                        // The segment before is no longer the packet's last, and GSO keeps
+                        // PSH on the last alone (`tcp_gso_segment`; `tso_fragment` moves a
+                        // buffer's PSH to its second part): a push mark inside a packet
+                        // goes to the packet's end.
+                        if let Some(t) = io.out.get_mut(gso.1).and_then(|h| h.tcp_repr_mut()) {
+                            t.flags = TcpFlags(t.flags.0 & !TcpFlags::PSH.0);
+                        }
+                    }
                     gso = (gso.0 + 1, out_before);
                 }
                 if len == 0 || gso.0 >= gso_max {
@@ -3001,9 +3010,7 @@ impl Connection {
     /// (`tcp_mss_split_point`): its last segment is short and fills the window. Nagle
     /// (Minshall's rule) holds that short segment back only when the packet is the last
     /// one queued (`tcp_nagle_check` with `TCP_NAGLE_PUSH` for the others); sender SWS
-    /// avoidance plays no part. Only paced senders cut: an unpaced sender's GSO packets
-    /// are cut from the byte stream here, not from Linux's `sk_buff`s, and cutting them at
-    /// the window's edge would put the receiver's ACKs out of step with the pairs.
+    /// avoidance plays no part.
     fn next_segment_cut(&self, limit: u64, cut: Option<u64>) -> Option<(u64, u64, bool)> {
         let mss = self.mss as u64;
         if self.snd_max + mss <= limit {

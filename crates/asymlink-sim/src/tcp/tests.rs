@@ -1376,12 +1376,13 @@ fn the_autotuned_window_grows_per_rtt_with_reads_and_is_capped() {
     // the default buffer holds at the payload ratio of 1448 bytes in 2304 of memory
     // (160/256 of 128 KiB, less the segment in the buffer, rounded up to the window
     // scale's 32 bytes); it ends at that of 1 MiB
-    // (655 360, less the segment, rounded up).
+    // (655 360, less the segment in the buffer: the sender fills the window to its edge,
+    // 452 full segments and one of 864 bytes, and the short one is what the buffer holds).
     assert!(maxes.windows(2).all(|w| w[0] <= w[1]), "{maxes:?}");
     assert_eq!(maxes[0], 80_480, "{maxes:?}"); // 81 920 − 1448, rounded up to 32
     let steps = maxes.windows(2).filter(|w| w[1] > w[0]).count();
     assert!(steps >= 3, "{maxes:?}");
-    assert_eq!(*maxes.last().unwrap(), 653_920, "{maxes:?}");
+    assert_eq!(*maxes.last().unwrap(), 654_496, "{maxes:?}");
     let (buf, clamp) = p.c[1].as_ref().unwrap().rcvbuf_autotuned().unwrap();
     assert_eq!((buf, clamp), (1 << 20, 655_360));
     assert_eq!(p.c[1].as_ref().unwrap().wscales().0, 5, "wscale for 1 MiB");
@@ -2305,25 +2306,35 @@ fn header_prediction_takes_a_clean_bulk_transfer() {
     }
 }
 
-/// A paced Linux sender held by a 64 KiB receive window (not a whole number of
-/// segments: 45 of 1448 bytes and 376 over) fills the window to its edge: the burst that
-/// reaches the edge ends in a short segment (`tcp_mss_split_point`), about once per round
-/// trip, so 65 536 bytes, 46 segments, are in flight, as in the lab's captures; a sender
-/// that stopped at segment boundaries would keep 45 (65 160 bytes). BBR, and CUBIC paced
-/// as over `fq`; BBR's delivery-rate samples count the short segment as one. An unpaced
-/// sender stops at segment boundaries.
+/// A Linux sender held by a 64 KiB receive window (not a whole number of segments: 45 of
+/// 1448 bytes and 376 over) fills the window to its edge: the GSO packet that reaches the
+/// edge ends in a short segment (`tcp_mss_split_point`), about once per round trip, so
+/// 65 536 bytes, 46 segments, are in flight, as in the lab's captures; a sender that
+/// stopped at segment boundaries would keep 45 (65 160 bytes). BBR, CUBIC paced as over
+/// `fq`, and unpaced CUBIC; BBR's delivery-rate samples count the short segment as one.
+/// The `rfc` sender stops at segment boundaries.
 #[test]
 fn a_linux_sender_fills_a_receive_window_to_its_edge() {
     for (cc, pacing, fills) in [
         (CcAlgo::Bbr, false, true),
         (CcAlgo::Cubic, true, true),
-        (CcAlgo::Cubic, false, false),
+        (CcAlgo::Cubic, false, true),
+        (CcAlgo::NewReno, false, false),
     ] {
-        let mut cfg = TcpConfig::profile("linux").unwrap();
+        let mut cfg = if fills {
+            TcpConfig::profile("linux").unwrap()
+        } else {
+            let mut c = TcpConfig::profile("rfc").unwrap();
+            c.rcvbuf = 65_536;
+            c.mss = 1448;
+            c
+        };
         cfg.cc = cc;
         cfg.pacing = pacing;
-        cfg.so_rcvbuf = Some(131_072);
-        cfg.window_clamp = Some(65_536);
+        if fills {
+            cfg.so_rcvbuf = Some(131_072);
+            cfg.window_clamp = Some(65_536);
+        }
         let mut p = Pair::new(&cfg, Rate::mbps(100), Duration::from_millis(20));
         p.run(Instant::from_millis(100));
         p.with(0, |c, now, io| {
@@ -2357,4 +2368,72 @@ fn a_linux_sender_fills_a_receive_window_to_its_edge() {
             assert!(segs > 45.5, "{segs}");
         }
     }
+}
+
+/// Linux's unpaced CUBIC sender on the lab's slow ACK path (10 Mbit/s forward, 20 ms each
+/// way, ACKs over 100 kbit/s; a 64 KiB window; a writer of 64 KiB `send()` calls), as
+/// Linux 6.18 sent in the lab (`ackfilter-off`): GSO packets of two segments, each pushed
+/// on its last, and at the window's edge a full segment and a short one (376 bytes) that
+/// fills the window; the receiver acknowledges every packet whole, and no ACK covers a
+/// single full segment after the quick ACKs of the start. PSH goes only on a packet's
+/// last segment (GSO clears it on the others, `tcp_gso_segment`), so where the writer
+/// pushed (the end of a `send()`, `forced_push`) no segment is pushed alone. Before, the
+/// sender stopped at segment boundaries, sending a lone segment at the window's edge, and
+/// pushed the writer's marks inside packets; each lone pushed segment was acknowledged
+/// alone at its read (`tcp_cleanup_rbuf`), the single segment that ACK let out shifted
+/// the receiver's pairs, and that went on each round trip (about 20 one-segment ACKs a
+/// second).
+#[test]
+fn linux_unpaced_sender_keeps_its_packets_whole_on_a_slow_ack_path() {
+    let mut cfg = TcpConfig::profile("linux").unwrap();
+    cfg.so_rcvbuf = Some(131_072);
+    cfg.window_clamp = Some(65_536);
+    let mut p = Pair::new(&cfg, Rate::mbps(10), Duration::from_millis(20));
+    p.pipes[1].rate = Rate::kbps(100);
+    p.run(Instant::from_millis(100));
+    p.with(0, |c, now, io| {
+        c.set_write_size(65_536);
+        c.write(now, u64::MAX / 4, io)
+    });
+    p.run(Instant::from_secs(6));
+    let from = Instant::from_secs(1);
+    // Segments per push from 1 s on (the first run starts wherever the window does).
+    let mut runs = std::collections::BTreeMap::new();
+    let mut n = 0;
+    let mut short = 0;
+    for (t, _, h) in p
+        .log
+        .iter()
+        .filter(|(_, f, h)| *f == 0 && h.payload_len > 0)
+    {
+        if *t < from {
+            continue;
+        }
+        n += 1;
+        if (h.payload_len as u64) < 1448 {
+            short += 1;
+            assert_eq!(h.payload_len, 376);
+        }
+        if h.tcp_repr()
+            .unwrap()
+            .flags
+            .contains(asymlink_core::wire::TcpFlags::PSH)
+        {
+            *runs.entry(n).or_insert(0) += 1;
+            n = 0;
+        }
+    }
+    let pairs = runs.get(&2).copied().unwrap_or(0);
+    assert!(pairs > 1_000, "{runs:?}");
+    assert!(runs.keys().skip(1).all(|&k| k == 2), "{runs:?}");
+    assert!(runs.get(&1).copied().unwrap_or(0) <= 1, "{runs:?}");
+    // About one short segment a round trip (about 100 ms here).
+    assert!((35..=60).contains(&short), "{short}");
+    let acks: Vec<u64> = acks_in(&p)
+        .iter()
+        .filter(|a| a.0 >= from)
+        .map(|a| a.1)
+        .collect();
+    let single = acks.windows(2).filter(|w| w[1] - w[0] == 1448).count();
+    assert_eq!(single, 0, "{} ACKs", acks.len());
 }
