@@ -46,7 +46,9 @@ use crate::config::ConfigError;
 use crate::overhead::{LinkLayer, LinkLayerConfig};
 use crate::packet::Pkt;
 use crate::pipeline::EgressConfig;
-use crate::qdisc::{Dequeued, DropReason, Drops, QdiscConfig, Stage, Verdict};
+use crate::qdisc::{
+    Dequeued, DropReason, DropSide, Drops, FifoConfig, QdiscConfig, QdiscStats, Stage, Verdict,
+};
 use crate::rand::{derive_seed, Rng};
 use crate::script::{DropRule, Script};
 use crate::time::{dur_ns, earliest, Instant};
@@ -289,6 +291,15 @@ pub trait OnWire: Sized {
     /// The packet of an entry, as it was handed to [`OnWire::to_wire`] (a field used to
     /// keep the arrival time may hold anything).
     fn off_wire(e: Self::Entry) -> Self;
+    /// The entry of a packet that waits in the link's own FIFO ([`Link::own_fifo`]): the
+    /// packet as it is, its arrival time set when it goes onto the line
+    /// ([`OnWire::depart`]).
+    fn waiting(self) -> Self::Entry;
+    /// The packet of an entry that waits ([`OnWire::waiting`]).
+    fn pkt(e: &Self::Entry) -> &Self;
+    /// A waiting entry goes onto the line, arriving at `at` (as [`OnWire::to_wire`], in
+    /// place).
+    fn depart(e: &mut Self::Entry, at: Instant);
 }
 
 /// A delay line's entry that keeps the arrival time beside the packet (implement
@@ -315,6 +326,16 @@ impl<P> Paired<P> {
     pub fn into_pkt(self) -> P {
         self.pkt
     }
+    /// The packet, borrowed.
+    #[inline]
+    pub fn pkt(&self) -> &P {
+        &self.pkt
+    }
+    /// Set the arrival time.
+    #[inline]
+    pub fn set_at(&mut self, at: Instant) {
+        self.at = at;
+    }
 }
 
 impl OnWire for crate::packet::HeaderPacket {
@@ -331,6 +352,26 @@ impl OnWire for crate::packet::HeaderPacket {
     fn off_wire(e: Paired<Self>) -> Self {
         e.into_pkt()
     }
+    #[inline]
+    fn waiting(self) -> Paired<Self> {
+        Paired::new(self, Instant::ZERO)
+    }
+    #[inline]
+    fn pkt(e: &Paired<Self>) -> &Self {
+        e.pkt()
+    }
+    #[inline]
+    fn depart(e: &mut Paired<Self>, at: Instant) {
+        e.set_at(at);
+    }
+}
+
+/// A drop-tail FIFO that is a link's own discipline, its packets waiting in the delay
+/// line's ring ([`Link::own_fifo`]).
+#[derive(Debug)]
+struct OwnFifo {
+    limit: Limit,
+    stats: QdiscStats,
 }
 
 /// One direction of a link (see the module documentation).
@@ -363,8 +404,13 @@ pub struct Link<P: OnWire> {
     free_at: Instant,
     /// Trace-driven: when the last packet's last byte went.
     last_end: Instant,
-    /// The delay line: packets with their arrival times, in order.
+    /// The delay line: packets with their arrival times, in order; with the link's own
+    /// FIFO, followed by the `queued` packets waiting for the serialiser.
     wire: VecDeque<P::Entry>,
+    /// Entries at the tail of `wire` that wait for the serialiser (the link's own FIFO).
+    queued: usize,
+    /// The link's own FIFO, if the discipline is one kept in the delay line's ring.
+    own: Option<OwnFifo>,
     /// The delay line may give memory back from then on (ns).
     wire_shrink_at: u64,
     /// The discipline's last "not before" answer (or the instant it answered "empty").
@@ -400,6 +446,8 @@ impl<P: Pkt + OnWire> Link<P> {
             free_at: Instant::ZERO,
             last_end: Instant::ZERO,
             wire: VecDeque::new(),
+            queued: 0,
+            own: None,
             wire_shrink_at: 0,
             ready: None,
             // Nothing was queued before the start.
@@ -504,6 +552,10 @@ impl<P: Pkt + OnWire> Link<P> {
         drops: &mut Drops<P>,
         on_tx: &mut impl FnMut(&Tx<'_, P>),
     ) -> Option<Instant> {
+        if self.own.is_some() {
+            self.pull_own(now, drops, on_tx);
+            return None;
+        }
         if self.feed_empty && self.buffer.is_empty() {
             if let Some(tr) = &mut self.trace {
                 // The discipline held nothing until `now`: the opportunities before
@@ -620,7 +672,31 @@ impl<P: Pkt + OnWire> Link<P> {
         drops: &mut Drops<P>,
         on_tx: &mut impl FnMut(&Tx<'_, P>),
     ) {
-        let len = pkt.ip_len();
+        let (start, end, wire_len) = self.charge(ready, pkt.ip_len());
+        let random = self.loss > 0.0 && self.rng.bernoulli(self.loss);
+        let scripted = self.script.as_mut().is_some_and(|s| s.on_transmit(&pkt));
+        let lost = random || scripted;
+        self.stats.scripted += scripted as u64;
+        on_tx(&Tx {
+            start,
+            tx_ns: end.0 - start.0,
+            wire_len,
+            lost,
+            pkt: &pkt,
+        });
+        if lost {
+            self.stats.lost += 1;
+            drops.push(pkt, Verdict::Dropped(DropReason::LinkLoss), Stage::Rejected);
+            return;
+        }
+        self.wire
+            .push_back(pkt.to_wire(Instant(end.0.saturating_add(self.delay_ns))));
+    }
+
+    /// Charge the serialiser `len` IP bytes, available since `ready`: the transmission's
+    /// start, end and wire length (the counters of transmissions follow).
+    #[inline]
+    fn charge(&mut self, ready: Instant, len: u32) -> (Instant, Instant, u32) {
         let (wire_len, start, end, busy_ns) = if let Some(tr) = &mut self.trace {
             let wire_len = self.ll.wire_len(len);
             tr.skip_to(ready);
@@ -640,30 +716,111 @@ impl<P: Pkt + OnWire> Link<P> {
             self.free_at = end;
             (wire_len, start, end, tx_ns)
         };
-        let tx_ns = end.0 - start.0;
         let s = &mut self.stats;
         s.sent += 1;
         s.sent_bytes += len as u64;
         s.wire_bytes += wire_len as u64;
         s.busy_ns += busy_ns;
-        let random = self.loss > 0.0 && self.rng.bernoulli(self.loss);
-        let scripted = self.script.as_mut().is_some_and(|s| s.on_transmit(&pkt));
-        let lost = random || scripted;
-        self.stats.scripted += scripted as u64;
-        on_tx(&Tx {
-            start,
-            tx_ns,
-            wire_len,
-            lost,
-            pkt: &pkt,
-        });
-        if lost {
-            self.stats.lost += 1;
-            drops.push(pkt, Verdict::Dropped(DropReason::LinkLoss), Stage::Rejected);
-            return;
+        (start, end, wire_len)
+    }
+
+    /// Make the link's discipline its own drop-tail FIFO of `cfg`, whose packets wait in
+    /// the delay line's ring: a packet is written once, as it is queued, and stays where
+    /// it is until it arrives (its transmission sets its arrival time in place), instead
+    /// of being moved from the discipline's queue onto the line. Packets are then offered
+    /// with [`Link::enqueue`], and [`Link::pull`] does not ask its feed. Taken only by a
+    /// line that is a plain serialiser and delay (no modem buffer, trace, loss or drop
+    /// script) and holds no packet, with a drop-tail FIFO; returns whether it was taken.
+    pub fn own_fifo(&mut self, cfg: &FifoConfig) -> bool {
+        let fits = cfg.drop == DropSide::Tail
+            && self.modem.is_none()
+            && self.trace.is_none()
+            && self.loss == 0.0
+            && self.script.is_none()
+            && !self.idle_dequeue
+            && self.wire.is_empty()
+            && self.buffer.is_empty();
+        if fits {
+            self.own = Some(OwnFifo {
+                limit: cfg.limit,
+                stats: QdiscStats::default(),
+            });
         }
-        self.wire
-            .push_back(pkt.to_wire(Instant(end.0.saturating_add(self.delay_ns))));
+        fits
+    }
+
+    /// The counters of the link's own FIFO ([`Link::own_fifo`]), if it has one.
+    pub fn own_stats(&self) -> Option<&QdiscStats> {
+        self.own.as_ref().map(|o| &o.stats)
+    }
+
+    /// Offer `pkt` to the link's own FIFO (dropped as `queue_full` when it does not fit).
+    /// The link must have one ([`Link::own_fifo`]).
+    #[inline]
+    pub fn enqueue(&mut self, pkt: P, drops: &mut Drops<P>) {
+        let own = self.own.as_mut().expect("a link with its own FIFO");
+        let st = &mut own.stats;
+        st.on_receive();
+        let len = pkt.ip_len();
+        if own.limit.admits(st.backlog.packets, st.backlog.bytes, len) {
+            self.wire.push_back(pkt.waiting());
+            self.queued += 1;
+            st.on_enqueue(len);
+        } else {
+            st.on_reject(Verdict::Dropped(DropReason::QueueFull));
+            drops.reject(pkt, DropReason::QueueFull);
+        }
+    }
+
+    /// [`Link::pull`] from the link's own FIFO: start its packets while the serialiser is
+    /// idle, each where it waits (the same steps as a FIFO feed's).
+    fn pull_own(&mut self, now: Instant, drops: &mut Drops<P>, on_tx: &mut impl FnMut(&Tx<'_, P>)) {
+        while self.free_at <= now {
+            if self.queued == 0 {
+                self.feed_empty = true;
+                self.ready = Some(now);
+                self.idle_pending = false;
+                return;
+            }
+            self.feed_empty = false;
+            let ready = self.ready.take().map_or(now, |t| t.max(now)).min(now);
+            let i = self.wire.len() - self.queued;
+            self.queued -= 1;
+            let len = P::pkt(&self.wire[i]).ip_len();
+            if let Some(o) = self.own.as_mut() {
+                o.stats.on_dequeue(len);
+            }
+            self.stats.offered += 1;
+            let (start, end, wire_len) = self.charge(ready, len);
+            let pkt = P::pkt(&self.wire[i]);
+            let random = self.loss > 0.0 && self.rng.bernoulli(self.loss);
+            let scripted = self.script.as_mut().is_some_and(|s| s.on_transmit(pkt));
+            let lost = random || scripted;
+            self.stats.scripted += scripted as u64;
+            on_tx(&Tx {
+                start,
+                tx_ns: end.0 - start.0,
+                wire_len,
+                lost,
+                pkt,
+            });
+            if lost {
+                // (Only after a reconfiguration: a lossy line does not take its own FIFO.)
+                self.stats.lost += 1;
+                let e = self.wire.remove(i).expect("the entry just sent");
+                drops.push(
+                    P::off_wire(e),
+                    Verdict::Dropped(DropReason::LinkLoss),
+                    Stage::Rejected,
+                );
+            } else {
+                P::depart(
+                    &mut self.wire[i],
+                    Instant(end.0.saturating_add(self.delay_ns)),
+                );
+            }
+            self.idle_pending = self.idle_dequeue;
+        }
     }
 
     /// The wire length and transmission time at the rate of a packet of IP length `len`,
@@ -679,13 +836,17 @@ impl<P: Pkt + OnWire> Link<P> {
 
     /// When the head of the delay line arrives.
     pub fn next_arrival(&self) -> Option<Instant> {
-        self.wire.front().map(P::arrival)
+        if self.wire.len() > self.queued {
+            self.wire.front().map(P::arrival)
+        } else {
+            None
+        }
     }
 
     /// Take the head of the delay line if it has arrived by `now`.
     #[inline]
     pub fn pop_arrival(&mut self, now: Instant) -> Option<P> {
-        if self.wire.front().is_none_or(|e| P::arrival(e) > now) {
+        if self.wire.len() == self.queued || self.wire.front().is_none_or(|e| P::arrival(e) > now) {
             return None;
         }
         let p = P::off_wire(self.wire.pop_front()?);
@@ -758,7 +919,10 @@ impl<P: Pkt + OnWire> Link<P> {
 
     /// Packets in the modem buffer and on the delay line.
     pub fn backlog(&self) -> (u32, u32) {
-        (self.buffer.len() as u32, self.wire.len() as u32)
+        (
+            self.buffer.len() as u32,
+            (self.wire.len() - self.queued) as u32,
+        )
     }
 
     /// Counters.
@@ -771,6 +935,10 @@ impl<P: Pkt + OnWire> Link<P> {
         let mut v: Vec<P> = self.buffer.drain(..).map(|(p, _)| p).collect();
         v.extend(self.wire.drain(..).map(P::off_wire));
         self.buffer_bytes = 0;
+        self.queued = 0;
+        if let Some(o) = self.own.as_mut() {
+            o.stats.backlog = Default::default();
+        }
         v
     }
 }
@@ -1377,6 +1545,162 @@ mod tests {
         l.reconfigure(&cfg("rate = \"1Mbit\""), false);
         let got = drive(&mut l, &mut q);
         assert_eq!(ms_of(&got), vec![1.0, 13.0]);
+    }
+
+    /// A [`crate::qdisc::Fifo`] as a link's feed.
+    struct FifoFeed(crate::qdisc::Fifo<HeaderPacket>);
+
+    impl Feed<HeaderPacket> for FifoFeed {
+        fn dequeue(&mut self, now: Instant, d: &mut Drops<HeaderPacket>) -> Dequeued<HeaderPacket> {
+            crate::qdisc::Qdisc::dequeue(&mut self.0, now, d)
+        }
+    }
+
+    #[test]
+    fn own_fifo_delivers_as_a_fifo_feed_does() {
+        use crate::qdisc::Qdisc;
+        // Bursts offered faster than the line sends (10 Mbit/s, 1 ms of flight): a queue
+        // builds, overflows its 20 packets and drains; packets of varying sizes.
+        let line = "rate = \"10Mbit\"\ndelay = \"1ms\"";
+        let fifo = FifoConfig {
+            limit: Limit::Packets(20),
+            drop: DropSide::Tail,
+        };
+        let offers: Vec<(u64, u32)> = (0..400u64)
+            .map(|i| {
+                (
+                    (i / 50) * 20_000_000 + (i % 50) * 100_000,
+                    100 + (i * 37 % 1400) as u32,
+                )
+            })
+            .collect();
+        // (arrival ns, ip_len) of each delivery, (start ns, tx ns) of each transmission,
+        // the counters and the drops' lengths.
+        type Run = (
+            Vec<(u64, u32)>,
+            Vec<(u64, u64)>,
+            LinkStats,
+            QdiscStats,
+            Vec<u32>,
+        );
+        let run = |own: bool| -> Run {
+            let mut l = Link::<HeaderPacket>::new(&cfg(line), Rng::new(1), false);
+            assert_eq!(l.own_fifo(&fifo), own || l.own_stats().is_some());
+            if !own {
+                l.own = None;
+            }
+            let mut feed = FifoFeed(crate::qdisc::Fifo::new(fifo));
+            let (mut got, mut txs, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
+            let mut drops = Drops::new();
+            let mut next = 0;
+            let mut now = Instant::ZERO;
+            loop {
+                while next < offers.len() && offers[next].0 <= now.as_nanos() {
+                    let p = pkt(offers[next].1);
+                    if own {
+                        l.enqueue(p, &mut drops);
+                    } else {
+                        feed.0.enqueue(now, p, &mut drops);
+                    }
+                    next += 1;
+                }
+                l.pull(now, &mut feed, &mut drops, &mut |tx| {
+                    txs.push((tx.start.as_nanos(), tx.tx_ns))
+                });
+                while let Some(p) = l.pop_arrival(now) {
+                    got.push((now.as_nanos(), p.ip_len()));
+                }
+                dropped.extend(drops.drain().map(|d| d.pkt.ip_len()));
+                let backlog = l
+                    .own_stats()
+                    .map_or(feed.0.backlog().packets, |s| s.backlog.packets);
+                let offer = offers.get(next).map(|o| Instant(o.0));
+                match earliest(l.poll_at(backlog), offer) {
+                    Some(t) => now = t.max(now),
+                    None => break,
+                }
+            }
+            let qs = l
+                .own_stats()
+                .cloned()
+                .unwrap_or_else(|| feed.0.stats().clone());
+            (got, txs, l.stats().clone(), qs, dropped)
+        };
+        let (a, b) = (run(false), run(true));
+        assert_eq!(a.2.delivered + a.4.len() as u64, 400);
+        assert!(
+            a.4.len() > 50,
+            "the queue overflowed: {} dropped",
+            a.4.len()
+        );
+        assert_eq!(a.3.max_backlog_packets, 20);
+        assert_eq!(a.0, b.0, "arrivals");
+        assert_eq!(a.1, b.1, "transmissions");
+        assert_eq!(a.2, b.2, "link counters");
+        assert_eq!(a.3, b.3, "queue counters");
+        assert_eq!(a.4, b.4, "drops");
+        assert_eq!(b.3.backlog, Default::default());
+        // Only a plain serialiser and delay takes its own FIFO, with a drop-tail FIFO.
+        for (src, drop, takes) in [
+            (line, DropSide::Tail, true),
+            (line, DropSide::Head, false),
+            ("rate = \"1Mbit\"\nloss = 0.1", DropSide::Tail, false),
+            (
+                "rate = \"1Mbit\"\nmodem_buffer = \"5p\"",
+                DropSide::Tail,
+                false,
+            ),
+            ("drop = [\"packet:2\"]", DropSide::Tail, false),
+        ] {
+            let mut l = Link::<HeaderPacket>::new(&cfg(src), Rng::new(1), false);
+            let c = FifoConfig { drop, ..fifo };
+            assert_eq!(l.own_fifo(&c), takes, "{src} {drop:?}");
+            assert_eq!(l.own_stats().is_some(), takes);
+        }
+    }
+
+    #[test]
+    fn own_fifo_keeps_packets_in_order_across_the_ring() {
+        // Packets queued behind packets in flight: the line's backlog counts only those in
+        // flight, the queue's those waiting; the ring wraps many times.
+        let mut l = Link::<HeaderPacket>::new(
+            &cfg("rate = \"8Mbit\"\ndelay = \"10ms\""),
+            Rng::new(1),
+            false,
+        );
+        assert!(l.own_fifo(&FifoConfig::default()));
+        let mut drops = Drops::new();
+        let mut feed = Queue::of(&[]);
+        let mut got = Vec::new();
+        // 700 to 999 bytes, each less than 1 ms on the line and started on the next call
+        // (one a ms): 3 offered every 2 ms for 200 ms.
+        for ms in 0..400u64 {
+            let now = Instant::from_millis(ms);
+            if ms % 2 == 0 && ms < 200 {
+                for k in 0..3 {
+                    l.enqueue(pkt(700 + (ms as u32 / 2) * 3 + k), &mut drops);
+                }
+            }
+            l.pull(now, &mut feed, &mut drops, &mut |_| {});
+            while let Some(p) = l.pop_arrival(now) {
+                got.push((ms, p.ip_len()));
+            }
+            if ms == 150 {
+                let q = l.own_stats().unwrap().backlog.packets;
+                // 228 offered by 150 ms, 151 sent (those sent from 140 ms on are in
+                // flight), 77 waiting.
+                assert_eq!((l.backlog().1, q), (11, 77));
+            }
+        }
+        assert_eq!(feed.asked, 0, "the feed is not asked");
+        assert!(drops.is_empty());
+        assert_eq!(got.len(), 300);
+        let lens: Vec<u32> = got.iter().map(|g| g.1).collect();
+        assert_eq!(lens, (700..1000).collect::<Vec<_>>());
+        // One per ms from 11 ms (the first sent at 0, 1 ms on the line, 10 ms of flight).
+        assert_eq!(got[0].0, 11);
+        assert_eq!(got[299].0, 310);
+        assert_eq!(l.backlog(), (0, 0));
     }
 
     #[test]

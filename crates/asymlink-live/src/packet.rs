@@ -303,6 +303,18 @@ impl asymlink_core::link::OnWire for LivePacket {
     fn off_wire(e: Self::Entry) -> Self {
         e.into_pkt()
     }
+    #[inline]
+    fn waiting(self) -> Self::Entry {
+        asymlink_core::link::Paired::new(self, Instant::ZERO)
+    }
+    #[inline]
+    fn pkt(e: &Self::Entry) -> &Self {
+        e.pkt()
+    }
+    #[inline]
+    fn depart(e: &mut Self::Entry, at: Instant) {
+        e.set_at(at);
+    }
 }
 
 impl Pkt for LivePacket {

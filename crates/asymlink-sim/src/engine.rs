@@ -35,7 +35,7 @@ use asymlink_core::config::ConfigError;
 use asymlink_core::link::{Feed, Link};
 use asymlink_core::packet::ClassId;
 use asymlink_core::pipeline::{Dir, Egress};
-use asymlink_core::qdisc::{Dequeued, Drops, QdiscStats, Verdict};
+use asymlink_core::qdisc::{Dequeued, Drops, QdiscConfig, QdiscStats, Verdict};
 use asymlink_core::rand::Rng;
 use asymlink_core::subscribers::SubscriberBox;
 use asymlink_core::time::{Duration, Instant};
@@ -119,6 +119,9 @@ pub(crate) enum Source {
     Own(Egress<SimPacket>),
     /// A middlebox direction.
     Mb(u32, Dir),
+    /// The line's own drop-tail FIFO, its packets waiting in the delay line's ring
+    /// ([`Link::own_fifo`]): a direction whose discipline is a plain FIFO.
+    Line,
 }
 
 /// One direction of a link: the core's link fed by its discipline, plus the simulator's
@@ -181,6 +184,8 @@ impl Feed<SimPacket> for Feeder<'_> {
             Source::Mb(m, md) => {
                 mb_dequeue(&mut self.mbs[*m as usize], *md, now, drops, &mut self.shed)
             }
+            // The line takes its own FIFO's packets without asking the feed.
+            Source::Line => Dequeued::Empty,
         }
     }
 }
@@ -208,10 +213,11 @@ fn mb_dequeue(
 }
 
 /// Packets queued in a link direction's source.
-fn source_backlog(mbs: &[MbState], source: &Source) -> u32 {
+fn source_backlog(mbs: &[MbState], source: &Source, line: &Link<SimPacket>) -> u32 {
     match source {
         Source::Own(e) => e.qdisc().backlog().packets,
         Source::Mb(m, md) => mbs[*m as usize].mb.backlog(*md).packets,
+        Source::Line => line.own_stats().map_or(0, |s| s.backlog.packets),
     }
 }
 
@@ -527,11 +533,23 @@ impl World {
         };
         w.add_flows();
         w.open_captures(opts)?;
-        for d in w.dirs.iter_mut() {
+        for (i, d) in w.dirs.iter_mut().enumerate() {
+            // A plain FIFO without a classifier waits in the line's delay ring (where the
+            // line is a plain serialiser and delay: `Link::own_fifo` says).
+            let l = &w.spec.links[i / 2];
+            let ds = if i % 2 == 0 { &l.to_b } else { &l.to_a };
+            if matches!(d.source, Source::Own(_)) && ds.classifier.is_none() {
+                if let QdiscConfig::Fifo(c) = ds.queue.clone().unwrap_or_default() {
+                    if d.line.own_fifo(&c) {
+                        d.source = Source::Line;
+                    }
+                }
+            }
             d.bare_line = d.captures.is_empty() && !d.line.has_script();
             d.plain = d.bare_line
                 && match &d.source {
                     Source::Own(e) => !e.reads_headers(),
+                    Source::Line => true,
                     Source::Mb(m, md) => !w.mbs[*m as usize].mb.reads_headers(*md),
                 };
         }
@@ -811,13 +829,13 @@ impl World {
         if let Some(t) = not_before {
             wake.arm_by(queue, t.max(now), Ev::Wake(d));
         }
-        let backlog = source_backlog(mbs, source);
+        let backlog = source_backlog(mbs, source, line);
         if let Some(t) = line.busy_wake(now, backlog) {
             txdone.arm_at(queue, t, Ev::TxDone(d));
         }
         let mb = match source {
             Source::Mb(m, _) => Some(*m),
-            Source::Own(_) => None,
+            Source::Own(_) | Source::Line => None,
         };
         // (Handling the drops schedules nothing: the order of events is as if they were
         // handled before the entries above.)
@@ -858,7 +876,12 @@ impl World {
         p.class = ClassId::NONE;
         p.queued_at = now.as_nanos();
         let drops = &mut self.drops;
-        let mb = match &mut self.dirs[d as usize].source {
+        let dir = &mut self.dirs[d as usize];
+        let mb = match &mut dir.source {
+            Source::Line => {
+                dir.line.enqueue(p, drops);
+                None
+            }
             Source::Own(e) => {
                 e.enqueue(now, p, drops);
                 None
@@ -1467,6 +1490,10 @@ impl World {
         for d in &self.dirs {
             let (st, backlog) = match &d.source {
                 Source::Own(e) => (Cow::Borrowed(e.qdisc().stats()), e.qdisc().backlog()),
+                Source::Line => {
+                    let st = d.line.own_stats().expect("a line with its own FIFO");
+                    (Cow::Borrowed(st), st.backlog)
+                }
                 Source::Mb(m, md) => {
                     let mb = &self.mbs[*m as usize].mb;
                     (mb.qdisc_stats(*md), mb.backlog(*md))
@@ -1514,6 +1541,7 @@ pub(crate) fn dir_stats<'a>(mbs: &'a [MbState], d: &'a LinkDir) -> Cow<'a, Qdisc
     match &d.source {
         Source::Own(e) => Cow::Borrowed(e.qdisc().stats()),
         Source::Mb(m, md) => mbs[*m as usize].mb.qdisc_stats(*md),
+        Source::Line => Cow::Borrowed(d.line.own_stats().expect("a line with its own FIFO")),
     }
 }
 

@@ -376,6 +376,18 @@ impl OnWire for SimPacket {
     fn off_wire(e: OnLine) -> SimPacket {
         e.0
     }
+    #[inline]
+    fn waiting(self) -> OnLine {
+        OnLine(self)
+    }
+    #[inline]
+    fn pkt(e: &OnLine) -> &SimPacket {
+        &e.0
+    }
+    #[inline]
+    fn depart(e: &mut OnLine, at: Instant) {
+        e.0.queued_at = at.as_nanos();
+    }
 }
 
 impl Pkt for SimPacket {

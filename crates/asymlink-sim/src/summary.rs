@@ -187,12 +187,12 @@ fn queue_summary(w: &World) -> Table {
         rows.push(QueueRow {
             name: std::borrow::Cow::Borrowed(&d.name),
             dir: d,
-            kind: q.kind(),
+            kind: q.map_or("fifo", |q| q.kind()),
             // A middlebox's: over all its subscribers' trees.
             stats: RowStats::of(crate::engine::dir_stats(&w.mbs, d)),
             is_link: true,
         });
-        for (cname, cst) in q.child_stats() {
+        for (cname, cst) in q.map(|q| q.child_stats()).unwrap_or_default() {
             rows.push(QueueRow {
                 name: std::borrow::Cow::Owned(format!("{}/{cname}", d.name)),
                 dir: d,
@@ -299,13 +299,16 @@ fn all_quantile(d: &LinkDir, q: f64) -> f64 {
     d.sojourn_hist.quantile_all(q) as f64 / 1e6
 }
 
+/// The discipline feeding a link direction; `None`: the line's own FIFO
+/// ([`Source::Line`]: no classes, no counters of its own).
 fn egress_qdisc<'a>(
     w: &'a World,
     d: &'a LinkDir,
-) -> &'a dyn asymlink_core::qdisc::Qdisc<crate::packet::SimPacket> {
+) -> Option<&'a dyn asymlink_core::qdisc::Qdisc<crate::packet::SimPacket>> {
     match &d.source {
-        Source::Own(e) => e.qdisc(),
-        Source::Mb(m, md) => w.mbs[*m as usize].mb.top_level().egress(*md).qdisc(),
+        Source::Own(e) => Some(e.qdisc()),
+        Source::Mb(m, md) => Some(w.mbs[*m as usize].mb.top_level().egress(*md).qdisc()),
+        Source::Line => None,
     }
 }
 
@@ -314,7 +317,7 @@ fn egress_qdisc<'a>(
 fn qdisc_counters(w: &World) -> Table {
     let (mut queue, mut name, mut value) = (Vec::new(), Vec::new(), Vec::new());
     for d in &w.dirs {
-        for (n, v) in egress_qdisc(w, d).counters() {
+        for (n, v) in egress_qdisc(w, d).map(|q| q.counters()).unwrap_or_default() {
             queue.push(d.name.clone());
             name.push(n.to_string());
             value.push(v as i64);

@@ -205,6 +205,7 @@ pub(crate) fn build_middleboxes(
         d.line.set_idle_dequeue(match &d.source {
             Source::Own(e) => e.qdisc().wants_idle_dequeue(),
             Source::Mb(m, md) => mbs[*m as usize].mb.wants_idle_dequeue(*md),
+            Source::Line => false,
         });
     }
     Ok(mbs)
