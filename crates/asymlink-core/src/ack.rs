@@ -177,43 +177,93 @@ pub struct AckMeta {
     pub removable: Result<(), Keep>,
 }
 
-impl AckMeta {
-    /// The segment's own properties, without history: a pure ACK is removable here; the
-    /// caller ([`AckState::observe`]) adds the duplicate test.
-    pub fn of(h: &Headers) -> Option<AckMeta> {
+/// What ACK filtering reads of a TCP segment ([`AckMeta::of`], [`AckState::observe`]):
+/// a packet can answer it without its full headers ([`crate::packet::Pkt::ack_seg`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct AckSeg {
+    /// Acknowledgment number.
+    pub ack: SeqNumber,
+    /// The window field as sent (unscaled).
+    pub window: u16,
+    /// The TCP flags.
+    pub flags: TcpFlags,
+    /// [`Headers::payload_len`].
+    pub payload_len: u32,
+    /// [`Headers::is_signed`].
+    pub signed: bool,
+    /// IP extension headers or options ([`crate::wire::IpRepr::extensions`]).
+    pub ip_extensions: bool,
+    /// An option besides SACK and timestamps: MSS, window scale, SACK-permitted or one
+    /// not understood.
+    pub other_options: bool,
+    /// The window scale option.
+    pub wscale: Option<u8>,
+    /// SACK blocks.
+    pub sack: SackBlocks,
+    /// Timestamps option.
+    pub timestamp: Option<Timestamp>,
+}
+
+impl AckSeg {
+    /// The segment in `h` (`None` if not TCP).
+    pub fn of(h: &Headers) -> Option<AckSeg> {
         let t = h.tcp_repr()?;
-        let has_ack =
-            t.flags.contains(TcpFlags::ACK) && !t.flags.intersects(TcpFlags::SYN | TcpFlags::RST);
         let o = &t.opts;
-        let removable = if !t.flags.contains(TcpFlags::ACK) {
+        Some(AckSeg {
+            ack: t.ack,
+            window: t.window,
+            flags: t.flags,
+            payload_len: h.payload_len,
+            signed: h.is_signed(),
+            ip_extensions: h.ip.extensions,
+            other_options: o.other || o.mss.is_some() || o.wscale.is_some() || o.sack_permitted,
+            wscale: o.wscale,
+            sack: o.sack,
+            timestamp: o.timestamp,
+        })
+    }
+
+    /// The segment's own properties, without history ([`AckMeta::of`]).
+    pub fn meta(&self) -> AckMeta {
+        let f = self.flags;
+        let has_ack = f.contains(TcpFlags::ACK) && !f.intersects(TcpFlags::SYN | TcpFlags::RST);
+        let removable = if !f.contains(TcpFlags::ACK) {
             Err(Keep::NotAck)
-        } else if t.flags.0 & !(PURE_FLAGS.0 | RESERVED_FLAGS.0) != 0 {
+        } else if f.0 & !(PURE_FLAGS.0 | RESERVED_FLAGS.0) != 0 {
             Err(Keep::ControlFlag)
-        } else if h.payload_len > 0 {
+        } else if self.payload_len > 0 {
             Err(Keep::CarriesData)
-        } else if h.is_signed() {
+        } else if self.signed {
             Err(Keep::Signed)
-        } else if t.flags.intersects(RESERVED_FLAGS) {
+        } else if f.intersects(RESERVED_FLAGS) {
             Err(Keep::ReservedFlag)
-        } else if h.ip.extensions {
+        } else if self.ip_extensions {
             Err(Keep::IpExtensions)
-        } else if o.other || o.mss.is_some() || o.wscale.is_some() || o.sack_permitted {
+        } else if self.other_options {
             Err(Keep::UnknownOptions)
-        } else if is_dsack(t.ack, &o.sack) {
+        } else if is_dsack(self.ack, &self.sack) {
             Err(Keep::DSack)
         } else {
             Ok(())
         };
-        Some(AckMeta {
-            ack: t.ack,
-            window: t.window,
+        AckMeta {
+            ack: self.ack,
+            window: self.window,
             wscale: None,
-            ecn: TcpFlags(t.flags.0 & ECN_FLAGS.0),
-            sack: o.sack,
-            timestamp: o.timestamp,
+            ecn: TcpFlags(f.0 & ECN_FLAGS.0),
+            sack: self.sack,
+            timestamp: self.timestamp,
             has_ack,
             removable,
-        })
+        }
+    }
+}
+
+impl AckMeta {
+    /// The segment's own properties, without history: a pure ACK is removable here; the
+    /// caller ([`AckState::observe`]) adds the duplicate test.
+    pub fn of(h: &Headers) -> Option<AckMeta> {
+        AckSeg::of(h).map(|s| s.meta())
     }
 
     /// Whether this is a pure ACK (see [`Keep::ControlFlag`], [`Keep::CarriesData`]).
@@ -361,14 +411,18 @@ impl AckState {
     /// those whatever the window). The first ACK after the state was created has no
     /// predecessor and counts as a possible duplicate.
     pub fn observe(&mut self, h: &Headers) -> Option<AckMeta> {
-        let mut m = AckMeta::of(h)?;
-        let t = h.tcp_repr()?;
-        if t.flags.contains(TcpFlags::SYN) {
+        Some(self.observe_seg(&AckSeg::of(h)?))
+    }
+
+    /// [`AckState::observe`] for a segment given as its [`AckSeg`].
+    pub fn observe_seg(&mut self, s: &AckSeg) -> AckMeta {
+        let mut m = s.meta();
+        if s.flags.contains(TcpFlags::SYN) {
             // A new connection: forget the old one. A SYN-ACK with window scale means both
             // ends offered it (RFC 7323 §2.2), so the shift is in effect from now on.
             *self = AckState::new();
-            if t.flags.contains(TcpFlags::ACK) {
-                self.wscale = t.opts.wscale;
+            if s.flags.contains(TcpFlags::ACK) {
+                self.wscale = s.wscale;
             }
         }
         m.wscale = self.wscale;
@@ -383,10 +437,10 @@ impl AckState {
                 _ => {}
             }
         }
-        if t.flags.contains(TcpFlags::ACK) {
-            self.last = Some((t.ack, t.window));
+        if s.flags.contains(TcpFlags::ACK) {
+            self.last = Some((s.ack, s.window));
         }
-        Some(m)
+        m
     }
 
     /// The window scale of this direction, if a SYN-ACK revealed it.

@@ -45,7 +45,7 @@
 
 use crate::config::ConfigError;
 use crate::estimator::Tsw;
-use crate::packet::{ClassId, Pkt};
+use crate::packet::{ClassId, Fields, Pkt};
 use crate::time::Instant;
 use crate::units::{Rate, Span};
 use crate::wire::{proto, Headers, TcpFlags, Transport};
@@ -285,17 +285,7 @@ impl Match {
             return false;
         }
         let Some(h) = h else {
-            let needs_headers = self.proto.is_some()
-                || self.src.is_some()
-                || self.dst.is_some()
-                || self.src_port.is_some()
-                || self.dst_port.is_some()
-                || self.port.is_some()
-                || self.flags.is_some()
-                || self.pure_ack.is_some()
-                || self.dscp.is_some()
-                || self.p2p_host == Some(true);
-            return !needs_headers;
+            return !self.needs_headers();
         };
         if self.proto.is_some_and(|p| p.0 != h.protocol()) {
             return false;
@@ -340,6 +330,58 @@ impl Match {
         }
         if let Some(v) = &self.dscp {
             if !v.contains(&h.ip.dscp) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether the match has conditions on what only a parsed packet has (an unparsed
+    /// one never matches it).
+    fn needs_headers(&self) -> bool {
+        self.proto.is_some()
+            || self.reads_addresses()
+            || self.flags.is_some()
+            || self.pure_ack.is_some()
+            || self.dscp.is_some()
+            || self.p2p_host == Some(true)
+    }
+
+    /// Whether the match has conditions on addresses or ports (beyond [`Fields`]).
+    fn reads_addresses(&self) -> bool {
+        self.src.is_some()
+            || self.dst.is_some()
+            || self.src_port.is_some()
+            || self.dst_port.is_some()
+            || self.port.is_some()
+    }
+
+    /// [`Match::matches_host`] for a match without address or port conditions
+    /// ([`Match::reads_addresses`] false), from the packet's [`Fields`].
+    fn matches_fields(&self, f: Option<&Fields>, ip_len: u32, p2p_host: bool) -> bool {
+        debug_assert!(!self.reads_addresses());
+        if self.p2p_host.is_some_and(|want| want != p2p_host) {
+            return false;
+        }
+        if self.min_len.is_some_and(|m| ip_len < m) || self.max_len.is_some_and(|m| ip_len > m) {
+            return false;
+        }
+        let Some(f) = f else {
+            return !self.needs_headers();
+        };
+        if self.proto.is_some_and(|p| p.0 != f.proto) {
+            return false;
+        }
+        if let Some(fl) = &self.flags {
+            if !f.tcp || !fl.iter().all(|x| f.flags.contains(x.flag())) {
+                return false;
+            }
+        }
+        if self.pure_ack.is_some_and(|want| f.is_pure_ack() != want) {
+            return false;
+        }
+        if let Some(v) = &self.dscp {
+            if !v.contains(&f.dscp) {
                 return false;
             }
         }
@@ -650,6 +692,9 @@ pub struct Classifier {
     names: Vec<String>,
     counts: Vec<u64>,
     p2p: Option<P2pHosts>,
+    /// Whether a rule or the peer-to-peer heuristic reads addresses or ports: otherwise
+    /// the rules are matched against the packet's [`Fields`], not its headers.
+    reads: bool,
 }
 
 impl Classifier {
@@ -710,7 +755,9 @@ impl Classifier {
                 })
             }
         };
+        let reads = p2p.is_some() || rules.iter().any(|r| r.when.reads_addresses());
         Ok(Classifier {
+            reads,
             rules: rules
                 .iter()
                 .map(|r| (r.when.clone(), id(&r.class)))
@@ -731,20 +778,33 @@ impl Classifier {
         &self.names
     }
 
+    /// Whether classifying reads a packet's headers beyond its [`Fields`] (a rule on
+    /// addresses or ports, or the peer-to-peer heuristic).
+    pub fn reads_headers(&self) -> bool {
+        self.reads
+    }
+
     /// Classify and record the class in the packet.
     pub fn classify<P: Pkt>(&mut self, now: Instant, pkt: &mut P) -> ClassId {
-        let h = pkt.headers();
         let len = pkt.ip_len();
-        let flagged = match (&mut self.p2p, h) {
-            (Some(p), Some(h)) => p.observe(now, h, len),
-            _ => false,
-        };
-        let c = self
-            .rules
-            .iter()
-            .find(|(m, _)| m.matches_host(h, len, flagged))
-            .map(|(_, c)| *c)
-            .unwrap_or(self.default);
+        let c = if self.reads {
+            let h = pkt.headers();
+            let flagged = match (&mut self.p2p, h) {
+                (Some(p), Some(h)) => p.observe(now, h, len),
+                _ => false,
+            };
+            self.rules
+                .iter()
+                .find(|(m, _)| m.matches_host(h, len, flagged))
+                .map(|(_, c)| *c)
+        } else {
+            let f = pkt.fields();
+            self.rules
+                .iter()
+                .find(|(m, _)| m.matches_fields(f.as_ref(), len, false))
+                .map(|(_, c)| *c)
+        }
+        .unwrap_or(self.default);
         let slot = if c.is_some() {
             c.0 as usize
         } else {
@@ -847,6 +907,79 @@ mod tests {
         let mut data = tcp(TcpFlags::ACK, 1000, 80, false);
         assert_eq!(c.classify(Instant::ZERO, &mut data), ClassId(2));
         assert_eq!(c.counts(), &[1, 1, 1, 0]);
+    }
+
+    /// A packet that answers [`Pkt::fields`] but whose headers must not be read (as a
+    /// simulator packet kept compact).
+    struct Packed(HeaderPacket, bool);
+
+    impl Pkt for Packed {
+        fn ip_len(&self) -> u32 {
+            self.0.ip_len()
+        }
+        fn headers(&self) -> Option<&Headers> {
+            panic!("the headers are read")
+        }
+        fn class(&self) -> ClassId {
+            self.0.class
+        }
+        fn set_class(&mut self, c: ClassId) {
+            self.0.class = c;
+        }
+        fn set_tcp_window(&mut self, _: u16) -> bool {
+            unreachable!()
+        }
+        fn set_dscp_ecn(&mut self, _: u8, _: crate::wire::Ecn) -> bool {
+            unreachable!()
+        }
+        fn fields(&self) -> Option<Fields> {
+            self.1.then(|| Fields::of(&self.0.hdr))
+        }
+    }
+
+    #[test]
+    fn rules_without_addresses_or_ports_read_only_the_fields() {
+        let cfg = "default = \"bulk\"\nrules = [\
+             { class = \"interactive\", match = { dscp = [46, 48, 56] } },\
+             { class = \"interactive\", match = { max_len = 200, pure_ack = false } },\
+             { class = \"syn\", match = { proto = \"tcp\", flags = [\"syn\"] } },\
+             { class = \"short\", match = { max_len = 100 } }]";
+        let mut c = cls(cfg);
+        assert!(!c.reads_headers());
+        let mut ef = tcp(TcpFlags::ACK, 1000, 80, false);
+        ef.hdr.ip.dscp = 46;
+        let cases = [
+            (ef, "interactive"),
+            (tcp(TcpFlags::ACK, 100, 80, false), "interactive"),
+            (tcp(TcpFlags::ACK, 0, 80, false), "short"),
+            (tcp(TcpFlags::ACK, 0, 80, true), "short"),
+            (
+                tcp(TcpFlags::ACK | TcpFlags::FIN, 0, 80, false),
+                "interactive",
+            ),
+            (tcp(TcpFlags::SYN, 500, 80, false), "syn"),
+            (tcp(TcpFlags::ACK, 1000, 80, false), "bulk"),
+        ];
+        for (p, want) in cases {
+            let id = |n: &str| ClassId(c.class_names().iter().position(|x| x == n).unwrap() as u16);
+            let (want, mut by_hdr) = (id(want), p.clone());
+            let mut packed = Packed(p, true);
+            assert_eq!(c.classify(Instant::ZERO, &mut packed), want);
+            assert_eq!(packed.class(), want);
+            // The same as the headers give.
+            assert_eq!(cls(cfg).classify(Instant::ZERO, &mut by_hdr), want);
+        }
+        // Unparsed: only the rules on length alone match.
+        let mut opaque = Packed(tcp(TcpFlags::ACK, 0, 80, false), false);
+        assert_eq!(c.classify(Instant::ZERO, &mut opaque), ClassId(2));
+        // A rule on ports or addresses, or the host heuristic, reads the headers.
+        for other in [
+            "rules = [{ class = \"x\", match = { port = [22] } }]",
+            "rules = [{ class = \"x\", match = { src = [\"10.0.0.0/8\"] } }]",
+            "preset = \"five_class\"",
+        ] {
+            assert!(cls(other).reads_headers(), "{other}");
+        }
     }
 
     #[test]

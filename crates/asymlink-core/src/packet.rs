@@ -4,7 +4,8 @@
 //! box for a byte buffer parsed once on arrival. Mutators keep the two views consistent:
 //! the live implementation edits the bytes in place with incremental checksum updates.
 
-use crate::wire::{Ecn, Headers};
+use crate::ack::AckSeg;
+use crate::wire::{Ecn, Headers, TcpFlags, Transport};
 
 /// A class assigned by a classifier (an index into the class table of a configuration).
 /// [`ClassId::NONE`] means "not classified".
@@ -35,6 +36,54 @@ pub struct FlowIds {
     pub dst: u64,
 }
 
+/// The header fields, besides addresses and ports, that classifiers and markers read
+/// ([`Pkt::fields`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fields {
+    /// The IP protocol number ([`Headers::protocol`]).
+    pub proto: u8,
+    /// Whether the transport header is TCP's (`flags` is meaningful).
+    pub tcp: bool,
+    /// The IP DSCP.
+    pub dscp: u8,
+    /// The IP ECN field.
+    pub ecn: Ecn,
+    /// The TCP flags (none if not TCP).
+    pub flags: TcpFlags,
+    /// [`Headers::payload_len`].
+    pub payload_len: u32,
+}
+
+impl Fields {
+    /// The fields of `h`.
+    #[inline]
+    pub fn of(h: &Headers) -> Fields {
+        let (tcp, flags) = match &h.transport {
+            Transport::Tcp(t) => (true, t.flags),
+            _ => (false, TcpFlags(0)),
+        };
+        Fields {
+            proto: h.protocol(),
+            tcp,
+            dscp: h.ip.dscp,
+            ecn: h.ip.ecn,
+            flags,
+            payload_len: h.payload_len,
+        }
+    }
+
+    /// [`Headers::is_pure_ack`]: TCP, ACK set, no SYN, FIN or RST, no payload.
+    #[inline]
+    pub fn is_pure_ack(&self) -> bool {
+        self.tcp
+            && self.flags.contains(TcpFlags::ACK)
+            && !self
+                .flags
+                .intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
+            && self.payload_len == 0
+    }
+}
+
 /// A packet as seen by the core.
 pub trait Pkt {
     /// Length of the IP packet in bytes (what a raw-IP link carries).
@@ -59,6 +108,21 @@ pub trait Pkt {
     #[inline]
     fn flow_ids(&self) -> Option<FlowIds> {
         None
+    }
+    /// The protocol, DSCP, ECN, TCP flags and payload length ([`Fields`]), or `None` if
+    /// the packet could not be parsed. The default reads them from
+    /// [`Pkt::headers`]; a packet that keeps its headers packed answers without
+    /// unpacking them.
+    #[inline]
+    fn fields(&self) -> Option<Fields> {
+        self.headers().map(Fields::of)
+    }
+    /// What ACK filtering reads of a TCP segment ([`AckSeg`]), or `None` if the packet is
+    /// not a parsed TCP segment. The default reads it from [`Pkt::headers`], as
+    /// [`Pkt::fields`].
+    #[inline]
+    fn ack_seg(&self) -> Option<AckSeg> {
+        self.headers().and_then(AckSeg::of)
     }
 }
 

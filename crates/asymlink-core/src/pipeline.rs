@@ -184,10 +184,11 @@ impl<P: Pkt + Send + 'static> Egress<P> {
         &mut *self.qdisc
     }
 
-    /// Whether the classifier or the discipline may read or rewrite a packet's headers
-    /// ([`Qdisc::reads_headers`]).
+    /// Whether the classifier ([`Classifier::reads_headers`]) or the discipline
+    /// ([`Qdisc::reads_headers`]) may read or rewrite a packet's headers beyond what the
+    /// packet answers without them.
     pub fn reads_headers(&self) -> bool {
-        self.classifier.is_some() || self.qdisc.reads_headers()
+        self.classifier.as_ref().is_some_and(|c| c.reads_headers()) || self.qdisc.reads_headers()
     }
 
     /// The classifier, if any.
@@ -474,6 +475,12 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
                 self.observe(now, d);
             }
         }
+    }
+
+    /// Whether a packet travelling in `dir` may have its headers read or rewritten beyond
+    /// what it answers without them ([`Egress::reads_headers`]; any rewriter does).
+    pub fn reads_headers(&self, dir: Dir) -> bool {
+        !self.rewriters.is_empty() || self.dirs[dir.index()].reads_headers()
     }
 
     /// One direction's egress.

@@ -1199,6 +1199,13 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         }
     }
 
+    /// Whether a packet travelling in `dir` may have its headers read or rewritten beyond
+    /// what it answers without them ([`Middlebox::reads_headers`]): with subscribers the
+    /// box finds a packet's tree from its address, so it does.
+    pub fn reads_headers(&self, dir: Dir) -> bool {
+        self.has_subscribers || self.top.reads_headers(dir)
+    }
+
     /// Packets queued in `dir`, over every tree.
     pub fn backlog(&self, dir: Dir) -> Backlog {
         self.backlog[dir.index()]

@@ -155,9 +155,10 @@ pub(crate) struct LinkDir {
     pub sojourn_hist: crate::hist::Batched<3>,
     /// Indices into `World::captures` of the pcap files recording this direction.
     pub captures: Vec<usize>,
-    /// Whether nothing on this direction reads a packet's headers (its own egress, which
-    /// does not, no drop script, no capture): compact packets pass it as they are;
-    /// elsewhere they get their header box as they are enqueued.
+    /// Whether nothing on this direction reads a packet's headers beyond what a compact
+    /// packet answers itself (its own egress or the middlebox direction feeding it, no
+    /// drop script, no capture): compact packets pass it as they are; elsewhere they get
+    /// their header box as they are enqueued.
     pub plain: bool,
     /// Whether the line itself reads no headers (no drop script, no capture): a
     /// middlebox's packet that is a common segment leaves its header box behind as it
@@ -549,7 +550,7 @@ impl World {
                 && match &d.source {
                     Source::Own(e) => !e.reads_headers(),
                     Source::Line => true,
-                    Source::Mb(..) => false,
+                    Source::Mb(m, md) => !w.mbs[*m as usize].mb.reads_headers(*md),
                 };
         }
         // The links live on as `dirs`; their configurations are not read after this

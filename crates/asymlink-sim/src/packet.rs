@@ -1,7 +1,8 @@
 //! The simulator's packet: compact headers plus bookkeeping that real packets do not carry.
 
+use asymlink_core::ack::AckSeg;
 use asymlink_core::link::OnWire;
-use asymlink_core::packet::{ClassId, FlowIds, Pkt};
+use asymlink_core::packet::{ClassId, Fields, FlowIds, Pkt};
 use asymlink_core::time::Instant;
 use asymlink_core::wire::{
     Ecn, Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp, Transport,
@@ -85,9 +86,10 @@ pub struct ConnAddrs {
 /// the per-hop fields, the sending connection's addresses ([`ConnAddrs`]), and the IP
 /// identification, DSCP, ECN and timestamps, kept in `tag` (which TCP does not use) and
 /// `ts_gap_hi` (see [`SimPacket::compact`]). [`SimPacket::headers_with`] rebuilds them;
-/// the engine gives a compact packet its box ([`SimPacket::materialise`]) before
-/// anything that reads or rewrites headers in flight sees it, so only the receiving host
-/// rebuilds them, on its stack.
+/// a compact packet answers [`Pkt::fields`], [`Pkt::flow_ids`] and the two rewrites
+/// itself, and the engine gives it its box ([`SimPacket::materialise`]) before anything
+/// that reads headers beyond those sees it, so only the receiving host rebuilds them, on
+/// its stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimPacket {
     /// The headers (payload bytes are not simulated, only their count); `None`: a compact
@@ -239,15 +241,10 @@ impl SimPacket {
         let tos = (self.tag >> 16) as u8;
         ip.dscp = tos >> 2;
         ip.ecn = Ecn::from_bits(tos);
-        let mut opts = TcpOptions::default();
-        let gap = u32::from(self.ts_gap_hi) << 8 | (self.tag >> 24) as u32 & 0xff;
-        if gap != 0 {
-            let val = (self.tag >> 32) as u32;
-            opts.timestamp = Some(Timestamp {
-                val,
-                ecr: val.wrapping_sub(gap - 1),
-            });
-        }
+        let opts = TcpOptions {
+            timestamp: self.compact_timestamp(),
+            ..TcpOptions::default()
+        };
         let f = &self.hop;
         let t = TcpRepr {
             src_port: a.local.1,
@@ -260,6 +257,19 @@ impl SimPacket {
             opts,
         };
         Headers::tcp(ip, t, f.payload_len)
+    }
+
+    /// A compact packet's timestamps option (see [`SimPacket::compact`]).
+    #[inline]
+    fn compact_timestamp(&self) -> Option<Timestamp> {
+        let gap = u32::from(self.ts_gap_hi) << 8 | (self.tag >> 24) as u32 & 0xff;
+        (gap != 0).then(|| {
+            let val = (self.tag >> 32) as u32;
+            Timestamp {
+                val,
+                ecr: val.wrapping_sub(gap - 1),
+            }
+        })
     }
 
     /// Give a compact packet its header box `b`, holding the headers
@@ -398,10 +408,11 @@ impl Pkt for SimPacket {
         self.class = class;
     }
     fn set_tcp_window(&mut self, window: u16) -> bool {
-        let hdr = self
-            .hdr
-            .as_mut()
-            .expect("a compact packet's headers are rewritten");
+        let Some(hdr) = self.hdr.as_mut() else {
+            // A compact segment's window is its per-hop field (it is never signed).
+            self.hop.window = window;
+            return true;
+        };
         match hdr.tcp_repr_mut() {
             Some(t) => {
                 t.window = window;
@@ -412,13 +423,53 @@ impl Pkt for SimPacket {
         }
     }
     fn set_dscp_ecn(&mut self, dscp: u8, ecn: Ecn) -> bool {
-        let hdr = self
-            .hdr
-            .as_mut()
-            .expect("a compact packet's headers are rewritten");
+        let Some(hdr) = self.hdr.as_mut() else {
+            // A compact packet's DSCP and ECN are bits 16-23 of its tag.
+            let tos = u64::from((dscp & 0x3f) << 2 | ecn.bits());
+            self.tag = self.tag & !(0xff << 16) | tos << 16;
+            return true;
+        };
         hdr.ip.dscp = dscp;
         hdr.ip.ecn = ecn;
         true
+    }
+    /// A compact packet's from the packet itself (a TCP segment; DSCP and ECN in its
+    /// tag); another's from its headers.
+    #[inline]
+    fn fields(&self) -> Option<Fields> {
+        let Some(h) = &self.hdr else {
+            let tos = (self.tag >> 16) as u8;
+            return Some(Fields {
+                proto: asymlink_core::wire::proto::TCP,
+                tcp: true,
+                dscp: tos >> 2,
+                ecn: Ecn::from_bits(tos),
+                flags: TcpFlags(self.hop.flags),
+                payload_len: self.hop.payload_len,
+            });
+        };
+        Some(Fields::of(h))
+    }
+    /// A compact packet's from the packet itself (no option but timestamps, never
+    /// signed); another's from its headers.
+    #[inline]
+    fn ack_seg(&self) -> Option<AckSeg> {
+        let Some(h) = &self.hdr else {
+            let f = &self.hop;
+            return Some(AckSeg {
+                ack: SeqNumber(f.ack),
+                window: f.window,
+                flags: TcpFlags(f.flags),
+                payload_len: f.payload_len,
+                signed: false,
+                ip_extensions: false,
+                other_options: false,
+                wscale: None,
+                sack: Default::default(),
+                timestamp: self.compact_timestamp(),
+            });
+        };
+        AckSeg::of(h)
     }
     /// From the packet itself, not its headers: a host is its node (a host has one
     /// address), a TCP flow its sending connection endpoint (one 5-tuple for its whole
@@ -620,6 +671,40 @@ mod tests {
             assert_eq!(m, p);
             assert!(m.shed(&a).is_none(), "already compact");
         }
+    }
+
+    #[test]
+    fn a_compact_packet_answers_fields_and_rewrites_without_a_box() {
+        let a = addrs();
+        let mut h = tcp(TcpFlags::ACK | TcpFlags::ECE, 1448);
+        h.ip.dscp = 46;
+        h.ip.ecn = Ecn::Ect0;
+        h.tcp_repr_mut().unwrap().opts.timestamp = Some(Timestamp { val: 9, ecr: 8 });
+        let h = Headers::tcp(h.ip, *h.tcp_repr().unwrap(), 1448);
+        let mut p = SimPacket::compact(&h, &a, 0, 1, 2, 3).expect("compact");
+        assert_eq!(p.fields(), Some(Fields::of(&h)));
+        assert_eq!(p.ack_seg(), AckSeg::of(&h));
+        let pure = tcp(TcpFlags::ACK, 0);
+        let q = SimPacket::compact(&pure, &a, 0, 1, 2, 3).expect("compact");
+        assert_eq!(q.ack_seg(), AckSeg::of(&pure));
+        assert_eq!(q.ack_seg().unwrap().meta().removable, Ok(()));
+        let mut boxed = SimPacket::new(Box::new(h), 0, 1, 2, 3, 0);
+        assert_eq!(boxed.fields(), Some(Fields::of(&h)));
+        // Marked CE and given a window, it stays compact and its headers say so.
+        assert!(p.set_dscp_ecn(10, Ecn::Ce));
+        assert!(p.set_tcp_window(77));
+        assert!(p.is_compact());
+        assert!(boxed.set_dscp_ecn(10, Ecn::Ce));
+        assert!(boxed.set_tcp_window(77));
+        assert_eq!(p.headers_with(&a), *boxed.hdr());
+        assert_eq!(*p.hop(), *boxed.hop());
+        assert_eq!(p.fields(), boxed.fields());
+        let f = p.fields().unwrap();
+        assert_eq!((f.dscp, f.ecn, f.proto, f.tcp), (10, Ecn::Ce, 6, true));
+        // The box it sheds holds the same headers.
+        let mut again = boxed.clone();
+        assert!(again.shed(&a).is_some());
+        assert_eq!(again.tag, p.tag);
     }
 
     #[test]

@@ -282,7 +282,7 @@ pub(crate) struct CodelVars {
 
 /// Mark `pkt` CE if it is ECN-capable. Returns whether it now carries CE.
 pub(crate) fn mark_ce<P: Pkt>(pkt: &mut P) -> bool {
-    match pkt.headers().map(|h| (h.ip.dscp, h.ip.ecn)) {
+    match pkt.fields().map(|f| (f.dscp, f.ecn)) {
         Some((_, Ecn::Ce)) => true,
         Some((dscp, e)) if e.is_ect() => pkt.set_dscp_ecn(dscp, Ecn::Ce),
         _ => false,
@@ -486,6 +486,9 @@ impl<P: Pkt> Codel<P> {
 
 impl<P: Pkt + Send> Qdisc<P> for Codel<P> {
     fn has_timers(&self) -> bool {
+        false
+    }
+    fn reads_headers(&self) -> bool {
         false
     }
     fn observes_peer(&self) -> bool {

@@ -513,7 +513,7 @@ impl<P, A: FlowAqm> FlowTable<P, A> {
 /// removable ACK). `usize::MAX`: no such packet is queued.
 #[derive(Debug)]
 struct FlowAcks {
-    conn: Option<FlowKey>,
+    conn: Option<ConnKey>,
     state: AckState,
     since_pin: usize,
 }
@@ -525,6 +525,22 @@ impl Default for FlowAcks {
             state: AckState::new(),
             since_pin: usize::MAX,
         }
+    }
+}
+
+/// The connection of a packet, for the ACK filter: its flow ([`Pkt::flow_ids`]) if the
+/// packet names it, else its headers' 5-tuple (`None` without headers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnKey {
+    Flow(u64),
+    Tuple(FlowKey),
+}
+
+#[inline]
+fn conn_key<P: Pkt>(pkt: &P) -> Option<ConnKey> {
+    match pkt.flow_ids() {
+        Some(ids) => Some(ConnKey::Flow(ids.flow)),
+        None => pkt.headers().map(|h| ConnKey::Tuple(h.flow_key())),
     }
 }
 
@@ -541,16 +557,15 @@ fn filter_acks<P: Pkt, A>(
     let Some(newest) = flow.q.q.back() else {
         return;
     };
-    let Some(h) = newest.pkt.headers() else {
+    let Some(key) = conn_key(&newest.pkt) else {
         acks.since_pin = 0;
         return;
     };
-    let key = h.flow_key();
     if acks.conn != Some(key) {
         acks.conn = Some(key);
         acks.state = AckState::new();
     }
-    let Some(newer) = acks.state.observe(h) else {
+    let Some(newer) = newest.pkt.ack_seg().map(|s| acks.state.observe_seg(&s)) else {
         acks.since_pin = 0;
         return;
     };
@@ -567,11 +582,10 @@ fn filter_acks<P: Pkt, A>(
     // The same connection's ACKs directly before the new one, newest first; a packet of
     // another connection, or without TCP, ends the run.
     let queued = flow.q.q.iter().rev().skip(1).take(reach).map(|s| {
-        s.pkt
-            .headers()
-            .filter(|qh| qh.flow_key() == key)
-            .and_then(AckMeta::of)
-            .map(|m| AckMeta { wscale, ..m })
+        Some(&s.pkt)
+            .filter(|p| conn_key(*p) == Some(key))
+            .and_then(|p| p.ack_seg())
+            .map(|a| AckMeta { wscale, ..a.meta() })
     });
     let (n, _) = removable_suffix(queued, &newer);
     if n == 0 {
@@ -851,6 +865,11 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for FqCodel<P, A> {
     fn has_timers(&self) -> bool {
         false
     }
+    /// Flows and hosts come from [`Pkt::flow_ids`] when the packet has them, and the ACK
+    /// filter reads [`Pkt::ack_seg`].
+    fn reads_headers(&self) -> bool {
+        false
+    }
     fn observes_peer(&self) -> bool {
         false
     }
@@ -1068,6 +1087,11 @@ impl<P: Pkt, A: FlowAqm> HostFqCodel<P, A> {
 
 impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
     fn has_timers(&self) -> bool {
+        false
+    }
+    /// Flows and hosts come from [`Pkt::flow_ids`] when the packet has them, and the ACK
+    /// filter reads [`Pkt::ack_seg`].
+    fn reads_headers(&self) -> bool {
         false
     }
     fn observes_peer(&self) -> bool {
@@ -1444,6 +1468,77 @@ mod tests {
             q.enqueue(ms(0), pure_ack(i as u32, a, 0), &mut d);
         }
         assert_eq!(drain(&mut q, ms(0)).len(), 3);
+    }
+
+    /// A packet that answers [`Pkt::flow_ids`], [`Pkt::fields`] and [`Pkt::ack_seg`] but
+    /// whose headers must not be read (as a simulator packet kept compact).
+    struct Packed(HeaderPacket, u64);
+
+    impl Pkt for Packed {
+        fn ip_len(&self) -> u32 {
+            self.0.ip_len()
+        }
+        fn headers(&self) -> Option<&Headers> {
+            panic!("the headers are read")
+        }
+        fn class(&self) -> crate::packet::ClassId {
+            self.0.class
+        }
+        fn set_class(&mut self, c: crate::packet::ClassId) {
+            self.0.class = c;
+        }
+        fn set_tcp_window(&mut self, _: u16) -> bool {
+            unreachable!()
+        }
+        fn set_dscp_ecn(&mut self, d: u8, e: crate::wire::Ecn) -> bool {
+            self.0.set_dscp_ecn(d, e)
+        }
+        fn flow_ids(&self) -> Option<FlowIds> {
+            Some(FlowIds {
+                flow: self.1,
+                src: 1,
+                dst: 2,
+            })
+        }
+        fn fields(&self) -> Option<crate::packet::Fields> {
+            Some(crate::packet::Fields::of(&self.0.hdr))
+        }
+        fn ack_seg(&self) -> Option<crate::ack::AckSeg> {
+            crate::ack::AckSeg::of(&self.0.hdr)
+        }
+    }
+
+    #[test]
+    fn the_ack_filter_reads_the_segment_not_the_headers() {
+        let mut q: HostFqCodel<Packed> = HostFqCodel::new(
+            &toml::from_str("ack_filter = true").unwrap(),
+            &BuildCtx::default(),
+        )
+        .unwrap();
+        assert!(!q.reads_headers());
+        let mut d = Drops::new();
+        // Two connections' ACKs, all with the same headers: each connection keeps its
+        // first ACK (no history) and its newest.
+        for (i, (a, conn)) in [
+            (1000, 7),
+            (2000, 7),
+            (3000, 7),
+            (1000, 8),
+            (2000, 8),
+            (4000, 7),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            q.enqueue(ms(0), Packed(pure_ack(i as u32, a, 0), conn), &mut d);
+        }
+        let mut out = Vec::new();
+        while let Dequeued::Packet(p) = q.dequeue(ms(0), &mut d) {
+            out.push(tag(&p.0));
+        }
+        out.sort();
+        assert_eq!(out, [0, 3, 4, 5]);
+        assert_eq!(q.stats().filtered_for(FilterReason::AckSuperseded), 2);
     }
 
     #[test]

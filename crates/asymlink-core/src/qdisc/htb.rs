@@ -226,11 +226,12 @@ pub struct Htb<P> {
     /// Round-robin position per (level, prio): the leaf served last.
     rr: [[usize; PRIOS as usize]; MAX_DEPTH + 1],
     stats: QdiscStats,
-    /// Whether some leaf has timers, watches the other direction, or wants to see the link
-    /// go idle (the leaves are fixed when the tree is built).
+    /// Whether some leaf has timers, watches the other direction, wants to see the link
+    /// go idle, or reads headers (the leaves are fixed when the tree is built).
     timed: bool,
     observes: bool,
     idle: bool,
+    reads: bool,
 }
 
 impl<P: Pkt + Send + 'static> Htb<P> {
@@ -313,10 +314,11 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 .iter()
                 .any(|c: &Class<P>| c.leaf.as_deref().is_some_and(f))
         };
-        let (timed, observes, idle) = (
+        let (timed, observes, idle, reads) = (
             any(|q| q.has_timers()),
             any(|q| q.observes_peer()),
             any(|q| q.wants_idle_dequeue()),
+            any(|q| q.reads_headers()),
         );
         Ok(Htb {
             classes,
@@ -329,6 +331,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             timed,
             observes,
             idle,
+            reads,
         })
     }
 
@@ -565,6 +568,10 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
 
     fn observes_peer(&self) -> bool {
         self.observes
+    }
+
+    fn reads_headers(&self) -> bool {
+        self.reads
     }
 
     fn handle_timeout(&mut self, now: Instant, drops: &mut Drops<P>) {

@@ -562,9 +562,11 @@ pub trait Qdisc<P: Pkt>: Send {
     fn observes_peer(&self) -> bool {
         true
     }
-    /// Whether the discipline may read or rewrite a packet's headers (beyond its length
-    /// and class). A runtime whose packets keep their headers in a form that must be
-    /// unpacked first unpacks them before a discipline that does. Default: true.
+    /// Whether the discipline may read or rewrite a packet's headers beyond what the
+    /// packet answers without them: its length and class, [`Pkt::flow_ids`],
+    /// [`Pkt::fields`], [`Pkt::ack_seg`] and [`Pkt::set_dscp_ecn`]. A runtime whose packets keep their
+    /// headers in a form that must be unpacked first (and answer those) unpacks them
+    /// before a discipline that does. Default: true.
     fn reads_headers(&self) -> bool {
         true
     }

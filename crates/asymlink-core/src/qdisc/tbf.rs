@@ -96,6 +96,9 @@ impl<P: Pkt + Send> Qdisc<P> for Tbf<P> {
     fn observes_peer(&self) -> bool {
         false
     }
+    fn reads_headers(&self) -> bool {
+        false
+    }
     fn enqueue(&mut self, _now: Instant, pkt: P, drops: &mut Drops<P>) {
         self.stats.on_receive();
         let len = pkt.ip_len();
