@@ -278,18 +278,25 @@ impl Match {
 
     /// [`Match::matches`] knowing whether the packet's local host is flagged.
     pub fn matches_host(&self, h: Option<&Headers>, ip_len: u32, p2p_host: bool) -> bool {
-        if self.p2p_host.is_some_and(|want| want != p2p_host) {
+        self.matches_parsed(h, h.map(Fields::of).as_ref(), ip_len, p2p_host)
+    }
+
+    /// [`Match::matches_host`] given the headers' [`Fields`] too (`f`, of `h`): the
+    /// conditions on fields, then those on addresses and ports.
+    fn matches_parsed(
+        &self,
+        h: Option<&Headers>,
+        f: Option<&Fields>,
+        ip_len: u32,
+        p2p_host: bool,
+    ) -> bool {
+        if !self.matches_fields(f, ip_len, p2p_host) {
             return false;
         }
-        if self.min_len.is_some_and(|m| ip_len < m) || self.max_len.is_some_and(|m| ip_len > m) {
-            return false;
-        }
+        // Without headers, `matches_fields` has let through only a match that needs none.
         let Some(h) = h else {
-            return !self.needs_headers();
+            return true;
         };
-        if self.proto.is_some_and(|p| p.0 != h.protocol()) {
-            return false;
-        }
         if let Some(v) = &self.src {
             if !v.iter().any(|c| c.contains(h.ip.src)) {
                 return false;
@@ -319,20 +326,6 @@ impl Match {
                 }
             }
         }
-        if let Some(fl) = &self.flags {
-            let Some(t) = h.tcp_repr() else { return false };
-            if !fl.iter().all(|f| t.flags.contains(f.flag())) {
-                return false;
-            }
-        }
-        if self.pure_ack.is_some_and(|want| h.is_pure_ack() != want) {
-            return false;
-        }
-        if let Some(v) = &self.dscp {
-            if !v.contains(&h.ip.dscp) {
-                return false;
-            }
-        }
         true
     }
 
@@ -356,10 +349,10 @@ impl Match {
             || self.port.is_some()
     }
 
-    /// [`Match::matches_host`] for a match without address or port conditions
-    /// ([`Match::reads_addresses`] false), from the packet's [`Fields`].
+    /// The match's conditions besides addresses and ports ([`Match::reads_addresses`]),
+    /// from the packet's [`Fields`] (`None`: unparsed): the whole match when it has none of
+    /// those.
     fn matches_fields(&self, f: Option<&Fields>, ip_len: u32, p2p_host: bool) -> bool {
-        debug_assert!(!self.reads_addresses());
         if self.p2p_host.is_some_and(|want| want != p2p_host) {
             return false;
         }
@@ -793,9 +786,10 @@ impl Classifier {
                 (Some(p), Some(h)) => p.observe(now, h, len),
                 _ => false,
             };
+            let f = h.map(Fields::of);
             self.rules
                 .iter()
-                .find(|(m, _)| m.matches_host(h, len, flagged))
+                .find(|(m, _)| m.matches_parsed(h, f.as_ref(), len, flagged))
                 .map(|(_, c)| *c)
         } else {
             let f = pkt.fields();

@@ -673,10 +673,13 @@ impl<P: Pkt + OnWire> Link<P> {
         on_tx: &mut impl FnMut(&Tx<'_, P>),
     ) {
         let (start, end, wire_len) = self.charge(ready, pkt.ip_len());
-        let random = self.loss > 0.0 && self.rng.bernoulli(self.loss);
-        let scripted = self.script.as_mut().is_some_and(|s| s.on_transmit(&pkt));
-        let lost = random || scripted;
-        self.stats.scripted += scripted as u64;
+        let lost = Self::loses(
+            &mut self.rng,
+            self.loss,
+            &mut self.script,
+            &mut self.stats,
+            &pkt,
+        );
         on_tx(&Tx {
             start,
             tx_ns: end.0 - start.0,
@@ -691,6 +694,22 @@ impl<P: Pkt + OnWire> Link<P> {
         }
         self.wire
             .push_back(pkt.to_wire(Instant(end.0.saturating_add(self.delay_ns))));
+    }
+
+    /// Whether the line loses `pkt` as it goes onto the wire: at random (`loss`) or by its
+    /// drop script (counted as `scripted`).
+    #[inline]
+    fn loses(
+        rng: &mut Rng,
+        loss: f64,
+        script: &mut Option<Box<Script>>,
+        stats: &mut LinkStats,
+        pkt: &P,
+    ) -> bool {
+        let random = loss > 0.0 && rng.bernoulli(loss);
+        let scripted = script.as_mut().is_some_and(|s| s.on_transmit(pkt));
+        stats.scripted += scripted as u64;
+        random || scripted
     }
 
     /// Charge the serialiser `len` IP bytes, available since `ready`: the transmission's
@@ -783,7 +802,9 @@ impl<P: Pkt + OnWire> Link<P> {
                 return;
             }
             self.feed_empty = false;
-            let ready = self.ready.take().map_or(now, |t| t.max(now)).min(now);
+            // A waiting packet is available now: the line's last answer is spent.
+            self.ready = None;
+            let ready = now;
             let i = self.wire.len() - self.queued;
             self.queued -= 1;
             let len = P::pkt(&self.wire[i]).ip_len();
@@ -793,10 +814,13 @@ impl<P: Pkt + OnWire> Link<P> {
             self.stats.offered += 1;
             let (start, end, wire_len) = self.charge(ready, len);
             let pkt = P::pkt(&self.wire[i]);
-            let random = self.loss > 0.0 && self.rng.bernoulli(self.loss);
-            let scripted = self.script.as_mut().is_some_and(|s| s.on_transmit(pkt));
-            let lost = random || scripted;
-            self.stats.scripted += scripted as u64;
+            let lost = Self::loses(
+                &mut self.rng,
+                self.loss,
+                &mut self.script,
+                &mut self.stats,
+                pkt,
+            );
             on_tx(&Tx {
                 start,
                 tx_ns: end.0 - start.0,
