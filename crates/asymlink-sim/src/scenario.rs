@@ -41,6 +41,7 @@
 use crate::tcp::{TcpConfig, TcpProfile, TcpSpec};
 use asymlink_core::classify::ClassifierConfig;
 use asymlink_core::config::ConfigError;
+use asymlink_core::jitter::Jitter;
 use asymlink_core::link::LinkConfig;
 use asymlink_core::overhead::LinkLayerConfig;
 use asymlink_core::pipeline::{EgressConfig, MiddleboxConfig, RewriterConfig};
@@ -112,6 +113,9 @@ pub struct LinkSpec {
     pub trace: Option<TraceSpec>,
     /// Propagation delay of both directions.
     pub delay: Option<Span>,
+    /// Delay jitter of both directions (see [`asymlink_core::jitter`]).
+    #[serde(default)]
+    pub jitter: Option<Jitter>,
     /// Loss probability of both directions.
     pub loss: Option<f64>,
     /// Scripted loss of both directions (each counts its own packets).
@@ -140,6 +144,7 @@ impl LinkSpec {
             packet_rate: self.packet_rate,
             trace: self.trace.clone(),
             delay: self.delay,
+            jitter: self.jitter,
             loss: self.loss,
             drop: self.drop.clone(),
             linklayer: self.linklayer,
