@@ -983,6 +983,21 @@ impl<P: Pkt + OnWire> Link<P> {
         want.then_some(self.free_at)
     }
 
+    /// Whether a [`Link::pull`] at `now` would take nothing and ask its feed nothing new,
+    /// provided the feed has not changed since the last pull and no call is due at `now`
+    /// (a "not before" instant or the serialiser freeing up): the line is a plain
+    /// serialiser (no modem buffer, trace or own FIFO) whose feed does not watch it go
+    /// idle, and it is busy, or idle with the feed's last answer standing ("nothing
+    /// before" a later instant, or nothing).
+    #[inline]
+    pub fn settled(&self, now: Instant) -> bool {
+        self.modem.is_none()
+            && self.trace.is_none()
+            && self.own.is_none()
+            && !self.idle_dequeue
+            && (self.free_at > now || self.feed_empty || self.ready.is_none_or(|t| t > now))
+    }
+
     /// Packets in the modem buffer and on the delay line.
     pub fn backlog(&self) -> (u32, u32) {
         (
@@ -1290,6 +1305,43 @@ mod tests {
             &mut |_| {},
         );
         assert_eq!(l.busy_wake(Instant::ZERO, 0), None);
+    }
+
+    #[test]
+    fn a_settled_line_asks_its_unchanged_feed_nothing_new() {
+        let (ms, mut drops) = (Instant::from_millis, Drops::new());
+        // 1500 bytes at 1 Mbit/s: 12 ms on the line.
+        let mut l = Link::new(&cfg("rate = \"1Mbit\""), Rng::new(1), false);
+        let mut q = Queue::of(&[1500, 1500]);
+        l.pull(ms(0), &mut q, &mut drops, &mut |_| {});
+        assert!(l.settled(ms(5)), "busy: a pull takes nothing");
+        // Free at 12 ms (the call then is the caller's to make).
+        q.gate = ms(20);
+        assert_eq!(
+            l.pull(ms(12), &mut q, &mut drops, &mut |_| {}),
+            Some(ms(20))
+        );
+        let asked = q.asked;
+        assert!(l.settled(ms(15)), "\"not before 20 ms\" stands");
+        l.pull(ms(15), &mut q, &mut drops, &mut |_| {});
+        assert_eq!(q.asked, asked + 1, "asked again, the same answer");
+        assert!(!l.settled(ms(20)), "the feed's instant has come");
+        l.pull(ms(20), &mut q, &mut drops, &mut |_| {});
+        // The last packet went at 20 ms: free at 32 ms with nothing queued.
+        assert!(l.settled(ms(32)));
+        assert_eq!(l.pull(ms(32), &mut q, &mut drops, &mut |_| {}), None);
+        assert!(l.settled(ms(40)), "the feed answered empty");
+        // A line whose feed watches it go idle, a modem buffer or a trace never is.
+        let mut l: Link<HeaderPacket> = Link::new(&cfg("rate = \"1Mbit\""), Rng::new(1), true);
+        assert!(!l.settled(ms(0)));
+        l.set_idle_dequeue(false);
+        assert!(l.settled(ms(0)));
+        let l: Link<HeaderPacket> = Link::new(
+            &cfg("rate = \"1Mbit\"\nmodem_buffer = \"4p\""),
+            Rng::new(1),
+            false,
+        );
+        assert!(!l.settled(ms(0)));
     }
 
     #[test]
