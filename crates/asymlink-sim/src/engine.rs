@@ -390,6 +390,9 @@ pub(crate) struct MbState {
     pub dirs: [u32; 2],
     /// Its live `Mb` event (a discipline's or rewriter's timer).
     pub timer: Timer,
+    /// Whether a packet offered in one direction changes nothing in the other: no
+    /// discipline watches the other direction, and there are no subscribers' trees.
+    pub calm: bool,
 }
 
 /// A flow of the scenario.
@@ -897,8 +900,30 @@ impl World {
         }
         self.kick(d);
         if let Some(m) = mb {
-            self.after_mb(m);
+            self.after_offer(m);
         }
+    }
+
+    /// A packet was offered to middlebox `m` and its direction kicked: kick both directions
+    /// again as [`World::after_mb`] does, except one whose kick would do nothing — the
+    /// middlebox is calm (the offer changed nothing in the other direction, and the kick
+    /// changed nothing more), its line idle and settled ([`Link::settled`]) and no call of
+    /// it due now. (A busy line is kicked: its kick may schedule the transmitter's wake-up,
+    /// whose place among the events of the same instant must stay where it was.)
+    fn after_offer(&mut self, m: u32) {
+        let now = self.now;
+        for d in self.mbs[m as usize].dirs {
+            let dir = &self.dirs[d as usize];
+            let idle = self.mbs[m as usize].calm
+                && dir.line.free_at() <= now
+                && dir.line.settled(now)
+                && !dir.txdone.armed_by(now)
+                && !dir.wake.armed_by(now);
+            if !idle {
+                self.kick(d);
+            }
+        }
+        self.schedule_mb(m);
     }
 
     /// A middlebox changed: the other direction may release packets earlier.

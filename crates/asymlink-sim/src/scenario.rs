@@ -587,6 +587,12 @@ impl<'a> Topology<'a> {
     ) -> Result<Vec<ResolvedMiddlebox>, ConfigError> {
         let mut middleboxes = Vec::new();
         let mut taken: HashMap<(usize, usize), usize> = HashMap::new();
+        // Links by name (the first of a name, as a search in order finds it): thousands of
+        // middleboxes each name two of thousands of links.
+        let mut by_name: HashMap<&str, usize> = HashMap::with_capacity(links.len());
+        for (li, l) in links.iter().enumerate() {
+            by_name.entry(l.name.as_str()).or_insert(li);
+        }
         for (i, m) in raw.iter().enumerate() {
             let key = |f: &str| format!("middleboxes[{i}].{f}");
             let n = self.node(&m.node, key("node"))?;
@@ -594,7 +600,7 @@ impl<'a> Topology<'a> {
                 return err(key("node"), format!("'{}' is not a router", m.node));
             }
             let link = |name: &str, k: String| -> Result<usize, ConfigError> {
-                let Some(li) = links.iter().position(|l| l.name == name) else {
+                let Some(&li) = by_name.get(name) else {
                     return err(k, format!("unknown link '{name}'"));
                 };
                 if links[li].a != n && links[li].b != n {

@@ -188,6 +188,10 @@ pub(crate) fn build_middleboxes(
         let top = Middlebox::new(&m.cfg, rates, mb_seed)
             .map_err(|e| e.within(format!("middleboxes[{i}]")))?;
         let mb = m.subscribers.build(top, mb_seed);
+        let calm = mb.table().is_empty()
+            && [Dir::ToB, Dir::ToA]
+                .iter()
+                .all(|&d| !mb.top_level().egress(d).observes_peer());
         for (d, id) in [(Dir::ToB, to_b), (Dir::ToA, to_a)] {
             dirs[id as usize].source = Source::Mb(i as u32, d);
         }
@@ -199,6 +203,7 @@ pub(crate) fn build_middleboxes(
             mb,
             dirs: [to_b, to_a],
             timer: Timer::default(),
+            calm,
         });
     }
     for d in dirs.iter_mut() {
