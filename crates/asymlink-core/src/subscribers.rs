@@ -547,7 +547,7 @@ fn parse_entry(
     crate::line::expand(&mut t)?;
     let config: MiddleboxConfig = crate::config::from_toml_table(t, "")?;
     let mb = Middlebox::<HeaderPacket>::new(&config, [None, None], 0)?;
-    let wants_idle = [Dir::ToB, Dir::ToA].map(|d| mb.egress(d).qdisc().wants_idle_dequeue());
+    let wants_idle = [Dir::ToB, Dir::ToA].map(|d| mb.egress(d).wants_idle_dequeue());
     let plan = Arc::new(SubscriberPlan {
         config,
         table: raw,
@@ -1153,7 +1153,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     }
 
     fn default_wants_idle(&self, dir: Dir) -> bool {
-        self.top_level().egress(dir).qdisc().wants_idle_dequeue()
+        self.top.egress(dir).wants_idle_dequeue()
     }
 
     /// Slot `s`'s tree, if alive (slot 0: the top level).
