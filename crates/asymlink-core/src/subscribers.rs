@@ -1434,7 +1434,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
 mod tests {
     use super::*;
     use crate::qdisc::testutil::ms;
-    use crate::wire::{Headers, IpRepr, Transport, UdpRepr};
+    use crate::wire::{
+        Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Transport, UdpRepr,
+    };
 
     fn pkt(src: &str, dst: &str, len: u32, tag: u16) -> HeaderPacket {
         let mut ip = IpRepr::new(src.parse().unwrap(), dst.parse().unwrap());
@@ -1849,6 +1851,74 @@ mod tests {
                 last.insert(key, p.hdr.ip.ident);
             }
             b.check().map_err(proptest::test_runner::TestCaseError::fail)?;
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+        /// The backlogs the box notes per tree and direction (it reads again after a call
+        /// only the direction called and one that watches it) stay the disciplines' own
+        /// when a discipline watches the other direction: an ACK shaper downstream that
+        /// holds ACKs while the shaped upstream is congested, in the subscribers' trees
+        /// (built and evicted under a cap) and the top level.
+        #[test]
+        fn noted_backlogs_follow_a_discipline_that_watches_the_other_direction(
+            max in 1usize..3,
+            script in proptest::collection::vec((0u8..5, 0u8..4), 1..200),
+        ) {
+            let dirs = "to_b = { qdisc = { kind = \"tbf\", rate = \"1Mbit\", \
+                        burst = \"1500B\", limit = \"20p\" } }\n\
+                        to_a = { qdisc = { kind = \"ack_shaper\", threshold = \"3KB\", \
+                        max_delay = \"50ms\", leak = { kind = \"interval\", \
+                        interval = \"10ms\" } } }\n";
+            let mut src = String::new();
+            for k in 1..=3 {
+                src += &format!("[[subscribers]]\nprefix = \"10.0.0.{k}\"\n{dirs}");
+            }
+            let top = Middlebox::new(&crate::config::from_toml(dirs).unwrap(), [None, None], 1)
+                .unwrap();
+            let mut b = SubscriberBox::new(top, table(&src), max, 7);
+            b.check().map_err(proptest::test_runner::TestCaseError::fail)?;
+            let mut d = Drops::new();
+            let mut t = ms(0);
+            let mut seq = 1u32;
+            for &(op, k) in &script {
+                // Host 0 is no subscriber: the top level's traffic.
+                let lan = format!("10.0.{}.{}", u8::from(k == 0), k.max(1));
+                match op {
+                    0 => b.handle_packet(t, Dir::ToB, pkt(&lan, "192.0.2.1", 1000, 0), &mut d),
+                    1 => {
+                        seq += 1000;
+                        let ack = HeaderPacket::new(Headers::tcp(
+                            IpRepr::new("192.0.2.1".parse().unwrap(), lan.parse().unwrap()),
+                            TcpRepr {
+                                src_port: 80,
+                                dst_port: 40000,
+                                seq: SeqNumber(1),
+                                ack: SeqNumber(seq),
+                                flags: TcpFlags::ACK,
+                                window: 1000,
+                                urgent: 0,
+                                opts: TcpOptions::default(),
+                            },
+                            0,
+                        ));
+                        b.handle_packet(t, Dir::ToA, ack, &mut d);
+                    }
+                    2 | 3 => {
+                        let dir = if op == 2 { Dir::ToB } else { Dir::ToA };
+                        let _ = b.poll_transmit(t, dir, &mut d);
+                    }
+                    _ => {
+                        t = t.saturating_add(crate::time::Duration::from_millis(3));
+                        if b.poll_at().is_some_and(|p| p <= t) {
+                            b.handle_timeout(t, &mut d);
+                        }
+                    }
+                }
+                b.check().map_err(proptest::test_runner::TestCaseError::fail)?;
+            }
         }
     }
 
