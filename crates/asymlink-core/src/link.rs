@@ -269,6 +269,36 @@ pub struct LinkStats {
     pub delivered_bytes: u64,
 }
 
+/// Ask the processor to bring the cache line that holds `*r` (its first byte) into its
+/// caches: a hint that changes no value (nothing on other architectures than x86-64).
+#[inline(always)]
+fn prefetch<T>(r: &T) {
+    prefetch_ptr((r as *const T).cast::<u8>());
+}
+
+/// [`prefetch`] of the line at `p`, which need not point to anything (a prefetch never
+/// faults).
+#[inline(always)]
+#[allow(unsafe_code, reason = "the prefetch intrinsic; it cannot fault")]
+fn prefetch_ptr(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing the program sees and cannot fault, whatever the
+    // address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// How many entries ahead in a ring the line prefetches what it will read or write: the
+/// arrival after next, the packet queued after the next, the transmission after next.
+/// A long ring (a bottleneck's queue and delay line) is far larger than the caches and
+/// each entry is touched once per lap, so every such access is otherwise a trip to
+/// memory; the next entry's is overlapped with the work in between. (Measured: two
+/// entries ahead beat one, four, eight and sixteen.)
+const PREFETCH_AHEAD: usize = 2;
+
 /// Packets of room a delay line keeps however empty it gets.
 const WIRE_KEEP: usize = 16;
 
@@ -784,6 +814,11 @@ impl<P: Pkt + OnWire> Link<P> {
         if own.limit.admits(st.backlog.packets, st.backlog.bytes, len) {
             self.wire.push_back(pkt.waiting());
             self.queued += 1;
+            // The slot a later packet goes to (past the end of the buffer when the ring
+            // wraps there, or beyond its capacity: a hint, which may miss).
+            if let Some(e) = self.wire.back() {
+                prefetch_ptr((e as *const P::Entry).wrapping_add(PREFETCH_AHEAD).cast());
+            }
             st.on_enqueue(len);
         } else {
             st.on_reject(Verdict::Dropped(DropReason::QueueFull));
@@ -806,6 +841,9 @@ impl<P: Pkt + OnWire> Link<P> {
             self.ready = None;
             let ready = now;
             let i = self.wire.len() - self.queued;
+            if self.queued > PREFETCH_AHEAD {
+                prefetch(&self.wire[i + PREFETCH_AHEAD]);
+            }
             self.queued -= 1;
             let len = P::pkt(&self.wire[i]).ip_len();
             if let Some(o) = self.own.as_mut() {
@@ -872,6 +910,10 @@ impl<P: Pkt + OnWire> Link<P> {
     pub fn pop_arrival(&mut self, now: Instant) -> Option<P> {
         if self.wire.len() == self.queued || self.wire.front().is_none_or(|e| P::arrival(e) > now) {
             return None;
+        }
+        // (A waiting packet's slot if the line holds fewer: read at its transmission.)
+        if let Some(e) = self.wire.get(PREFETCH_AHEAD) {
+            prefetch(e);
         }
         let p = P::off_wire(self.wire.pop_front()?);
         self.stats.delivered += 1;
