@@ -382,6 +382,70 @@ impl Match {
     }
 }
 
+/// A match's conditions on what a packet answers without its headers (its [`Fields`],
+/// length and peer-to-peer flag), compiled into a few words: the DSCP list as a bit per
+/// code point, the TCP flags as one mask. [`FieldMatch::matches`] answers as
+/// [`Match::matches_fields`] does; a classifier whose rules read no addresses or ports
+/// matches with these alone, without following the match's lists.
+#[derive(Clone, Copy, Debug)]
+struct FieldMatch {
+    min_len: u32,
+    max_len: u32,
+    /// Bit `d` set: DSCP `d` matches (all set without a DSCP condition).
+    dscp: u64,
+    /// Flags that must all be set on a TCP packet (`None`: no flag condition).
+    flags: Option<TcpFlags>,
+    proto: Option<u8>,
+    pure_ack: Option<bool>,
+    p2p_host: Option<bool>,
+    needs_headers: bool,
+}
+
+impl FieldMatch {
+    fn of(m: &Match) -> FieldMatch {
+        FieldMatch {
+            min_len: m.min_len.unwrap_or(0),
+            max_len: m.max_len.unwrap_or(u32::MAX),
+            dscp: m.dscp.as_ref().map_or(u64::MAX, |v| {
+                v.iter().filter(|&&d| d < 64).fold(0, |a, &d| a | 1 << d)
+            }),
+            flags: m
+                .flags
+                .as_ref()
+                .map(|v| v.iter().fold(TcpFlags::NONE, |a, x| a | x.flag())),
+            proto: m.proto.map(|p| p.0),
+            pure_ack: m.pure_ack,
+            p2p_host: m.p2p_host,
+            needs_headers: m.needs_headers(),
+        }
+    }
+
+    #[inline]
+    fn matches(&self, f: Option<&Fields>, ip_len: u32, p2p_host: bool) -> bool {
+        if self.p2p_host.is_some_and(|want| want != p2p_host) {
+            return false;
+        }
+        if ip_len < self.min_len || ip_len > self.max_len {
+            return false;
+        }
+        let Some(f) = f else {
+            return !self.needs_headers;
+        };
+        if self.proto.is_some_and(|p| p != f.proto) {
+            return false;
+        }
+        if let Some(fl) = self.flags {
+            if !f.tcp || !f.flags.contains(fl) {
+                return false;
+            }
+        }
+        if self.pure_ack.is_some_and(|want| f.is_pure_ack() != want) {
+            return false;
+        }
+        f.dscp < 64 && self.dscp >> f.dscp & 1 == 1
+    }
+}
+
 /// One rule.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -681,6 +745,9 @@ impl P2pHosts {
 #[derive(Clone, Debug)]
 pub struct Classifier {
     rules: Vec<(Match, ClassId)>,
+    /// The rules' [`FieldMatch`]es, in order: what a classifier that does not read headers
+    /// matches with.
+    fields: Vec<(FieldMatch, ClassId)>,
     default: ClassId,
     names: Vec<String>,
     counts: Vec<u64>,
@@ -755,6 +822,10 @@ impl Classifier {
                 .iter()
                 .map(|r| (r.when.clone(), id(&r.class)))
                 .collect(),
+            fields: rules
+                .iter()
+                .map(|r| (FieldMatch::of(&r.when), id(&r.class)))
+                .collect(),
             default: cfg
                 .effective_default()
                 .as_deref()
@@ -793,9 +864,9 @@ impl Classifier {
                 .map(|(_, c)| *c)
         } else {
             let f = pkt.fields();
-            self.rules
+            self.fields
                 .iter()
-                .find(|(m, _)| m.matches_fields(f.as_ref(), len, false))
+                .find(|(m, _)| m.matches(f.as_ref(), len, false))
                 .map(|(_, c)| *c)
         }
         .unwrap_or(self.default);
@@ -844,7 +915,7 @@ impl Classifier {
 mod tests {
     use super::*;
     use crate::packet::HeaderPacket;
-    use crate::wire::{IpRepr, SackBlock, SeqNumber, TcpOptions, TcpRepr};
+    use crate::wire::{Ecn, IpRepr, SackBlock, SeqNumber, TcpOptions, TcpRepr};
 
     fn tcp(flags: TcpFlags, payload: u32, dport: u16, sack: bool) -> HeaderPacket {
         let mut opts = TcpOptions::default();
@@ -878,6 +949,74 @@ mod tests {
     fn cls(src: &str) -> Classifier {
         let c: ClassifierConfig = toml::from_str(src).unwrap();
         Classifier::new(&c).unwrap()
+    }
+
+    /// The compiled field match answers as the match itself, for every combination of
+    /// conditions and fields below (and for packets without fields).
+    #[test]
+    fn field_match_agrees_with_the_match() {
+        let matches = [
+            "{}",
+            "{ dscp = [46, 48, 56] }",
+            "{ dscp = [0] }",
+            "{ dscp = [] }",
+            "{ max_len = 200, pure_ack = false }",
+            "{ min_len = 100, max_len = 1400 }",
+            "{ pure_ack = true }",
+            "{ flags = [\"syn\"] }",
+            "{ flags = [\"syn\", \"ack\"], proto = \"tcp\" }",
+            "{ flags = [] }",
+            "{ proto = \"udp\", dscp = [10, 63] }",
+            "{ p2p_host = true }",
+            "{ p2p_host = false, min_len = 41 }",
+        ];
+        let flag_sets = [
+            TcpFlags::NONE,
+            TcpFlags::ACK,
+            TcpFlags::SYN,
+            TcpFlags::SYN | TcpFlags::ACK,
+            TcpFlags::ACK | TcpFlags::PSH,
+            TcpFlags::FIN | TcpFlags::ACK,
+        ];
+        let mut checked = 0;
+        for src in matches {
+            let m: Match = toml::from_str(&format!("m = {src}"))
+                .map(|t: toml::Table| t["m"].clone().try_into().unwrap())
+                .unwrap();
+            let fm = FieldMatch::of(&m);
+            for len in [40, 64, 100, 200, 201, 1400, 1500] {
+                for p2p in [false, true] {
+                    assert_eq!(
+                        fm.matches(None, len, p2p),
+                        m.matches_fields(None, len, p2p),
+                        "{src}, no fields, {len}, {p2p}"
+                    );
+                    for (proto, tcp) in [(6, true), (17, false), (1, false)] {
+                        for &flags in &flag_sets {
+                            for dscp in [0, 10, 46, 48, 63] {
+                                for payload_len in [0, 100] {
+                                    let f = Fields {
+                                        proto,
+                                        tcp,
+                                        dscp,
+                                        ecn: Ecn::NotEct,
+                                        flags: if tcp { flags } else { TcpFlags::NONE },
+                                        payload_len,
+                                    };
+                                    assert_eq!(
+                                        fm.matches(Some(&f), len, p2p),
+                                        m.matches_fields(Some(&f), len, p2p),
+                                        "{src}, {f:?}, {len}, {p2p}"
+                                    );
+                                    checked += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 13 * 7 * 2 * 3 * 6 * 5 * 2);
     }
 
     #[test]

@@ -109,9 +109,11 @@ pub struct Egress<P> {
     qdisc: Box<dyn Qdisc<P>>,
     rate: Option<Rate>,
     capacity: Option<Limit>,
-    /// The discipline's [`Qdisc::has_timers`] and [`Qdisc::observes_peer`], asked once.
+    /// The discipline's [`Qdisc::has_timers`], [`Qdisc::observes_peer`] and
+    /// [`Qdisc::wants_idle_dequeue`], asked once (each is fixed when it is built).
     timed: bool,
     observes: bool,
+    idle: bool,
 }
 
 impl<P: Pkt + Send + 'static> Egress<P> {
@@ -141,6 +143,7 @@ impl<P: Pkt + Send + 'static> Egress<P> {
             classifier,
             timed: qdisc.has_timers(),
             observes: qdisc.observes_peer(),
+            idle: qdisc.wants_idle_dequeue(),
             qdisc,
             rate: link_rate,
             capacity: qcfg.capacity(),
@@ -153,6 +156,7 @@ impl<P: Pkt + Send + 'static> Egress<P> {
             classifier: None,
             timed: qdisc.has_timers(),
             observes: qdisc.observes_peer(),
+            idle: qdisc.wants_idle_dequeue(),
             qdisc,
             rate: link_rate,
             capacity: None,
@@ -200,6 +204,13 @@ impl<P: Pkt + Send + 'static> Egress<P> {
     #[inline]
     pub fn observes_peer(&self) -> bool {
         self.observes
+    }
+
+    /// Whether the discipline must be asked when the link goes idle
+    /// ([`Qdisc::wants_idle_dequeue`]).
+    #[inline]
+    pub fn wants_idle_dequeue(&self) -> bool {
+        self.idle
     }
 
     /// What this egress tells the opposite direction.

@@ -547,7 +547,7 @@ fn parse_entry(
     crate::line::expand(&mut t)?;
     let config: MiddleboxConfig = crate::config::from_toml_table(t, "")?;
     let mb = Middlebox::<HeaderPacket>::new(&config, [None, None], 0)?;
-    let wants_idle = [Dir::ToB, Dir::ToA].map(|d| mb.egress(d).qdisc().wants_idle_dequeue());
+    let wants_idle = [Dir::ToB, Dir::ToA].map(|d| mb.egress(d).wants_idle_dequeue());
     let plan = Arc::new(SubscriberPlan {
         config,
         table: raw,
@@ -586,6 +586,10 @@ struct Slot<P> {
     /// The subscriber's tree, if alive (always `None` in slot 0).
     mb: Option<Box<Middlebox<P>>>,
     sched: [Sched; 2],
+    /// The tree's backlog per direction as of its last operation: a direction that an
+    /// operation cannot have changed (the other one, when its discipline ignores the
+    /// direction called) is not read again.
+    held: [Backlog; 2],
     last_active: Instant,
     timer: Option<Instant>,
     /// Packets of this subscriber that went through the top-level pipeline (no tree could
@@ -602,6 +606,7 @@ impl<P> Slot<P> {
         Slot {
             mb: None,
             sched: [Sched::Idle; 2],
+            held: Default::default(),
             last_active: Instant::ZERO,
             timer: None,
             parked: 0,
@@ -838,10 +843,8 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             return;
         };
         for s in 1..self.slots.len() {
-            let sl = &mut self.slots[s];
-            let idle = sl.mb.as_ref().is_some_and(|mb| {
-                mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
-            });
+            let sl = &self.slots[s];
+            let idle = sl.mb.is_some() && sl.held[0].packets == 0 && sl.held[1].packets == 0;
             if idle && sl.last_active.saturating_add(timeout) <= now {
                 self.retire(s);
                 self.stats.expired += 1;
@@ -879,11 +882,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             .iter()
             .enumerate()
             .skip(1)
-            .filter(|(_, sl)| {
-                sl.mb.as_ref().is_some_and(|mb| {
-                    mb.backlog(Dir::ToB).packets == 0 && mb.backlog(Dir::ToA).packets == 0
-                })
-            })
+            .filter(|(_, sl)| sl.mb.is_some() && sl.held[0].packets == 0 && sl.held[1].packets == 0)
             .min_by_key(|(_, sl)| sl.last_active)
             .map(|(i, _)| i)
     }
@@ -919,21 +918,31 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     /// the directions `touched` that hold packets for the round robin again. A direction
     /// that waits for a "not before" instant and only saw the other direction change is
     /// left waiting when its discipline ignores the other direction: its answer is the same
-    /// until then.
+    /// until then. `called` is the direction `f` works on (`None`: both); the other
+    /// direction's backlog is read afterwards only if its discipline observes the one
+    /// called (its peer observation is the only way `f` reaches it).
     fn op<R>(
         &mut self,
         s: usize,
+        called: Option<Dir>,
         touched: Touched,
         f: impl FnOnce(&mut Middlebox<P>) -> R,
     ) -> Option<R> {
+        let before = self.slots[s].held;
+        let mut after = before;
         let mb = self.tree_mut(s)?;
-        let before = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
         let r = f(mb);
-        let after = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
         let observes = [
             mb.egress(Dir::ToB).observes_peer(),
             mb.egress(Dir::ToA).observes_peer(),
         ];
+        for d in [Dir::ToB, Dir::ToA] {
+            if called.is_none_or(|c| c == d) || observes[d.index()] {
+                after[d.index()] = mb.backlog(d);
+            }
+            debug_assert_eq!(after[d.index()], mb.backlog(d), "{} of slot {s}", d.name());
+        }
+        self.slots[s].held = after;
         if s == 0 && after[0].packets == 0 && after[1].packets == 0 {
             self.top_epoch = self.top_epoch.wrapping_add(1);
             self.parked_total = 0;
@@ -994,7 +1003,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         }
         self.slots[s].last_active = now;
         let from = drops.len();
-        self.op(s, Touched::Offered(dir), |mb| {
+        self.op(s, Some(dir), Touched::Offered(dir), |mb| {
             mb.handle_packet(now, dir, pkt, drops)
         });
         self.count_drops(s, from, Some(dir), drops);
@@ -1047,15 +1056,14 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             };
             let s = s as usize;
             let from = drops.len();
-            let r = self.op(s, Touched::Neither, |mb| {
-                let r = mb.poll_transmit(now, dir, drops);
-                (r, mb.backlog(dir).packets)
+            let r = self.op(s, Some(dir), Touched::Neither, |mb| {
+                mb.poll_transmit(now, dir, drops)
             });
             self.count_drops(s, from, Some(dir), drops);
             self.rewake(s, dir.reverse());
             match r {
-                Some((Dequeued::Packet(p), left)) => {
-                    if left > 0 {
+                Some(Dequeued::Packet(p)) => {
+                    if self.slots[s].held[d].packets > 0 {
                         self.active[d].push_back(s as u32);
                     } else {
                         self.slots[s].sched[d] = Sched::Idle;
@@ -1064,11 +1072,11 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                     self.count_sent(s, dir, &p);
                     return Dequeued::Packet(p);
                 }
-                Some((Dequeued::NotBefore(t), _)) => {
+                Some(Dequeued::NotBefore(t)) => {
                     self.slots[s].sched[d] = Sched::Waiting(t);
                     self.waiting[d].push(Reverse((t, s as u32)));
                 }
-                Some((Dequeued::Empty, _)) | None => self.slots[s].sched[d] = Sched::Idle,
+                Some(Dequeued::Empty) | None => self.slots[s].sched[d] = Sched::Idle,
             }
         }
         // Nothing is ready: the link goes idle. A discipline that watches for that is asked
@@ -1114,12 +1122,14 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             return None;
         }
         let from = drops.len();
-        let r = self.op(s, Touched::Neither, |mb| mb.poll_transmit(now, dir, drops));
+        let r = self.op(s, Some(dir), Touched::Neither, |mb| {
+            mb.poll_transmit(now, dir, drops)
+        });
         self.count_drops(s, from, Some(dir), drops);
         self.rewake(s, dir.reverse());
         match r {
             Some(Dequeued::Packet(p)) => {
-                if self.backlog_of(s, dir) > 0 {
+                if self.slots[s].held[d].packets > 0 {
                     self.slots[s].sched[d] = Sched::Active;
                     self.active[d].push_back(s as u32);
                 }
@@ -1143,11 +1153,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     }
 
     fn default_wants_idle(&self, dir: Dir) -> bool {
-        self.top_level().egress(dir).qdisc().wants_idle_dequeue()
-    }
-
-    fn backlog_of(&self, s: usize, dir: Dir) -> u32 {
-        self.tree(s).map_or(0, |mb| mb.backlog(dir).packets)
+        self.top.egress(dir).wants_idle_dequeue()
     }
 
     /// Slot `s`'s tree, if alive (slot 0: the top level).
@@ -1191,7 +1197,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             }
             self.slots[s].timer = None;
             let from = drops.len();
-            self.op(s, Touched::Both, |mb| mb.handle_timeout(now, drops));
+            self.op(s, None, Touched::Both, |mb| mb.handle_timeout(now, drops));
             self.count_drops(s, from, None, drops);
         }
         if self.next_sweep.is_some_and(|t| t <= now) {
@@ -1272,7 +1278,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     pub fn drain(&mut self, dir: Dir, out: &mut Vec<P>) -> u32 {
         let mut stranded = 0;
         for s in 0..self.slots.len() {
-            if let Some(n) = self.op(s, Touched::Neither, |mb| {
+            if let Some(n) = self.op(s, Some(dir), Touched::Neither, |mb| {
                 mb.egress_mut(dir).qdisc_mut().drain(out)
             }) {
                 stranded += n;
@@ -1295,6 +1301,13 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                     };
                     format!("{who}{} discipline: {e}", d.name())
                 })?;
+                if self.slots[s].held[d.index()] != b {
+                    return Err(format!(
+                        "slot {s} {}: noted backlog {:?} != the discipline's {b:?}",
+                        d.name(),
+                        self.slots[s].held[d.index()]
+                    ));
+                }
                 sum[d.index()].packets += b.packets;
                 sum[d.index()].bytes += b.bytes;
             }
@@ -1390,6 +1403,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 continue;
             };
             let backlogs = [mb.backlog(Dir::ToB), mb.backlog(Dir::ToA)];
+            self.slots[s].held = backlogs;
             self.live += usize::from(s > 0);
             for d in [Dir::ToB, Dir::ToA] {
                 let b = backlogs[d.index()];
@@ -1420,7 +1434,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
 mod tests {
     use super::*;
     use crate::qdisc::testutil::ms;
-    use crate::wire::{Headers, IpRepr, Transport, UdpRepr};
+    use crate::wire::{
+        Headers, IpRepr, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Transport, UdpRepr,
+    };
 
     fn pkt(src: &str, dst: &str, len: u32, tag: u16) -> HeaderPacket {
         let mut ip = IpRepr::new(src.parse().unwrap(), dst.parse().unwrap());
@@ -1835,6 +1851,74 @@ mod tests {
                 last.insert(key, p.hdr.ip.ident);
             }
             b.check().map_err(proptest::test_runner::TestCaseError::fail)?;
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+        /// The backlogs the box notes per tree and direction (it reads again after a call
+        /// only the direction called and one that watches it) stay the disciplines' own
+        /// when a discipline watches the other direction: an ACK shaper downstream that
+        /// holds ACKs while the shaped upstream is congested, in the subscribers' trees
+        /// (built and evicted under a cap) and the top level.
+        #[test]
+        fn noted_backlogs_follow_a_discipline_that_watches_the_other_direction(
+            max in 1usize..3,
+            script in proptest::collection::vec((0u8..5, 0u8..4), 1..200),
+        ) {
+            let dirs = "to_b = { qdisc = { kind = \"tbf\", rate = \"1Mbit\", \
+                        burst = \"1500B\", limit = \"20p\" } }\n\
+                        to_a = { qdisc = { kind = \"ack_shaper\", threshold = \"3KB\", \
+                        max_delay = \"50ms\", leak = { kind = \"interval\", \
+                        interval = \"10ms\" } } }\n";
+            let mut src = String::new();
+            for k in 1..=3 {
+                src += &format!("[[subscribers]]\nprefix = \"10.0.0.{k}\"\n{dirs}");
+            }
+            let top = Middlebox::new(&crate::config::from_toml(dirs).unwrap(), [None, None], 1)
+                .unwrap();
+            let mut b = SubscriberBox::new(top, table(&src), max, 7);
+            b.check().map_err(proptest::test_runner::TestCaseError::fail)?;
+            let mut d = Drops::new();
+            let mut t = ms(0);
+            let mut seq = 1u32;
+            for &(op, k) in &script {
+                // Host 0 is no subscriber: the top level's traffic.
+                let lan = format!("10.0.{}.{}", u8::from(k == 0), k.max(1));
+                match op {
+                    0 => b.handle_packet(t, Dir::ToB, pkt(&lan, "192.0.2.1", 1000, 0), &mut d),
+                    1 => {
+                        seq += 1000;
+                        let ack = HeaderPacket::new(Headers::tcp(
+                            IpRepr::new("192.0.2.1".parse().unwrap(), lan.parse().unwrap()),
+                            TcpRepr {
+                                src_port: 80,
+                                dst_port: 40000,
+                                seq: SeqNumber(1),
+                                ack: SeqNumber(seq),
+                                flags: TcpFlags::ACK,
+                                window: 1000,
+                                urgent: 0,
+                                opts: TcpOptions::default(),
+                            },
+                            0,
+                        ));
+                        b.handle_packet(t, Dir::ToA, ack, &mut d);
+                    }
+                    2 | 3 => {
+                        let dir = if op == 2 { Dir::ToB } else { Dir::ToA };
+                        let _ = b.poll_transmit(t, dir, &mut d);
+                    }
+                    _ => {
+                        t = t.saturating_add(crate::time::Duration::from_millis(3));
+                        if b.poll_at().is_some_and(|p| p <= t) {
+                            b.handle_timeout(t, &mut d);
+                        }
+                    }
+                }
+                b.check().map_err(proptest::test_runner::TestCaseError::fail)?;
+            }
         }
     }
 

@@ -64,6 +64,10 @@ use serde::Deserialize;
 pub const MAX_DEPTH: usize = 8;
 /// Number of priorities (0 = highest).
 pub const PRIOS: u8 = 8;
+/// Most classes in a tree (a class index fits a byte; dequeue keeps a bit per class).
+const MAX_CLASSES: usize = 64;
+/// No leaf served yet at a (level, prio).
+const NO_LEAF: u8 = u8::MAX;
 /// How far a class's buckets may go negative (Linux's `mbuffer`): 60 s of credit.
 const MBUFFER_NS: i64 = 60_000_000_000;
 
@@ -169,11 +173,12 @@ pub struct HtbClassCounters {
     pub lent: u64,
 }
 
+/// A class's state: what dequeue and the charge read and write per packet (its name is
+/// kept apart, in [`Htb::names`]; indices fit a byte, the tree has at most 64 classes).
 struct Class<P> {
-    name: String,
-    parent: Option<usize>,
+    parent: Option<u8>,
     /// The level it serves at as a lender ([`Htb::level`]).
-    level: usize,
+    level: u8,
     rate: Rate,
     ceil: Rate,
     buffer_ns: i64,
@@ -218,13 +223,15 @@ fn elapsed(from: Instant, to: Instant) -> i64 {
 /// A hierarchical token bucket scheduler.
 pub struct Htb<P> {
     classes: Vec<Class<P>>,
+    /// The classes' names, in configuration order.
+    names: Vec<String>,
     /// Leaf index for each classifier class id (`None`: not taken by any leaf).
     leaf_of_class: Vec<Option<usize>>,
     default: Option<usize>,
     ll: LinkLayer,
     ingress: bool,
-    /// Round-robin position per (level, prio): the leaf served last.
-    rr: [[usize; PRIOS as usize]; MAX_DEPTH + 1],
+    /// Round-robin position per (level, prio): the leaf served last (`NO_LEAF`: none yet).
+    rr: [[u8; PRIOS as usize]; MAX_DEPTH + 1],
     stats: QdiscStats,
     /// Whether some leaf has timers, watches the other direction, wants to see the link
     /// go idle, or reads headers (the leaves are fixed when the tree is built).
@@ -241,7 +248,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             return Err(ConfigError::new("htb.r2q", "must be positive"));
         }
         let specs = tree::specs(&cfg.classes);
-        let tree = Tree::new(&specs, &Limits::new("htb", 64, Some(MAX_DEPTH)))?;
+        let tree = Tree::new(&specs, &Limits::new("htb", MAX_CLASSES, Some(MAX_DEPTH)))?;
         let n = specs.len();
         let key = |i: usize, f: &str| format!("htb.classes[{i}].{f}");
         let mut classes = Vec::with_capacity(n);
@@ -286,11 +293,10 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             };
             let (buffer_ns, cbuffer_ns) = (to_ns(c.rate, burst), to_ns(ceil, cburst));
             classes.push(Class {
-                name: c.name.clone(),
-                parent: tree.parent[i],
+                parent: tree.parent[i].map(|p| p as u8),
                 level: match tree.is_leaf(i) {
                     true => 0,
-                    false => MAX_DEPTH - tree.depth[i],
+                    false => (MAX_DEPTH - tree.depth[i]) as u8,
                 },
                 rate: c.rate,
                 ceil,
@@ -322,11 +328,12 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         );
         Ok(Htb {
             classes,
+            names: cfg.classes.iter().map(|c| c.name.clone()).collect(),
             leaf_of_class,
             default,
             ll,
             ingress: cfg.ingress,
-            rr: [[usize::MAX; PRIOS as usize]; MAX_DEPTH + 1],
+            rr: [[NO_LEAF; PRIOS as usize]; MAX_DEPTH + 1],
             stats: QdiscStats::default(),
             timed,
             observes,
@@ -336,7 +343,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
     }
 
     fn index(&self, name: &str) -> Option<usize> {
-        self.classes.iter().position(|c| c.name == name)
+        self.names.iter().position(|c| c == name)
     }
 
     /// The mode of class `name` at `now` (`None`: no such class).
@@ -361,13 +368,13 @@ impl<P: Pkt + Send + 'static> Htb<P> {
 
     /// The class names, in configuration order.
     pub fn class_names(&self) -> impl Iterator<Item = &str> {
-        self.classes.iter().map(|c| c.name.as_str())
+        self.names.iter().map(String::as_str)
     }
 
     /// The level a lender serves at: 0 for a leaf within its own rate; for an inner class
     /// the higher in the tree, the later (Linux numbers inner levels from the top).
     fn level(&self, c: usize) -> usize {
-        self.classes[c].level
+        usize::from(self.classes[c].level)
     }
 
     /// The lender of a backlogged leaf at `now`, or how long until one may exist (ns).
@@ -382,7 +389,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 return Ok(i);
             }
             best = best.min(ceil_wait.max(-t));
-            c = self.classes[i].parent;
+            c = self.classes[i].parent.map(usize::from);
         }
         Err(best.max(1))
     }
@@ -417,7 +424,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             cl.counters.packets += 1;
             cl.counters.bytes += ip_len as u64;
             cl.counters.wire_bytes += wire;
-            c = cl.parent;
+            c = cl.parent.map(usize::from);
         }
     }
 
@@ -436,7 +443,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 let cost = |r: Rate| i64::try_from(r.tx_nanos(wire)).unwrap_or(i64::MAX);
                 cl.tokens = cl.tokens.saturating_sub(cost(cl.rate)).max(-MBUFFER_NS);
                 cl.ctokens = cl.ctokens.saturating_sub(cost(cl.ceil)).max(-MBUFFER_NS);
-                c = cl.parent;
+                c = cl.parent.map(usize::from);
             }
         }
     }
@@ -493,7 +500,11 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                     Ok(lender) => {
                         let k = (self.level(lender), c.prio);
                         let last = self.rr[k.0][k.1 as usize];
-                        let start = if last == usize::MAX { 0 } else { last };
+                        let start = if last == NO_LEAF {
+                            0
+                        } else {
+                            usize::from(last)
+                        };
                         let rank = if i >= start { i - start } else { i + n - start };
                         if best.is_none_or(|(bk, br, _, _)| k < bk || (k == bk && rank < br)) {
                             best = Some((k, rank, i, lender));
@@ -535,9 +546,9 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                     c.deficit -= wire as i64;
                     if c.deficit < 0 {
                         c.deficit += c.quantum;
-                        self.rr[level][prio as usize] = (leaf + 1) % n;
+                        self.rr[level][prio as usize] = ((leaf + 1) % n) as u8;
                     } else {
-                        self.rr[level][prio as usize] = leaf;
+                        self.rr[level][prio as usize] = leaf as u8;
                     }
                     self.stats.on_dequeue(len);
                     debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
@@ -610,7 +621,8 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
     fn child_stats(&self) -> Vec<(String, QdiscStats)> {
         self.classes
             .iter()
-            .filter_map(|c| c.leaf.as_ref().map(|q| (c.name.clone(), q.stats().clone())))
+            .zip(&self.names)
+            .filter_map(|(c, name)| c.leaf.as_ref().map(|q| (name.clone(), q.stats().clone())))
             .collect()
     }
 

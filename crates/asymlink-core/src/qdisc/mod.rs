@@ -352,7 +352,11 @@ pub struct PeerObservation {
 }
 
 /// Counters of one discipline. All fields count packets except the `*_bytes` ones.
+///
+/// Laid out in this order: what every packet updates (offered, queued, sent, the backlog
+/// and its high-water marks) in the first 64 bytes, the discards after them.
 #[derive(Clone, PartialEq, Eq, Default)]
+#[repr(C)]
 pub struct QdiscStats {
     /// Packets offered.
     pub received: u64,
@@ -362,6 +366,12 @@ pub struct QdiscStats {
     pub dequeued: u64,
     /// Bytes handed to the link.
     pub dequeued_bytes: u64,
+    /// Packets currently queued.
+    pub backlog: Backlog,
+    /// Highest byte backlog seen.
+    pub max_backlog_bytes: u64,
+    /// Highest packet backlog seen.
+    pub max_backlog_packets: u32,
     /// Discarded when offered.
     pub rejected: u64,
     /// Discarded after queueing.
@@ -370,12 +380,6 @@ pub struct QdiscStats {
     pub dropped: [u64; DropReason::ALL.len()],
     /// Filters by reason (indexed by `FilterReason as usize`).
     pub filtered: [u64; FilterReason::ALL.len()],
-    /// Packets currently queued.
-    pub backlog: Backlog,
-    /// Highest packet backlog seen.
-    pub max_backlog_packets: u32,
-    /// Highest byte backlog seen.
-    pub max_backlog_bytes: u64,
 }
 
 impl fmt::Debug for QdiscStats {
