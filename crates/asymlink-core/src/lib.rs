@@ -49,6 +49,7 @@ pub mod classify;
 pub mod config;
 pub mod estimator;
 pub mod hist;
+pub mod jitter;
 pub mod line;
 pub mod link;
 pub mod overhead;

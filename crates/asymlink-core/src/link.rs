@@ -29,7 +29,9 @@
 //!   starts; a lost packet still occupies the serialiser (it was sent, then corrupted) and
 //!   goes to the caller's [`Drops`] as `link_loss`. Scripted loss (`drop`, see
 //!   [`crate::script`]) drops chosen packets at the same point, also as `link_loss`.
-//! * Propagation is a FIFO delay line: only its head is a deadline.
+//! * Propagation is a FIFO delay line: only its head is a deadline. With `jitter` (see
+//!   [`crate::jitter`]) each packet's delay gets an extra draw from the same stream, and
+//!   a packet never arrives before the one ahead of it.
 //!
 //! # Driving a link (sans-IO)
 //!
@@ -43,6 +45,7 @@
 
 use crate::classify::ClassifierConfig;
 use crate::config::ConfigError;
+use crate::jitter::{Jitter, JitterLine};
 use crate::overhead::{LinkLayer, LinkLayerConfig};
 use crate::packet::Pkt;
 use crate::pipeline::EgressConfig;
@@ -78,6 +81,10 @@ pub struct LinkConfig {
     /// One-way propagation delay.
     #[serde(default)]
     pub delay: Option<Span>,
+    /// Extra delay per packet, drawn from the link's random stream, without reordering
+    /// (see [`crate::jitter`]).
+    #[serde(default)]
+    pub jitter: Option<Jitter>,
     /// Random loss probability per packet, in [0, 1].
     #[serde(default)]
     pub loss: Option<f64>,
@@ -115,6 +122,7 @@ impl LinkConfig {
                 .clone()
                 .or_else(|| base.trace.clone().filter(|_| !own_rate)),
             delay: self.delay.or(base.delay),
+            jitter: self.jitter.or(base.jitter),
             loss: self.loss.or(base.loss),
             drop: self.drop.clone().or_else(|| base.drop.clone()),
             linklayer: self.linklayer.or(base.linklayer),
@@ -135,6 +143,9 @@ impl LinkConfig {
         }
         if let Some(d) = &self.drop {
             crate::script::validate(d)?;
+        }
+        if let Some(j) = &self.jitter {
+            j.validate()?;
         }
         if self.rate.is_some_and(|r| r.0 == 0) {
             return e("rate", "must be positive");
@@ -190,6 +201,7 @@ impl LinkConfig {
             && self.packet_rate.is_none()
             && self.trace.is_none()
             && self.delay.is_none_or(|d| d.0.is_zero())
+            && self.jitter.is_none_or(|j| j.is_zero())
             && self.loss.is_none_or(|p| p == 0.0)
             && self.modem_buffer.is_none()
             && self.drop.as_ref().is_none_or(|d| d.is_empty())
@@ -414,6 +426,8 @@ pub struct Link<P: OnWire> {
     trace: Option<TraceLine>,
     delay_ns: u64,
     loss: f64,
+    /// The delay jitter, if any; boxed as `script` is.
+    jitter: Option<Box<JitterLine>>,
     /// Boxed: rarely configured, and a link direction's size counts where thousands are
     /// simulated.
     script: Option<Box<Script>>,
@@ -464,6 +478,7 @@ impl<P: Pkt + OnWire> Link<P> {
             trace: None,
             delay_ns: 0,
             loss: 0.0,
+            jitter: None,
             script: None,
             ll: LinkLayer::RAW,
             memo_len: u64::MAX,
@@ -525,6 +540,15 @@ impl<P: Pkt + OnWire> Link<P> {
         }
         self.delay_ns = cfg.delay.map_or(0, |s| dur_ns(s.0));
         self.loss = cfg.loss.unwrap_or(0.0);
+        let jitter = cfg.jitter.filter(|j| !j.is_zero());
+        if self.jitter.as_ref().map(|j| *j.dist()) != jitter {
+            // Arrivals go on after the last packet already on the wire.
+            let on_wire = self.wire.len() - self.queued;
+            let last = on_wire
+                .checked_sub(1)
+                .map_or(Instant::ZERO, |i| P::arrival(&self.wire[i]));
+            self.jitter = jitter.map(|j| Box::new(JitterLine::new(j, last)));
+        }
         let rules = cfg.drop.as_deref().unwrap_or(&[]);
         if self.script.as_ref().map_or(&[][..], |s| s.rules()) != rules {
             self.script = Script::new(rules).map(Box::new);
@@ -722,8 +746,29 @@ impl<P: Pkt + OnWire> Link<P> {
             drops.push(pkt, Verdict::Dropped(DropReason::LinkLoss), Stage::Rejected);
             return;
         }
-        self.wire
-            .push_back(pkt.to_wire(Instant(end.0.saturating_add(self.delay_ns))));
+        let at = self.arrival(end);
+        self.wire.push_back(pkt.to_wire(at));
+    }
+
+    /// When a packet whose transmission ends at `end` arrives: after the delay, and with
+    /// jitter a draw more, never before the packet ahead of it.
+    #[inline(always)]
+    fn arrival(&mut self, end: Instant) -> Instant {
+        let at = Instant(end.0.saturating_add(self.delay_ns));
+        if self.jitter.is_none() {
+            return at;
+        }
+        self.jittered(at)
+    }
+
+    /// The jittered part of [`Link::arrival`], out of line: a line without jitter pays
+    /// one test per packet.
+    #[inline(never)]
+    fn jittered(&mut self, at: Instant) -> Instant {
+        match &mut self.jitter {
+            Some(j) => j.arrival(at, &mut self.rng),
+            None => at,
+        }
     }
 
     /// Whether the line loses `pkt` as it goes onto the wire: at random (`loss`) or by its
@@ -778,13 +823,15 @@ impl<P: Pkt + OnWire> Link<P> {
     /// it is until it arrives (its transmission sets its arrival time in place), instead
     /// of being moved from the discipline's queue onto the line. Packets are then offered
     /// with [`Link::enqueue`], and [`Link::pull`] does not ask its feed. Taken only by a
-    /// line that is a plain serialiser and delay (no modem buffer, trace, loss or drop
-    /// script) and holds no packet, with a drop-tail FIFO; returns whether it was taken.
+    /// line that is a plain serialiser and delay (no modem buffer, trace, loss, jitter or
+    /// drop script) and holds no packet, with a drop-tail FIFO; returns whether it was
+    /// taken.
     pub fn own_fifo(&mut self, cfg: &FifoConfig) -> bool {
         let fits = cfg.drop == DropSide::Tail
             && self.modem.is_none()
             && self.trace.is_none()
             && self.loss == 0.0
+            && self.jitter.is_none()
             && self.script.is_none()
             && !self.idle_dequeue
             && self.wire.is_empty()
@@ -876,10 +923,10 @@ impl<P: Pkt + OnWire> Link<P> {
                     Stage::Rejected,
                 );
             } else {
-                P::depart(
-                    &mut self.wire[i],
-                    Instant(end.0.saturating_add(self.delay_ns)),
-                );
+                // (Jitter only after a reconfiguration: a jittered line does not take its
+                // own FIFO.)
+                let at = self.arrival(end);
+                P::depart(&mut self.wire[i], at);
             }
             self.idle_pending = self.idle_dequeue;
         }
@@ -1471,6 +1518,106 @@ mod tests {
         );
     }
 
+    /// 300 packets of 100..400 bytes (each its own length) through a 10 Mbit/s, 5 ms line
+    /// of `extra` seeded with `seed`: (arrival ns, length) in delivery order.
+    fn jittered(extra: &str, seed: u64) -> Vec<(u64, u32)> {
+        let c = cfg(&format!("rate = \"10Mbit\"\ndelay = \"5ms\"\n{extra}"));
+        c.validate().unwrap();
+        let mut l = Link::new(&c, Rng::new(seed), false);
+        let lens: Vec<u32> = (100..400).collect();
+        drive(&mut l, &mut Queue::of(&lens))
+    }
+
+    #[test]
+    fn jitter_delays_each_packet_without_reordering() {
+        let plain = jittered("", 1);
+        for j in [
+            "jitter = \"2ms\"",
+            "jitter = { dist = \"exponential\", mean = \"0.5ms\" }",
+            "jitter = { dist = \"pareto\", shape = 1.2, min = \"20us\" }",
+        ] {
+            let got = jittered(j, 1);
+            // Every packet, in the order sent (no reordering), none earlier than without
+            // jitter; the draws are up to 2 ms (uniform), and the packets sent back to
+            // back (0.08-0.32 ms apart) often arrive bunched behind a later draw.
+            assert_eq!(got.len(), plain.len(), "{j}");
+            let lens: Vec<u32> = got.iter().map(|g| g.1).collect();
+            assert_eq!(lens, (100..400).collect::<Vec<_>>(), "{j}");
+            assert!(got.windows(2).all(|w| w[0].0 <= w[1].0), "{j}");
+            assert!(got.iter().zip(&plain).all(|(g, p)| g.0 >= p.0), "{j}");
+            let later = got.iter().zip(&plain).filter(|(g, p)| g.0 > p.0).count();
+            assert!(later > 250, "{j}: {later}");
+            if j == "jitter = \"2ms\"" {
+                assert!(got.iter().zip(&plain).all(|(g, p)| g.0 < p.0 + 2_000_000));
+                let bunched = got.windows(2).filter(|w| w[0].0 == w[1].0).count();
+                assert!(bunched > 100, "{bunched}");
+            }
+        }
+    }
+
+    #[test]
+    fn jitter_is_deterministic_and_zero_jitter_changes_nothing() {
+        let j = "jitter = { dist = \"exponential\", mean = \"0.5ms\" }";
+        assert_eq!(jittered(j, 7), jittered(j, 7));
+        assert_ne!(jittered(j, 7), jittered(j, 8));
+        // No draw is taken without jitter, so a lossy line loses the same packets.
+        for extra in ["", "loss = 0.2"] {
+            let plain = jittered(extra, 3);
+            for zero in [
+                "jitter = \"0ms\"",
+                "jitter = { dist = \"exponential\", mean = \"0s\" }",
+            ] {
+                assert_eq!(
+                    jittered(&format!("{extra}\n{zero}"), 3),
+                    plain,
+                    "{extra} {zero}"
+                );
+            }
+        }
+        // The link-wide key applies unless a direction sets its own.
+        let base = cfg("jitter = \"1ms\"");
+        assert_eq!(cfg("").or(&base).jitter, base.jitter);
+        assert_eq!(
+            cfg("jitter = \"2ms\"").or(&base).jitter,
+            cfg("jitter = \"2ms\"").jitter
+        );
+        assert!(!cfg("jitter = \"1ms\"").is_plain_wire());
+        assert!(cfg("jitter = \"0ms\"").is_plain_wire());
+        let bad = cfg("jitter = { dist = \"uniform\", min = \"2ms\", max = \"1ms\" }");
+        assert_eq!(bad.validate().unwrap_err().path, "jitter.max");
+    }
+
+    #[test]
+    fn jitter_added_later_keeps_the_packets_in_flight_ahead() {
+        // 20 packets on a 5 ms line, then jitter arrives: the first packet sent after it
+        // does not overtake those already on the wire.
+        let mut l = Link::new(
+            &cfg("rate = \"100Mbit\"\ndelay = \"5ms\""),
+            Rng::new(1),
+            false,
+        );
+        let mut drops = Drops::new();
+        let mut feed = Queue::of(&[1000; 20]);
+        l.pull(Instant::ZERO, &mut feed, &mut drops, &mut |_| {});
+        let mut now = Instant::ZERO;
+        while let Some(t) = l.pull_at(feed.q.len() as u32) {
+            now = t;
+            l.pull(now, &mut feed, &mut drops, &mut |_| {});
+        }
+        let last_plain = l.wire.back().map(HeaderPacket::arrival).unwrap();
+        l.reconfigure(
+            &cfg("rate = \"100Mbit\"\ndelay = \"0ms\"\njitter = \"1us\""),
+            false,
+        );
+        let mut feed = Queue::of(&[1000]);
+        l.pull(now, &mut feed, &mut drops, &mut |_| {});
+        let t = l.wire.back().map(HeaderPacket::arrival).unwrap();
+        assert!(
+            t >= last_plain && t.0 < last_plain.0 + 1_000 + 80_000,
+            "{t:?} {last_plain:?}"
+        );
+    }
+
     /// A link direction from TOML with `trace = "t"` standing for the schedule `sched`
     /// (one time per line).
     fn traced(sched: &str, extra: &str) -> Link<HeaderPacket> {
@@ -1769,6 +1916,8 @@ mod tests {
                 false,
             ),
             ("drop = [\"packet:2\"]", DropSide::Tail, false),
+            ("jitter = \"1ms\"", DropSide::Tail, false),
+            ("jitter = \"0ms\"", DropSide::Tail, true),
         ] {
             let mut l = Link::<HeaderPacket>::new(&cfg(src), Rng::new(1), false);
             let c = FifoConfig { drop, ..fifo };

@@ -95,8 +95,8 @@ pub struct InterfacesConfig {
 }
 
 /// `[emulation]`: per-direction link emulation, in the simulator's link vocabulary
-/// ([`LinkConfig`]: `rate`, `packet_rate`, `trace`, `delay`, `loss`, `drop`, `linklayer`,
-/// `modem_buffer`).
+/// ([`LinkConfig`]: `rate`, `packet_rate`, `trace`, `delay`, `jitter`, `loss`, `drop`,
+/// `linklayer`, `modem_buffer`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmulationConfig {

@@ -41,6 +41,7 @@
 use crate::tcp::{TcpConfig, TcpProfile, TcpSpec};
 use asymlink_core::classify::ClassifierConfig;
 use asymlink_core::config::ConfigError;
+use asymlink_core::jitter::Jitter;
 use asymlink_core::link::LinkConfig;
 use asymlink_core::overhead::LinkLayerConfig;
 use asymlink_core::pipeline::{EgressConfig, MiddleboxConfig, RewriterConfig};
@@ -112,6 +113,9 @@ pub struct LinkSpec {
     pub trace: Option<TraceSpec>,
     /// Propagation delay of both directions.
     pub delay: Option<Span>,
+    /// Delay jitter of both directions (see [`asymlink_core::jitter`]).
+    #[serde(default)]
+    pub jitter: Option<Jitter>,
     /// Loss probability of both directions.
     pub loss: Option<f64>,
     /// Scripted loss of both directions (each counts its own packets).
@@ -140,6 +144,7 @@ impl LinkSpec {
             packet_rate: self.packet_rate,
             trace: self.trace.clone(),
             delay: self.delay,
+            jitter: self.jitter,
             loss: self.loss,
             drop: self.drop.clone(),
             linklayer: self.linklayer,
@@ -724,6 +729,7 @@ fn link_dir(
     c.validate().map_err(|e| {
         let own = match e.path.as_str() {
             p if p.starts_with("drop") => d.drop.is_some(),
+            p if p.starts_with("jitter") => d.jitter.is_some(),
             "rate" => d.rate.is_some(),
             "loss" => d.loss.is_some(),
             "packet_rate" => d.packet_rate.is_some(),
@@ -866,6 +872,29 @@ mod tests {
     fn e(src: &str) -> String {
         let e = Spec::parse(src).unwrap_err();
         e.to_string()
+    }
+
+    #[test]
+    fn a_link_takes_jitter_for_both_directions_or_one() {
+        let s = Spec::parse(&BASE.replace(
+            "to_a = { rate = \"100kbit\" }",
+            "jitter = \"1ms\"\n        to_a = { rate = \"100kbit\", jitter = { dist = \"exponential\", mean = \"0.2ms\" } }",
+        ))
+        .unwrap();
+        assert_eq!(
+            s.links[1].to_b.jitter,
+            Some(Jitter::Uniform { min: 0.0, max: 1e6 })
+        );
+        assert_eq!(
+            s.links[1].to_a.jitter,
+            Some(Jitter::Exponential { mean: 2e5 })
+        );
+        assert_eq!(s.links[0].to_b.jitter, None);
+        let m = e(&BASE.replace(
+            "to_a = { rate = \"100kbit\" }",
+            "to_a = { rate = \"100kbit\", jitter = { dist = \"uniform\", min = \"2ms\", max = \"1ms\" } }",
+        ));
+        assert!(m.contains("links[1].to_a.jitter.max"), "{m}");
     }
 
     #[test]

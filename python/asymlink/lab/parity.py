@@ -438,9 +438,11 @@ PAIRS: dict[str, Pair] = {
     # number of the download's ACKs in the modem), and at this line's one-segment BDP a
     # few ms of it are two segments of cwnd, some 55 ms of modem queue (docs/tcp.md).
     # The echo alone and the download's SRTT alone are reported too: they follow the
-    # downlink queue Linux's BBR keeps, whose ACK-aggregation allowance the lab's ACK
-    # timing sets run by run (SRTT 27-36 ms, echo 23-37 ms over eight runs with the same
-    # bandwidth and minimum RTT; docs/tcp.md).
+    # downlink queue BBR keeps, which grows while its bandwidth estimate (the largest
+    # delivery-rate sample of 10 rounds) is above 6.90 Mbit/s, where pacing at 99 % of it
+    # outruns the line; the box's timing jitter, the echo's phase against the ACKs and
+    # BBR's random first phase set the estimate run by run (SRTT 23-36 ms, echo 22-37 ms
+    # over 25 runs; the simulator over ten seeds 23-31 ms; docs/tcp.md).
     "bbr-adsl": Pair(
         "bbr-adsl", ("bbr-adsl",),
         ("throughput_mbps_in.alone.download",
