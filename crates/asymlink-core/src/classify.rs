@@ -278,22 +278,25 @@ impl Match {
 
     /// [`Match::matches`] knowing whether the packet's local host is flagged.
     pub fn matches_host(&self, h: Option<&Headers>, ip_len: u32, p2p_host: bool) -> bool {
-        self.matches_parsed(h, h.map(Fields::of).as_ref(), ip_len, p2p_host)
+        let f = h.map(Fields::of);
+        self.matches_parsed(&FieldMatch::of(self), h, f.as_ref(), ip_len, p2p_host)
     }
 
-    /// [`Match::matches_host`] given the headers' [`Fields`] too (`f`, of `h`): the
-    /// conditions on fields, then those on addresses and ports.
+    /// [`Match::matches_host`] given the match's compiled field conditions (`fm`, of
+    /// `self`) and the headers' [`Fields`] (`f`, of `h`): the conditions on fields, then
+    /// those on addresses and ports.
     fn matches_parsed(
         &self,
+        fm: &FieldMatch,
         h: Option<&Headers>,
         f: Option<&Fields>,
         ip_len: u32,
         p2p_host: bool,
     ) -> bool {
-        if !self.matches_fields(f, ip_len, p2p_host) {
+        if !fm.matches(f, ip_len, p2p_host) {
             return false;
         }
-        // Without headers, `matches_fields` has let through only a match that needs none.
+        // Without headers, the field match has let through only a match that needs none.
         let Some(h) = h else {
             return true;
         };
@@ -348,45 +351,13 @@ impl Match {
             || self.dst_port.is_some()
             || self.port.is_some()
     }
-
-    /// The match's conditions besides addresses and ports ([`Match::reads_addresses`]),
-    /// from the packet's [`Fields`] (`None`: unparsed): the whole match when it has none of
-    /// those.
-    fn matches_fields(&self, f: Option<&Fields>, ip_len: u32, p2p_host: bool) -> bool {
-        if self.p2p_host.is_some_and(|want| want != p2p_host) {
-            return false;
-        }
-        if self.min_len.is_some_and(|m| ip_len < m) || self.max_len.is_some_and(|m| ip_len > m) {
-            return false;
-        }
-        let Some(f) = f else {
-            return !self.needs_headers();
-        };
-        if self.proto.is_some_and(|p| p.0 != f.proto) {
-            return false;
-        }
-        if let Some(fl) = &self.flags {
-            if !f.tcp || !fl.iter().all(|x| f.flags.contains(x.flag())) {
-                return false;
-            }
-        }
-        if self.pure_ack.is_some_and(|want| f.is_pure_ack() != want) {
-            return false;
-        }
-        if let Some(v) = &self.dscp {
-            if !v.contains(&f.dscp) {
-                return false;
-            }
-        }
-        true
-    }
 }
 
 /// A match's conditions on what a packet answers without its headers (its [`Fields`],
 /// length and peer-to-peer flag), compiled into a few words: the DSCP list as a bit per
-/// code point, the TCP flags as one mask. [`FieldMatch::matches`] answers as
-/// [`Match::matches_fields`] does; a classifier whose rules read no addresses or ports
-/// matches with these alone, without following the match's lists.
+/// code point, the TCP flags as one mask. A classifier whose rules read no addresses or
+/// ports matches with these alone, without following the match's lists; one that does
+/// checks these first, then the addresses and ports ([`Match::matches_host`]).
 #[derive(Clone, Copy, Debug)]
 struct FieldMatch {
     min_len: u32,
@@ -860,8 +831,9 @@ impl Classifier {
             let f = h.map(Fields::of);
             self.rules
                 .iter()
-                .find(|(m, _)| m.matches_parsed(h, f.as_ref(), len, flagged))
-                .map(|(_, c)| *c)
+                .zip(&self.fields)
+                .find(|((m, _), (fm, _))| m.matches_parsed(fm, h, f.as_ref(), len, flagged))
+                .map(|((_, c), _)| *c)
         } else {
             let f = pkt.fields();
             self.fields
@@ -951,6 +923,26 @@ mod tests {
         Classifier::new(&c).unwrap()
     }
 
+    /// The field conditions of a match read straight from its lists: what the compiled
+    /// [`FieldMatch`] must answer.
+    fn reference(m: &Match, f: Option<&Fields>, ip_len: u32, p2p_host: bool) -> bool {
+        if m.p2p_host.is_some_and(|want| want != p2p_host) {
+            return false;
+        }
+        if m.min_len.is_some_and(|x| ip_len < x) || m.max_len.is_some_and(|x| ip_len > x) {
+            return false;
+        }
+        let Some(f) = f else {
+            return !m.needs_headers();
+        };
+        m.proto.is_none_or(|p| p.0 == f.proto)
+            && m.flags
+                .as_ref()
+                .is_none_or(|fl| f.tcp && fl.iter().all(|x| f.flags.contains(x.flag())))
+            && m.pure_ack.is_none_or(|want| f.is_pure_ack() == want)
+            && m.dscp.as_ref().is_none_or(|v| v.contains(&f.dscp))
+    }
+
     /// The compiled field match answers as the match itself, for every combination of
     /// conditions and fields below (and for packets without fields).
     #[test]
@@ -988,7 +980,7 @@ mod tests {
                 for p2p in [false, true] {
                     assert_eq!(
                         fm.matches(None, len, p2p),
-                        m.matches_fields(None, len, p2p),
+                        reference(&m, None, len, p2p),
                         "{src}, no fields, {len}, {p2p}"
                     );
                     for (proto, tcp) in [(6, true), (17, false), (1, false)] {
@@ -1005,7 +997,7 @@ mod tests {
                                     };
                                     assert_eq!(
                                         fm.matches(Some(&f), len, p2p),
-                                        m.matches_fields(Some(&f), len, p2p),
+                                        reference(&m, Some(&f), len, p2p),
                                         "{src}, {f:?}, {len}, {p2p}"
                                     );
                                     checked += 1;
