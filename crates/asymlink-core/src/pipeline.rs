@@ -458,8 +458,23 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
         r
     }
 
+    /// Whether [`Middlebox::poll_at`] can ever name an instant: some rewriter, or a
+    /// discipline with timers ([`Qdisc::has_timers`]). Fixed when the middlebox is built.
+    #[inline]
+    pub fn has_timers(&self) -> bool {
+        !self.rewriters.is_empty() || self.dirs[0].timed || self.dirs[1].timed
+    }
+
     /// Earliest deadline of any rewriter or discipline.
+    #[inline]
     pub fn poll_at(&self) -> Option<Instant> {
+        if !self.has_timers() {
+            return None;
+        }
+        self.next_deadline()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
         let mut t = self
             .rewriters
             .iter()

@@ -729,8 +729,15 @@ struct Overflow<'a> {
     now: u64,
 }
 
+/// Whether a backlog `b` is over the discipline's limits (packets or bytes, and memory).
+#[inline]
+fn over_limits(limit: Limit, memory: u64, b: Backlog) -> bool {
+    limit.exceeded_by(b.packets, b.bytes) || b.bytes > memory
+}
+
 /// Drop head packets of the fattest flows while the discipline is over its limits; each
 /// such flow's AQM hears of it.
+#[inline(never)]
 fn drop_from_fattest<P: Pkt, A: FlowAqm>(
     table: &mut FlowTable<P, A>,
     o: Overflow<'_>,
@@ -745,8 +752,7 @@ fn drop_from_fattest<P: Pkt, A: FlowAqm>(
         now,
     } = o;
     loop {
-        let b = stats.backlog;
-        if !limit.exceeded_by(b.packets, b.bytes) && b.bytes <= memory {
+        if !over_limits(limit, memory, stats.backlog) {
             return;
         }
         // Linux's fq_codel_drop() scans every bucket the same way (only buckets in use
@@ -895,19 +901,21 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for FqCodel<P, A> {
         if let Some(acks) = t.acks.get_mut(s) {
             filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
         }
-        let o = Overflow {
-            limit: self.limit,
-            memory: self.memory,
-            params: &self.params,
-            now: now.as_nanos(),
-        };
-        drop_from_fattest(
-            &mut self.table,
-            o,
-            &mut self.stats,
-            &mut self.counters,
-            drops,
-        );
+        if over_limits(self.limit, self.memory, self.stats.backlog) {
+            let o = Overflow {
+                limit: self.limit,
+                memory: self.memory,
+                params: &self.params,
+                now: now.as_nanos(),
+            };
+            drop_from_fattest(
+                &mut self.table,
+                o,
+                &mut self.stats,
+                &mut self.counters,
+                drops,
+            );
+        }
         debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
     }
 
@@ -1194,19 +1202,21 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
         if let Some(acks) = t.acks.get_mut(s) {
             filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
         }
-        let o = Overflow {
-            limit: self.limit,
-            memory: self.memory,
-            params: &self.params,
-            now: now.as_nanos(),
-        };
-        drop_from_fattest(
-            &mut self.flows,
-            o,
-            &mut self.stats,
-            &mut self.counters,
-            drops,
-        );
+        if over_limits(self.limit, self.memory, self.stats.backlog) {
+            let o = Overflow {
+                limit: self.limit,
+                memory: self.memory,
+                params: &self.params,
+                now: now.as_nanos(),
+            };
+            drop_from_fattest(
+                &mut self.flows,
+                o,
+                &mut self.stats,
+                &mut self.counters,
+                drops,
+            );
+        }
         debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
     }
 

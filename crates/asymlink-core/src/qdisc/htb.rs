@@ -510,7 +510,11 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             .expect("leaf")
             .enqueue(now, pkt, drops);
         self.note_backlog(l);
-        self.stats.absorb(drops, mark, len);
+        if drops.len() == mark {
+            self.stats.on_enqueue(len);
+        } else {
+            self.stats.absorb(drops, mark, len);
+        }
         self.charge_discards(l, drops, mark, now);
         debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
         debug_assert!(self.backlogged_noted());
