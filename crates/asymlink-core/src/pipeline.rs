@@ -547,6 +547,22 @@ mod tests {
     use crate::qdisc::testutil::*;
 
     #[test]
+    fn a_middlebox_has_timers_if_a_rewriter_or_discipline_has() {
+        let mb = |src: &str| -> Middlebox<HeaderPacket> {
+            let cfg: MiddleboxConfig = toml::from_str(src).unwrap();
+            Middlebox::new(&cfg, [None, None], 1).unwrap()
+        };
+        let fq = mb("[to_b]\nqdisc = { kind = \"fq_codel\" }\n[to_a]\nqdisc = { kind = \"fifo\", limit = \"10p\" }");
+        assert!(!fq.has_timers());
+        assert_eq!(fq.poll_at(), None);
+        let tbf = mb("[to_a]\nqdisc = { kind = \"tbf\", rate = \"1Mbit\" }");
+        assert!(tbf.has_timers());
+        let rw = mb("rewrite = [{ kind = \"set_dscp\", dscp = 10, dir = \"to_b\" }]");
+        assert!(rw.has_timers());
+        assert_eq!(rw.poll_at(), None);
+    }
+
+    #[test]
     fn classify_then_prioritise_per_direction() {
         let cfg: MiddleboxConfig = toml::from_str(
             r#"
