@@ -975,7 +975,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         Some(r)
     }
 
-    #[inline]
+    #[inline(always)]
     fn refresh_timer(&mut self, s: usize) {
         let t = self.tree(s).and_then(|mb| mb.poll_at());
         if t != self.slots[s].timer {
