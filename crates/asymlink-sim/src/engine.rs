@@ -24,7 +24,7 @@ use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
 use crate::packet::{ConnAddrs, ConnId, NodeId, SimPacket, NO_CONN};
 use crate::pcap::Capture;
-use crate::queue::{EventQueue, QueueEvent, Timer};
+use crate::queue::{EventQueue, PlacedTimer, QueueEvent, Timer};
 use crate::scenario::Spec;
 use crate::tcp::{Conditioner, ConnEvent, ConnIo, Connection, RwndPolicy, State, TcpConfig};
 use crate::topology::{
@@ -140,8 +140,10 @@ pub(crate) struct LinkDir {
     /// Where packets to send come from: its own discipline or a middlebox direction.
     pub source: Source,
     /// The live `TxDone` event (the transmitter frees up). It is scheduled only while
-    /// packets wait behind the transmitter, so an idle link costs no event per packet.
-    pub txdone: Timer,
+    /// packets wait behind the transmitter, so an idle link costs no event per packet;
+    /// a busy plain line with nothing waiting holds its place instead (a packet offered
+    /// before the line frees up arms it there).
+    pub txdone: PlacedTimer,
     /// The live `Wake` event (a discipline asked to be polled then).
     pub wake: Timer,
     /// Pure ACKs sent: packets, IP bytes, wire bytes.
@@ -682,6 +684,10 @@ impl World {
             self.now = at;
             self.events += 1;
             self.dispatch(ev);
+            if self.queue.renumber_due() {
+                self.queue
+                    .renumber_with(self.dirs.iter_mut().map(|d| &mut d.txdone));
+            }
         }
         self.now = self.now.max(limit);
         if self.now >= self.end {
@@ -799,8 +805,18 @@ impl World {
             ..
         } = &mut dirs[di];
         if !line.wants_packet(now) {
-            // Packets wait behind the transmitter: make sure it is woken when free.
-            txdone.arm_at(queue, line.free_at(), Ev::TxDone(d));
+            // Packets wait behind the transmitter: make sure it is woken when free. A
+            // plain line with nothing waiting would find nothing to do then: it holds
+            // the wake-up's place, for a packet offered before then.
+            if line.settled(now)
+                && line
+                    .busy_wake(now, source_backlog(mbs, source, line))
+                    .is_none()
+            {
+                txdone.hold_at(queue, line.free_at());
+            } else {
+                txdone.arm_at(queue, line.free_at(), Ev::TxDone(d));
+            }
             return;
         }
         let had_head = line.next_arrival().is_some();
@@ -917,7 +933,7 @@ impl World {
             let idle = self.mbs[m as usize].calm
                 && dir.line.free_at() <= now
                 && dir.line.settled(now)
-                && !dir.txdone.armed_by(now)
+                && !dir.txdone.armed_by(&self.queue, now)
                 && !dir.wake.armed_by(now);
             if !idle {
                 self.kick(d);

@@ -10,6 +10,20 @@
 //! Cancellation is lazy: an owner keeps a [`Timer`] holding the time of its one live
 //! entry and recognises stale entries when they pop.
 //!
+//! # Places held without entries
+//!
+//! A [`PlacedTimer`] can take its entry's place in the order without the entry
+//! ([`PlacedTimer::hold_at`]): it takes the sequence number a push would have taken and
+//! keeps it, and only if it is armed before that place has passed
+//! ([`PlacedTimer::arm_at`]) does the entry go into the queue, with that number — so it
+//! runs exactly where it would have run had it been pushed when the place was taken. An
+//! owner whose entry would find nothing to do when it fires holds its place instead and
+//! saves the event. A place never armed costs nothing but its number. Held places are
+//! renumbered with the pending entries: the owner of the queue renumbers early
+//! ([`EventQueue::renumber_due`], [`EventQueue::renumber_with`], given every
+//! `PlacedTimer`) while 2^28 numbers are left, and the queue refuses to renumber by
+//! itself once a place was held.
+//!
 //! # A calendar of slots
 //!
 //! Every entry ([`EventQueue::push`]) goes into the wheel unless its finest slot has
@@ -64,6 +78,12 @@ fn key_time(k: u128) -> u64 {
 
 /// Bits of a key below the time: the sequence and the event.
 const SEQ_SHIFT: u32 = 32;
+
+/// The key of a place: time and sequence number, the event bits zero.
+#[inline]
+fn place_key(t: Instant, seq: u32) -> u128 {
+    (t.as_nanos() as u128) << 64 | (seq as u128) << SEQ_SHIFT
+}
 
 /// A four-ary min-heap of keys (the children of `i` are `4i + 1 ..= 4i + 4`). The
 /// vector holds at least four `u128::MAX` keys after the `len` entries, so every node's
@@ -396,6 +416,16 @@ pub struct EventQueue<E> {
     /// The largest sequence number given before the pending entries are renumbered
     /// (`u32::MAX`; tests lower it).
     seq_max: u32,
+    /// `seq` from which [`EventQueue::renumber_due`] answers yes (`seq_max` less a
+    /// sixteenth).
+    renumber_at: u32,
+    /// Whether a place was held ([`PlacedTimer::hold_at`]) since the last renumbering:
+    /// then only [`EventQueue::renumber_with`], which is given the held places, may
+    /// renumber.
+    placed: bool,
+    /// The key of the entry popped last (0 before the first): held places at or before
+    /// it have passed.
+    last: u128,
     _ev: std::marker::PhantomData<E>,
 }
 
@@ -411,6 +441,9 @@ impl<E: QueueEvent> Default for EventQueue<E> {
             review_at: REVIEW_MIN,
             seq: 0,
             seq_max: u32::MAX,
+            renumber_at: u32::MAX - u32::MAX / 16,
+            placed: false,
+            last: 0,
             _ev: std::marker::PhantomData,
         }
     }
@@ -422,28 +455,85 @@ impl<E: QueueEvent> EventQueue<E> {
         Self::default()
     }
 
+    /// Give sequence numbers up to `m` before renumbering (tests).
+    #[cfg(test)]
+    fn set_seq_max(&mut self, m: u32) {
+        self.seq_max = m;
+        self.renumber_at = m - m / 16;
+    }
+
+    /// The next sequence number.
     #[inline]
-    fn entry(&mut self, t: Instant, ev: E) -> u128 {
+    fn next_seq(&mut self) -> u32 {
         if self.seq == self.seq_max {
-            self.renumber();
+            assert!(
+                !self.placed,
+                "sequence numbers ran out with places held: renumber_with was due"
+            );
+            self.renumber(&[]);
         }
         self.seq += 1;
-        let e = (t.as_nanos() as u128) << 64 | (self.seq as u128) << SEQ_SHIFT | ev.pack() as u128;
+        self.seq
+    }
+
+    #[inline]
+    fn entry(&mut self, t: Instant, ev: E) -> u128 {
+        let seq = self.next_seq();
+        let e = (t.as_nanos() as u128) << 64 | (seq as u128) << SEQ_SHIFT | ev.pack() as u128;
         debug_assert!(e != u128::MAX, "the key that marks an empty run or heap");
         e
     }
 
-    /// The sequence numbers ran out: number the pending entries 1, 2, ... in their order
-    /// (a strictly increasing map of the keys, so the heap stays a heap, the run stays
-    /// sorted and every entry stays in its slot of the wheel) and continue after them.
+    /// Whether the sequence numbers are running out and [`EventQueue::renumber_with`]
+    /// should be called (with 2^28 numbers left, or a sixteenth of a test's).
+    #[inline]
+    pub fn renumber_due(&self) -> bool {
+        self.seq >= self.renumber_at
+    }
+
+    /// Renumber the pending entries and the places `timers` hold (every
+    /// [`PlacedTimer`] used with this queue that may hold one), keeping their order.
     #[cold]
     #[inline(never)]
-    fn renumber(&mut self) {
+    pub fn renumber_with<'a>(&mut self, timers: impl Iterator<Item = &'a mut PlacedTimer>) {
+        let mut held: Vec<&'a mut PlacedTimer> = Vec::new();
+        for pt in timers {
+            if pt.seq != 0 {
+                if self.passed(pt.at.unwrap_or_default(), pt.seq) {
+                    *pt = PlacedTimer::default();
+                } else {
+                    held.push(pt);
+                }
+            }
+        }
+        let keys: Vec<u128> = held
+            .iter()
+            .map(|pt| place_key(pt.at.unwrap_or_default(), pt.seq))
+            .collect();
+        let new = self.renumber(&keys);
+        for (pt, k) in held.into_iter().zip(new) {
+            pt.seq = (k >> SEQ_SHIFT) as u32;
+        }
+        self.placed = false;
+    }
+
+    /// The sequence numbers ran out: number the pending entries, the entry popped last
+    /// and the held places `extra` (keys with the event bits zero) 1, 2, ... in their
+    /// order (a strictly increasing map of the keys, so the heap stays a heap, the run
+    /// stays sorted and every entry stays in its slot of the wheel) and continue after
+    /// them. Returns the keys `extra` map to.
+    #[cold]
+    #[inline(never)]
+    fn renumber(&mut self, extra: &[u128]) -> Vec<u128> {
         let last = self.run.len();
         let mut all: Vec<u128> = self.heap.entries().to_vec();
         all.extend_from_slice(&self.run[self.pos..last]);
         for s in &self.wheel.slots {
             all.extend_from_slice(s);
+        }
+        all.extend_from_slice(extra);
+        if self.last != 0 {
+            all.push(self.last);
         }
         all.sort_unstable();
         let low = (1u128 << SEQ_SHIFT) - 1;
@@ -462,18 +552,51 @@ impl<E: QueueEvent> EventQueue<E> {
                 *k = renumbered(*k);
             }
         }
+        if self.last != 0 {
+            self.last = renumbered(self.last);
+        }
+        let out = extra.iter().map(|&k| renumbered(k)).collect();
         self.seq = u32::try_from(all.len()).expect("fewer than 2^32 pending events");
         assert!(
             self.seq < self.seq_max,
             "more pending events than sequence numbers"
         );
+        out
+    }
+
+    /// Take the next sequence number for a place held without an entry.
+    #[inline]
+    fn hold(&mut self) -> u32 {
+        let seq = self.next_seq();
+        self.placed = true;
+        seq
+    }
+
+    /// Whether the place at `t` with sequence number `seq` has passed: an entry there
+    /// would have been popped already.
+    #[inline]
+    fn passed(&self, t: Instant, seq: u32) -> bool {
+        place_key(t, seq) < self.last
+    }
+
+    /// Schedule `ev` at `t` in the place held with sequence number `seq` (not passed).
+    #[inline]
+    fn push_placed(&mut self, t: Instant, seq: u32, ev: E) {
+        let e = place_key(t, seq) | ev.pack() as u128;
+        debug_assert!(e > self.last);
+        self.insert(e);
     }
 
     /// Schedule `ev` at `t`: into the wheel unless its finest slot was already taken out.
     #[inline(always)]
     pub fn push(&mut self, t: Instant, ev: E) {
         let e = self.entry(t, ev);
-        if t.as_nanos() < self.wheel.cur {
+        self.insert(e);
+    }
+
+    #[inline(always)]
+    fn insert(&mut self, e: u128) {
+        if key_time(e) < self.wheel.cur {
             self.near += 1;
             self.heap.push(e);
         } else {
@@ -566,6 +689,7 @@ impl<E: QueueEvent> EventQueue<E> {
                 } else {
                     self.heap.pop();
                 }
+                self.last = m;
                 return Some((Instant(at), E::unpack(m as u32)));
             }
             if !self.advance(limit) {
@@ -637,6 +761,79 @@ impl Timer {
     }
 }
 
+/// A timer with one live entry, like [`Timer`], that can also hold its entry's place
+/// without the entry ([`PlacedTimer::hold_at`]): for an owner whose entry would, as
+/// things stand, find nothing to do when it fires, but must run in its place among the
+/// events of its instant if something comes up before then ([`PlacedTimer::arm_at`]).
+/// Whatever is held or armed, the events run in the order they would have had, had every
+/// `hold_at` been an `arm_at`, less the held entries never armed — provided the timer is
+/// never moved back to an instant it left (as a transmitter's wake-up, which only moves
+/// later): there a [`Timer`] would take a stale entry for its live one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlacedTimer {
+    /// The time of the live entry or of the place held.
+    at: Option<Instant>,
+    /// The sequence number of the place held (its entry not in the queue), or 0: the
+    /// entry is in the queue.
+    seq: u32,
+}
+
+impl PlacedTimer {
+    /// The time of the live entry or held place, unless the place has passed (then, had
+    /// the entry been pushed, it would have fired).
+    #[inline]
+    fn live<E: QueueEvent>(&self, q: &EventQueue<E>) -> Option<Instant> {
+        match self.at {
+            Some(t) if self.seq != 0 && q.passed(t, self.seq) => None,
+            at => at,
+        }
+    }
+
+    /// Make sure the live entry fires exactly at `t`, as [`Timer::arm_at`]: a place held
+    /// at `t` gets its entry, pushed with the place's sequence number.
+    #[inline]
+    pub fn arm_at<E: QueueEvent>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
+        if self.live(q) == Some(t) {
+            if self.seq != 0 {
+                q.push_placed(t, self.seq, ev);
+                self.seq = 0;
+            }
+        } else {
+            self.at = Some(t);
+            self.seq = 0;
+            q.push(t, ev);
+        }
+    }
+
+    /// Take the place [`PlacedTimer::arm_at`] would take at `t`, without an entry (an
+    /// entry at another time becomes stale, a place at another time is given up);
+    /// nothing if the live entry or place is at `t` already.
+    #[inline]
+    pub fn hold_at<E: QueueEvent>(&mut self, q: &mut EventQueue<E>, t: Instant) {
+        if self.live(q) != Some(t) {
+            self.at = Some(t);
+            self.seq = q.hold();
+        }
+    }
+
+    /// Whether the live entry, or a place that has not passed, is due at `t` or earlier.
+    #[inline]
+    pub fn armed_by<E: QueueEvent>(&self, q: &EventQueue<E>, t: Instant) -> bool {
+        self.live(q).is_some_and(|s| s <= t)
+    }
+
+    /// An entry of this timer popped at `now`: whether it is the live one (then the timer
+    /// is disarmed) rather than a stale one to ignore.
+    #[inline]
+    pub fn fire(&mut self, now: Instant) -> bool {
+        let live = self.at == Some(now) && self.seq == 0;
+        if live {
+            self.at = None;
+        }
+        live
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -696,7 +893,7 @@ mod tests {
         {
             let mut rng = Rng::new(seed);
             let mut q = EventQueue::new();
-            q.seq_max = seq_max;
+            q.set_seq_max(seq_max);
             let mut reference: Vec<(u64, u32)> = Vec::new();
             let mut got = Vec::new();
             let mut now = 0u64;
@@ -771,7 +968,7 @@ mod tests {
             let mut rng = Rng::new(1000 + seed);
             let mut q = EventQueue::new();
             if seed % 3 == 1 {
-                q.seq_max = 5000;
+                q.set_seq_max(5000);
             }
             let mut reference = BinaryHeap::new();
             let mut n = 0u32;
@@ -871,6 +1068,153 @@ mod tests {
             let want = if phase % 2 == 0 { 7..=10 } else { 16..=21 };
             assert!(want.contains(&bits), "phase {phase}: {widths:?}");
         }
+    }
+
+    /// Owners that hold places ([`PlacedTimer::hold_at`]) and arm some of them later run
+    /// their events exactly where owners that pushed an entry for every hold
+    /// ([`Timer::arm_at`]) run theirs, less the entries of the holds never armed — with
+    /// places at the current instant, places that passed, and renumbering (sequence
+    /// numbers running out every few thousand) in between.
+    #[test]
+    fn held_places_keep_the_order_of_pushed_entries() {
+        use asymlink_core::rand::Rng;
+        const OWNERS: usize = 12;
+        for seed in 0..24u64 {
+            let mut rng = Rng::new(500 + seed);
+            // The reference pushes an entry for every hold; `needed` says whether its
+            // live entry was armed (else it fires as a no-op, which the other skips).
+            let mut old: EventQueue<u32> = EventQueue::new();
+            let mut old_t = [Timer::default(); OWNERS];
+            let mut needed = [false; OWNERS];
+            let mut new: EventQueue<u32> = EventQueue::new();
+            let mut new_t = [PlacedTimer::default(); OWNERS];
+            if seed % 2 == 1 {
+                old.set_seq_max(3000 + 100 * seed as u32);
+                new.set_seq_max(3000 + 100 * seed as u32);
+            }
+            let mut n = 0u32;
+            let mut fired = 0;
+            let mut renumbered = 0;
+            for _ in 0..40 {
+                n += 1;
+                let t = rng.below(1 << 20);
+                old.push(Instant(t), 1000 + n);
+                new.push(Instant(t), 1000 + n);
+            }
+            for step in 0..40_000u32 {
+                // The next event that does something, from both.
+                let want = loop {
+                    let Some((t, e)) = old.pop_until(Instant(u64::MAX)) else {
+                        break None;
+                    };
+                    if e < 1000 {
+                        let o = e as usize;
+                        if !old_t[o].fire(t) || !needed[o] {
+                            continue; // stale, or a hold never armed
+                        }
+                    }
+                    break Some((t, e));
+                };
+                let got = loop {
+                    let Some((t, e)) = new.pop_until(Instant(u64::MAX)) else {
+                        break None;
+                    };
+                    if e < 1000 && !new_t[e as usize].fire(t) {
+                        continue; // stale
+                    }
+                    break Some((t, e));
+                };
+                assert_eq!(got, want, "seed {seed} step {step}");
+                let Some((t, _)) = got else { break };
+                let now = t.0;
+                fired += 1;
+                if new.renumber_due() {
+                    new.renumber_with(new_t.iter_mut());
+                    renumbered += 1;
+                }
+                for (o, (ot, nt)) in old_t.iter().zip(&new_t).enumerate() {
+                    for d in [0, 1, 1 << 12] {
+                        let at = Instant(now + d);
+                        assert_eq!(ot.armed_by(at), nt.armed_by(&new, at), "seed {seed} step {step} owner {o} {ot:?} {nt:?} d {d} now {now} last {:x}", new.last);
+                    }
+                }
+                for _ in 0..rng.below(4) {
+                    let o = rng.below(OWNERS as u64) as usize;
+                    // Often the owner's own time (a hold there, then an arm), often now;
+                    // never earlier than the owner's time (as a transmitter's).
+                    let t = match rng.below(6) {
+                        0 => Instant(now),
+                        1 | 2 => new_t[o].at.unwrap_or(Instant(now)),
+                        3 => Instant(now + rng.below(1 << 10)),
+                        _ => Instant(now + rng.below(1 << 18)),
+                    };
+                    let t = t.max(new_t[o].at.unwrap_or(t)).max(Instant(now));
+                    match rng.below(5) {
+                        0 | 1 => {
+                            if old_t[o] != Timer(Some(t)) {
+                                needed[o] = false;
+                            }
+                            old_t[o].arm_at(&mut old, t, o as u32);
+                            new_t[o].hold_at(&mut new, t);
+                        }
+                        2 | 3 => {
+                            old_t[o].arm_at(&mut old, t, o as u32);
+                            needed[o] = true;
+                            new_t[o].arm_at(&mut new, t, o as u32);
+                        }
+                        _ => {
+                            n += 1;
+                            let t = Instant(now + rng.below(1 << 20));
+                            old.push(t, 1000 + n);
+                            new.push(t, 1000 + n);
+                        }
+                    }
+                }
+                if old.len() < 20 {
+                    n += 1;
+                    let t = Instant(now + rng.below(1 << 20));
+                    old.push(t, 1000 + n);
+                    new.push(t, 1000 + n);
+                }
+            }
+            assert!(fired > 30_000, "seed {seed}: {fired}");
+            assert!(seed % 2 == 0 || renumbered > 3, "seed {seed}: {renumbered}");
+        }
+    }
+
+    /// Places held across a renumbering keep their place among the entries of their
+    /// instant, before the entries pushed after it.
+    #[test]
+    fn renumbering_moves_held_places_with_the_entries() {
+        let mut q: EventQueue<u32> = EventQueue::new();
+        q.set_seq_max(64);
+        let mut timers = [PlacedTimer::default(); 2];
+        q.push(Instant(100), 1);
+        timers[0].hold_at(&mut q, Instant(100));
+        q.push(Instant(100), 2);
+        timers[1].hold_at(&mut q, Instant(100));
+        q.push(Instant(100), 3);
+        let mut renumbered = false;
+        for i in 0..100 {
+            q.push(Instant(50), 1000 + i);
+            assert_eq!(q.pop_until(Instant(60)), Some((Instant(50), 1000 + i)));
+            if q.renumber_due() {
+                let before = q.seq;
+                q.renumber_with(timers.iter_mut());
+                assert!(q.seq < before);
+                renumbered = true;
+            }
+        }
+        assert!(renumbered);
+        q.push(Instant(100), 4);
+        timers[1].arm_at(&mut q, Instant(100), 11);
+        timers[0].arm_at(&mut q, Instant(100), 10);
+        let mut got = Vec::new();
+        while let Some((t, e)) = q.pop_until(Instant(200)) {
+            assert_eq!(t, Instant(100));
+            got.push(e);
+        }
+        assert_eq!(got, [1, 10, 2, 11, 3, 4]);
     }
 
     #[test]

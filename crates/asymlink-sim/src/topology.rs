@@ -119,7 +119,7 @@ pub(crate) fn build_links(
                 to: to as NodeId,
                 line: Link::new(ds, Rng::new(loss_seed(seed, &l.name, dname)), false),
                 source: Source::Own(egress),
-                txdone: Timer::default(),
+                txdone: crate::queue::PlacedTimer::default(),
                 wake: Timer::default(),
                 tx_acks: (0, 0, 0),
                 sojourn_sum_ns: 0,
