@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pandas as pd
 import pytest
@@ -26,6 +28,7 @@ from asymlink.lab.bench import (
     subscriber_worker,
     tail_parts,
 )
+from asymlink.lab.box import box_config
 from asymlink.lab.netns import client_addr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +66,18 @@ def test_shipped_scenarios_parse() -> None:
 def test_scenario_errors_name_the_key(doc: dict, needle: str) -> None:
     with pytest.raises(LabError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         LabScenario.from_dict(doc)
+
+
+def test_the_lab_box_runs_under_sched_fifo_unless_the_scenario_says(tmp_path: Path) -> None:
+    lab = cast(Lab, SimpleNamespace(dir=tmp_path))  # box_config reads only `dir`
+    body = {"seed": 1, "emulation": {"to_a": {"rate": "8Mbit"}}}
+    assert box_config(lab, body, None)["process"] == {"realtime_priority": 20}
+    assert box_config(lab, body, None, role="access")["process"] == {"realtime_priority": 20}
+    own = box_config(lab, {**body, "process": {"realtime_priority": 5, "cpu": 1}}, None)
+    assert own["process"] == {"realtime_priority": 5, "cpu": 1}
+    off = box_config(lab, {**body, "process": {"realtime_priority": 0}}, None)
+    assert off["process"] == {}
+    assert body == {"seed": 1, "emulation": {"to_a": {"rate": "8Mbit"}}}, "left as it was"
 
 
 def test_unknown_shipped_name() -> None:
@@ -189,6 +204,7 @@ def test_lab_run_writes_tables_metrics_and_pcaps(live_ok: None, tmp_path: Path) 
     queues = pd.read_csv(tmp_path / "queues.csv")
     assert set(queues["queue"]) >= {"box.to_a", "box.to_b"}
     assert (tmp_path / "to_a.pcap").stat().st_size > 1000
+    assert "under SCHED_FIFO priority 20" in (tmp_path / "box.log").read_text()
     stats = json.loads((tmp_path / "box_stats.json").read_text())
     for d in stats["directions"].values():
         assert d["received"] == d["sent"] + sum(d["discarded"].values()) + d["held"]

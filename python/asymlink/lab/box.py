@@ -68,13 +68,27 @@ class BoxProcess:
 PLACES = {"router": (SIDE_A, SIDE_B, "box"), "access": (ACCESS_A, ACCESS_B, "access")}
 
 
+#: The `[process]` keys every lab box runs with unless its scenario's `[box.process]`
+#: (or the access line's) sets them: the event loop under SCHED_FIFO, so that a loaded
+#: machine does not make it wake up late. A late wake-up holds the emulated line's
+#: packets and then releases them back to back, which real TCP senders see as delivery
+#: faster than the line (BBR's bandwidth filter keeps such samples; docs/tcp.md). A
+#: scenario's `realtime_priority = 0` runs the box without it (the ordinary scheduler).
+PROCESS: dict[str, Any] = {"realtime_priority": 20}
+
+
 def box_config(lab: Lab, body: dict[str, Any], capture_dir: Path | None,
                role: str = "router") -> dict[str, Any]:
     """The full box configuration for `lab`: `body` (the scenario's `[box]`: pipelines,
-    emulation, rewriters, seed, ...) plus interfaces, stats and captures. `role` is
-    `router` (the box under test) or `access` (the emulated access line)."""
+    emulation, rewriters, seed, ...) plus interfaces, stats and captures, and the lab's
+    `[process]` defaults (`PROCESS`) under the body's own. `role` is `router` (the box
+    under test) or `access` (the emulated access line)."""
     a, b, stem = PLACES[role]
     cfg = {k: v for k, v in body.items() if k not in ("interfaces", "stats", "capture")}
+    process = {**PROCESS, **body.get("process", {})}
+    if process.get("realtime_priority") == 0:
+        del process["realtime_priority"]
+    cfg["process"] = process
     cfg["interfaces"] = {"kind": "packet", "a": a, "b": b, **body.get("interfaces", {})}
     cfg["stats"] = {"socket": str(lab.dir / f"{stem}.sock"),
                     "file": str(lab.dir / f"{stem}-final.json"),
