@@ -2,7 +2,8 @@
 over an ACK-filtered slow reverse link, and BBR downloads (Linux tcp_bbr / the model) on
 those paths and a fixed bottleneck — run in the simulator (`linux` TCP profile) and in
 the namespace lab with real Linux TCP gives the same ordering of arms, every compared
-metric within ±15 %, and for BBR the same number of PROBE_RTT episodes (seen in the lab
+metric within ±15 % (of the simulator's range over ten seeds, for the metrics that spread
+with the seed), and for BBR the same number of PROBE_RTT episodes (seen in the lab
 through TCP_CC_INFO).
 
 The translation tests run anywhere; the lab test needs root and network namespaces and is
