@@ -805,6 +805,13 @@ impl PlacedTimer {
         }
     }
 
+    /// Whether the live entry is in the queue at `t` (then [`PlacedTimer::arm_at`] and
+    /// [`PlacedTimer::hold_at`] at `t` do nothing).
+    #[inline]
+    pub fn pushed_at(&self, t: Instant) -> bool {
+        self.at == Some(t) && self.seq == 0
+    }
+
     /// Take the place [`PlacedTimer::arm_at`] would take at `t`, without an entry (an
     /// entry at another time becomes stale, a place at another time is given up);
     /// nothing if the live entry or place is at `t` already.
