@@ -791,8 +791,11 @@ impl PlacedTimer {
 
     /// Make sure the live entry fires exactly at `t`, as [`Timer::arm_at`]: a place held
     /// at `t` gets its entry, pushed with the place's sequence number.
-    #[inline]
+    #[inline(always)]
     pub fn arm_at<E: QueueEvent>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
+        if self.pushed_at(t) {
+            return;
+        }
         if self.live(q) == Some(t) {
             if self.seq != 0 {
                 q.push_placed(t, self.seq, ev);
