@@ -808,14 +808,17 @@ impl World {
             // Packets wait behind the transmitter: make sure it is woken when free. A
             // plain line with nothing waiting would find nothing to do then: it holds
             // the wake-up's place, for a packet offered before then.
-            if line.settled(now)
+            let t = line.free_at();
+            if txdone.pushed_at(t) {
+                // Scheduled already (the usual case).
+            } else if line.settled(now)
                 && line
                     .busy_wake(now, source_backlog(mbs, source, line))
                     .is_none()
             {
-                txdone.hold_at(queue, line.free_at());
+                txdone.hold_at(queue, t);
             } else {
-                txdone.arm_at(queue, line.free_at(), Ev::TxDone(d));
+                txdone.arm_at(queue, t, Ev::TxDone(d));
             }
             return;
         }

@@ -791,8 +791,11 @@ impl PlacedTimer {
 
     /// Make sure the live entry fires exactly at `t`, as [`Timer::arm_at`]: a place held
     /// at `t` gets its entry, pushed with the place's sequence number.
-    #[inline]
+    #[inline(always)]
     pub fn arm_at<E: QueueEvent>(&mut self, q: &mut EventQueue<E>, t: Instant, ev: E) {
+        if self.pushed_at(t) {
+            return;
+        }
         if self.live(q) == Some(t) {
             if self.seq != 0 {
                 q.push_placed(t, self.seq, ev);
@@ -803,6 +806,13 @@ impl PlacedTimer {
             self.seq = 0;
             q.push(t, ev);
         }
+    }
+
+    /// Whether the live entry is in the queue at `t` (then [`PlacedTimer::arm_at`] and
+    /// [`PlacedTimer::hold_at`] at `t` do nothing).
+    #[inline]
+    pub fn pushed_at(&self, t: Instant) -> bool {
+        self.at == Some(t) && self.seq == 0
     }
 
     /// Take the place [`PlacedTimer::arm_at`] would take at `t`, without an entry (an

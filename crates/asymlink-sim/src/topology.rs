@@ -233,6 +233,14 @@ pub(crate) enum RouterRoutes {
     Dense(Vec<u32>),
 }
 
+impl RouterRoutes {
+    /// No route toward any host yet.
+    const EMPTY: RouterRoutes = RouterRoutes::Sparse {
+        default: NO_ROUTE,
+        exceptions: Vec::new(),
+    };
+}
+
 /// A sparse router with more exceptions than this turns dense: a lookup then costs one
 /// index, and a dense table of its hosts is at most a few times the sparse list's size.
 const DENSE_AFTER: usize = 16;
@@ -279,35 +287,58 @@ impl RouterRoutes {
     }
 }
 
-/// Static routes, `routes[router]`: BFS from every host over the link graph (hop count,
-/// ties broken by link order) gives each router its next hop toward each host.
-/// The same search says whether a flow's sender reaches its receiver: fails if a flow's
-/// endpoints are not connected.
+/// Static routes, `routes[router]`: each router's next hop toward each host along a
+/// shortest path (hop count; only routers forward, so a path passes through no host but
+/// its two ends; ties broken by link order). Fails if a flow's endpoints are not
+/// connected. A topology whose links form a forest (the access network: home gateways on
+/// lines to a DSLAM, servers behind a core router) takes its routes from the tree's
+/// structure in time linear in its size plus the dense tables; any other topology
+/// searches breadth-first from every host ([`search_routes`]), with the same answers.
 pub(crate) fn build_routes(
     spec: &Spec,
     nodes: &[Node],
     hosts: &[Host],
     adj: &Adjacency,
 ) -> Result<Vec<RouterRoutes>, ConfigError> {
+    let host_nodes: Vec<usize> = hosts.iter().map(|h| h.node as usize).collect();
+    let flows: Vec<(usize, usize)> = spec.flows.iter().map(|f| (f.from, f.to)).collect();
+    let (routes, unconnected) = forest_routes(nodes, &host_nodes, adj, &flows)
+        .unwrap_or_else(|| search_routes(nodes, &host_nodes, adj, &flows));
+    if let Some(i) = unconnected {
+        let f = &spec.flows[i];
+        return Err(ConfigError::new(
+            format!("flows[{i}]"),
+            format!(
+                "no path from '{}' to '{}'",
+                spec.nodes[f.from].name, spec.nodes[f.to].name
+            ),
+        ));
+    }
+    Ok(routes)
+}
+
+/// Routes and the first flow (`(from, to)` nodes) whose sender the search from its
+/// receiving host does not reach: a breadth-first search from every host over all nodes
+/// gives each router its next hop toward it (the first link toward a neighbour one hop
+/// closer).
+fn search_routes(
+    nodes: &[Node],
+    host_nodes: &[usize],
+    adj: &Adjacency,
+    flows: &[(usize, usize)],
+) -> (Vec<RouterRoutes>, Option<usize>) {
     let routers = nodes
         .iter()
         .filter(|n| matches!(n.role, NodeRole::Router(_)))
         .count();
-    let mut routes = vec![
-        RouterRoutes::Sparse {
-            default: NO_ROUTE,
-            exceptions: Vec::new(),
-        };
-        routers
-    ];
+    let mut routes = vec![RouterRoutes::EMPTY; routers];
     // The flows toward each node, and the first flow without a path.
     let mut flows_to = vec![Vec::new(); nodes.len()];
-    for (i, f) in spec.flows.iter().enumerate() {
-        flows_to[f.to].push(i);
+    for (i, &(_, to)) in flows.iter().enumerate() {
+        flows_to[to].push(i);
     }
     let mut unconnected: Option<usize> = None;
-    for (hi, h) in hosts.iter().enumerate() {
-        let target = h.node as usize;
+    for (hi, &target) in host_nodes.iter().enumerate() {
         let dist = hops_to(nodes, adj, target);
         for (u, n) in nodes.iter().enumerate() {
             if let NodeRole::Router(r) = n.role {
@@ -320,27 +351,235 @@ pub(crate) fn build_routes(
                         .map(|&(_, d)| d)
                         .next()
                 };
-                routes[r as usize].push(hi as u32, best.unwrap_or(NO_ROUTE), hosts.len());
+                routes[r as usize].push(hi as u32, best.unwrap_or(NO_ROUTE), host_nodes.len());
             }
         }
         // Links are two-way: a sender the search from the receiver reaches has a path.
         for &i in &flows_to[target] {
-            if dist[spec.flows[i].from] == u32::MAX {
+            if dist[flows[i].0] == u32::MAX {
                 unconnected = Some(unconnected.map_or(i, |j| j.min(i)));
             }
         }
     }
-    if let Some(i) = unconnected {
-        let f = &spec.flows[i];
-        return Err(ConfigError::new(
-            format!("flows[{i}]"),
-            format!(
-                "no path from '{}' to '{}'",
-                spec.nodes[f.from].name, spec.nodes[f.to].name
-            ),
-        ));
+    (routes, unconnected)
+}
+
+/// [`search_routes`]' answers from the structure of a forest, or `None` if the links
+/// (parallel links and loops aside) form a cycle. Between a router and a host there is
+/// then one path; it carries packets if every node inside it is a router. So within a
+/// tree of routers (the routers and the links between them) rooted anywhere, a router
+/// reaches a host attached to a router of its tree — toward it directly, toward the child
+/// whose subtree holds that router, or toward its parent — and no other. A router counts
+/// the hosts of each direction and lists only the hosts that differ from host 0's
+/// direction, or fills a table by host if they are more than a sparse list keeps.
+fn forest_routes(
+    nodes: &[Node],
+    host_nodes: &[usize],
+    adj: &Adjacency,
+    flows: &[(usize, usize)],
+) -> Option<(Vec<RouterRoutes>, Option<usize>)> {
+    let n = nodes.len();
+    let is_router = |u: usize| matches!(nodes[u].role, NodeRole::Router(_));
+    // A forest: every link between two nodes not yet connected (union-find).
+    let mut up: Vec<usize> = (0..n).collect();
+    fn root(up: &mut [usize], mut u: usize) -> usize {
+        while up[u] != u {
+            up[u] = up[up[u]];
+            u = up[u];
+        }
+        u
     }
-    Ok(routes)
+    // The first link direction from each node toward each distinct neighbour, in link
+    // order (`first[u]`: (neighbour, direction)).
+    let mut first: Vec<Vec<(usize, u32)>> = Vec::with_capacity(n);
+    let mut seen = vec![usize::MAX; n];
+    for (u, a) in adj.iter().enumerate() {
+        let mut f = Vec::new();
+        for &(v, d) in a {
+            if v != u && seen[v] != u {
+                seen[v] = u;
+                f.push((v, d));
+                if u < v {
+                    let (ru, rv) = (root(&mut up, u), root(&mut up, v));
+                    if ru == rv {
+                        return None;
+                    }
+                    up[ru] = rv;
+                }
+            }
+        }
+        first.push(f);
+    }
+    // Trees of routers, in preorder: each router's tree, parent, and preorder interval.
+    let mut tree = vec![usize::MAX; n];
+    let mut parent = vec![usize::MAX; n];
+    let mut tin = vec![0usize; n];
+    let mut tout = vec![0usize; n];
+    let mut order = 0;
+    let mut stack: Vec<(usize, usize)> = Vec::new();
+    for s in 0..n {
+        if !is_router(s) || tree[s] != usize::MAX {
+            continue;
+        }
+        tree[s] = s;
+        tin[s] = order;
+        order += 1;
+        stack.push((s, 0));
+        while let Some(&mut (u, ref mut k)) = stack.last_mut() {
+            if let Some(&(v, _)) = first[u].get(*k) {
+                *k += 1;
+                if is_router(v) && tree[v] == usize::MAX {
+                    tree[v] = s;
+                    parent[v] = u;
+                    tin[v] = order;
+                    order += 1;
+                    stack.push((v, 0));
+                }
+            } else {
+                tout[u] = order;
+                stack.pop();
+            }
+        }
+    }
+    // Every host's attachments (host index, router), by the router's preorder: a tree's
+    // attachments are consecutive, a subtree's too.
+    let mut att: Vec<(usize, u32)> = Vec::new();
+    for (hi, &h) in host_nodes.iter().enumerate() {
+        for &(v, _) in &first[h] {
+            if is_router(v) {
+                att.push((v, hi as u32));
+            }
+        }
+    }
+    att.sort_unstable_by_key(|&(r, h)| (tin[r], h));
+    let keys: Vec<usize> = att.iter().map(|&(r, _)| tin[r]).collect();
+    // The attachments within preorder interval `[a, b)`.
+    let span = |a: usize, b: usize| -> std::ops::Range<usize> {
+        keys.partition_point(|&k| k < a)..keys.partition_point(|&k| k < b)
+    };
+    // Host 0's attachment in each tree.
+    let host0: HashMap<usize, usize> = (0..att.len())
+        .filter(|&k| att[k].1 == 0)
+        .map(|k| (tree[att[k].0], k))
+        .collect();
+    // A tree's hosts not attached to it, made when a router of it needs them.
+    let mut strangers: HashMap<usize, Vec<u32>> = HashMap::new();
+    let hosts = host_nodes.len();
+    let mut routes = Vec::new();
+    for u in 0..n {
+        if !is_router(u) {
+            continue;
+        }
+        let t = tree[u];
+        let whole = span(tin[t], tout[t]);
+        let own = span(tin[u], tout[u]);
+        let toward = |v: usize| first[u].iter().find(|&&(w, _)| w == v).map(|&(_, d)| d);
+        let up_dir = (parent[u] != usize::MAX).then(|| toward(parent[u]).expect("parent"));
+        // Directions of the attachments in `own`: to the host itself, or to the child.
+        let mut groups: Vec<(Option<u32>, std::ops::Range<usize>)> = Vec::new();
+        let mut i = own.start;
+        for &(c, d) in &first[u] {
+            if is_router(c) && parent[c] == u && tree[c] == t {
+                let r = span(tin[c], tout[c]);
+                if r.start > i {
+                    groups.push((None, i..r.start)); // attached to `u` itself
+                }
+                if !r.is_empty() {
+                    groups.push((Some(d), r.clone()));
+                }
+                i = i.max(r.end);
+            }
+        }
+        if own.end > i {
+            groups.push((None, i..own.end));
+        }
+        let dir_of = |k: usize, g: &(Option<u32>, std::ops::Range<usize>)| -> u32 {
+            g.0.unwrap_or_else(|| toward(host_nodes[att[k].1 as usize]).expect("attached host"))
+        };
+        let outside = (whole.end - whole.start) - (own.end - own.start);
+        let unreached = hosts - (whole.end - whole.start);
+        // Host 0's direction, and how many hosts share it.
+        let (default, shared) = if hosts == 0 {
+            (NO_ROUTE, 0)
+        } else if let Some(&k) = host0.get(&t) {
+            if own.contains(&k) {
+                let g = groups.iter().find(|g| g.1.contains(&k)).expect("grouped");
+                let size = if g.0.is_none() { 1 } else { g.1.len() };
+                (dir_of(k, g), size)
+            } else {
+                (up_dir.expect("outside the subtree"), outside)
+            }
+        } else {
+            (NO_ROUTE, unreached)
+        };
+        if hosts - shared <= DENSE_AFTER {
+            let mut exceptions: Vec<(u32, u32)> = Vec::new();
+            for g in groups.iter().filter(|g| g.0 != Some(default)) {
+                for k in g.1.clone() {
+                    let d = dir_of(k, g);
+                    if d != default {
+                        exceptions.push((att[k].1, d));
+                    }
+                }
+            }
+            if let Some(d) = up_dir.filter(|&d| d != default) {
+                for k in (whole.start..own.start).chain(own.end..whole.end) {
+                    exceptions.push((att[k].1, d));
+                }
+            }
+            if default != NO_ROUTE && unreached > 0 {
+                let list = strangers.entry(t).or_insert_with(|| {
+                    let mut mine = vec![false; hosts];
+                    for k in whole.clone() {
+                        mine[att[k].1 as usize] = true;
+                    }
+                    (0..hosts as u32).filter(|&h| !mine[h as usize]).collect()
+                });
+                exceptions.extend(list.iter().map(|&h| (h, NO_ROUTE)));
+            }
+            exceptions.sort_unstable();
+            routes.push(RouterRoutes::Sparse {
+                default,
+                exceptions,
+            });
+        } else {
+            let mut table = vec![NO_ROUTE; hosts];
+            if let Some(d) = up_dir {
+                for k in (whole.start..own.start).chain(own.end..whole.end) {
+                    table[att[k].1 as usize] = d;
+                }
+            }
+            for g in &groups {
+                for k in g.1.clone() {
+                    table[att[k].1 as usize] = dir_of(k, g);
+                }
+            }
+            routes.push(RouterRoutes::Dense(table));
+        }
+    }
+    // A flow's sender is reached from its receiving host `h` if it is `h`, a neighbour of
+    // it, a router of a tree `h` is attached to, or a node next to such a router.
+    let host_of: HashMap<usize, usize> = host_nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| (h, i))
+        .collect();
+    let unconnected = flows.iter().position(|&(from, to)| {
+        if !host_of.contains_key(&to) || from == to {
+            return false;
+        }
+        let trees: Vec<usize> = first[to]
+            .iter()
+            .filter(|&&(v, _)| is_router(v))
+            .map(|&(v, _)| tree[v])
+            .collect();
+        let in_reach = |x: usize| is_router(x) && trees.contains(&tree[x]);
+        let reached = first[to].iter().any(|&(v, _)| v == from)
+            || in_reach(from)
+            || first[from].iter().any(|&(v, _)| in_reach(v));
+        !reached
+    });
+    Some((routes, unconnected))
 }
 
 /// Hop counts toward `target` over the link graph (`u32::MAX`: no path). Only routers
@@ -419,6 +658,165 @@ mod tests {
             error(&src).as_deref(),
             Some("flows[0]: no path from 's' to 'x'")
         );
+    }
+
+    /// Routes from a forest's structure equal those of the breadth-first search from every
+    /// host, and so does the first unconnected flow.
+    fn same_routes(
+        nodes: &[crate::engine::Node],
+        host_nodes: &[usize],
+        adj: &super::Adjacency,
+        flows: &[(usize, usize)],
+    ) -> bool {
+        let want = super::search_routes(nodes, host_nodes, adj, flows);
+        match super::forest_routes(nodes, host_nodes, adj, flows) {
+            Some(got) => {
+                assert_eq!(got, want);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Random topologies: forests of routers and hosts (hosts on several routers or on
+    /// each other, parallel links, loops, isolated parts, the dense tables of an
+    /// access network's routers) and graphs with cycles, which the forest refuses.
+    #[test]
+    fn forest_routes_match_the_search() {
+        use crate::engine::{Node, NodeRole};
+        use asymlink_core::rand::Rng;
+        let mut forests = 0;
+        for seed in 0..300u64 {
+            let mut rng = Rng::new(seed);
+            let n = 2 + rng.below(if seed % 10 == 0 { 400 } else { 40 }) as usize;
+            let (mut routers, mut hosts) = (0u32, Vec::new());
+            let nodes: Vec<Node> = (0..n)
+                .map(|u| {
+                    let role = if rng.below(100) < 45 {
+                        routers += 1;
+                        NodeRole::Router(routers - 1)
+                    } else {
+                        hosts.push(u);
+                        NodeRole::Host(hosts.len() as u32 - 1)
+                    };
+                    Node { role }
+                })
+                .collect();
+            let mut adj = vec![Vec::new(); n];
+            let mut dirs = 0u32;
+            let mut link = |adj: &mut super::Adjacency, a: usize, b: usize| {
+                adj[a].push((b, dirs));
+                adj[b].push((a, dirs + 1));
+                dirs += 2;
+            };
+            // A random tree over part of the nodes (each joins an earlier one), some
+            // parallel links and loops, and now and then a cycle.
+            for v in 1..n {
+                if rng.below(10) > 0 {
+                    let u = rng.below(v as u64) as usize;
+                    link(&mut adj, u, v);
+                    if rng.below(20) == 0 {
+                        link(&mut adj, v, u);
+                    }
+                }
+                if rng.below(50) == 0 {
+                    link(&mut adj, v, v);
+                }
+            }
+            if seed % 3 == 0 {
+                let (a, b) = (rng.below(n as u64) as usize, rng.below(n as u64) as usize);
+                if a != b {
+                    link(&mut adj, a, b);
+                }
+            }
+            let flows: Vec<(usize, usize)> = (0..rng.below(30))
+                .map(|_| (rng.below(n as u64) as usize, rng.below(n as u64) as usize))
+                .collect();
+            if same_routes(&nodes, &hosts, &adj, &flows) {
+                forests += 1;
+            }
+        }
+        assert!(forests > 200, "{forests}");
+        // An access network: servers on a core router, a DSLAM, lines with a home gateway
+        // and a host each (the DSLAM's and the core's tables dense, the gateways' sparse).
+        let mut nodes = Vec::new();
+        let mut hosts = Vec::new();
+        let mut routers = 0;
+        let mut add = |router: bool, hosts: &mut Vec<usize>, nodes: &mut Vec<Node>| {
+            let role = if router {
+                routers += 1;
+                NodeRole::Router(routers - 1)
+            } else {
+                hosts.push(nodes.len());
+                NodeRole::Host(hosts.len() as u32 - 1)
+            };
+            nodes.push(Node { role });
+            nodes.len() - 1
+        };
+        let core = add(true, &mut hosts, &mut nodes);
+        let dslam = add(true, &mut hosts, &mut nodes);
+        let mut edges = vec![(core, dslam)];
+        for _ in 0..8 {
+            edges.push((add(false, &mut hosts, &mut nodes), core));
+        }
+        for _ in 0..300 {
+            let home = add(true, &mut hosts, &mut nodes);
+            let sub = add(false, &mut hosts, &mut nodes);
+            edges.extend([(sub, home), (home, dslam)]);
+        }
+        let mut adj = vec![Vec::new(); nodes.len()];
+        for (i, &(a, b)) in edges.iter().enumerate() {
+            adj[a].push((b, 2 * i as u32));
+            adj[b].push((a, 2 * i as u32 + 1));
+        }
+        let flows: Vec<(usize, usize)> = (0..300).map(|i| (hosts[i % 8], hosts[8 + i])).collect();
+        assert!(same_routes(&nodes, &hosts, &adj, &flows));
+    }
+
+    /// The same on every scenario file in the repository that parses.
+    #[test]
+    fn forest_routes_match_the_search_on_the_scenarios() {
+        use crate::scenario::Spec;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut files = Vec::new();
+        let mut dirs = vec![
+            root.join("examples"),
+            root.join("python"),
+            root.join("tests"),
+        ];
+        while let Some(d) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "toml") {
+                    files.push(p);
+                }
+            }
+        }
+        let (mut checked, mut forests) = (0, 0);
+        for p in files {
+            let src = std::fs::read_to_string(&p).unwrap();
+            let Ok(spec) = Spec::parse_in(&src, p.parent()) else {
+                continue;
+            };
+            let Ok((nodes, mut hosts)) = super::build_topology(&spec) else {
+                continue;
+            };
+            let Ok((_, adj)) = super::build_links(&spec, spec.seed, &nodes, &mut hosts) else {
+                continue;
+            };
+            let host_nodes: Vec<usize> = hosts.iter().map(|h| h.node as usize).collect();
+            let flows: Vec<(usize, usize)> = spec.flows.iter().map(|f| (f.from, f.to)).collect();
+            checked += 1;
+            if same_routes(&nodes, &host_nodes, &adj, &flows) {
+                forests += 1;
+            }
+        }
+        assert!(checked >= 100 && forests >= 100, "{checked} {forests}");
     }
 
     /// A router's routes answer as a full table would, whether they stay sparse (a home
