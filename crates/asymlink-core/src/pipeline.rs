@@ -458,8 +458,23 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
         r
     }
 
+    /// Whether [`Middlebox::poll_at`] can ever name an instant: some rewriter, or a
+    /// discipline with timers ([`Qdisc::has_timers`]). Fixed when the middlebox is built.
+    #[inline]
+    pub fn has_timers(&self) -> bool {
+        !self.rewriters.is_empty() || self.dirs[0].timed || self.dirs[1].timed
+    }
+
     /// Earliest deadline of any rewriter or discipline.
+    #[inline]
     pub fn poll_at(&self) -> Option<Instant> {
+        if !self.has_timers() {
+            return None;
+        }
+        self.next_deadline()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
         let mut t = self
             .rewriters
             .iter()
@@ -530,6 +545,22 @@ mod tests {
     use super::*;
     use crate::packet::HeaderPacket;
     use crate::qdisc::testutil::*;
+
+    #[test]
+    fn a_middlebox_has_timers_if_a_rewriter_or_discipline_has() {
+        let mb = |src: &str| -> Middlebox<HeaderPacket> {
+            let cfg: MiddleboxConfig = toml::from_str(src).unwrap();
+            Middlebox::new(&cfg, [None, None], 1).unwrap()
+        };
+        let fq = mb("[to_b]\nqdisc = { kind = \"fq_codel\" }\n[to_a]\nqdisc = { kind = \"fifo\", limit = \"10p\" }");
+        assert!(!fq.has_timers());
+        assert_eq!(fq.poll_at(), None);
+        let tbf = mb("[to_a]\nqdisc = { kind = \"tbf\", rate = \"1Mbit\" }");
+        assert!(tbf.has_timers());
+        let rw = mb("rewrite = [{ kind = \"set_dscp\", dscp = 10, dir = \"to_b\" }]");
+        assert!(rw.has_timers());
+        assert_eq!(rw.poll_at(), None);
+    }
 
     #[test]
     fn classify_then_prioritise_per_direction() {

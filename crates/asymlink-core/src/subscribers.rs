@@ -790,10 +790,14 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     /// of their subscribers; those of its timers (either direction) do not: the counts
     /// stay too high, which only delays those subscribers' trees until the top level
     /// empties.
+    #[inline]
     fn count_drops(&mut self, s: usize, from: usize, dir: Option<Dir>, drops: &Drops<P>) {
-        if drops.len() <= from {
-            return;
+        if drops.len() > from {
+            self.count_new_drops(s, from, dir, drops);
         }
+    }
+
+    fn count_new_drops(&mut self, s: usize, from: usize, dir: Option<Dir>, drops: &Drops<P>) {
         if s == 0 {
             if let Some(d) = dir {
                 for x in drops.since(from) {
@@ -971,6 +975,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         Some(r)
     }
 
+    #[inline(always)]
     fn refresh_timer(&mut self, s: usize) {
         let t = self.tree(s).and_then(|mb| mb.poll_at());
         if t != self.slots[s].timer {

@@ -729,8 +729,15 @@ struct Overflow<'a> {
     now: u64,
 }
 
+/// Whether a backlog `b` is over the discipline's limits (packets or bytes, and memory).
+#[inline]
+fn over_limits(limit: Limit, memory: u64, b: Backlog) -> bool {
+    limit.exceeded_by(b.packets, b.bytes) || b.bytes > memory
+}
+
 /// Drop head packets of the fattest flows while the discipline is over its limits; each
 /// such flow's AQM hears of it.
+#[inline(never)]
 fn drop_from_fattest<P: Pkt, A: FlowAqm>(
     table: &mut FlowTable<P, A>,
     o: Overflow<'_>,
@@ -745,8 +752,7 @@ fn drop_from_fattest<P: Pkt, A: FlowAqm>(
         now,
     } = o;
     loop {
-        let b = stats.backlog;
-        if !limit.exceeded_by(b.packets, b.bytes) && b.bytes <= memory {
+        if !over_limits(limit, memory, stats.backlog) {
             return;
         }
         // Linux's fq_codel_drop() scans every bucket the same way (only buckets in use
@@ -895,19 +901,21 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for FqCodel<P, A> {
         if let Some(acks) = t.acks.get_mut(s) {
             filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
         }
-        let o = Overflow {
-            limit: self.limit,
-            memory: self.memory,
-            params: &self.params,
-            now: now.as_nanos(),
-        };
-        drop_from_fattest(
-            &mut self.table,
-            o,
-            &mut self.stats,
-            &mut self.counters,
-            drops,
-        );
+        if over_limits(self.limit, self.memory, self.stats.backlog) {
+            let o = Overflow {
+                limit: self.limit,
+                memory: self.memory,
+                params: &self.params,
+                now: now.as_nanos(),
+            };
+            drop_from_fattest(
+                &mut self.table,
+                o,
+                &mut self.stats,
+                &mut self.counters,
+                drops,
+            );
+        }
         debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
     }
 
@@ -983,10 +991,27 @@ pub struct HostFqCodel<P, A = CodelVars> {
     hosts: Vec<Host>,
     n_hosts: u32,
     host_lists: Lists,
+    /// Where the last packet offered went, checked before use: packets mostly come in
+    /// runs of one flow, whose ways then need no search.
+    last: Option<LastWays>,
     stats: QdiscStats,
     counters: CodelCounters,
     new_flow_count: u64,
     new_host_count: u64,
+}
+
+/// The host and flow ways (tags, buckets, slots) a packet was queued in. A tag is in use
+/// in at most one way of its set (a way takes a tag only when the search found none), so
+/// while both slots still hold these buckets and tags, a search for the same tags would
+/// find exactly these ways.
+#[derive(Clone, Copy, Debug)]
+struct LastWays {
+    htag: u64,
+    ftag: u64,
+    h: u32,
+    hs: u32,
+    f: u32,
+    s: u32,
 }
 
 /// Find a way in the set of `tag` (tables of `n`, a multiple of [`WAYS`], buckets whose
@@ -1072,6 +1097,7 @@ impl<P: Pkt, A: FlowAqm> HostFqCodel<P, A> {
             hosts: Vec::new(),
             n_hosts: cfg.host_buckets,
             host_lists: Lists::default(),
+            last: None,
             stats: QdiscStats::default(),
             counters: CodelCounters::default(),
             new_flow_count: 0,
@@ -1082,6 +1108,46 @@ impl<P: Pkt, A: FlowAqm> HostFqCodel<P, A> {
     /// Hosts currently on the schedule.
     pub fn active_hosts(&self) -> usize {
         self.host_slots.used()
+    }
+
+    /// Whether the ways of `l` still hold host tag `htag` and flow tag `ftag`.
+    #[inline]
+    fn same_ways(&self, l: &LastWays, htag: u64, ftag: u64) -> bool {
+        let (hs, s) = (l.hs as usize, l.s as usize);
+        l.htag == htag
+            && l.ftag == ftag
+            && self.host_slots.owner.get(hs) == Some(&l.h)
+            && self.hosts[hs].tag == htag
+            && self.flows.slots.owner.get(s) == Some(&l.f)
+            && self.flows.flows[s].tag == ftag
+    }
+
+    /// Queue `pkt` (of `len` bytes) in flow slot `s`, then filter its flow's ACKs and
+    /// keep the limits.
+    #[inline]
+    fn queue(&mut self, now: Instant, pkt: P, len: u32, s: usize, drops: &mut Drops<P>) {
+        let t = &mut self.flows;
+        t.flows[s].q.push(now, pkt);
+        self.stats.on_enqueue(len);
+        if let Some(acks) = t.acks.get_mut(s) {
+            filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
+        }
+        if over_limits(self.limit, self.memory, self.stats.backlog) {
+            let o = Overflow {
+                limit: self.limit,
+                memory: self.memory,
+                params: &self.params,
+                now: now.as_nanos(),
+            };
+            drop_from_fattest(
+                &mut self.flows,
+                o,
+                &mut self.stats,
+                &mut self.counters,
+                drops,
+            );
+        }
+        debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
     }
 }
 
@@ -1104,8 +1170,25 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
             self.flows.allocate();
             self.host_slots = SlotIndex::with_buckets(self.n_hosts);
         }
-        // The host slot: its own, else a free way of its set.
         let htag = host_hash(&pkt, self.key, self.perturb);
+        let ftag = flow_hash(&pkt, self.perturb);
+        if let Some(l) = self.last.filter(|l| self.same_ways(l, htag, ftag)) {
+            debug_assert_eq!(
+                set_lookup(self.n_hosts as usize, htag, &self.host_slots, |s| {
+                    self.hosts[s].tag
+                }),
+                Ok((l.h as usize, Some(l.hs as usize)))
+            );
+            debug_assert_eq!(
+                set_lookup(self.flows.n as usize, ftag, &self.flows.slots, |s| {
+                    self.flows.flows[s].tag
+                }),
+                Ok((l.f as usize, Some(l.s as usize)))
+            );
+            self.queue(now, pkt, len, l.s as usize, drops);
+            return;
+        }
+        // The host slot: its own, else a free way of its set.
         let (host_slots, hosts) = (&self.host_slots, &self.hosts);
         let (h, hs) = match set_lookup(self.n_hosts as usize, htag, host_slots, |s| hosts[s].tag) {
             Ok(h) => h,
@@ -1119,7 +1202,6 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
         // The flow slot: its own, else the busy way of the same host where earlier packets
         // of the flow wait as guests (the set was full when they came; the flow's packets
         // must not overtake them), else a free way, else a busy way of the same host.
-        let ftag = flow_hash(&pkt, self.perturb);
         let perturb = self.perturb;
         let t = &self.flows;
         let in_use = |i: usize| t.get(i).map(|s| &t.flows[s]);
@@ -1188,26 +1270,15 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for HostFqCodel<P, A> {
                 s
             }
         };
-        let t = &mut self.flows;
-        t.flows[s].q.push(now, pkt);
-        self.stats.on_enqueue(len);
-        if let Some(acks) = t.acks.get_mut(s) {
-            filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
-        }
-        let o = Overflow {
-            limit: self.limit,
-            memory: self.memory,
-            params: &self.params,
-            now: now.as_nanos(),
-        };
-        drop_from_fattest(
-            &mut self.flows,
-            o,
-            &mut self.stats,
-            &mut self.counters,
-            drops,
-        );
-        debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
+        self.last = Some(LastWays {
+            htag,
+            ftag,
+            h: h as u32,
+            hs: hs as u32,
+            f: f as u32,
+            s: s as u32,
+        });
+        self.queue(now, pkt, len, s, drops);
     }
 
     fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {

@@ -516,7 +516,7 @@ impl<P: Pkt + Send + 'static> Hfsc<P> {
                     .find(|&m2| m2 > 0)
                     .map(Rate)
                     .or(ctx.link_rate);
-                let q = tree.leaf_queue(i, &specs[i], rate, ctx)?;
+                let q = tree.leaf_queue(i, &specs[i], rate, ctx, |q, c| q.build(c))?;
                 cl.leaf = Some(Leaf {
                     q,
                     head: None,

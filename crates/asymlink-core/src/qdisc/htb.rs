@@ -49,6 +49,7 @@
 //! its rate; the same ACK charged as 40 IP bytes would cost 0.84 ms and let 1 187 ACKs/s
 //! through — 2.65 times what the line can carry.
 
+use super::leaf::Leaf;
 use super::tree::{self, ClassSpec, Limits, Tree, TreeClass};
 use super::{
     Backlog, BuildCtx, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc,
@@ -189,7 +190,8 @@ struct Class<P> {
     prio: u8,
     quantum: i64,
     deficit: i64,
-    leaf: Option<Box<dyn Qdisc<P>>>,
+    /// The leaf's discipline, in place (leaves only).
+    leaf: Option<Leaf<P>>,
     counters: HtbClassCounters,
 }
 
@@ -232,6 +234,8 @@ pub struct Htb<P> {
     ingress: bool,
     /// Round-robin position per (level, prio): the leaf served last (`NO_LEAF`: none yet).
     rr: [[u8; PRIOS as usize]; MAX_DEPTH + 1],
+    /// The leaves that hold packets (bit i: class i), so that dequeue visits only them.
+    backlogged: u64,
     stats: QdiscStats,
     /// Whether some leaf has timers, watches the other direction, wants to see the link
     /// go idle, or reads headers (the leaves are fixed when the tree is built).
@@ -288,7 +292,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             };
             // The leaf's discipline sees the class's guaranteed rate as its link rate.
             let leaf = match tree.is_leaf(i) {
-                true => Some(tree.leaf_queue(i, &specs[i], Some(c.rate), ctx)?),
+                true => Some(tree.leaf_queue(i, &specs[i], Some(c.rate), ctx, Leaf::build)?),
                 false => None,
             };
             let (buffer_ns, cbuffer_ns) = (to_ns(c.rate, burst), to_ns(ceil, cburst));
@@ -315,10 +319,10 @@ impl<P: Pkt + Send + 'static> Htb<P> {
         let leaf_of_class = tree.leaf_of_class(&specs, ctx)?;
         let default = tree.default_leaf(cfg.default.as_deref())?;
         let ll = cfg.linklayer.with_overrides(cfg.overhead, cfg.mpu).build();
-        let any = |f: fn(&dyn Qdisc<P>) -> bool| {
+        let any = |f: fn(&Leaf<P>) -> bool| {
             classes
                 .iter()
-                .any(|c: &Class<P>| c.leaf.as_deref().is_some_and(f))
+                .any(|c: &Class<P>| c.leaf.as_ref().is_some_and(f))
         };
         let (timed, observes, idle, reads) = (
             any(|q| q.has_timers()),
@@ -334,6 +338,7 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             ll,
             ingress: cfg.ingress,
             rr: [[NO_LEAF; PRIOS as usize]; MAX_DEPTH + 1],
+            backlogged: 0,
             stats: QdiscStats::default(),
             timed,
             observes,
@@ -430,10 +435,20 @@ impl<P: Pkt + Send + 'static> Htb<P> {
 
     /// Ingress: charge the discards `leaf` just made (from `mark` on) to its tokens and
     /// those of its ancestors, as if sent; nothing counts them as sent.
+    #[inline]
     fn charge_discards(&mut self, leaf: usize, drops: &Drops<P>, mark: usize, now: Instant) {
-        if !self.ingress {
-            return;
+        if self.ingress && drops.len() > mark {
+            self.charge_discards_ingress(leaf, drops, mark, now);
         }
+    }
+
+    fn charge_discards_ingress(
+        &mut self,
+        leaf: usize,
+        drops: &Drops<P>,
+        mark: usize,
+        now: Instant,
+    ) {
         for d in drops.since(mark) {
             let wire = self.ll.wire_len(d.pkt.ip_len()) as u64;
             let mut c = Some(leaf);
@@ -446,6 +461,25 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 c = cl.parent.map(usize::from);
             }
         }
+    }
+
+    /// Note whether leaf `i` holds packets after a call into it.
+    #[inline]
+    fn note_backlog(&mut self, i: usize) {
+        let q = self.classes[i].leaf.as_ref().expect("leaf");
+        if q.backlog().packets > 0 {
+            self.backlogged |= 1 << i;
+        } else {
+            self.backlogged &= !(1 << i);
+        }
+    }
+
+    /// Whether the noted backlogged leaves are those that hold packets.
+    fn backlogged_noted(&self) -> bool {
+        self.classes.iter().enumerate().all(|(i, c)| {
+            let held = c.leaf.as_ref().is_some_and(|q| q.backlog().packets > 0);
+            held == (self.backlogged & (1 << i) != 0)
+        })
     }
 
     fn leaf_for(&self, p: &P) -> Option<usize> {
@@ -475,9 +509,15 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             .as_mut()
             .expect("leaf")
             .enqueue(now, pkt, drops);
-        self.stats.absorb(drops, mark, len);
+        self.note_backlog(l);
+        if drops.len() == mark {
+            self.stats.on_enqueue(len);
+        } else {
+            self.stats.absorb(drops, mark, len);
+        }
         self.charge_discards(l, drops, mark, now);
         debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
+        debug_assert!(self.backlogged_noted());
     }
 
     fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
@@ -490,11 +530,11 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             // the one served last (its rank: how far after the key's start position).
             let mut best: Option<((usize, u8), usize, usize, usize)> = None;
             let mut any = false;
-            for (i, c) in self.classes.iter().enumerate() {
-                let Some(q) = &c.leaf else { continue };
-                if skip & (1 << i) != 0 || q.backlog().packets == 0 {
-                    continue;
-                }
+            let mut todo = self.backlogged & !skip;
+            while todo != 0 {
+                let i = todo.trailing_zeros() as usize;
+                todo &= todo - 1;
+                let c = &self.classes[i];
                 any = true;
                 match self.lender(i, now) {
                     Ok(lender) => {
@@ -533,6 +573,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                 .as_mut()
                 .expect("leaf")
                 .dequeue(now, drops);
+            self.note_backlog(leaf);
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }
@@ -552,6 +593,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
                     }
                     self.stats.on_dequeue(len);
                     debug_assert_eq!(self.stats.check(self.backlog()), Ok(()));
+                    debug_assert!(self.backlogged_noted());
                     return Dequeued::Packet(p);
                 }
                 Dequeued::NotBefore(t) => {
@@ -592,6 +634,7 @@ impl<P: Pkt + Send + 'static> Qdisc<P> for Htb<P> {
             };
             let mark = drops.len();
             q.handle_timeout(now, drops);
+            self.note_backlog(i);
             for d in drops.since(mark) {
                 self.stats.on_remove(d.verdict, d.pkt.ip_len());
             }
@@ -700,6 +743,130 @@ mod tests {
             .poll_at(),
             None
         );
+    }
+
+    /// Line mode's tree toward the line: interactive FQ-CoDel and bulk host FQ-CoDel.
+    const LINE_TREE: &str = "classes = [{ name = \"line\", rate = \"1Mbit\" }, \
+        { name = \"interactive\", parent = \"line\", rate = \"100kbit\", ceil = \"1Mbit\", \
+          queue = { kind = \"fq_codel\" } }, \
+        { name = \"bulk\", parent = \"line\", rate = \"900kbit\", ceil = \"1Mbit\", prio = 1, \
+          queue = { kind = \"host_fq_codel\", ack_filter = true } }]";
+
+    #[test]
+    fn line_mode_leaves_are_held_in_place_and_others_boxed() {
+        let q = htb(LINE_TREE, &["interactive", "bulk"]);
+        let in_place: Vec<_> = q
+            .classes
+            .iter()
+            .map(|c| c.leaf.as_ref().map(|l| l.in_place()))
+            .collect();
+        assert_eq!(in_place, [None, Some(true), Some(true)]);
+        let q = htb(
+            "classes = [{ name = \"a\", rate = \"1Mbit\", queue = { kind = \"fq_codel\", aqm = \"cobalt\" } }, \
+             { name = \"b\", rate = \"1Mbit\", queue = { kind = \"codel\" } }, \
+             { name = \"c\", rate = \"1Mbit\" }]",
+            &["a", "b", "c"],
+        );
+        let in_place: Vec<_> = q
+            .classes
+            .iter()
+            .map(|c| c.leaf.as_ref().map(|l| l.in_place()))
+            .collect();
+        assert_eq!(in_place, [Some(false); 3]);
+    }
+
+    /// A small deterministic mix of flows, lengths and classes for driving two trees alike.
+    fn mixed(i: u32) -> HeaderPacket {
+        let h = (i.wrapping_mul(2_654_435_761) >> 7) as u16;
+        let len = [40, 52, 576, 1500][usize::from(h % 4)];
+        let mut p = data_flow(i, len, h % 5);
+        p.set_class(crate::packet::ClassId(u16::from(len > 100)));
+        p
+    }
+
+    #[test]
+    fn leaves_in_place_serve_exactly_as_boxed_ones() {
+        let mut inline = htb(LINE_TREE, &["interactive", "bulk"]);
+        let mut boxed = htb(LINE_TREE, &["interactive", "bulk"]);
+        let cfg: HtbConfig = toml::from_str(LINE_TREE).unwrap();
+        for (c, cc) in boxed.classes.iter_mut().zip(&cfg.classes) {
+            if let Some(q) = cc.queue.as_deref().filter(|_| c.leaf.is_some()) {
+                let ctx = BuildCtx {
+                    link_rate: Some(cc.rate),
+                    ..BuildCtx::with_classes(&["interactive", "bulk"])
+                };
+                c.leaf = Some(Leaf::Other(q.build(&ctx).unwrap()));
+            }
+        }
+        let (mut da, mut db) = (Drops::new(), Drops::new());
+        let mut sent = 0;
+        for i in 0..4000u32 {
+            let now = Instant::from_micros(u64::from(i) * 700);
+            for _ in 0..(i % 3) {
+                inline.enqueue(now, mixed(i), &mut da);
+                boxed.enqueue(now, mixed(i), &mut db);
+            }
+            let (a, b) = (inline.dequeue(now, &mut da), boxed.dequeue(now, &mut db));
+            match (&a, &b) {
+                (Dequeued::Packet(x), Dequeued::Packet(y)) => {
+                    assert_eq!((tag(x), x.ip_len()), (tag(y), y.ip_len()));
+                    sent += 1;
+                }
+                _ => assert_eq!(a, b, "at step {i}"),
+            }
+            assert!(inline.backlogged_noted(), "at step {i}");
+        }
+        assert!(sent > 1000, "{sent}");
+        let tags = |d: &mut Drops<HeaderPacket>| {
+            d.drain()
+                .map(|x| (tag(&x.pkt), x.verdict))
+                .collect::<Vec<_>>()
+        };
+        let dropped = tags(&mut da);
+        assert!(!dropped.is_empty());
+        assert_eq!(dropped, tags(&mut db));
+        assert_eq!(inline.stats(), boxed.stats());
+        assert_eq!(inline.child_stats(), boxed.child_stats());
+        check(&inline);
+    }
+
+    #[test]
+    fn the_backlogged_leaves_are_noted_through_timeouts_and_drops() {
+        // A shaper leaf (timers, a small limit) beside a FIFO that overflows.
+        let mut q = htb(
+            "classes = [{ name = \"r\", rate = \"2Mbit\" }, \
+             { name = \"a\", parent = \"r\", rate = \"1Mbit\", ceil = \"2Mbit\", \
+               queue = { kind = \"tbf\", rate = \"300kbit\", limit = \"6KB\" } }, \
+             { name = \"b\", parent = \"r\", rate = \"1Mbit\", \
+               queue = { kind = \"fifo\", limit = \"4p\" } }]",
+            &["a", "b"],
+        );
+        let mut d = Drops::new();
+        let mut states = std::collections::BTreeSet::new();
+        // Both leaves offered, then only a, then only b, then nothing until both drain.
+        for i in 0..8000u32 {
+            let now = Instant::from_micros(u64::from(i) * 900);
+            if q.poll_at().is_some_and(|t| t <= now) {
+                q.handle_timeout(now, &mut d);
+            }
+            for k in 0..(i % 4) {
+                let class = match i / 1000 {
+                    0 => (i + k) % 2,
+                    1 => 0,
+                    2 => 1,
+                    _ => continue,
+                };
+                q.enqueue(now, classed(i, 1500, class as u16), &mut d);
+            }
+            q.dequeue(now, &mut d);
+            assert!(q.backlogged_noted(), "at step {i}");
+            states.insert(q.backlogged);
+            check(&q);
+        }
+        // Each leaf was seen empty and holding packets, alone and beside the other.
+        assert_eq!(states.len(), 4, "{states:?}");
+        assert_eq!(q.backlogged, 0);
+        assert!(d.len() > 100);
     }
 
     #[test]

@@ -51,6 +51,7 @@ mod fifo;
 mod fq_codel;
 pub mod hfsc;
 pub mod htb;
+mod leaf;
 mod prio;
 mod tbf;
 mod tree;

@@ -5,8 +5,7 @@
 //! [`Tree`] whose indices are the positions in the configuration; the scheduling state
 //! (tokens, service curves) stays with the scheduler.
 
-use super::{BuildCtx, ConfigError, Qdisc, QdiscConfig};
-use crate::packet::Pkt;
+use super::{BuildCtx, ConfigError, QdiscConfig};
 use crate::units::Rate;
 use std::collections::HashMap;
 
@@ -177,22 +176,24 @@ impl Tree {
         self.children[i].is_empty()
     }
 
-    /// Build leaf `i`'s discipline; it sees `rate` as its link rate (CoDel's low-rate
-    /// target). Errors are keyed below the class's `queue`.
-    pub fn leaf_queue<P: Pkt + Send + 'static>(
+    /// Build leaf `i`'s discipline with `build` (a [`QdiscConfig::build`] or another form of
+    /// it); it sees `rate` as its link rate (CoDel's low-rate target). Errors are keyed
+    /// below the class's `queue`.
+    pub fn leaf_queue<Q>(
         &self,
         i: usize,
         spec: &ClassSpec<'_>,
         rate: Option<Rate>,
         ctx: &BuildCtx,
-    ) -> Result<Box<dyn Qdisc<P>>, ConfigError> {
+        build: impl FnOnce(&QdiscConfig, &BuildCtx) -> Result<Q, ConfigError>,
+    ) -> Result<Q, ConfigError> {
         let ctx = &BuildCtx {
             link_rate: rate,
             ..ctx.clone()
         };
         match spec.queue {
-            Some(q) => q.build(ctx),
-            None => QdiscConfig::default().build(ctx),
+            Some(q) => build(q, ctx),
+            None => build(&QdiscConfig::default(), ctx),
         }
         .map_err(|e| e.within(self.key(i, "queue")))
     }
