@@ -729,10 +729,52 @@ struct Overflow<'a> {
     now: u64,
 }
 
+impl Overflow<'_> {
+    #[inline(always)]
+    fn new(limit: Limit, memory: u64, params: &CodelParams, now: Instant) -> Overflow<'_> {
+        Overflow {
+            limit,
+            memory,
+            params,
+            now: now.as_nanos(),
+        }
+    }
+}
+
 /// Whether a backlog `b` is over the discipline's limits (packets or bytes, and memory).
 #[inline]
 fn over_limits(limit: Limit, memory: u64, b: Backlog) -> bool {
     limit.exceeded_by(b.packets, b.bytes) || b.bytes > memory
+}
+
+/// Queue `pkt` (of `len` bytes) in flow slot `s` of `table`, filter that flow's ACKs,
+/// then keep the limits `o` (both disciplines' enqueue ends so; inlined into each, as
+/// its own code).
+#[inline(always)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the disciplines' fields, borrowed apart"
+)]
+fn queue_in_slot<P: Pkt, A: FlowAqm>(
+    table: &mut FlowTable<P, A>,
+    s: usize,
+    now: Instant,
+    pkt: P,
+    len: u32,
+    o: Overflow<'_>,
+    stats: &mut QdiscStats,
+    counters: &mut CodelCounters,
+    drops: &mut Drops<P>,
+) {
+    table.flows[s].q.push(now, pkt);
+    stats.on_enqueue(len);
+    if let Some(acks) = table.acks.get_mut(s) {
+        filter_acks(&mut table.flows[s], acks, stats, drops);
+    }
+    if over_limits(o.limit, o.memory, stats.backlog) {
+        drop_from_fattest(table, o, stats, counters, drops);
+    }
+    debug_assert_eq!(stats.check(stats.backlog), Ok(()));
 }
 
 /// Drop head packets of the fattest flows while the discipline is over its limits; each
@@ -895,28 +937,9 @@ impl<P: Pkt + Send, A: FlowAqm> Qdisc<P> for FqCodel<P, A> {
                 s
             }
         };
-        let t = &mut self.table;
-        t.flows[s].q.push(now, pkt);
-        self.stats.on_enqueue(len);
-        if let Some(acks) = t.acks.get_mut(s) {
-            filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
-        }
-        if over_limits(self.limit, self.memory, self.stats.backlog) {
-            let o = Overflow {
-                limit: self.limit,
-                memory: self.memory,
-                params: &self.params,
-                now: now.as_nanos(),
-            };
-            drop_from_fattest(
-                &mut self.table,
-                o,
-                &mut self.stats,
-                &mut self.counters,
-                drops,
-            );
-        }
-        debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
+        let o = Overflow::new(self.limit, self.memory, &self.params, now);
+        let (stats, counters) = (&mut self.stats, &mut self.counters);
+        queue_in_slot(&mut self.table, s, now, pkt, len, o, stats, counters, drops);
     }
 
     fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
@@ -1126,28 +1149,9 @@ impl<P: Pkt, A: FlowAqm> HostFqCodel<P, A> {
     /// keep the limits.
     #[inline]
     fn queue(&mut self, now: Instant, pkt: P, len: u32, s: usize, drops: &mut Drops<P>) {
-        let t = &mut self.flows;
-        t.flows[s].q.push(now, pkt);
-        self.stats.on_enqueue(len);
-        if let Some(acks) = t.acks.get_mut(s) {
-            filter_acks(&mut t.flows[s], acks, &mut self.stats, drops);
-        }
-        if over_limits(self.limit, self.memory, self.stats.backlog) {
-            let o = Overflow {
-                limit: self.limit,
-                memory: self.memory,
-                params: &self.params,
-                now: now.as_nanos(),
-            };
-            drop_from_fattest(
-                &mut self.flows,
-                o,
-                &mut self.stats,
-                &mut self.counters,
-                drops,
-            );
-        }
-        debug_assert_eq!(self.stats.check(self.stats.backlog), Ok(()));
+        let o = Overflow::new(self.limit, self.memory, &self.params, now);
+        let (stats, counters) = (&mut self.stats, &mut self.counters);
+        queue_in_slot(&mut self.flows, s, now, pkt, len, o, stats, counters, drops);
     }
 }
 
