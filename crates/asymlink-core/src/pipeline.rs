@@ -288,8 +288,7 @@ impl<P: Pkt + Send + 'static, Q: QdiscHolder<P>> Egress<P, Q> {
     /// ([`Qdisc::reads_headers`]) may read or rewrite a packet's headers beyond what the
     /// packet answers without them.
     pub fn reads_headers(&self) -> bool {
-        self.classifier.as_ref().is_some_and(|c| c.reads_headers())
-            || self.qdisc().reads_headers()
+        self.classifier.as_ref().is_some_and(|c| c.reads_headers()) || self.qdisc().reads_headers()
     }
 
     /// The classifier, if any.
@@ -706,7 +705,8 @@ mod tests {
             let e = [&cfg.to_b, &cfg.to_a][d.index()];
             Egress::<HeaderPacket>::new(e, None, crate::rand::derive_seed(1, d.name())).unwrap()
         };
-        let mut boxed = Middlebox::from_parts(Vec::new(), boxed_egress(Dir::ToB), boxed_egress(Dir::ToA));
+        let mut boxed =
+            Middlebox::from_parts(Vec::new(), boxed_egress(Dir::ToB), boxed_egress(Dir::ToA));
         boxed.observe(Instant::ZERO, Dir::ToB);
         boxed.observe(Instant::ZERO, Dir::ToA);
         for d in [Dir::ToB, Dir::ToA] {
@@ -723,7 +723,10 @@ mod tests {
                 boxed.handle_packet(now, dir, data_flow(i, len, (i % 7) as u16), &mut db);
             }
             for d in [Dir::ToB, Dir::ToA] {
-                let (a, b) = (inline.poll_transmit(now, d, &mut da), boxed.poll_transmit(now, d, &mut db));
+                let (a, b) = (
+                    inline.poll_transmit(now, d, &mut da),
+                    boxed.poll_transmit(now, d, &mut db),
+                );
                 match (&a, &b) {
                     (Dequeued::Packet(x), Dequeued::Packet(y)) => {
                         assert_eq!((tag(x), x.ip_len()), (tag(y), y.ip_len()), "at step {i}");
@@ -736,7 +739,9 @@ mod tests {
         assert!(sent > 2000, "{sent}");
         assert!(!da.is_empty());
         let tags = |d: &mut Drops<HeaderPacket>| {
-            d.drain().map(|x| (tag(&x.pkt), x.verdict)).collect::<Vec<_>>()
+            d.drain()
+                .map(|x| (tag(&x.pkt), x.verdict))
+                .collect::<Vec<_>>()
         };
         assert_eq!(tags(&mut da), tags(&mut db));
         for d in [Dir::ToB, Dir::ToA] {

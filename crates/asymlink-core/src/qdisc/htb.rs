@@ -519,8 +519,14 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             while let Some(i) = c {
                 self.refill(i, now);
                 let cl = &mut self.classes[i];
-                cl.tokens = cl.tokens.saturating_sub(cl.rate.nanos(wire)).max(-MBUFFER_NS);
-                cl.ctokens = cl.ctokens.saturating_sub(cl.ceil.nanos(wire)).max(-MBUFFER_NS);
+                cl.tokens = cl
+                    .tokens
+                    .saturating_sub(cl.rate.nanos(wire))
+                    .max(-MBUFFER_NS);
+                cl.ctokens = cl
+                    .ctokens
+                    .saturating_sub(cl.ceil.nanos(wire))
+                    .max(-MBUFFER_NS);
                 c = cl.parent.map(usize::from);
             }
         }
@@ -884,7 +890,11 @@ mod tests {
         for rate in rates {
             let c = TxCost::new(Rate(rate));
             for bytes in lengths {
-                assert_eq!(c.nanos(bytes), divided(rate, bytes), "{bytes} B at {rate} bit/s");
+                assert_eq!(
+                    c.nanos(bytes),
+                    divided(rate, bytes),
+                    "{bytes} B at {rate} bit/s"
+                );
             }
         }
     }
