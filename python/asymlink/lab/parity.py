@@ -503,10 +503,11 @@ PAIRS: dict[str, Pair] = {
     # bandwidth estimate (the largest delivery-rate sample of 10 rounds) is above
     # 9.75 Mbit/s, where pacing at 99 % of it outruns the line. The box's line, even under
     # SCHED_FIFO, stalls a few ms now and then on a loaded machine and then releases
-    # packets back to back, and such a burst's sample lifts the estimate: within 13 % of
-    # the simulator in 13 of 14 lab runs, 19 % off in one (docs/tcp.md). The simulator
-    # does not spread with the seed here (SRTT 47.9-48.2 ms over seeds 1-10), so a range
-    # over seeds would compare against the same value.
+    # packets back to back, and so do the hosts' stacks (the client's ACKs); such a burst's
+    # sample lifts the estimate: within 13 % of the simulator in 13 of 14 lab runs at load
+    # 6-10, 19 % off in one; in 8 of 12 at load 15-21, 25-43 % off in 4 (docs/tcp.md). The
+    # simulator does not spread with the seed here (SRTT 47.9-48.2 ms over seeds 1-10), so
+    # a range over seeds would compare against the same value.
     "bbr-fixed": Pair(
         "bbr-fixed", ("bbr-fixed",),
         ("throughput_mbps_in.steady.download",),
