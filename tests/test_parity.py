@@ -282,7 +282,7 @@ def test_starts_of_any_size_translate() -> None:
     (dl,) = [f for f in doc["flows"] if f["name"] == "download"]
     assert dl["start"] == "0.000094s"
     Scenario.from_dict(doc, origin="tiny")  # validates
-    assert doc["duration"] == "20s" and doc["monitor"]["interval"] == "0.1s"
+    assert doc["duration"] == "20.0s" and doc["monitor"]["interval"] == "0.1s"
 
 
 def test_bbr_modes_follow_from_the_gains() -> None:

@@ -60,8 +60,12 @@ def _link(name: str, a: str, b: str, to_a: dict[str, Any],
 
 
 def _secs(x: float) -> str:
-    """A duration in seconds as the scenario vocabulary reads it, to the nanosecond (no
-    exponent: `9.4e-05s` is not a duration)."""
+    """A duration in seconds as the scenario vocabulary reads it: as Python writes `x`
+    (`30.0s`, as in the generated files checked in), or, where that takes an exponent
+    (`9.4e-05s` is not a duration), in plain decimals to the nanosecond."""
+    r = f"{x}"
+    if "e" not in r:
+        return f"{r}s"
     return f"{x:.9f}".rstrip("0").rstrip(".") + "s"
 
 
