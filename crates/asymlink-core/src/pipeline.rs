@@ -21,6 +21,7 @@
 
 use crate::classify::{Classifier, ClassifierConfig};
 use crate::packet::Pkt;
+use crate::qdisc::htb::Htb;
 use crate::qdisc::BuildCtx;
 use crate::qdisc::{
     Backlog, ConfigError, Dequeued, DropReason, Drops, PeerObservation, Qdisc, QdiscConfig,
@@ -28,6 +29,7 @@ use crate::qdisc::{
 };
 use crate::time::{earliest, Instant};
 use crate::units::{Limit, Rate};
+use core::marker::PhantomData;
 use serde::Deserialize;
 
 /// A direction through a middlebox, written `"to_b"` or `"to_a"`.
@@ -101,12 +103,103 @@ pub struct EgressConfig {
     pub qdisc: Option<QdiscConfig>,
 }
 
-/// A classifier in front of a discipline: one direction's egress.
-pub struct Egress<P> {
+/// Where an egress keeps its discipline: boxed (`Box<dyn Qdisc<P>>`, a link's own egress,
+/// where the egress's size counts), or [`InPlace`] (a middlebox's: HTB in place).
+pub trait QdiscHolder<P: Pkt>: Send + Sized {
+    /// Build `cfg` ([`QdiscConfig::build`]).
+    fn build(cfg: &QdiscConfig, ctx: &BuildCtx) -> Result<Self, ConfigError>;
+    /// Hold a discipline built elsewhere.
+    fn hold(q: Box<dyn Qdisc<P>>) -> Self;
+    /// The discipline.
+    fn get(&self) -> &dyn Qdisc<P>;
+    /// The discipline, mutably.
+    fn get_mut(&mut self) -> &mut dyn Qdisc<P>;
+    /// [`Qdisc::enqueue`].
+    #[inline]
+    fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
+        self.get_mut().enqueue(now, pkt, drops)
+    }
+    /// [`Qdisc::dequeue`].
+    #[inline]
+    fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
+        self.get_mut().dequeue(now, drops)
+    }
+}
+
+impl<P: Pkt + Send + 'static> QdiscHolder<P> for Box<dyn Qdisc<P>> {
+    fn build(cfg: &QdiscConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
+        cfg.build(ctx)
+    }
+    fn hold(q: Box<dyn Qdisc<P>>) -> Self {
+        q
+    }
+    #[inline]
+    fn get(&self) -> &dyn Qdisc<P> {
+        &**self
+    }
+    #[inline]
+    fn get_mut(&mut self) -> &mut dyn Qdisc<P> {
+        &mut **self
+    }
+}
+
+/// A middlebox's discipline: HTB (line mode's, the common case) held in place, reached
+/// without a virtual call or a pointer to a separate object; any other kind boxed.
+#[allow(clippy::large_enum_variant)]
+pub enum InPlace<P> {
+    /// `htb`.
+    Htb(Htb<P>),
+    /// Any other discipline.
+    Other(Box<dyn Qdisc<P>>),
+}
+
+impl<P: Pkt + Send + 'static> QdiscHolder<P> for InPlace<P> {
+    fn build(cfg: &QdiscConfig, ctx: &BuildCtx) -> Result<Self, ConfigError> {
+        Ok(match cfg {
+            QdiscConfig::Htb(c) => InPlace::Htb(Htb::new(c, ctx)?),
+            _ => InPlace::Other(cfg.build(ctx)?),
+        })
+    }
+    fn hold(q: Box<dyn Qdisc<P>>) -> Self {
+        InPlace::Other(q)
+    }
+    #[inline]
+    fn get(&self) -> &dyn Qdisc<P> {
+        match self {
+            InPlace::Htb(q) => q,
+            InPlace::Other(q) => &**q,
+        }
+    }
+    #[inline]
+    fn get_mut(&mut self) -> &mut dyn Qdisc<P> {
+        match self {
+            InPlace::Htb(q) => q,
+            InPlace::Other(q) => &mut **q,
+        }
+    }
+    #[inline]
+    fn enqueue(&mut self, now: Instant, pkt: P, drops: &mut Drops<P>) {
+        match self {
+            InPlace::Htb(q) => q.enqueue(now, pkt, drops),
+            InPlace::Other(q) => q.enqueue(now, pkt, drops),
+        }
+    }
+    #[inline]
+    fn dequeue(&mut self, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
+        match self {
+            InPlace::Htb(q) => q.dequeue(now, drops),
+            InPlace::Other(q) => q.dequeue(now, drops),
+        }
+    }
+}
+
+/// A classifier in front of a discipline: one direction's egress. `Q` holds the
+/// discipline: boxed by default, [`InPlace`] in a [`Middlebox`].
+pub struct Egress<P, Q = Box<dyn Qdisc<P>>> {
     /// Boxed: most egresses have none, and an egress's size counts where thousands of
     /// link directions are simulated.
     classifier: Option<Box<Classifier>>,
-    qdisc: Box<dyn Qdisc<P>>,
+    qdisc: Q,
     rate: Option<Rate>,
     capacity: Option<Limit>,
     /// The discipline's [`Qdisc::has_timers`], [`Qdisc::observes_peer`] and
@@ -114,15 +207,16 @@ pub struct Egress<P> {
     timed: bool,
     observes: bool,
     idle: bool,
+    _pkt: PhantomData<fn(P) -> P>,
 }
 
-impl<P: Pkt + Send + 'static> Egress<P> {
+impl<P: Pkt + Send + 'static, Q: QdiscHolder<P>> Egress<P, Q> {
     /// Build from configuration. `link_rate` is the rate of the link it feeds, if known.
     pub fn new(
         cfg: &EgressConfig,
         link_rate: Option<Rate>,
         seed: u64,
-    ) -> Result<Egress<P>, ConfigError> {
+    ) -> Result<Egress<P, Q>, ConfigError> {
         let classifier = cfg
             .classifier
             .as_ref()
@@ -138,28 +232,30 @@ impl<P: Pkt + Send + 'static> Egress<P> {
             link_rate,
         };
         let qcfg = cfg.qdisc.clone().unwrap_or_default();
-        let qdisc = qcfg.build(&ctx)?;
+        let qdisc = Q::build(&qcfg, &ctx)?;
         Ok(Egress {
             classifier,
-            timed: qdisc.has_timers(),
-            observes: qdisc.observes_peer(),
-            idle: qdisc.wants_idle_dequeue(),
+            timed: qdisc.get().has_timers(),
+            observes: qdisc.get().observes_peer(),
+            idle: qdisc.get().wants_idle_dequeue(),
             qdisc,
             rate: link_rate,
             capacity: qcfg.capacity(),
+            _pkt: PhantomData,
         })
     }
 
     /// An egress around an existing discipline, without classifier.
-    pub fn from_qdisc(qdisc: Box<dyn Qdisc<P>>, link_rate: Option<Rate>) -> Egress<P> {
+    pub fn from_qdisc(qdisc: Box<dyn Qdisc<P>>, link_rate: Option<Rate>) -> Egress<P, Q> {
         Egress {
             classifier: None,
             timed: qdisc.has_timers(),
             observes: qdisc.observes_peer(),
             idle: qdisc.wants_idle_dequeue(),
-            qdisc,
+            qdisc: Q::hold(qdisc),
             rate: link_rate,
             capacity: None,
+            _pkt: PhantomData,
         }
     }
 
@@ -180,19 +276,19 @@ impl<P: Pkt + Send + 'static> Egress<P> {
 
     /// The discipline.
     pub fn qdisc(&self) -> &dyn Qdisc<P> {
-        &*self.qdisc
+        self.qdisc.get()
     }
 
     /// The discipline, mutably.
     pub fn qdisc_mut(&mut self) -> &mut dyn Qdisc<P> {
-        &mut *self.qdisc
+        self.qdisc.get_mut()
     }
 
     /// Whether the classifier ([`Classifier::reads_headers`]) or the discipline
     /// ([`Qdisc::reads_headers`]) may read or rewrite a packet's headers beyond what the
     /// packet answers without them.
     pub fn reads_headers(&self) -> bool {
-        self.classifier.as_ref().is_some_and(|c| c.reads_headers()) || self.qdisc.reads_headers()
+        self.classifier.as_ref().is_some_and(|c| c.reads_headers()) || self.qdisc().reads_headers()
     }
 
     /// The classifier, if any.
@@ -215,9 +311,9 @@ impl<P: Pkt + Send + 'static> Egress<P> {
 
     /// What this egress tells the opposite direction.
     pub fn observation(&self) -> PeerObservation {
-        let st = self.qdisc.stats();
+        let st = self.qdisc().stats();
         PeerObservation {
-            backlog: self.qdisc.backlog(),
+            backlog: self.qdisc().backlog(),
             service_rate: self.rate,
             capacity_bytes: match self.capacity {
                 Some(Limit::Bytes(b)) => Some(b),
@@ -241,6 +337,22 @@ impl<P: Pkt + Send + 'static> Egress<P> {
     /// Set the capacity reported to the other direction, in bytes or packets.
     pub fn set_capacity(&mut self, c: Option<Limit>) {
         self.capacity = c;
+    }
+}
+
+impl<P: Pkt + Send + 'static> Egress<P> {
+    /// The same egress as a middlebox holds it (a boxed discipline stays boxed).
+    fn in_place(self) -> Egress<P, InPlace<P>> {
+        Egress {
+            classifier: self.classifier,
+            qdisc: InPlace::Other(self.qdisc),
+            rate: self.rate,
+            capacity: self.capacity,
+            timed: self.timed,
+            observes: self.observes,
+            idle: self.idle,
+            _pkt: PhantomData,
+        }
     }
 }
 
@@ -364,7 +476,7 @@ pub struct MiddleboxStats {
 /// Two egresses plus rewriters: the sans-IO middlebox.
 pub struct Middlebox<P> {
     rewriters: Vec<Box<dyn Rewriter<P>>>,
-    dirs: [Egress<P>; 2],
+    dirs: [Egress<P, InPlace<P>>; 2],
     stats: MiddleboxStats,
 }
 
@@ -419,7 +531,7 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
     ) -> Self {
         Middlebox {
             rewriters,
-            dirs: [to_b, to_a],
+            dirs: [to_b.in_place(), to_a.in_place()],
             stats: MiddleboxStats::default(),
         }
     }
@@ -510,12 +622,12 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
     }
 
     /// One direction's egress.
-    pub fn egress(&self, dir: Dir) -> &Egress<P> {
+    pub fn egress(&self, dir: Dir) -> &Egress<P, InPlace<P>> {
         &self.dirs[dir.index()]
     }
 
     /// One direction's egress, mutably.
-    pub fn egress_mut(&mut self, dir: Dir) -> &mut Egress<P> {
+    pub fn egress_mut(&mut self, dir: Dir) -> &mut Egress<P, InPlace<P>> {
         &mut self.dirs[dir.index()]
     }
 
@@ -560,6 +672,82 @@ mod tests {
         let rw = mb("rewrite = [{ kind = \"set_dscp\", dscp = 10, dir = \"to_b\" }]");
         assert!(rw.has_timers());
         assert_eq!(rw.poll_at(), None);
+    }
+
+    /// Line mode's pipeline at home (HTB both ways, a classifier toward the line).
+    fn line_config() -> MiddleboxConfig {
+        let mut t: toml::Table =
+            "line = { down = \"8Mbit\", up = \"512kbit\", linklayer = { encap = \"llc_snap_routed\" } }"
+                .parse()
+                .unwrap();
+        crate::line::expand(&mut t).unwrap();
+        toml::Value::Table(t).try_into().unwrap()
+    }
+
+    #[test]
+    fn a_middlebox_holds_htb_in_place_and_other_disciplines_boxed() {
+        let mb: Middlebox<HeaderPacket> = Middlebox::new(&line_config(), [None, None], 1).unwrap();
+        for d in [Dir::ToB, Dir::ToA] {
+            assert!(matches!(mb.egress(d).qdisc, InPlace::Htb(_)));
+            assert_eq!(mb.egress(d).qdisc().kind(), "htb");
+        }
+        let cfg: MiddleboxConfig =
+            toml::from_str("[to_a]\nqdisc = { kind = \"fifo\", limit = \"10p\" }").unwrap();
+        let mb: Middlebox<HeaderPacket> = Middlebox::new(&cfg, [None, None], 1).unwrap();
+        assert!(matches!(mb.egress(Dir::ToA).qdisc, InPlace::Other(_)));
+    }
+
+    #[test]
+    fn htb_in_place_serves_exactly_as_boxed() {
+        let cfg = line_config();
+        let mut inline: Middlebox<HeaderPacket> = Middlebox::new(&cfg, [None, None], 1).unwrap();
+        let boxed_egress = |d: Dir| {
+            let e = [&cfg.to_b, &cfg.to_a][d.index()];
+            Egress::<HeaderPacket>::new(e, None, crate::rand::derive_seed(1, d.name())).unwrap()
+        };
+        let mut boxed =
+            Middlebox::from_parts(Vec::new(), boxed_egress(Dir::ToB), boxed_egress(Dir::ToA));
+        boxed.observe(Instant::ZERO, Dir::ToB);
+        boxed.observe(Instant::ZERO, Dir::ToA);
+        for d in [Dir::ToB, Dir::ToA] {
+            assert!(matches!(boxed.egress(d).qdisc, InPlace::Other(_)));
+        }
+        let (mut da, mut db) = (Drops::new(), Drops::new());
+        let mut sent = 0;
+        for i in 0..6000u32 {
+            let now = Instant::from_micros(u64::from(i) * 300);
+            let dir = if i % 5 == 0 { Dir::ToA } else { Dir::ToB };
+            let len = [40, 52, 576, 1500][(i.wrapping_mul(2_654_435_761) >> 9) as usize % 4];
+            for _ in 0..(i % 3) {
+                inline.handle_packet(now, dir, data_flow(i, len, (i % 7) as u16), &mut da);
+                boxed.handle_packet(now, dir, data_flow(i, len, (i % 7) as u16), &mut db);
+            }
+            for d in [Dir::ToB, Dir::ToA] {
+                let (a, b) = (
+                    inline.poll_transmit(now, d, &mut da),
+                    boxed.poll_transmit(now, d, &mut db),
+                );
+                match (&a, &b) {
+                    (Dequeued::Packet(x), Dequeued::Packet(y)) => {
+                        assert_eq!((tag(x), x.ip_len()), (tag(y), y.ip_len()), "at step {i}");
+                        sent += 1;
+                    }
+                    _ => assert_eq!(a, b, "at step {i}"),
+                }
+            }
+        }
+        assert!(sent > 1000, "{sent}");
+        assert!(!da.is_empty());
+        let tags = |d: &mut Drops<HeaderPacket>| {
+            d.drain()
+                .map(|x| (tag(&x.pkt), x.verdict))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(tags(&mut da), tags(&mut db));
+        for d in [Dir::ToB, Dir::ToA] {
+            assert_eq!(inline.qdisc_stats(d), boxed.qdisc_stats(d));
+            check(inline.egress(d).qdisc());
+        }
     }
 
     #[test]

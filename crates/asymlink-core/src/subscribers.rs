@@ -932,30 +932,33 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         touched: Touched,
         f: impl FnOnce(&mut Middlebox<P>) -> R,
     ) -> Option<R> {
-        let before = self.slots[s].held;
-        let mut after = before;
         let mb = self.tree_mut(s)?;
         let r = f(mb);
         let observes = [
             mb.egress(Dir::ToB).observes_peer(),
             mb.egress(Dir::ToA).observes_peer(),
         ];
+        let mut read = [None; 2];
         for d in [Dir::ToB, Dir::ToA] {
             if called.is_none_or(|c| c == d) || observes[d.index()] {
-                after[d.index()] = mb.backlog(d);
+                read[d.index()] = Some(mb.backlog(d));
             }
-            debug_assert_eq!(after[d.index()], mb.backlog(d), "{} of slot {s}", d.name());
         }
-        self.slots[s].held = after;
+        for d in [Dir::ToB, Dir::ToA] {
+            if let Some(b) = read[d.index()] {
+                self.note_held(s, d.index(), b);
+            }
+            debug_assert_eq!(
+                Some(self.slots[s].held[d.index()]),
+                self.tree(s).map(|mb| mb.backlog(d)),
+                "{} of slot {s}",
+                d.name()
+            );
+        }
+        let after = self.slots[s].held;
         if s == 0 && after[0].packets == 0 && after[1].packets == 0 {
             self.top_epoch = self.top_epoch.wrapping_add(1);
             self.parked_total = 0;
-        }
-        for d in 0..2 {
-            add(&mut self.backlog[d], after[d], before[d]);
-            let (b, m) = (self.backlog[d], &mut self.max_backlog[d]);
-            m.packets = m.packets.max(b.packets);
-            m.bytes = m.bytes.max(b.bytes);
         }
         if touched != Touched::Neither {
             for d in [Dir::ToB, Dir::ToA] {
@@ -973,6 +976,55 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         }
         self.refresh_timer(s);
         Some(r)
+    }
+
+    /// Slot `s`'s tree's turn in `dir` (its `poll_transmit`; `Empty` without a tree): what
+    /// [`SubscriberBox::op`] does for a call in one direction that lists nothing for the
+    /// round robin, on the path every packet takes. The answer is returned as the tree gave
+    /// it; only the direction called, and the other one if its discipline observes it, are
+    /// read again.
+    #[inline(always)]
+    fn turn(&mut self, s: usize, dir: Dir, now: Instant, drops: &mut Drops<P>) -> Dequeued<P> {
+        let (d, o) = (dir.index(), dir.reverse().index());
+        let Some(mb) = self.tree_mut(s) else {
+            return Dequeued::Empty;
+        };
+        let r = mb.poll_transmit(now, dir, drops);
+        let new = mb.backlog(dir);
+        let other = mb
+            .egress(dir.reverse())
+            .observes_peer()
+            .then(|| mb.backlog(dir.reverse()));
+        self.note_held(s, d, new);
+        if let Some(b) = other {
+            self.note_held(s, o, b);
+        }
+        debug_assert_eq!(
+            Some(self.slots[s].held[o]),
+            self.tree(s).map(|mb| mb.backlog(dir.reverse())),
+            "{} of slot {s}",
+            dir.reverse().name()
+        );
+        let held = &self.slots[s].held;
+        if s == 0 && held[0].packets == 0 && held[1].packets == 0 {
+            self.top_epoch = self.top_epoch.wrapping_add(1);
+            self.parked_total = 0;
+        }
+        self.refresh_timer(s);
+        r
+    }
+
+    /// Note slot `s`'s backlog `new` in direction `i`, in the totals too; the high-water
+    /// marks move only when it grew (a call that sends queues nothing).
+    #[inline(always)]
+    fn note_held(&mut self, s: usize, i: usize, new: Backlog) {
+        let old = std::mem::replace(&mut self.slots[s].held[i], new);
+        add(&mut self.backlog[i], new, old);
+        if new.packets > old.packets || new.bytes > old.bytes {
+            let (b, m) = (self.backlog[i], &mut self.max_backlog[i]);
+            m.packets = m.packets.max(b.packets);
+            m.bytes = m.bytes.max(b.bytes);
+        }
     }
 
     #[inline(always)]
@@ -1061,27 +1113,25 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             };
             let s = s as usize;
             let from = drops.len();
-            let r = self.op(s, Some(dir), Touched::Neither, |mb| {
-                mb.poll_transmit(now, dir, drops)
-            });
+            let r = self.turn(s, dir, now, drops);
             self.count_drops(s, from, Some(dir), drops);
             self.rewake(s, dir.reverse());
-            match r {
-                Some(Dequeued::Packet(p)) => {
+            match &r {
+                Dequeued::Packet(p) => {
                     if self.slots[s].held[d].packets > 0 {
                         self.active[d].push_back(s as u32);
                     } else {
                         self.slots[s].sched[d] = Sched::Idle;
                     }
                     self.slots[s].last_active = now;
-                    self.count_sent(s, dir, &p);
-                    return Dequeued::Packet(p);
+                    self.count_sent(s, dir, p);
+                    return r;
                 }
-                Some(Dequeued::NotBefore(t)) => {
+                &Dequeued::NotBefore(t) => {
                     self.slots[s].sched[d] = Sched::Waiting(t);
                     self.waiting[d].push(Reverse((t, s as u32)));
                 }
-                Some(Dequeued::Empty) | None => self.slots[s].sched[d] = Sched::Idle,
+                Dequeued::Empty => self.slots[s].sched[d] = Sched::Idle,
             }
         }
         // Nothing is ready: the link goes idle. A discipline that watches for that is asked
@@ -1127,13 +1177,11 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             return None;
         }
         let from = drops.len();
-        let r = self.op(s, Some(dir), Touched::Neither, |mb| {
-            mb.poll_transmit(now, dir, drops)
-        });
+        let r = self.turn(s, dir, now, drops);
         self.count_drops(s, from, Some(dir), drops);
         self.rewake(s, dir.reverse());
         match r {
-            Some(Dequeued::Packet(p)) => {
+            Dequeued::Packet(p) => {
                 if self.slots[s].held[d].packets > 0 {
                     self.slots[s].sched[d] = Sched::Active;
                     self.active[d].push_back(s as u32);
@@ -1141,12 +1189,12 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
                 self.count_sent(s, dir, &p);
                 Some(p)
             }
-            Some(Dequeued::NotBefore(t)) => {
+            Dequeued::NotBefore(t) => {
                 self.slots[s].sched[d] = Sched::Waiting(t);
                 self.waiting[d].push(Reverse((t, s as u32)));
                 None
             }
-            _ => None,
+            Dequeued::Empty => None,
         }
     }
 

@@ -180,8 +180,11 @@ struct Class<P> {
     parent: Option<u8>,
     /// The level it serves at as a lender ([`Htb::level`]).
     level: u8,
-    rate: Rate,
-    ceil: Rate,
+    /// The costs of a wire length at `rate` and at `ceil`; `same`: the two rates are equal
+    /// (one cost serves both).
+    rate: TxCost,
+    ceil: TxCost,
+    same: bool,
     buffer_ns: i64,
     cbuffer_ns: i64,
     tokens: i64,
@@ -214,6 +217,65 @@ impl<P> Class<P> {
         } else {
             ClassMode::MayBorrow
         }
+    }
+}
+
+/// [`Rate::tx_nanos`] at one rate as a signed cost (saturating at `i64::MAX`), without a
+/// division: the rate's reciprocal is taken once, when the class is built, and a multiply
+/// and one correction step give the exact quotient (division by an invariant integer).
+/// Every cost is bit-identical to the division's; a property test compares them.
+#[derive(Clone, Copy, Debug)]
+struct TxCost {
+    /// Bits per second (`> 0` for the fast path).
+    rate: u64,
+    /// `⌊(2⁶⁴ − 1) / rate⌋`.
+    inv: u64,
+    /// Lengths below this take the fast path: those whose bit-nanoseconds fit 64 bits
+    /// (none when the rate is 0).
+    fast_below: u64,
+}
+
+impl TxCost {
+    /// Bit-nanoseconds per byte.
+    const NS_BITS: u64 = 8_000_000_000;
+
+    fn new(r: Rate) -> Self {
+        match r.0 {
+            0 => TxCost {
+                rate: 0,
+                inv: 0,
+                fast_below: 0,
+            },
+            rate => TxCost {
+                rate,
+                inv: u64::MAX / rate,
+                fast_below: u64::MAX / Self::NS_BITS + 1,
+            },
+        }
+    }
+
+    /// Nanoseconds to send `bytes` at the rate, rounded up, as `i64` (saturating).
+    #[inline]
+    fn nanos(self, bytes: u64) -> i64 {
+        if bytes >= self.fast_below {
+            return Self::slow(self.rate, bytes);
+        }
+        // n < 2⁶⁴ and inv·rate ∈ (2⁶⁴ − 1 − rate, 2⁶⁴ − 1], so n·inv/2⁶⁴ lies in
+        // (n/rate − 1, n/rate): the estimate is the quotient or one below it.
+        let n = bytes * Self::NS_BITS;
+        let mut q = ((u128::from(n) * u128::from(self.inv)) >> 64) as u64;
+        let mut r = n - q * self.rate;
+        if r >= self.rate {
+            q += 1;
+            r -= self.rate;
+        }
+        // Rounded up: at most n, so no overflow; saturated as the division's path is.
+        i64::try_from(q + u64::from(r != 0)).unwrap_or(i64::MAX)
+    }
+
+    #[cold]
+    fn slow(rate: u64, bytes: u64) -> i64 {
+        i64::try_from(Rate(rate).tx_nanos(bytes)).unwrap_or(i64::MAX)
     }
 }
 
@@ -302,8 +364,9 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                     true => 0,
                     false => (MAX_DEPTH - tree.depth[i]) as u8,
                 },
-                rate: c.rate,
-                ceil,
+                rate: TxCost::new(c.rate),
+                ceil: TxCost::new(ceil),
+                same: ceil == c.rate,
                 buffer_ns,
                 cbuffer_ns,
                 tokens: buffer_ns,
@@ -416,16 +479,17 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             self.refill(i, now);
             let level = self.level(i);
             let cl = &mut self.classes[i];
-            let cost = |r: Rate| i64::try_from(r.tx_nanos(wire)).unwrap_or(i64::MAX);
+            let ccost = cl.ceil.nanos(wire);
             if level >= lender_level {
-                cl.tokens = cl.tokens.saturating_sub(cost(cl.rate)).max(-MBUFFER_NS);
+                let cost = if cl.same { ccost } else { cl.rate.nanos(wire) };
+                cl.tokens = cl.tokens.saturating_sub(cost).max(-MBUFFER_NS);
                 if i == lender && i != leaf {
                     cl.counters.lent += 1;
                 }
             } else {
                 cl.counters.borrowed += 1;
             }
-            cl.ctokens = cl.ctokens.saturating_sub(cost(cl.ceil)).max(-MBUFFER_NS);
+            cl.ctokens = cl.ctokens.saturating_sub(ccost).max(-MBUFFER_NS);
             cl.counters.packets += 1;
             cl.counters.bytes += ip_len as u64;
             cl.counters.wire_bytes += wire;
@@ -455,9 +519,14 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             while let Some(i) = c {
                 self.refill(i, now);
                 let cl = &mut self.classes[i];
-                let cost = |r: Rate| i64::try_from(r.tx_nanos(wire)).unwrap_or(i64::MAX);
-                cl.tokens = cl.tokens.saturating_sub(cost(cl.rate)).max(-MBUFFER_NS);
-                cl.ctokens = cl.ctokens.saturating_sub(cost(cl.ceil)).max(-MBUFFER_NS);
+                cl.tokens = cl
+                    .tokens
+                    .saturating_sub(cl.rate.nanos(wire))
+                    .max(-MBUFFER_NS);
+                cl.ctokens = cl
+                    .ctokens
+                    .saturating_sub(cl.ceil.nanos(wire))
+                    .max(-MBUFFER_NS);
                 c = cl.parent.map(usize::from);
             }
         }
@@ -773,6 +842,93 @@ mod tests {
             .map(|c| c.leaf.as_ref().map(|l| l.in_place()))
             .collect();
         assert_eq!(in_place, [Some(false); 3]);
+    }
+
+    /// The division the costs replace.
+    fn divided(rate: u64, bytes: u64) -> i64 {
+        i64::try_from(Rate(rate).tx_nanos(bytes)).unwrap_or(i64::MAX)
+    }
+
+    #[test]
+    fn tx_costs_equal_the_division_at_the_extremes() {
+        let edge = u64::MAX / TxCost::NS_BITS;
+        let rates = [
+            0,
+            1,
+            2,
+            3,
+            7,
+            8,
+            1000,
+            7_999,
+            486_400,
+            7_600_000,
+            8_000_000_000,
+            8_000_000_001,
+            (1 << 32) - 1,
+            1 << 32,
+            (1 << 63) - 1,
+            1 << 63,
+            u64::MAX / 3,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        let lengths = [
+            0,
+            1,
+            40,
+            53,
+            1500,
+            1696,
+            u64::from(u32::MAX),
+            edge - 1,
+            edge,
+            edge + 1,
+            u64::MAX / 8,
+            u64::MAX,
+        ];
+        for rate in rates {
+            let c = TxCost::new(Rate(rate));
+            for bytes in lengths {
+                assert_eq!(
+                    c.nanos(bytes),
+                    divided(rate, bytes),
+                    "{bytes} B at {rate} bit/s"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+        /// Rates and wire lengths of every magnitude; and rates that divide the
+        /// bit-nanoseconds exactly or miss by one (remainders 0, 1 and rate − 1, where the
+        /// correction step and the rounding up decide).
+        #[test]
+        fn tx_costs_equal_the_division(
+            rate in proptest::prelude::any::<u64>(),
+            shift in 0u32..64,
+            bytes in proptest::prelude::any::<u64>(),
+            bshift in 0u32..64,
+            c in 1u64..1_000_000,
+            t in 1u64..2_000_000,
+            f in proptest::sample::select(vec![1u64, 2, 5, 8, 64, 125, 1000, 8192, 1_953_125, 8_000_000_000]),
+        ) {
+            let (rate, bytes) = (rate >> shift, bytes >> bshift);
+            let cases = [
+                (rate, bytes),
+                (rate, bytes % 70_000),
+                (rate, u64::MAX / TxCost::NS_BITS - bytes % 4),
+                (rate % 100_000_000_000, bytes % 70_000),
+                (c * f, c * t),
+                (c * f + 1, c * t),
+                (c * f - 1, c * t),
+            ];
+            for (rate, bytes) in cases {
+                let got = TxCost::new(Rate(rate)).nanos(bytes);
+                proptest::prop_assert_eq!(got, divided(rate, bytes), "{} B at {} bit/s", bytes, rate);
+            }
+        }
     }
 
     /// A small deterministic mix of flows, lengths and classes for driving two trees alike.

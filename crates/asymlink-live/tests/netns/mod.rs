@@ -314,6 +314,28 @@ pub fn echo_datagrams(
     server: SocketAddr,
     per_sub: u32,
 ) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    echo(lab, subs, server, per_sub, false)
+}
+
+/// As [`echo_datagrams`], but the subscribers take turns datagram by datagram: each
+/// waits for its echo (at most 200 ms) before the next subscriber sends, so the box sees
+/// one subscriber's datagram at a time however late the scheduler wakes it.
+pub fn echo_datagrams_in_turn(
+    lab: &Lab,
+    subs: &[Ipv4Addr],
+    server: SocketAddr,
+    per_sub: u32,
+) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    echo(lab, subs, server, per_sub, true)
+}
+
+fn echo(
+    lab: &Lab,
+    subs: &[Ipv4Addr],
+    server: SocketAddr,
+    per_sub: u32,
+    in_turn: bool,
+) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     let s_ns = lab.s().to_string();
     let n = subs.len();
     let (up_tx, up_rx) = std::sync::mpsc::channel();
@@ -366,6 +388,14 @@ pub fn echo_datagrams(
                 let mut m = [k as u8, 0, 0, 0, 0];
                 m[1..].copy_from_slice(&seq.to_be_bytes());
                 let _ = s.send(&m);
+                if in_turn {
+                    let t0 = Instant::now();
+                    while back[k].last() != Some(&seq) && t0.elapsed() < Duration::from_millis(200)
+                    {
+                        std::thread::sleep(Duration::from_micros(50));
+                        drain(&mut back);
+                    }
+                }
             }
             if seq % 16 == 15 {
                 std::thread::sleep(Duration::from_micros(300));

@@ -83,23 +83,26 @@ pub struct AckSample {
 }
 
 /// Window state in bytes.
+///
+/// `repr(C)`: the fields every ACK reads come first (see [`super::Connection`]'s layout).
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct Cc {
-    algo: CcAlgo,
-    growth: SsGrowth,
-    increase: CaIncrease,
-    mss: u64,
     /// Congestion window (bytes).
     pub cwnd: u64,
     /// Slow-start threshold (bytes).
     pub ssthresh: u64,
+    mss: u64,
     /// Fractional CA growth carried between ACKs (bytes × mss, Reno).
     ca_acc: u64,
+    algo: CcAlgo,
+    growth: SsGrowth,
+    increase: CaIncrease,
+    alpha_switch: bool,
     // CUBIC state (segments, seconds)
     w_max: f64,
     /// cwnd just before the last reduction (RFC 9438's cwnd_prior).
     cwnd_prior: f64,
-    alpha_switch: bool,
     epoch_start: Option<Instant>,
     k: f64,
     w_est: f64,

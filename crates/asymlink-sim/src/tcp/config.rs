@@ -243,12 +243,67 @@ impl CaIncrease {
 }
 
 /// A fully resolved TCP configuration.
+///
+/// `repr(C)`: the fields a connection reads on every segment come first (the configuration
+/// is part of each connection's state).
 #[derive(Clone, Debug, PartialEq)]
+#[repr(C)]
 pub struct TcpConfig {
-    /// Profile it derives from (for reports).
-    pub profile: String,
+    /// Send buffer in bytes (bounds unacknowledged + unsent data; `None`: unlimited, or
+    /// autotuned with `snd_autotune`). With Linux's sender (`delack_mode = "linux"`) it is
+    /// the buffer's memory (`sk_sndbuf`, what `ss -m` shows as `tb`: twice the value given
+    /// to `SO_SNDBUF`), of which each queued packet also takes its `sk_buff` (832 bytes).
+    pub sndbuf: Option<u64>,
+    /// Receive buffer in bytes (bounds the advertised window).
+    pub rcvbuf: u64,
+    /// Delayed-ACK timer.
+    pub delack_timeout: Duration,
+    /// With `rcv_autotune`: `TCP_WINDOW_CLAMP` as an application sets it that holds its
+    /// window at this size: before the connection and again after every read (Linux
+    /// resets the clamp when it re-estimates the payload ratio).
+    pub window_clamp: Option<u64>,
+    /// Acknowledge every `delayed_ack` full-sized segments.
+    pub delayed_ack: u32,
+    /// Segments acknowledged immediately at connection start (Linux quick-ACK mode).
+    pub quickack: u32,
+    /// Duplicate ACK threshold.
+    pub dupthresh: u32,
     /// Congestion control.
     pub cc: CcAlgo,
+    /// How delayed ACKs are timed.
+    pub delack_mode: DelackMode,
+    /// RACK loss detection (RFC 8985 §6, Linux `tcp_rack_*`) with SACK: a segment is lost
+    /// once one sent after it was delivered and it is older than that one's RTT plus a
+    /// reordering window; replaces RFC 6675's DupThresh rule and duplicate-ACK counting.
+    pub rack: bool,
+    /// Tail-loss probe (RFC 8985 §7, Linux `tcp_schedule_loss_probe`): with SACK, in the
+    /// open state, a probe (new data, else the last segment again) after 2·SRTT without
+    /// an ACK, so that a lost tail is found without a timeout.
+    pub tlp: bool,
+    /// HyStart (with `cc = "cubic"`): leave slow start (ssthresh = cwnd) when a round's
+    /// ACK train lasts more than half the minimum RTT or its RTT rises by
+    /// clamp(min RTT / 8, 4 ms, 16 ms), from a window of 16 segments on (Linux
+    /// `tcp_cubic.c` `hystart_update`).
+    pub hystart: bool,
+    /// D-SACK (RFC 2883, Linux's `tcp_dsack`): with SACK, the receiver reports a segment
+    /// it already held in a first SACK block of the next ACK; the sender undoes a fast
+    /// recovery whose every retransmission was reported so, and widens RACK's reordering
+    /// window after reordering.
+    pub dsack: bool,
+    /// Which bytes of an ACK grow the window.
+    pub grow_by: GrowBy,
+    /// When the congestion window may grow (congestion-window validation).
+    pub cwnd_validation: CwndValidation,
+    /// Restart after idle: what happens to cwnd when data follows an idle period longer
+    /// than the RTO.
+    pub idle_restart: IdleRestart,
+    /// Nagle's algorithm (RFC 896).
+    pub nagle: bool,
+    /// What Nagle's algorithm waits for (`rfc896` or Linux's `minshall`).
+    pub nagle_rule: NagleRule,
+    /// Proportional rate reduction during SACK fast recovery (RFC 6937 with Linux's
+    /// `tcp_cwnd_reduction`), instead of cwnd = ssthresh at entry.
+    pub prr: bool,
     /// Offer SACK (RFC 2018) and use RFC 6675 recovery when both ends agree.
     pub sack: bool,
     /// Offer timestamps (RFC 7323).
@@ -263,19 +318,6 @@ pub struct TcpConfig {
     pub initial_window: u32,
     /// Initial slow-start threshold in bytes (`None`: unlimited).
     pub initial_ssthresh: Option<u64>,
-    /// Receive buffer in bytes (bounds the advertised window).
-    pub rcvbuf: u64,
-    /// Send buffer in bytes (bounds unacknowledged + unsent data; `None`: unlimited, or
-    /// autotuned with `snd_autotune`). With Linux's sender (`delack_mode = "linux"`) it is
-    /// the buffer's memory (`sk_sndbuf`, what `ss -m` shows as `tb`: twice the value given
-    /// to `SO_SNDBUF`), of which each queued packet also takes its `sk_buff` (832 bytes).
-    pub sndbuf: Option<u64>,
-    /// Acknowledge every `delayed_ack` full-sized segments.
-    pub delayed_ack: u32,
-    /// Delayed-ACK timer.
-    pub delack_timeout: Duration,
-    /// Segments acknowledged immediately at connection start (Linux quick-ACK mode).
-    pub quickack: u32,
     /// Minimum RTO (how it applies: `rto_floor`).
     pub rto_min: Duration,
     /// Whether `rto_min` bounds the RTO itself (RFC 6298) or its variation term (Linux).
@@ -286,10 +328,6 @@ pub struct TcpConfig {
     pub rto_max: Duration,
     /// Give up a SYN after this many retransmissions.
     pub syn_retries: u32,
-    /// Nagle's algorithm (RFC 896).
-    pub nagle: bool,
-    /// What Nagle's algorithm waits for (`rfc896` or Linux's `minshall`).
-    pub nagle_rule: NagleRule,
     /// Pace every sender at Linux's rate (`tcp_update_pacing_rate`: 2 × cwnd·MSS/SRTT
     /// while cwnd is below half of ssthresh, 1.2 × after), as Linux does with the `fq`
     /// qdisc. BBR and `max_pacing_rate` pace whatever this says (Linux's internal pacing).
@@ -299,12 +337,8 @@ pub struct TcpConfig {
     pub max_pacing_rate: Option<Rate>,
     /// Slow-start growth rule.
     pub ss_growth: SsGrowth,
-    /// Which bytes of an ACK grow the window.
-    pub grow_by: GrowBy,
     /// Limited transmit (RFC 3042).
     pub limited_transmit: bool,
-    /// Duplicate ACK threshold.
-    pub dupthresh: u32,
     /// In SACK recovery, when no lost segment waits and no new data can be sent, resend a
     /// not yet SACKed segment below the highest SACK, else once per recovery the highest
     /// segment not SACKed (RFC 6675 NextSeg rules 3 and 4, the "rescue" retransmission).
@@ -315,30 +349,9 @@ pub struct TcpConfig {
     /// Undo a retransmission timeout found spurious by the echoed timestamp (Eifel
     /// detection, RFC 3522, as Linux does): needs timestamps.
     pub rto_undo: bool,
-    /// When the congestion window may grow (congestion-window validation).
-    pub cwnd_validation: CwndValidation,
     /// CUBIC's Reno-friendly estimate grows with α = 1 once it has reached the cwnd of
     /// the last reduction (RFC 9438 §4.3); otherwise α = 3(1−β)/(1+β) throughout (Linux).
     pub cubic_alpha_switch: bool,
-    /// Restart after idle: what happens to cwnd when data follows an idle period longer
-    /// than the RTO.
-    pub idle_restart: IdleRestart,
-    /// RACK loss detection (RFC 8985 §6, Linux `tcp_rack_*`) with SACK: a segment is lost
-    /// once one sent after it was delivered and it is older than that one's RTT plus a
-    /// reordering window; replaces RFC 6675's DupThresh rule and duplicate-ACK counting.
-    pub rack: bool,
-    /// Tail-loss probe (RFC 8985 §7, Linux `tcp_schedule_loss_probe`): with SACK, in the
-    /// open state, a probe (new data, else the last segment again) after 2·SRTT without
-    /// an ACK, so that a lost tail is found without a timeout.
-    pub tlp: bool,
-    /// Proportional rate reduction during SACK fast recovery (RFC 6937 with Linux's
-    /// `tcp_cwnd_reduction`), instead of cwnd = ssthresh at entry.
-    pub prr: bool,
-    /// HyStart (with `cc = "cubic"`): leave slow start (ssthresh = cwnd) when a round's
-    /// ACK train lasts more than half the minimum RTT or its RTT rises by
-    /// clamp(min RTT / 8, 4 ms, 16 ms), from a window of 16 segments on (Linux
-    /// `tcp_cubic.c` `hystart_update`).
-    pub hystart: bool,
     /// Receive-buffer autotuning (Linux `tcp_rcv_space_adjust`): the window starts from
     /// `rmem[1]` and grows each receiver RTT with what the application read, up to
     /// `rmem[2]`; `rcvbuf` is then unused. Setting `rcvbuf` in a scenario turns it off
@@ -351,10 +364,6 @@ pub struct TcpConfig {
     /// With `rcv_autotune` (Linux's receive buffer): `SO_RCVBUF` as the application sets
     /// it: the buffer is twice this memory and autotuning is off.
     pub so_rcvbuf: Option<u64>,
-    /// With `rcv_autotune`: `TCP_WINDOW_CLAMP` as an application sets it that holds its
-    /// window at this size: before the connection and again after every read (Linux
-    /// resets the clamp when it re-estimates the payload ratio).
-    pub window_clamp: Option<u64>,
     /// With `rcv_autotune`: the buffer memory a received full-sized segment takes
     /// (`skb->truesize`, set by the receiving driver); Linux re-estimates the payload
     /// ratio (`scaling_ratio`) from it at the first full-sized segment. `None`: the
@@ -368,15 +377,10 @@ pub struct TcpConfig {
     pub snd_autotune: bool,
     /// Linux's `tcp_wmem` (min, default, max) in bytes of buffer memory.
     pub wmem: [u64; 3],
-    /// How delayed ACKs are timed.
-    pub delack_mode: DelackMode,
     /// How a retransmission timeout sets ssthresh.
     pub timeout_mode: TimeoutMode,
-    /// D-SACK (RFC 2883, Linux's `tcp_dsack`): with SACK, the receiver reports a segment
-    /// it already held in a first SACK block of the next ACK; the sender undoes a fast
-    /// recovery whose every retransmission was reported so, and widens RACK's reordering
-    /// window after reordering.
-    pub dsack: bool,
+    /// Profile it derives from (for reports).
+    pub profile: String,
 }
 
 impl TcpConfig {

@@ -105,12 +105,11 @@ impl ConnEvent {
 }
 
 /// Counters of one connection.
+///
+/// `repr(C)`: those every segment adds to are the last, in the connection's hot lines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct ConnStats {
-    /// Segments transmitted (all kinds).
-    pub segments_sent: u64,
-    /// Payload bytes transmitted, retransmissions included.
-    pub bytes_sent: u64,
     /// Payload bytes retransmitted.
     pub bytes_retransmitted: u64,
     /// Segments retransmitted.
@@ -121,18 +120,8 @@ pub struct ConnStats {
     pub spurious_timeouts: u64,
     /// Fast retransmits (recovery episodes entered by duplicate ACKs or SACK).
     pub fast_retransmits: u64,
-    /// Payload bytes the peer acknowledged.
-    pub bytes_acked: u64,
-    /// Payload bytes delivered in order to the application.
-    pub bytes_delivered: u64,
-    /// Pure ACKs transmitted.
-    pub acks_sent: u64,
-    /// Segments received.
-    pub segments_received: u64,
     /// ECN echoes acted upon.
     pub ecn_reductions: u64,
-    /// Segments dropped at the source by a policing conditioner.
-    pub policed: u64,
     /// Zero-window probes sent (persist timer).
     pub window_probes: u64,
     /// Tail-loss probes sent (`TcpConfig::tlp`; Linux's TCPLossProbes).
@@ -149,6 +138,20 @@ pub struct ConnStats {
     /// Fast recoveries undone because every retransmission of them was reported as a
     /// duplicate (Linux's TCPDSACKUndo and TCPFullUndo).
     pub dsack_undos: u64,
+    /// Segments dropped at the source by a policing conditioner.
+    pub policed: u64,
+    /// Segments transmitted (all kinds).
+    pub segments_sent: u64,
+    /// Payload bytes transmitted, retransmissions included.
+    pub bytes_sent: u64,
+    /// Pure ACKs transmitted.
+    pub acks_sent: u64,
+    /// Segments received.
+    pub segments_received: u64,
+    /// Payload bytes delivered in order to the application.
+    pub bytes_delivered: u64,
+    /// Payload bytes the peer acknowledged.
+    pub bytes_acked: u64,
 }
 
 /// What undoing a fast recovery found spurious by D-SACKs needs (Linux `tcp_init_undo`).
@@ -201,135 +204,39 @@ const TLP_SLACK: Duration = Duration::from_millis(2);
 const TLP_INITIAL: Duration = Duration::from_secs(1);
 
 /// One end of a TCP connection.
+///
+/// The fields are laid out by how often a segment reads them (`repr(C)` keeps the order;
+/// each connection starts a cache line): with thousands of connections the state of the
+/// one a segment arrives for is rarely in the caches, and every cache line it touches is a
+/// miss. The fields read on every segment at either end come first, then those of the
+/// receiver's data path, then the sender's ACK path; what recovery, RACK, D-SACK, Linux's
+/// writer and the handshake use comes last. A test checks how many lines each path spans.
+#[repr(C, align(64))]
 pub struct Connection {
-    id: ConnId,
+    // The counters (the fields every segment adds to are their last) and the
+    // configuration (the fields read on every segment are its first).
+    stats: ConnStats,
     cfg: TcpConfig,
-    /// `cfg` asks for pacing (see [`Connection::paced`]); the configuration never
-    /// changes, so this is decided once.
-    paced: bool,
-    state: State,
-    local: (IpAddr, u16),
-    remote: (IpAddr, u16),
-    ip_ident: u16,
-    // negotiated
-    mss: u32,
-    sack_ok: bool,
-    ts_ok: bool,
-    ecn_ok: bool,
-    snd_wscale: u8,
-    rcv_wscale: u8,
-    peer_ws: bool,
-    iss: u32,
-    irs: u32,
-    // send side (offsets from iss)
+    // Read or written on every segment, at either end (send side: offsets from iss;
+    // receive side: offsets from irs).
     snd_una: u64,
     snd_max: u64,
-    app_end: u64,
-    fin_queued: bool,
-    fin_off: Option<u64>,
     snd_wnd: u64,
     snd_wl1: u64,
     snd_wl2: u64,
     max_snd_wnd: u64,
-    /// End of the last short (less than one MSS) data segment sent (Linux's `snd_sml`).
-    snd_sml: u64,
-    /// Linux's sender: how far the writer has copied into the send buffer
-    /// (`write_seq`), where it last marked PSH (`pushed_seq`), and the marks not yet sent.
+    app_end: u64,
+    /// Linux's sender: how far the writer has copied into the send buffer (`write_seq`).
     write_seq: u64,
-    pushed_seq: u64,
-    push_marks: std::collections::VecDeque<u64>,
-    /// Linux's sender (`delack_mode = "linux"`): the writer copies into a send buffer of
-    /// `sk_sndbuf` bytes of memory (0: not set up yet; `u64::MAX`: unlimited), waits when
-    /// it is full (`writer_waiting`); `tail_skb` is where the last buffer it filled starts;
-    /// `tx_skbs` the ends of the packets sent (each a buffer of its own) not yet
-    /// acknowledged, for the memory they take.
-    linux_writer: bool,
-    sk_sndbuf: u64,
-    writer_waiting: bool,
-    /// Linux's sender: the application's bytes per `send()` (0: one call takes a whole
-    /// write) and where the current call ends (`u64::MAX`: with the write).
-    write_size: u64,
-    call_end: u64,
-    tail_skb: u64,
-    tx_skbs: std::collections::VecDeque<u64>,
-    sb: Scoreboard,
-    cc: Cc,
-    rtt: RttEstimator,
-    ca_state: CaState,
-    dupacks: u32,
-    recover: u64,
-    /// `recover` was set by a timeout (not by a fast retransmit).
-    recover_after_rto: bool,
-    /// The retransmission timer fired and no ACK of new data came since (Linux's
-    /// `icsk_retransmits` is not zero).
-    rto_unanswered: bool,
-    /// RFC 6675 RescueRxt: the `recover` of the recovery that made the last rescue
-    /// retransmission.
-    rescue_rxt: Option<u64>,
-    ecn_recover: u64,
-    cwr_pending: bool,
-    /// Spurious-timeout undo (`TcpConfig::rto_undo`): cwnd and ssthresh before the
-    /// timeout and the timestamp of its first retransmission.
-    undo: Option<(u64, u64, u32)>,
-    /// Congestion-window validation (Linux `tcp_cwnd_validate`): whether the flow was
-    /// cwnd-limited in the current window, its largest flight (`snd_max - snd_una`) in
-    /// that window, and where the window ends.
-    cwnd_limited: bool,
-    max_flight: u64,
-    cwnd_usage_seq: u64,
-    /// When data (new or retransmitted) was last sent (Linux's `lsndtime`).
-    last_data_sent: Option<Instant>,
-    /// RACK (`TcpConfig::rack`): the latest delivery, and the deliveries of the current ACK.
-    rack: Rack,
-    deliveries: Vec<Delivery>,
-    /// PRR during a fast recovery (`TcpConfig::prr`).
-    prr: Option<Prr>,
-    /// The open tail-loss-probe episode: SND.NXT when the probe was sent, and whether the
-    /// probe was a retransmission (RFC 8985 TLP.end_seq, TLP.is_retrans).
-    tlp_high_seq: Option<u64>,
-    tlp_retrans: bool,
-    /// D-SACK undo of the current fast recovery (`TcpConfig::dsack`, Linux `undo_marker`,
-    /// `undo_retrans`, `prior_cwnd`, `prior_ssthresh`).
-    dsack_undo: Option<DsackUndo>,
-    /// RACK's reordering window in units of min RTT / 4, widened on D-SACKs after
-    /// reordering, and for how many more recoveries a widened window persists; `delivered`
-    /// when it last widened (Linux `reo_wnd_steps`, `reo_wnd_persist`, `last_delivered`).
-    reo_wnd_steps: u32,
-    reo_wnd_persist: u32,
-    reo_wnd_delivered: u64,
-    dsack_seen: bool,
-    /// Segments reported as duplicates so far (Linux `dsack_dups`): D-SACKs beyond the
-    /// retransmissions sent are ignored.
-    dsack_dups: u64,
-    // receive side (offsets from irs)
     rcv: Receiver,
-    /// A duplicate to report in the next ACK's first SACK block (RFC 2883).
-    dsack_block: Option<(u64, u64)>,
     rcv_edge: u64,
-    ack_pending: u32,
-    ack_now: bool,
-    quickack_left: u32,
-    ece_pending: bool,
-    /// Receive-buffer autotuning (`TcpConfig::rcv_autotune`).
-    autotune: Option<RcvAutotune>,
-    /// Linux's delayed-ACK engine (`DelackMode::Linux`): the ACK timeout `ato` (zero
-    /// before the first data), when data last arrived in order (`lrcvtime`), the
-    /// receiver's segment size estimate `rcv_mss` and the last short segment's size.
-    ato: Duration,
-    lrcvtime: Instant,
-    rcv_mss: u64,
-    last_seg_size: u64,
-    /// Linux's `icsk_ack.pending` push bits: a full-sized segment with PSH or a short
-    /// segment arrived since the last ACK (`PUSHED`), a second short one (`PUSHED2`).
-    ack_pushed: u8,
-    /// Linux's ping-pong (interactive) mode: data was sent within `ato` of data received.
-    pingpong: bool,
-    ts_recent: u32,
     last_ack_sent: u64,
-    peer_fin: bool,
+    unread: u64,
+    fin_off: Option<u64>,
     /// The peer's FIN received beyond a hole: its offset, taken once RCV.NXT reaches it.
     peer_fin_at: Option<u64>,
-    // timers
+    /// A duplicate to report in the next ACK's first SACK block (RFC 2883).
+    dsack_block: Option<(u64, u64)>,
     rto_at: Option<Instant>,
     /// RACK reordering timer and tail-loss probe timer (at most one armed; Linux keeps
     /// them in the retransmission timer's slot, the RTO stays armed here behind them).
@@ -337,20 +244,134 @@ pub struct Connection {
     tlp_at: Option<Instant>,
     delack_at: Option<Instant>,
     persist_at: Option<Instant>,
+    wake_at: Option<Instant>,
+    linger_at: Option<Instant>,
+    id: ConnId,
+    mss: u32,
+    iss: u32,
+    irs: u32,
+    ack_pending: u32,
+    quickack_left: u32,
+    ts_recent: u32,
+    dupacks: u32,
     /// Probes sent since the peer's window closed: the persist timer's backoff.
     persist_backoff: u32,
+    ip_ident: u16,
+    local: (IpAddr, u16),
+    remote: (IpAddr, u16),
+    state: State,
+    ca_state: CaState,
+    sack_ok: bool,
+    ts_ok: bool,
+    ecn_ok: bool,
+    /// `cfg` asks for pacing (see [`Connection::paced`]); the configuration never
+    /// changes, so this is decided once.
+    paced: bool,
+    snd_wscale: u8,
+    rcv_wscale: u8,
+    fin_queued: bool,
+    /// Linux's sender (`delack_mode = "linux"`): the writer copies into a send buffer of
+    /// `sk_sndbuf` bytes of memory (0: not set up yet; `u64::MAX`: unlimited), waits when
+    /// it is full (`writer_waiting`); `tail_skb` is where the last buffer it filled starts;
+    /// `tx_skbs` the ends of the packets sent (each a buffer of its own) not yet
+    /// acknowledged, for the memory they take.
+    linux_writer: bool,
+    writer_waiting: bool,
+    ack_now: bool,
     /// Whether the application reads what arrives; if not, it stays in the receive buffer
     /// (`unread` bytes) and the advertised window shrinks, down to zero.
     reading: bool,
-    unread: u64,
-    wake_at: Option<Instant>,
-    linger_at: Option<Instant>,
+    peer_fin: bool,
+    /// Linux's `icsk_ack.pending` push bits: a full-sized segment with PSH or a short
+    /// segment arrived since the last ACK (`PUSHED`), a second short one (`PUSHED2`).
+    ack_pushed: u8,
+    /// Linux's ping-pong (interactive) mode: data was sent within `ato` of data received.
+    pingpong: bool,
+    /// Congestion-window validation (Linux `tcp_cwnd_validate`): whether the flow was
+    /// cwnd-limited in the current window, its largest flight (`snd_max - snd_una`) in
+    /// that window, and where the window ends.
+    cwnd_limited: bool,
+    /// The retransmission timer fired and no ACK of new data came since (Linux's
+    /// `icsk_retransmits` is not zero).
+    rto_unanswered: bool,
+    ece_pending: bool,
+    cwr_pending: bool,
+    // The receiver's data path with Linux's delayed-ACK engine and autotuning.
+    /// Linux's delayed-ACK engine (`DelackMode::Linux`): the ACK timeout `ato` (zero
+    /// before the first data), when data last arrived in order (`lrcvtime`), the
+    /// receiver's segment size estimate `rcv_mss` and the last short segment's size.
+    ato: Duration,
+    lrcvtime: Instant,
+    rcv_mss: u64,
+    last_seg_size: u64,
+    /// Receive-buffer autotuning (`TcpConfig::rcv_autotune`).
+    autotune: Option<RcvAutotune>,
+    // The sender's ACK path (the congestion control last: its first fields are its hot
+    // ones).
+    /// Congestion-window validation (see `cwnd_limited`): the largest flight in the
+    /// current window, and where the window ends.
+    max_flight: u64,
+    cwnd_usage_seq: u64,
+    recover: u64,
+    /// When data (new or retransmitted) was last sent (Linux's `lsndtime`).
+    last_data_sent: Option<Instant>,
+    rtt: RttEstimator,
+    /// PRR during a fast recovery (`TcpConfig::prr`).
+    prr: Option<Prr>,
+    /// The open tail-loss-probe episode: SND.NXT when the probe was sent, and whether the
+    /// probe was a retransmission (RFC 8985 TLP.end_seq, TLP.is_retrans).
+    tlp_high_seq: Option<u64>,
     /// Pacing (`Connection::paced`): the next departure time and the rate.
     pacer: Pacer,
+    sb: Scoreboard,
+    cc: Cc,
+    // Recovery, RACK, D-SACK, Linux's writer, the handshake: rarely or never read on the
+    // common path.
+    /// RACK (`TcpConfig::rack`): the latest delivery, and the deliveries of the current ACK.
+    rack: Rack,
+    deliveries: Vec<Delivery>,
+    /// RFC 6675 RescueRxt: the `recover` of the recovery that made the last rescue
+    /// retransmission.
+    rescue_rxt: Option<u64>,
+    ecn_recover: u64,
+    /// Spurious-timeout undo (`TcpConfig::rto_undo`): cwnd and ssthresh before the
+    /// timeout and the timestamp of its first retransmission.
+    undo: Option<(u64, u64, u32)>,
+    /// D-SACK undo of the current fast recovery (`TcpConfig::dsack`, Linux `undo_marker`,
+    /// `undo_retrans`, `prior_cwnd`, `prior_ssthresh`).
+    dsack_undo: Option<DsackUndo>,
+    /// `delivered` when RACK's reordering window last widened (see `reo_wnd_steps`).
+    reo_wnd_delivered: u64,
+    /// Segments reported as duplicates so far (Linux `dsack_dups`): D-SACKs beyond the
+    /// retransmissions sent are ignored.
+    dsack_dups: u64,
+    /// End of the last short (less than one MSS) data segment sent (Linux's `snd_sml`).
+    snd_sml: u64,
+    /// Linux's sender: where it last marked PSH (`pushed_seq`), and the marks not yet sent.
+    pushed_seq: u64,
+    push_marks: std::collections::VecDeque<u64>,
+    /// Linux's sender: the send buffer's memory, where its last buffer starts and the ends
+    /// of its packets in flight (see `linux_writer`).
+    sk_sndbuf: u64,
+    /// Linux's sender: the application's bytes per `send()` (0: one call takes a whole
+    /// write) and where the current call ends (`u64::MAX`: with the write).
+    write_size: u64,
+    call_end: u64,
+    tail_skb: u64,
+    tx_skbs: std::collections::VecDeque<u64>,
     /// BBR (`cc = "bbr"`): its model and the delivery-rate samples it feeds on.
     bbr: Option<Box<(Bbr, RateSampler)>>,
+    /// RACK's reordering window in units of min RTT / 4, widened on D-SACKs after
+    /// reordering, and for how many more recoveries a widened window persists; `delivered`
+    /// when it last widened (Linux `reo_wnd_steps`, `reo_wnd_persist`, `last_delivered`).
+    reo_wnd_steps: u32,
+    reo_wnd_persist: u32,
     syn_tries: u32,
-    stats: ConnStats,
+    peer_ws: bool,
+    /// `recover` was set by a timeout (not by a fast retransmit).
+    recover_after_rto: bool,
+    tlp_retrans: bool,
+    dsack_seen: bool,
 }
 
 fn seq_of(base: u32, off: u64) -> SeqNumber {
@@ -3646,5 +3667,146 @@ pub(crate) mod prediction {
     pub(super) fn count() {
         #[cfg(test)]
         TAKEN.with(|c| c.set(c.get() + 1));
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use super::Connection;
+    use std::collections::BTreeSet;
+    use std::mem::{offset_of, size_of};
+
+    fn size_of_field<T>(_: impl Fn(&Connection) -> &T) -> usize {
+        size_of::<T>()
+    }
+
+    /// Each field's byte range in a connection.
+    macro_rules! spans {
+        ($($($f:ident).+),* $(,)?) => {
+            vec![$((
+                stringify!($($f).+),
+                offset_of!(Connection, $($f).+),
+                size_of_field(|c: &Connection| &c.$($f).+),
+            )),*]
+        };
+    }
+
+    /// What every segment reads or writes of a connection, at either end.
+    fn common() -> Vec<(&'static str, usize, usize)> {
+        spans![
+            stats.policed,
+            stats.segments_sent,
+            stats.bytes_sent,
+            stats.acks_sent,
+            stats.segments_received,
+            stats.bytes_delivered,
+            stats.bytes_acked,
+            cfg.sndbuf,
+            cfg.rcvbuf,
+            cfg.delack_timeout,
+            cfg.window_clamp,
+            cfg.delayed_ack,
+            cfg.quickack,
+            cfg.dupthresh,
+            cfg.cc,
+            cfg.delack_mode,
+            cfg.rack,
+            cfg.tlp,
+            cfg.hystart,
+            cfg.dsack,
+            cfg.grow_by,
+            cfg.cwnd_validation,
+            cfg.idle_restart,
+            cfg.nagle,
+            cfg.nagle_rule,
+            cfg.prr,
+            snd_una,
+            snd_max,
+            snd_wnd,
+            snd_wl1,
+            snd_wl2,
+            max_snd_wnd,
+            app_end,
+            write_seq,
+            rcv,
+            rcv_edge,
+            last_ack_sent,
+            unread,
+            fin_off,
+            peer_fin_at,
+            dsack_block,
+            rto_at,
+            reo_at,
+            tlp_at,
+            delack_at,
+            persist_at,
+            wake_at,
+            linger_at,
+            id,
+            mss,
+            iss,
+            irs,
+            ack_pending,
+            quickack_left,
+            ts_recent,
+            dupacks,
+            persist_backoff,
+            ip_ident,
+            local,
+            remote,
+            state,
+            ca_state,
+            sack_ok,
+            ts_ok,
+            ecn_ok,
+            paced,
+            snd_wscale,
+            rcv_wscale,
+            fin_queued,
+            linux_writer,
+            writer_waiting,
+            ack_now,
+            reading,
+            peer_fin,
+            ack_pushed,
+            pingpong,
+            cwnd_limited,
+            rto_unanswered,
+            ece_pending,
+            cwr_pending,
+        ]
+    }
+
+    fn lines(spans: &[(&str, usize, usize)]) -> BTreeSet<usize> {
+        spans
+            .iter()
+            .flat_map(|&(_, o, n)| o / 64..(o + n).div_ceil(64))
+            .collect()
+    }
+
+    /// The fields a segment reads span few cache lines: the receiver's data path (with
+    /// Linux's delayed-ACK engine and autotuning) and the sender's ACK path (with the
+    /// congestion control's first 40 bytes: window, threshold, MSS, growth carry, kinds).
+    #[test]
+    fn a_segment_reads_few_cache_lines() {
+        assert_eq!(std::mem::align_of::<Connection>(), 64);
+        let mut receiver = common();
+        receiver.extend(spans![ato, lrcvtime, rcv_mss, last_seg_size, autotune]);
+        let mut sender = common();
+        sender.extend(spans![
+            max_flight,
+            cwnd_usage_seq,
+            recover,
+            last_data_sent,
+            rtt,
+            prr,
+            tlp_high_seq,
+            pacer,
+            sb,
+        ]);
+        sender.push(("cc", offset_of!(Connection, cc), 40));
+        let (r, s) = (lines(&receiver), lines(&sender));
+        assert_eq!(r.len(), 13, "receiver's lines {r:?}");
+        assert_eq!(s.len(), 18, "sender's lines {s:?}");
     }
 }
