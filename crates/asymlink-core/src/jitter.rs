@@ -11,7 +11,9 @@
 //! ```
 //!
 //! A packet whose transmission ends at `end` arrives at
-//! `max(previous arrival, end + delay + draw)`, the draw in whole nanoseconds. The draw
+//! `max(previous arrival, end + delay + draw)`, the draw in whole nanoseconds, where the
+//! previous arrival is that of the packet ahead of it still on the wire (none once the
+//! wire is empty). The draw
 //! only adds delay: `delay` is the least a packet takes (netem's `delay 10ms 2ms`, uniform
 //! in 8–12 ms, is `delay = "8ms"` with `jitter = { dist = "uniform", min = "0ms",
 //! max = "4ms" }`). Packets that the line sends back to back and that draw less than the
@@ -75,17 +77,17 @@ impl Jitter {
     }
 }
 
-/// A direction's jitter and the arrival time of the last packet it put on the wire.
+/// A direction's jitter. (The arrival of the packet ahead is the delay line's to know:
+/// its last entry.)
 #[derive(Clone, Debug)]
 pub struct JitterLine {
     dist: Jitter,
-    last: Instant,
 }
 
 impl JitterLine {
-    /// Jitter `dist` on a line whose last packet arrives at `last`.
-    pub fn new(dist: Jitter, last: Instant) -> JitterLine {
-        JitterLine { dist, last }
+    /// Jitter `dist` on a line.
+    pub fn new(dist: Jitter) -> JitterLine {
+        JitterLine { dist }
     }
 
     /// The distribution.
@@ -94,12 +96,12 @@ impl JitterLine {
     }
 
     /// The arrival of a packet due at `at` without jitter: `at` plus a draw, never before
-    /// the packet ahead of it.
+    /// the packet ahead of it on the wire, which arrives at `ahead` (`None`: the wire is
+    /// empty).
     #[inline]
-    pub fn arrival(&mut self, at: Instant, rng: &mut Rng) -> Instant {
-        let t = Instant(at.0.saturating_add(self.dist.draw(rng))).max(self.last);
-        self.last = t;
-        t
+    pub fn arrival(&self, at: Instant, ahead: Option<Instant>, rng: &mut Rng) -> Instant {
+        let t = Instant(at.0.saturating_add(self.dist.draw(rng)));
+        ahead.map_or(t, |a| t.max(a))
     }
 }
 
@@ -251,17 +253,22 @@ mod tests {
     #[test]
     fn a_line_never_reorders() {
         let mut rng = Rng::new(3);
-        let mut line = JitterLine::new(Jitter::Uniform { min: 0.0, max: 1e6 }, Instant::ZERO);
-        let mut prev = Instant::ZERO;
+        let line = JitterLine::new(Jitter::Uniform { min: 0.0, max: 1e6 });
+        let mut prev = None;
         let mut bunched = 0;
         for k in 0..10_000u64 {
             // Packets due 100 µs apart, jitter up to 1 ms: many would overtake.
             let due = Instant(k * 100_000);
-            let t = line.arrival(due, &mut rng);
-            assert!(t >= prev && t >= due && t.0 < due.0 + 1_000_000);
-            bunched += (t == prev) as u32;
-            prev = t;
+            let t = line.arrival(due, prev, &mut rng);
+            assert!(Some(t) >= prev && t >= due && t.0 < due.0 + 1_000_000);
+            bunched += (Some(t) == prev) as u32;
+            prev = Some(t);
         }
         assert!(bunched > 1000, "{bunched}");
+        // With the wire empty, nothing holds a packet back.
+        assert_eq!(
+            line.arrival(Instant(5), None, &mut Rng::new(1)),
+            Instant(5 + Jitter::Uniform { min: 0.0, max: 1e6 }.draw(&mut Rng::new(1)))
+        );
     }
 }

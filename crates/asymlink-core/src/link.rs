@@ -542,12 +542,8 @@ impl<P: Pkt + OnWire> Link<P> {
         self.loss = cfg.loss.unwrap_or(0.0);
         let jitter = cfg.jitter.filter(|j| !j.is_zero());
         if self.jitter.as_ref().map(|j| *j.dist()) != jitter {
-            // Arrivals go on after the last packet already on the wire.
-            let on_wire = self.wire.len() - self.queued;
-            let last = on_wire
-                .checked_sub(1)
-                .map_or(Instant::ZERO, |i| P::arrival(&self.wire[i]));
-            self.jitter = jitter.map(|j| Box::new(JitterLine::new(j, last)));
+            // (Arrivals go on after the last packet already on the wire.)
+            self.jitter = jitter.map(|j| Box::new(JitterLine::new(j)));
         }
         let rules = cfg.drop.as_deref().unwrap_or(&[]);
         if self.script.as_ref().map_or(&[][..], |s| s.rules()) != rules {
@@ -746,27 +742,29 @@ impl<P: Pkt + OnWire> Link<P> {
             drops.push(pkt, Verdict::Dropped(DropReason::LinkLoss), Stage::Rejected);
             return;
         }
-        let at = self.arrival(end);
+        let at = self.arrival(end, self.wire.len() - self.queued);
         self.wire.push_back(pkt.to_wire(at));
     }
 
     /// When a packet whose transmission ends at `end` arrives: after the delay, and with
-    /// jitter a draw more, never before the packet ahead of it.
+    /// jitter a draw more, never before the packet ahead of it — the delay line's entry
+    /// before index `ahead` (none if `ahead` is 0).
     #[inline(always)]
-    fn arrival(&mut self, end: Instant) -> Instant {
+    fn arrival(&mut self, end: Instant, ahead: usize) -> Instant {
         let at = Instant(end.0.saturating_add(self.delay_ns));
         if self.jitter.is_none() {
             return at;
         }
-        self.jittered(at)
+        self.jittered(at, ahead)
     }
 
     /// The jittered part of [`Link::arrival`], out of line: a line without jitter pays
     /// one test per packet.
     #[inline(never)]
-    fn jittered(&mut self, at: Instant) -> Instant {
-        match &mut self.jitter {
-            Some(j) => j.arrival(at, &mut self.rng),
+    fn jittered(&mut self, at: Instant, ahead: usize) -> Instant {
+        let prev = ahead.checked_sub(1).map(|i| P::arrival(&self.wire[i]));
+        match &self.jitter {
+            Some(j) => j.arrival(at, prev, &mut self.rng),
             None => at,
         }
     }
@@ -925,7 +923,7 @@ impl<P: Pkt + OnWire> Link<P> {
             } else {
                 // (Jitter only after a reconfiguration: a jittered line does not take its
                 // own FIFO.)
-                let at = self.arrival(end);
+                let at = self.arrival(end, i);
                 P::depart(&mut self.wire[i], at);
             }
             self.idle_pending = self.idle_dequeue;

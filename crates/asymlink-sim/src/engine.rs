@@ -680,14 +680,19 @@ impl World {
     /// Process events up to `t` (inclusive, capped at the end).
     pub fn run_until(&mut self, t: Instant) {
         let limit = t.min(self.end);
-        while let Some((at, ev)) = self.queue.pop_until(limit) {
-            self.now = at;
-            self.events += 1;
-            self.dispatch(ev);
-            if self.queue.renumber_due() {
-                self.queue
-                    .renumber_with(self.dirs.iter_mut().map(|d| &mut d.txdone));
+        loop {
+            while let Some((at, ev)) = self.queue.pop_until(limit) {
+                self.now = at;
+                self.events += 1;
+                self.dispatch(ev);
             }
+            // The queue also stops when the sequence numbers run out with places held
+            // (once in 2^32 entries): renumber them with the transmitters' places.
+            if !self.queue.renumber_due() {
+                break;
+            }
+            self.queue
+                .renumber_with(self.dirs.iter_mut().map(|d| &mut d.txdone));
         }
         self.now = self.now.max(limit);
         if self.now >= self.end {

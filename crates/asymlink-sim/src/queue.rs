@@ -19,10 +19,20 @@
 //! runs exactly where it would have run had it been pushed when the place was taken. An
 //! owner whose entry would find nothing to do when it fires holds its place instead and
 //! saves the event. A place never armed costs nothing but its number. Held places are
-//! renumbered with the pending entries: the owner of the queue renumbers early
-//! ([`EventQueue::renumber_due`], [`EventQueue::renumber_with`], given every
-//! `PlacedTimer`) while 2^28 numbers are left, and the queue refuses to renumber by
-//! itself once a place was held.
+//! renumbered with the pending entries: once a place was held the queue refuses to
+//! renumber by itself, and when only 2^28 numbers are left it stops handing out entries
+//! at the end of the finest slot being taken out ([`EventQueue::pop_until`] answers
+//! `None`, [`EventQueue::renumber_due`] says why) until its owner renumbers
+//! ([`EventQueue::renumber_with`], given every `PlacedTimer`). The owner asks once per
+//! `None`, not once per event:
+//!
+//! ```ignore
+//! loop {
+//!     while let Some((t, ev)) = q.pop_until(limit) { /* dispatch */ }
+//!     if !q.renumber_due() { break; }
+//!     q.renumber_with(timers.iter_mut());
+//! }
+//! ```
 //!
 //! # A calendar of slots
 //!
@@ -416,15 +426,17 @@ pub struct EventQueue<E> {
     /// The largest sequence number given before the pending entries are renumbered
     /// (`u32::MAX`; tests lower it).
     seq_max: u32,
-    /// `seq` from which [`EventQueue::renumber_due`] answers yes (`seq_max` less a
-    /// sixteenth).
+    /// `seq` from which the queue wants its owner to renumber, once a place was held
+    /// (`seq_max` less a sixteenth).
     renumber_at: u32,
     /// Whether a place was held ([`PlacedTimer::hold_at`]) since the last renumbering:
     /// then only [`EventQueue::renumber_with`], which is given the held places, may
     /// renumber.
     placed: bool,
-    /// The key of the entry popped last (0 before the first): held places at or before
-    /// it have passed.
+    /// The key of the entry popped last (0 before the first) as of the last pop from the
+    /// heap or the last slot taken out; with the run's entries popped since
+    /// ([`EventQueue::last`]), the key of the entry popped last: held places at or before
+    /// it have passed. (A pop from the run stores nothing.)
     last: u128,
     _ev: std::marker::PhantomData<E>,
 }
@@ -484,11 +496,22 @@ impl<E: QueueEvent> EventQueue<E> {
         e
     }
 
-    /// Whether the sequence numbers are running out and [`EventQueue::renumber_with`]
-    /// should be called (with 2^28 numbers left, or a sixteenth of a test's).
+    /// Whether places were held and the sequence numbers are running out (2^28 numbers
+    /// left, or a sixteenth of a test's): [`EventQueue::renumber_with`] is due, and
+    /// until it is called [`EventQueue::pop_until`] hands out no entry of another finest
+    /// slot. (Without held places the queue renumbers by itself.)
     #[inline]
     pub fn renumber_due(&self) -> bool {
-        self.seq >= self.renumber_at
+        self.placed && self.seq >= self.renumber_at
+    }
+
+    /// The key of the entry popped last (0 before the first).
+    #[inline]
+    fn last(&self) -> u128 {
+        match self.pos.checked_sub(1) {
+            Some(i) => self.last.max(self.run[i]),
+            None => self.last,
+        }
     }
 
     /// Renumber the pending entries and the places `timers` hold (every
@@ -525,9 +548,10 @@ impl<E: QueueEvent> EventQueue<E> {
     #[cold]
     #[inline(never)]
     fn renumber(&mut self, extra: &[u128]) -> Vec<u128> {
-        let last = self.run.len();
+        // The run from the entry popped from it last, which [`EventQueue::last`] reads.
+        let from = self.pos.saturating_sub(1);
         let mut all: Vec<u128> = self.heap.entries().to_vec();
-        all.extend_from_slice(&self.run[self.pos..last]);
+        all.extend_from_slice(&self.run[from..]);
         for s in &self.wheel.slots {
             all.extend_from_slice(s);
         }
@@ -544,7 +568,7 @@ impl<E: QueueEvent> EventQueue<E> {
         for k in self.heap.entries().iter_mut() {
             *k = renumbered(*k);
         }
-        for k in self.run[self.pos..last].iter_mut() {
+        for k in self.run[from..].iter_mut() {
             *k = renumbered(*k);
         }
         for s in self.wheel.slots.iter_mut() {
@@ -576,14 +600,14 @@ impl<E: QueueEvent> EventQueue<E> {
     /// would have been popped already.
     #[inline]
     fn passed(&self, t: Instant, seq: u32) -> bool {
-        place_key(t, seq) < self.last
+        place_key(t, seq) < self.last()
     }
 
     /// Schedule `ev` at `t` in the place held with sequence number `seq` (not passed).
     #[inline]
     fn push_placed(&mut self, t: Instant, seq: u32, ev: E) {
         let e = place_key(t, seq) | ev.pack() as u128;
-        debug_assert!(e > self.last);
+        debug_assert!(e > self.last());
         self.insert(e);
     }
 
@@ -606,17 +630,22 @@ impl<E: QueueEvent> EventQueue<E> {
 
     /// Take the wheel's next slot out if it starts by `limit`: a finest slot into the
     /// sorted run (the run and the heap are empty then), a coarse one spread over the
-    /// finer levels. Whether there was one.
+    /// finer levels. Whether there was one; none while the owner is due to renumber
+    /// ([`EventQueue::renumber_due`]).
     #[inline]
     fn advance(&mut self, limit: u64) -> bool {
         let Some((s, start)) = self.wheel.next_slot() else {
             return false;
         };
-        if start > limit {
+        if start > limit || self.renumber_due() {
             return false;
         }
         if s < FINE_SLOTS {
             debug_assert!(self.heap.len() == 0 && self.pos == self.run.len());
+            // The run's last entry was popped last unless the heap's was.
+            if let Some(&k) = self.run.last() {
+                self.last = self.last.max(k);
+            }
             self.wheel.take_fine(s, &mut self.run);
             if self.run.len() > 1 {
                 self.run.sort_unstable();
@@ -670,7 +699,9 @@ impl<E: QueueEvent> EventQueue<E> {
         self.review_at = self.wheel.len.max(REVIEW_MIN);
     }
 
-    /// Remove and return the earliest event if it is due at or before `limit`.
+    /// Remove and return the earliest event if it is due at or before `limit`. `None`
+    /// also while the owner is due to renumber ([`EventQueue::renumber_due`]) and the
+    /// finest slot taken out is done.
     #[inline]
     pub fn pop_until(&mut self, limit: Instant) -> Option<(Instant, E)> {
         let limit = limit.as_nanos();
@@ -688,8 +719,8 @@ impl<E: QueueEvent> EventQueue<E> {
                     self.pos += 1;
                 } else {
                     self.heap.pop();
+                    self.last = m;
                 }
-                self.last = m;
                 return Some((Instant(at), E::unpack(m as u32)));
             }
             if !self.advance(limit) {
@@ -1125,8 +1156,14 @@ mod tests {
                     }
                     break Some((t, e));
                 };
+                // As the engine pops: renumbering when the queue stops for it.
                 let got = loop {
                     let Some((t, e)) = new.pop_until(Instant(u64::MAX)) else {
+                        if new.renumber_due() {
+                            new.renumber_with(new_t.iter_mut());
+                            renumbered += 1;
+                            continue;
+                        }
                         break None;
                     };
                     if e < 1000 && !new_t[e as usize].fire(t) {
@@ -1138,14 +1175,10 @@ mod tests {
                 let Some((t, _)) = got else { break };
                 let now = t.0;
                 fired += 1;
-                if new.renumber_due() {
-                    new.renumber_with(new_t.iter_mut());
-                    renumbered += 1;
-                }
                 for (o, (ot, nt)) in old_t.iter().zip(&new_t).enumerate() {
                     for d in [0, 1, 1 << 12] {
                         let at = Instant(now + d);
-                        assert_eq!(ot.armed_by(at), nt.armed_by(&new, at), "seed {seed} step {step} owner {o} {ot:?} {nt:?} d {d} now {now} last {:x}", new.last);
+                        assert_eq!(ot.armed_by(at), nt.armed_by(&new, at), "seed {seed} step {step} owner {o} {ot:?} {nt:?} d {d} now {now} last {:x}", new.last());
                     }
                 }
                 for _ in 0..rng.below(4) {
@@ -1225,6 +1258,44 @@ mod tests {
             got.push(e);
         }
         assert_eq!(got, [1, 10, 2, 11, 3, 4]);
+    }
+
+    /// With places held and the sequence numbers running out, the queue hands out the
+    /// rest of the finest slot taken out, then nothing (though entries are due) until its
+    /// owner renumbers; then it goes on in order, the place where it was held.
+    #[test]
+    fn stops_at_the_end_of_a_slot_until_renumbered() {
+        let max = Instant(u64::MAX);
+        let mut q: EventQueue<u32> = EventQueue::new();
+        q.set_seq_max(64); // due from sequence number 60 on
+        let mut timers = [PlacedTimer::default()];
+        timers[0].hold_at(&mut q, Instant(5 << 20));
+        q.push(Instant(0), 0);
+        assert_eq!(q.pop_until(max), Some((Instant(0), 0)));
+        for i in 1..=5u32 {
+            q.push(Instant(u64::from(i) << 20), i);
+        }
+        // Entries within the finest slot taken out (into the heap), popped at once.
+        for k in 0..52u32 {
+            q.push(Instant(10 + u64::from(k)), 1000 + k);
+            assert_eq!(
+                q.pop_until(max),
+                Some((Instant(10 + u64::from(k)), 1000 + k))
+            );
+        }
+        assert!(!q.renumber_due());
+        q.push(Instant(100), 100); // the numbers run out
+        assert!(q.renumber_due());
+        assert_eq!(q.pop_until(max), Some((Instant(100), 100)));
+        assert_eq!(q.pop_until(max), None);
+        assert_eq!(q.len(), 5);
+        let before = q.seq;
+        q.renumber_with(timers.iter_mut());
+        assert!(!q.renumber_due());
+        assert!(q.seq < before, "{} {before}", q.seq);
+        timers[0].arm_at(&mut q, Instant(5 << 20), 200);
+        let got: Vec<u32> = std::iter::from_fn(|| q.pop_until(max).map(|(_, e)| e)).collect();
+        assert_eq!(got, [1, 2, 3, 4, 200, 5]);
     }
 
     #[test]
