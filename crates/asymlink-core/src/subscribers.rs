@@ -948,18 +948,9 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
             if let Some(b) = read[d.index()] {
                 self.note_held(s, d.index(), b);
             }
-            debug_assert_eq!(
-                Some(self.slots[s].held[d.index()]),
-                self.tree(s).map(|mb| mb.backlog(d)),
-                "{} of slot {s}",
-                d.name()
-            );
         }
+        self.noted(s);
         let after = self.slots[s].held;
-        if s == 0 && after[0].packets == 0 && after[1].packets == 0 {
-            self.top_epoch = self.top_epoch.wrapping_add(1);
-            self.parked_total = 0;
-        }
         if touched != Touched::Neither {
             for d in [Dir::ToB, Dir::ToA] {
                 let sched = &mut self.slots[s].sched[d.index()];
@@ -999,19 +990,28 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         if let Some(b) = other {
             self.note_held(s, o, b);
         }
-        debug_assert_eq!(
-            Some(self.slots[s].held[o]),
-            self.tree(s).map(|mb| mb.backlog(dir.reverse())),
-            "{} of slot {s}",
-            dir.reverse().name()
-        );
+        self.noted(s);
+        self.refresh_timer(s);
+        r
+    }
+
+    /// After a call's backlogs of slot `s` were noted: (debug builds) both agree with
+    /// its tree; the top-level pipeline's slot, once empty both ways, starts a new epoch.
+    #[inline(always)]
+    fn noted(&mut self, s: usize) {
+        for d in [Dir::ToB, Dir::ToA] {
+            debug_assert_eq!(
+                Some(self.slots[s].held[d.index()]),
+                self.tree(s).map(|mb| mb.backlog(d)),
+                "{} of slot {s}",
+                d.name()
+            );
+        }
         let held = &self.slots[s].held;
         if s == 0 && held[0].packets == 0 && held[1].packets == 0 {
             self.top_epoch = self.top_epoch.wrapping_add(1);
             self.parked_total = 0;
         }
-        self.refresh_timer(s);
-        r
     }
 
     /// Note slot `s`'s backlog `new` in direction `i`, in the totals too; the high-water

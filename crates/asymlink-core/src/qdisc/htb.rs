@@ -180,11 +180,10 @@ struct Class<P> {
     parent: Option<u8>,
     /// The level it serves at as a lender ([`Htb::level`]).
     level: u8,
-    /// The costs of a wire length at `rate` and at `ceil`; `same`: the two rates are equal
-    /// (one cost serves both).
+    /// The costs of a wire length at `rate` and at `ceil` (one cost serves both when the
+    /// two rates are equal).
     rate: TxCost,
     ceil: TxCost,
-    same: bool,
     buffer_ns: i64,
     cbuffer_ns: i64,
     tokens: i64,
@@ -366,7 +365,6 @@ impl<P: Pkt + Send + 'static> Htb<P> {
                 },
                 rate: TxCost::new(c.rate),
                 ceil: TxCost::new(ceil),
-                same: ceil == c.rate,
                 buffer_ns,
                 cbuffer_ns,
                 tokens: buffer_ns,
@@ -481,7 +479,11 @@ impl<P: Pkt + Send + 'static> Htb<P> {
             let cl = &mut self.classes[i];
             let ccost = cl.ceil.nanos(wire);
             if level >= lender_level {
-                let cost = if cl.same { ccost } else { cl.rate.nanos(wire) };
+                let cost = if cl.rate.rate == cl.ceil.rate {
+                    ccost
+                } else {
+                    cl.rate.nanos(wire)
+                };
                 cl.tokens = cl.tokens.saturating_sub(cost).max(-MBUFFER_NS);
                 if i == lender && i != leaf {
                     cl.counters.lent += 1;
