@@ -21,6 +21,7 @@ use asymlink_core::wire::{
     Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp, Transport,
 };
 use core::net::IpAddr;
+use std::sync::Arc;
 
 /// Connection states (RFC 9293 §3.3.2; LISTEN lives in the host).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,7 +217,9 @@ pub struct Connection {
     // The counters (the fields every segment adds to are their last) and the
     // configuration (the fields read on every segment are its first).
     stats: ConnStats,
-    cfg: TcpConfig,
+    /// The configuration, shared by the connections of equal configurations (see
+    /// [`shared_config`]): its lines stay in the caches however many connections there are.
+    cfg: Arc<TcpConfig>,
     // Read or written on every segment, at either end (send side: offsets from iss;
     // receive side: offsets from irs).
     snd_una: u64,
@@ -374,6 +377,33 @@ pub struct Connection {
     dsack_seen: bool,
 }
 
+/// The configurations in use on this thread, most recent first: a connection whose
+/// configuration equals one of them shares it (usually all of a simulation's flows have
+/// one of a few), so that reading its configuration on every segment does not cost each
+/// connection's handling cache misses of its own (and 352 bytes each).
+const SHARED_CONFIGS: usize = 8;
+
+thread_local! {
+    static CONFIGS: core::cell::RefCell<Vec<Arc<TcpConfig>>> =
+        const { core::cell::RefCell::new(Vec::new()) };
+}
+
+/// `cfg`, shared with the connections before that had an equal configuration.
+fn shared_config(cfg: &TcpConfig) -> Arc<TcpConfig> {
+    CONFIGS.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(i) = c.iter().position(|x| **x == *cfg) {
+            let x = c.remove(i);
+            c.insert(0, x.clone());
+            return x;
+        }
+        let x = Arc::new(cfg.clone());
+        c.truncate(SHARED_CONFIGS - 1);
+        c.insert(0, x.clone());
+        x
+    })
+}
+
 fn seq_of(base: u32, off: u64) -> SeqNumber {
     SeqNumber(base.wrapping_add(off as u32))
 }
@@ -395,7 +425,7 @@ impl Connection {
         let mss = cfg.mss;
         Connection {
             id,
-            cfg: cfg.clone(),
+            cfg: shared_config(cfg),
             paced: cfg.pacing || cfg.max_pacing_rate.is_some() || cfg.cc == CcAlgo::Bbr,
             state: State::Closed,
             local,
@@ -3701,25 +3731,7 @@ mod layout {
             stats.segments_received,
             stats.bytes_delivered,
             stats.bytes_acked,
-            cfg.sndbuf,
-            cfg.rcvbuf,
-            cfg.delack_timeout,
-            cfg.window_clamp,
-            cfg.delayed_ack,
-            cfg.quickack,
-            cfg.dupthresh,
-            cfg.cc,
-            cfg.delack_mode,
-            cfg.rack,
-            cfg.tlp,
-            cfg.hystart,
-            cfg.dsack,
-            cfg.grow_by,
-            cfg.cwnd_validation,
-            cfg.idle_restart,
-            cfg.nagle,
-            cfg.nagle_rule,
-            cfg.prr,
+            cfg,
             snd_una,
             snd_max,
             snd_wnd,
