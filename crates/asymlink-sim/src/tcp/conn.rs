@@ -240,15 +240,15 @@ pub struct Connection {
     peer_fin_at: Option<u64>,
     /// A duplicate to report in the next ACK's first SACK block (RFC 2883).
     dsack_block: Option<(u64, u64)>,
-    rto_at: Option<Instant>,
+    rto_at: Deadline,
     /// RACK reordering timer and tail-loss probe timer (at most one armed; Linux keeps
     /// them in the retransmission timer's slot, the RTO stays armed here behind them).
-    reo_at: Option<Instant>,
-    tlp_at: Option<Instant>,
-    delack_at: Option<Instant>,
-    persist_at: Option<Instant>,
-    wake_at: Option<Instant>,
-    linger_at: Option<Instant>,
+    reo_at: Deadline,
+    tlp_at: Deadline,
+    delack_at: Deadline,
+    persist_at: Deadline,
+    wake_at: Deadline,
+    linger_at: Deadline,
     id: ConnId,
     mss: u32,
     iss: u32,
@@ -375,6 +375,51 @@ pub struct Connection {
     recover_after_rto: bool,
     tlp_retrans: bool,
     dsack_seen: bool,
+}
+
+/// A timer's deadline, or none: `u64::MAX` ns, the end of time, which no timer is ever
+/// set to (every deadline is a bounded interval after the current time). Eight bytes
+/// where an `Option<Instant>` takes sixteen, and the earliest of several is their minimum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Deadline(u64);
+
+impl Deadline {
+    const NONE: Deadline = Deadline(u64::MAX);
+
+    #[inline(always)]
+    fn at(t: Instant) -> Deadline {
+        debug_assert!(t.0 != u64::MAX, "a deadline at the end of time");
+        Deadline(t.0)
+    }
+
+    #[inline(always)]
+    fn get(self) -> Option<Instant> {
+        self.is_some().then_some(Instant(self.0))
+    }
+
+    #[inline(always)]
+    fn is_some(self) -> bool {
+        self != Deadline::NONE
+    }
+
+    #[inline(always)]
+    fn is_none(self) -> bool {
+        self == Deadline::NONE
+    }
+
+    /// Set and at or before `now` (which is before the end of time).
+    #[inline(always)]
+    fn is_due(self, now: Instant) -> bool {
+        debug_assert!(now.0 != u64::MAX);
+        self.0 <= now.0
+    }
+}
+
+impl From<Option<Instant>> for Deadline {
+    #[inline(always)]
+    fn from(t: Option<Instant>) -> Deadline {
+        t.map_or(Deadline::NONE, Deadline::at)
+    }
 }
 
 /// The configurations in use on this thread, most recent first: a connection whose
@@ -515,16 +560,16 @@ impl Connection {
             last_ack_sent: 0,
             peer_fin: false,
             peer_fin_at: None,
-            rto_at: None,
-            reo_at: None,
-            tlp_at: None,
-            delack_at: None,
-            persist_at: None,
+            rto_at: Deadline::NONE,
+            reo_at: Deadline::NONE,
+            tlp_at: Deadline::NONE,
+            delack_at: Deadline::NONE,
+            persist_at: Deadline::NONE,
             persist_backoff: 0,
             reading: true,
             unread: 0,
-            wake_at: None,
-            linger_at: None,
+            wake_at: Deadline::NONE,
+            linger_at: Deadline::NONE,
             bbr: None,
             pacer: Pacer::new(cfg.max_pacing_rate.map(|r| r.bits_per_sec() / 8)),
             syn_tries: 0,
@@ -672,7 +717,7 @@ impl Connection {
             self.last_ack_sent = self.rcv.rcv_nxt();
         }
         self.push_out(now, tcp, 0, Ecn::NotEct, io);
-        self.rto_at = Some(now + self.rtt.rto());
+        self.rto_at = Deadline::at(now + self.rtt.rto());
     }
 
     // ---------------------------------------------------------------- accessors
@@ -784,9 +829,8 @@ impl Connection {
     /// The earliest deadline of any timer.
     #[inline]
     pub fn poll_at(&self) -> Option<Instant> {
-        // Without a branch per timer (the engine asks after every call). No timer is ever
-        // set to the end of time (`u64::MAX` ns): every deadline is a bounded interval
-        // after the current time, so that value can stand for "none".
+        // Without a branch per timer (the engine asks after every call): "none" is the
+        // end of time (see `Deadline`).
         let t = [
             self.rto_at,
             self.delack_at,
@@ -797,8 +841,8 @@ impl Connection {
             self.linger_at,
         ]
         .into_iter()
-        .fold(u64::MAX, |t, x| t.min(x.map_or(u64::MAX, |i| i.0)));
-        (t != u64::MAX).then_some(Instant(t))
+        .fold(Deadline::NONE, Deadline::min);
+        t.get()
     }
 
     // ---------------------------------------------------------------- application API
@@ -958,7 +1002,7 @@ impl Connection {
                 self.snd_una = 1;
                 let acked = self.sb.ack_to(1, 0);
                 self.update_rtt(now, &acked, t);
-                self.rto_at = None;
+                self.rto_at = Deadline::NONE;
                 self.state = State::Established;
                 self.snd_wnd = (t.window as u64) << self.snd_wscale;
                 self.snd_wl1 = 1;
@@ -1151,9 +1195,9 @@ impl Connection {
             self.on_fin_acked(now, io);
         }
         self.rto_at = if self.snd_una < self.snd_max {
-            Some(now + self.rtt.rto())
+            Deadline::at(now + self.rtt.rto())
         } else {
-            None
+            Deadline::NONE
         };
     }
 
@@ -1175,7 +1219,7 @@ impl Connection {
         self.snd_wl1 = 0;
         self.snd_wl2 = 1;
         self.max_snd_wnd = self.snd_wnd;
-        self.rto_at = None;
+        self.rto_at = Deadline::NONE;
         self.state = State::Established;
         self.ack_now = true;
         self.start_autotune(now);
@@ -1798,8 +1842,8 @@ impl Connection {
             if let Some(w) = loss.wait {
                 // Linux arms the reordering timer in the retransmission timer's slot, in
                 // place of a pending probe, at most one RTO away.
-                self.reo_at = Some(now + (w + REO_SLACK).min(self.rtt.rto()));
-                self.tlp_at = None;
+                self.reo_at = Deadline::at(now + (w + REO_SLACK).min(self.rtt.rto()));
+                self.tlp_at = Deadline::NONE;
                 reo_armed = true;
             }
         }
@@ -1825,7 +1869,7 @@ impl Connection {
         if una_advanced && !reo_armed {
             // Linux `tcp_set_xmit_timer`: an ACK of new data arms the probe timer, or the
             // RTO (already restarted above), in place of the reordering timer.
-            self.reo_at = None;
+            self.reo_at = Deadline::NONE;
             self.schedule_tlp(now, true);
         }
     }
@@ -1963,7 +2007,7 @@ impl Connection {
         self.stats.fast_retransmits += 1;
         self.cwnd_reduced_by_loss();
         io.events.push(ConnEvent::FastRetransmit);
-        self.tlp_at = None;
+        self.tlp_at = Deadline::NONE;
         self.tlp_high_seq = None;
         if self.cfg.cc == CcAlgo::Bbr {
             // BBR's packet conservation sets cwnd at this ACK; the output path sends.
@@ -2075,7 +2119,7 @@ impl Connection {
             && self.tlp_open()
             && self.can_send_data();
         if !may_probe {
-            self.tlp_at = None;
+            self.tlp_at = Deadline::NONE;
             return;
         }
         let pto = match self.rtt.srtt() {
@@ -2092,10 +2136,10 @@ impl Connection {
         let cap = if rto_restarted {
             Some(self.rtt.rto())
         } else {
-            self.rto_at.filter(|&t| t > now).map(|t| t - now)
+            self.rto_at.get().filter(|&t| t > now).map(|t| t - now)
         };
-        self.tlp_at = Some(now + cap.map_or(pto, |c| pto.min(c)));
-        self.reo_at = None;
+        self.tlp_at = Deadline::at(now + cap.map_or(pto, |c| pto.min(c)));
+        self.reo_at = Deadline::NONE;
     }
 
     /// The probe timer fired (Linux `tcp_send_loss_probe`): send one new segment if the
@@ -2125,7 +2169,7 @@ impl Connection {
         self.tlp_retrans = retrans;
         self.stats.loss_probes += 1;
         io.events.push(ConnEvent::LossProbe);
-        self.rto_at = Some(now + self.rtt.rto());
+        self.rto_at = Deadline::at(now + self.rtt.rto());
     }
 
     /// One new segment for a probe: up to one MSS of data waiting, if all of it fits in
@@ -2326,7 +2370,7 @@ impl Connection {
             if self.ack_pending >= self.cfg.delayed_ack {
                 self.ack_now = true;
             } else if self.delack_at.is_none() {
-                self.delack_at = Some(now + self.cfg.delack_timeout);
+                self.delack_at = Deadline::at(now + self.cfg.delack_timeout);
             }
         }
     }
@@ -2508,14 +2552,14 @@ impl Connection {
         }
         ato = ato.min(Duration::from_millis(200));
         let mut timeout = now + ato;
-        if let Some(t) = self.delack_at {
+        if let Some(t) = self.delack_at.get() {
             if t <= now + ato / 4 {
                 self.ack_now = true;
                 return;
             }
             timeout = timeout.min(t);
         }
-        self.delack_at = Some(timeout);
+        self.delack_at = Deadline::at(timeout);
     }
 
     /// Linux `__tcp_select_window` leaves quick-ACK mode when less than half of the
@@ -2576,13 +2620,13 @@ impl Connection {
 
     /// Run the timers due at `now`.
     pub fn on_timer(&mut self, now: Instant, io: &mut ConnIo<'_>) {
-        if self.linger_at.is_some_and(|t| t <= now) {
-            self.linger_at = None;
+        if self.linger_at.is_due(now) {
+            self.linger_at = Deadline::NONE;
             self.enter_closed(now, io, false);
             return;
         }
-        if self.delack_at.is_some_and(|t| t <= now) {
-            self.delack_at = None;
+        if self.delack_at.is_due(now) {
+            self.delack_at = Deadline::NONE;
             if self.ack_pending > 0 {
                 if self.cfg.delack_mode == DelackMode::Linux && self.pingpong {
                     // Linux `tcp_delack_timer_handler`: the delayed ACK was missed in
@@ -2597,24 +2641,24 @@ impl Connection {
                 self.send_pure_ack(now, io);
             }
         }
-        if self.reo_at.is_some_and(|t| t <= now) {
-            self.reo_at = None;
+        if self.reo_at.is_due(now) {
+            self.reo_at = Deadline::NONE;
             self.on_reo(now, io);
         }
-        if self.tlp_at.is_some_and(|t| t <= now) {
-            self.tlp_at = None;
+        if self.tlp_at.is_due(now) {
+            self.tlp_at = Deadline::NONE;
             self.on_tlp(now, io);
         }
-        if self.rto_at.is_some_and(|t| t <= now) {
-            self.rto_at = None;
+        if self.rto_at.is_due(now) {
+            self.rto_at = Deadline::NONE;
             self.on_rto(now, io);
         }
-        if self.persist_at.is_some_and(|t| t <= now) {
-            self.persist_at = None;
+        if self.persist_at.is_due(now) {
+            self.persist_at = Deadline::NONE;
             self.send_probe(now, io);
         }
-        if self.wake_at.is_some_and(|t| t <= now) {
-            self.wake_at = None;
+        if self.wake_at.is_due(now) {
+            self.wake_at = Deadline::NONE;
             self.try_send(now, io);
         }
     }
@@ -2648,8 +2692,8 @@ impl Connection {
         }
         self.stats.timeouts += 1;
         io.events.push(ConnEvent::Timeout);
-        self.reo_at = None;
-        self.tlp_at = None;
+        self.reo_at = Deadline::NONE;
+        self.tlp_at = Deadline::NONE;
         self.tlp_high_seq = None;
         self.prr = None;
         self.dsack_undo = None;
@@ -2733,7 +2777,7 @@ impl Connection {
         self.stats.window_probes += 1;
         self.push_out(now, tcp, 0, Ecn::NotEct, io);
         self.persist_backoff = (self.persist_backoff + 1).min(16);
-        self.persist_at = Some(now + self.persist_interval());
+        self.persist_at = Deadline::at(now + self.persist_interval());
     }
 
     /// The persist timer's interval: the RTO doubled per probe sent, at most `rto_max`.
@@ -2785,7 +2829,7 @@ impl Connection {
             // What the loop below concludes then (a receiver, after each segment): nothing
             // is sent, the burst is over, the window is not closed.
             self.pacer.end_burst();
-            self.persist_at = None;
+            self.persist_at = Deadline::NONE;
             self.persist_backoff = 0;
             return;
         }
@@ -2833,7 +2877,7 @@ impl Connection {
         loop {
             if paced {
                 if let Some(t) = self.pacer.check(now, burst) {
-                    self.wake_at = earliest(self.wake_at, Some(t));
+                    self.wake_at = Deadline::from(earliest(self.wake_at.get(), Some(t)));
                     break;
                 }
             }
@@ -3114,11 +3158,11 @@ impl Connection {
     fn arm_persist(&mut self, now: Instant) {
         if self.window_closed() {
             if self.persist_at.is_none() {
-                self.persist_at = Some(now + self.persist_interval());
+                self.persist_at = Deadline::at(now + self.persist_interval());
             }
         } else {
             // The window opened (or data is in flight): the backoff starts over.
-            self.persist_at = None;
+            self.persist_at = Deadline::NONE;
             self.persist_backoff = 0;
         }
     }
@@ -3139,7 +3183,7 @@ impl Connection {
                 Admit::Mark(d) => Some(Ok(Some(d))),
                 Admit::Drop => Some(Err(())),
                 Admit::Wait(t) => {
-                    self.wake_at = earliest(self.wake_at, Some(t));
+                    self.wake_at = Deadline::from(earliest(self.wake_at.get(), Some(t)));
                     None
                 }
             },
@@ -3346,7 +3390,7 @@ impl Connection {
             };
         }
         if self.rto_at.is_none() {
-            self.rto_at = Some(now + self.rtt.rto());
+            self.rto_at = Deadline::at(now + self.rtt.rto());
         }
         self.stats.bytes_sent += len;
         if len > 0 {
@@ -3414,7 +3458,7 @@ impl Connection {
             self.last_data_sent = Some(now);
         }
         if self.rto_at.is_none() {
-            self.rto_at = Some(now + self.rtt.rto());
+            self.rto_at = Deadline::at(now + self.rtt.rto());
         }
         if let Ok(dscp) = verdict {
             // RFC 3168 §6.1.5: retransmissions are not ECN-capable.
@@ -3593,7 +3637,7 @@ impl Connection {
             // Any segment carrying ACK acknowledges everything received so far.
             self.ack_pending = 0;
             self.ack_now = false;
-            self.delack_at = None;
+            self.delack_at = Deadline::NONE;
             self.last_ack_sent = self.rcv.rcv_nxt();
         }
         self.ip_ident = self.ip_ident.wrapping_add(1);
@@ -3626,23 +3670,23 @@ impl Connection {
         // Linger long enough to re-acknowledge a retransmitted FIN (not 2 MSL: the
         // simulator never reuses a port pair).
         let linger = self.rtt.rto().max(Duration::from_secs(1)).saturating_mul(2);
-        self.linger_at = Some(now + linger);
-        self.rto_at = None;
-        self.reo_at = None;
-        self.tlp_at = None;
-        self.persist_at = None;
-        self.wake_at = None;
+        self.linger_at = Deadline::at(now + linger);
+        self.rto_at = Deadline::NONE;
+        self.reo_at = Deadline::NONE;
+        self.tlp_at = Deadline::NONE;
+        self.persist_at = Deadline::NONE;
+        self.wake_at = Deadline::NONE;
     }
 
     fn enter_closed(&mut self, _now: Instant, io: &mut ConnIo<'_>, reset: bool) {
         self.state = State::Closed;
-        self.rto_at = None;
-        self.reo_at = None;
-        self.tlp_at = None;
-        self.delack_at = None;
-        self.persist_at = None;
-        self.wake_at = None;
-        self.linger_at = None;
+        self.rto_at = Deadline::NONE;
+        self.reo_at = Deadline::NONE;
+        self.tlp_at = Deadline::NONE;
+        self.delack_at = Deadline::NONE;
+        self.persist_at = Deadline::NONE;
+        self.wake_at = Deadline::NONE;
+        self.linger_at = Deadline::NONE;
         io.events.push(if reset {
             ConnEvent::Reset
         } else {
