@@ -451,6 +451,18 @@ fn shared_config(cfg: &TcpConfig) -> Arc<TcpConfig> {
     })
 }
 
+/// [`Connection::autotune`] to change: `autotune` read only when `on` (the configuration's
+/// `rcv_autotune`).
+#[inline(always)]
+fn tuned(on: bool, autotune: &mut Option<RcvAutotune>) -> Option<&mut RcvAutotune> {
+    debug_assert_eq!(autotune.is_some(), on);
+    if on {
+        autotune.as_mut()
+    } else {
+        None
+    }
+}
+
 fn seq_of(base: u32, off: u64) -> SeqNumber {
     SeqNumber(base.wrapping_add(off as u32))
 }
@@ -970,7 +982,10 @@ impl Connection {
     /// after the segment's ACK.
     fn app_clamps_window(&mut self) {
         let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
-        if let (Some(c), Some(a)) = (self.cfg.window_clamp, self.autotune.as_mut()) {
+        if let (Some(c), Some(a)) = (
+            self.cfg.window_clamp,
+            tuned(self.cfg.rcv_autotune, &mut self.autotune),
+        ) {
             a.set_window_clamp(c, rcv_wnd);
         }
     }
@@ -1231,7 +1246,7 @@ impl Connection {
 
     /// The window a SYN or SYN-ACK offers.
     fn syn_window(&self) -> u64 {
-        match &self.autotune {
+        match self.autotune() {
             Some(a) => a.initial_window(),
             None => self.cfg.rcvbuf,
         }
@@ -1240,8 +1255,20 @@ impl Connection {
     /// Established: autotuning's first measurement starts (`tcp_init_buffer_space`).
     fn start_autotune(&mut self, now: Instant) {
         let read = self.stats.bytes_delivered;
-        if let Some(a) = self.autotune.as_mut() {
+        if let Some(a) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
             a.start(now, self.mss, read, self.rcv_wscale);
+        }
+    }
+
+    /// Receive-buffer autotuning, read only when the shared configuration asks for it
+    /// (`autotune` is set exactly then): a connection without it does not touch the line.
+    #[inline(always)]
+    fn autotune(&self) -> Option<&RcvAutotune> {
+        debug_assert_eq!(self.autotune.is_some(), self.cfg.rcv_autotune);
+        if self.cfg.rcv_autotune {
+            self.autotune.as_ref()
+        } else {
+            None
         }
     }
 
@@ -2388,7 +2415,7 @@ impl Connection {
             if len != self.rcv_mss {
                 // A new segment size: Linux re-estimates the buffer's payload ratio.
                 let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
-                if let Some(a) = self.autotune.as_mut() {
+                if let Some(a) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
                     a.measure_ratio(len, rcv_wnd);
                 }
             }
@@ -2433,7 +2460,7 @@ impl Connection {
         };
         let full = len >= self.rcv_mss;
         let queue_empty = self.unread == 0;
-        if let Some(a) = self.autotune.as_mut() {
+        if let Some(a) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
             let ms = ts_clock(now).wrapping_sub(ts.ecr);
             if ms < 60_000 {
                 a.measure_ts(ts.ecr, Duration::from_millis(ms as u64), full, queue_empty);
@@ -2451,7 +2478,7 @@ impl Connection {
         let queued = self.rcv.ooo_bytes() + self.unread;
         let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
         let mut grew = false;
-        if let Some(at) = self.autotune.as_mut() {
+        if let Some(at) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
             if a.delivered > 0 {
                 at.measure_window(now, self.rcv.rcv_nxt(), rcv_wnd);
                 // The segment is in the buffer until the application reads it.
@@ -2571,7 +2598,7 @@ impl Connection {
             return;
         }
         let queued = self.rcv.ooo_bytes() + self.unread;
-        let (full, free) = match &self.autotune {
+        let (full, free) = match self.autotune() {
             Some(a) => (a.full_window(), a.free_space(queued)),
             None => (self.cfg.rcvbuf, self.cfg.rcvbuf.saturating_sub(queued)),
         };
@@ -2583,7 +2610,7 @@ impl Connection {
     /// The window the receive buffer allows now (before any receive-window policy).
     fn free_window(&self) -> u64 {
         let queued = self.rcv.ooo_bytes() + self.unread;
-        match &self.autotune {
+        match self.autotune() {
             Some(a) => a.window(queued),
             None => self.cfg.rcvbuf.saturating_sub(queued),
         }
@@ -2594,12 +2621,12 @@ impl Connection {
     /// window update at once (`tcp_cleanup_rbuf`).
     fn on_app_read(&mut self, now: Instant) {
         let (read, unread, span) = (self.stats.bytes_delivered, self.unread, self.rcv.ooo_span());
-        if let Some(a) = self.autotune.as_mut() {
+        if let Some(a) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
             a.on_read(now, read, unread, span);
         }
         if self.cfg.delack_mode == DelackMode::Linux && !self.ack_now && !self.peer_fin {
             let left = self.rcv_edge.saturating_sub(self.rcv.rcv_nxt());
-            let clamp = match &self.autotune {
+            let clamp = match self.autotune() {
                 Some(a) => a.window_clamp(),
                 None => self.cfg.rcvbuf,
             };
@@ -3843,13 +3870,15 @@ mod layout {
     }
 
     /// The fields a segment reads span few cache lines: the receiver's data path (with
-    /// Linux's delayed-ACK engine and autotuning) and the sender's ACK path (with the
+    /// Linux's delayed-ACK engine and autotuning, and without: the `rfc` and `paper`
+    /// profiles) and the sender's ACK path (with the
     /// congestion control's first 40 bytes: window, threshold, MSS, growth carry, kinds;
     /// without PRR, read in a recovery, and the tail-loss probe's episode, read with RACK).
     /// The configuration is a pointer to one shared by many connections.
     #[test]
     fn a_segment_reads_few_cache_lines() {
         assert_eq!(std::mem::align_of::<Connection>(), 64);
+        let plain_receiver = lines(&common());
         let mut receiver = common();
         receiver.extend(spans![ato, lrcvtime, rcv_mss, last_seg_size, autotune]);
         let mut sender = common();
@@ -3865,6 +3894,11 @@ mod layout {
         sender.push(("cc", offset_of!(Connection, cc), 40));
         let (r, s) = (lines(&receiver), lines(&sender));
         assert_eq!(r.len(), 10, "receiver's lines {r:?}");
+        assert_eq!(
+            plain_receiver.len(),
+            7,
+            "plain receiver's lines {plain_receiver:?}"
+        );
         assert_eq!(s.len(), 13, "sender's lines {s:?}");
         assert_eq!(std::mem::size_of::<Connection>(), 1_664);
     }
