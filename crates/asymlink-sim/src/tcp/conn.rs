@@ -672,6 +672,14 @@ impl Connection {
             .track_deliveries(self.rack_on() || self.cfg.cc == CcAlgo::Bbr);
     }
 
+    /// BBR's model exists (it is made at the first ACK): asked of the shared configuration
+    /// first, so that a connection of another congestion control does not read the line
+    /// of `bbr` on every send.
+    #[inline(always)]
+    fn bbr_on(&self) -> bool {
+        self.cfg.cc == CcAlgo::Bbr && self.bbr.is_some()
+    }
+
     /// RACK loss detection in use: configured, and SACK negotiated (Linux runs RACK only
     /// with SACK).
     fn rack_on(&self) -> bool {
@@ -897,7 +905,7 @@ impl Connection {
     /// Linux `tcp_rate_check_app_limited`, at each `send()` (with BBR): less than a segment
     /// unsent, room in cwnd, no lost segment waiting: what follows is app-limited.
     fn check_app_limited(&mut self) {
-        if self.bbr.is_none() {
+        if !self.bbr_on() {
             return;
         }
         let unsent = self.data_end().saturating_sub(self.snd_max);
@@ -2458,9 +2466,9 @@ impl Connection {
         let Some(ts) = t.opts.timestamp.filter(|ts| self.ts_ok && ts.ecr != 0) else {
             return;
         };
-        let full = len >= self.rcv_mss;
         let queue_empty = self.unread == 0;
         if let Some(a) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
+            let full = len >= self.rcv_mss;
             let ms = ts_clock(now).wrapping_sub(ts.ecr);
             if ms < 60_000 {
                 a.measure_ts(ts.ecr, Duration::from_millis(ms as u64), full, queue_empty);
@@ -2932,7 +2940,7 @@ impl Connection {
                 Some(l) => l,
                 None => self.new_data_limit(),
             };
-            limit = self.bbr.is_none().then_some(lim);
+            limit = (!self.bbr_on()).then_some(lim);
             // Room for a short segment at the end of the GSO packet being built: at
             // least one segment already in it, fewer than it may carry (see
             // `next_segment_cut`).
@@ -3406,7 +3414,7 @@ impl Connection {
             if fin { scoreboard::FIN } else { 0 },
         ));
         self.snd_max = end;
-        if self.bbr.is_some() {
+        if self.bbr_on() {
             let order = self.sb.get(self.sb.len() - 1).order();
             self.bbr_on_sent(now, order, idle, nothing_out);
         }
