@@ -209,28 +209,14 @@ const TLP_INITIAL: Duration = Duration::from_secs(1);
 /// The fields are laid out by how often a segment reads them (`repr(C)` keeps the order;
 /// each connection starts a cache line): with thousands of connections the state of the
 /// one a segment arrives for is rarely in the caches, and every cache line it touches is a
-/// miss. The fields read on every segment at either end come first (after a few cold ones
-/// and the counters, whose hot last ones start the first hot line), then the sender's ACK
-/// path, then the receiver's data path; what recovery, RACK, D-SACK, Linux's writer and
-/// the handshake use comes last. The configuration is shared (a pointer), the timers are
-/// eight bytes each. A test checks how many lines each path spans.
+/// miss. The fields read on every segment at either end come first, then those of the
+/// receiver's data path, then the sender's ACK path; what recovery, RACK, D-SACK, Linux's
+/// writer and the handshake use comes last. The configuration is shared (a pointer) and
+/// the timers take eight bytes each. A test checks how many lines each path spans.
 #[repr(C, align(64))]
 pub struct Connection {
-    // Cold, and before the counters so that those every segment adds to (their last seven)
-    // start a line with the configuration's pointer.
-    /// BBR (`cc = "bbr"`): its model and the delivery-rate samples it feeds on.
-    bbr: Option<Box<(Bbr, RateSampler)>>,
-    /// RACK's reordering window in units of min RTT / 4, widened on D-SACKs after
-    /// reordering, and for how many more recoveries a widened window persists; `delivered`
-    /// when it last widened (Linux `reo_wnd_steps`, `reo_wnd_persist`, `last_delivered`).
-    reo_wnd_steps: u32,
-    reo_wnd_persist: u32,
-    syn_tries: u32,
-    peer_ws: bool,
-    /// `recover` was set by a timeout (not by a fast retransmit).
-    recover_after_rto: bool,
-    tlp_retrans: bool,
-    dsack_seen: bool,
+    // The counters (the fields every segment adds to are their last) and the
+    // configuration (the fields read on every segment are its first).
     stats: ConnStats,
     /// The configuration, shared by the connections of equal configurations (see
     /// [`shared_config`]): its lines stay in the caches however many connections there are.
@@ -275,6 +261,8 @@ pub struct Connection {
     /// Probes sent since the peer's window closed: the persist timer's backoff.
     persist_backoff: u32,
     ip_ident: u16,
+    local: (IpAddr, u16),
+    remote: (IpAddr, u16),
     state: State,
     ca_state: CaState,
     sack_ok: bool,
@@ -312,22 +300,6 @@ pub struct Connection {
     rto_unanswered: bool,
     ece_pending: bool,
     cwr_pending: bool,
-    local: (IpAddr, u16),
-    remote: (IpAddr, u16),
-    // The sender's ACK path (the congestion control last: its first fields are its hot
-    // ones).
-    /// Congestion-window validation (see `cwnd_limited`): the largest flight in the
-    /// current window, and where the window ends.
-    max_flight: u64,
-    cwnd_usage_seq: u64,
-    recover: u64,
-    /// When data (new or retransmitted) was last sent (Linux's `lsndtime`).
-    last_data_sent: Option<Instant>,
-    rtt: RttEstimator,
-    /// Pacing (`Connection::paced`): the next departure time and the rate.
-    pacer: Pacer,
-    sb: Scoreboard,
-    cc: Cc,
     // The receiver's data path with Linux's delayed-ACK engine and autotuning.
     /// Linux's delayed-ACK engine (`DelackMode::Linux`): the ACK timeout `ato` (zero
     /// before the first data), when data last arrived in order (`lrcvtime`), the
@@ -338,20 +310,34 @@ pub struct Connection {
     last_seg_size: u64,
     /// Receive-buffer autotuning (`TcpConfig::rcv_autotune`).
     autotune: Option<RcvAutotune>,
-    // Recovery (PRR), RACK and TLP, D-SACK, Linux's writer: rarely or never read on the
-    // common path.
+    // The sender's ACK path (the congestion control last: its first fields are its hot
+    // ones).
+    /// Congestion-window validation (see `cwnd_limited`): the largest flight in the
+    /// current window, and where the window ends.
+    max_flight: u64,
+    cwnd_usage_seq: u64,
+    recover: u64,
+    /// When data (new or retransmitted) was last sent (Linux's `lsndtime`).
+    last_data_sent: Option<Instant>,
+    rtt: RttEstimator,
     /// PRR during a fast recovery (`TcpConfig::prr`).
     prr: Option<Prr>,
     /// The open tail-loss-probe episode: SND.NXT when the probe was sent, and whether the
     /// probe was a retransmission (RFC 8985 TLP.end_seq, TLP.is_retrans).
     tlp_high_seq: Option<u64>,
-    ecn_recover: u64,
+    /// Pacing (`Connection::paced`): the next departure time and the rate.
+    pacer: Pacer,
+    sb: Scoreboard,
+    cc: Cc,
+    // Recovery, RACK, D-SACK, Linux's writer, the handshake: rarely or never read on the
+    // common path.
     /// RACK (`TcpConfig::rack`): the latest delivery, and the deliveries of the current ACK.
     rack: Rack,
     deliveries: Vec<Delivery>,
     /// RFC 6675 RescueRxt: the `recover` of the recovery that made the last rescue
     /// retransmission.
     rescue_rxt: Option<u64>,
+    ecn_recover: u64,
     /// Spurious-timeout undo (`TcpConfig::rto_undo`): cwnd and ssthresh before the
     /// timeout and the timestamp of its first retransmission.
     undo: Option<(u64, u64, u32)>,
@@ -377,6 +363,19 @@ pub struct Connection {
     call_end: u64,
     tail_skb: u64,
     tx_skbs: std::collections::VecDeque<u64>,
+    /// BBR (`cc = "bbr"`): its model and the delivery-rate samples it feeds on.
+    bbr: Option<Box<(Bbr, RateSampler)>>,
+    /// RACK's reordering window in units of min RTT / 4, widened on D-SACKs after
+    /// reordering, and for how many more recoveries a widened window persists; `delivered`
+    /// when it last widened (Linux `reo_wnd_steps`, `reo_wnd_persist`, `last_delivered`).
+    reo_wnd_steps: u32,
+    reo_wnd_persist: u32,
+    syn_tries: u32,
+    peer_ws: bool,
+    /// `recover` was set by a timeout (not by a fast retransmit).
+    recover_after_rto: bool,
+    tlp_retrans: bool,
+    dsack_seen: bool,
 }
 
 /// A timer's deadline, or none: `u64::MAX` ns, the end of time, which no timer is ever
@@ -3879,10 +3878,9 @@ mod layout {
 
     /// The fields a segment reads span few cache lines: the receiver's data path (with
     /// Linux's delayed-ACK engine and autotuning, and without: the `rfc` and `paper`
-    /// profiles) and the sender's ACK path (with the
-    /// congestion control's first 40 bytes: window, threshold, MSS, growth carry, kinds;
-    /// without PRR, read in a recovery, and the tail-loss probe's episode, read with RACK).
-    /// The configuration is a pointer to one shared by many connections.
+    /// profiles) and the sender's ACK path (with the congestion control's first 40 bytes:
+    /// window, threshold, MSS, growth carry, kinds). The configuration is a pointer to one
+    /// shared by many connections.
     #[test]
     fn a_segment_reads_few_cache_lines() {
         assert_eq!(std::mem::align_of::<Connection>(), 64);
@@ -3896,6 +3894,8 @@ mod layout {
             recover,
             last_data_sent,
             rtt,
+            prr,
+            tlp_high_seq,
             pacer,
             sb,
         ]);
@@ -3904,10 +3904,10 @@ mod layout {
         assert_eq!(r.len(), 10, "receiver's lines {r:?}");
         assert_eq!(
             plain_receiver.len(),
-            7,
+            8,
             "plain receiver's lines {plain_receiver:?}"
         );
-        assert_eq!(s.len(), 13, "sender's lines {s:?}");
+        assert_eq!(s.len(), 15, "sender's lines {s:?}");
         assert_eq!(std::mem::size_of::<Connection>(), 1_664);
     }
 }
