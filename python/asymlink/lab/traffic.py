@@ -22,8 +22,8 @@ Commands:
               chooses the source address.
 
 Every report records the process's SCHED_FIFO priority (`sched_priority`, 0 under the
-ordinary scheduler). Times in reports are seconds since `--t0` (a `time.monotonic()` value shared by every
-process of a run; namespaces share the monotonic clock).
+ordinary scheduler). Times in reports are seconds since `--t0` (a `time.monotonic()`
+value shared by every process of a run; namespaces share the monotonic clock).
 """
 
 from __future__ import annotations
