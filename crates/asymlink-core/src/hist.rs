@@ -286,9 +286,7 @@ impl<const K: usize> Batched<K> {
 
     /// Values of `kind` counted.
     pub fn len(&self, kind: usize) -> u64 {
-        self.hist(kind).len()
-            + self.pending_bins(Some(kind)).1 as u64
-            + u64::from(self.first[kind])
+        self.hist(kind).len() + self.pending_bins(Some(kind)).1 as u64 + u64::from(self.first[kind])
     }
 
     /// The `q` quantile (0..=1) of the values of `kind`, ns (the middle of its bin); 0
@@ -458,7 +456,10 @@ mod tests {
         assert_eq!(b.first[2], 1);
         assert_eq!(b.n, 0);
         let h = b.hist(2);
-        assert_eq!((h.count(0), h.len()), (u64::from(u32::MAX), u64::from(u32::MAX)));
+        assert_eq!(
+            (h.count(0), h.len()),
+            (u64::from(u32::MAX), u64::from(u32::MAX))
+        );
         assert_eq!(b.len(2), 1u64 << 32);
         assert_eq!(b.len(1), 1);
         assert_eq!(b.hist(1).count(bin_of(3_000_000)), 1);

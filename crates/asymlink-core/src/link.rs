@@ -1221,7 +1221,10 @@ mod tests {
             assert!(o + n <= hot, "{name} at {o}..{} beyond {hot}", o + n);
         }
         let bytes: usize = fields.iter().map(|f| f.2).sum();
-        assert!(hot <= bytes + 40, "{hot} bytes hold {bytes} of a packet's fields");
+        assert!(
+            hot <= bytes + 40,
+            "{hot} bytes hold {bytes} of a packet's fields"
+        );
         assert_eq!(hot.div_ceil(64), 6, "{hot}");
         assert!(core::mem::size_of::<Link<HeaderPacket>>() > hot + 200);
     }

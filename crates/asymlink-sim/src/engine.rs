@@ -835,7 +835,8 @@ impl World {
         }
         let had_head = line.next_arrival().is_some();
         let bare = *bare_line;
-        let shed = (bare && matches!(source, Source::Mb(..))).then_some((&conn_addrs[..], pool_hdr));
+        let shed =
+            (bare && matches!(source, Source::Mb(..))).then_some((&conn_addrs[..], pool_hdr));
         let mut feed = Feeder { source, mbs, shed };
         let not_before = line.pull(now, &mut feed, drops, &mut |tx| {
             let p = tx.pkt;
@@ -1648,7 +1649,11 @@ mod layout {
     fn a_hops_fields() -> Vec<(&'static str, usize, usize)> {
         vec![
             ("source", offset_of!(LinkDir, source), size_of::<Source>()),
-            ("txdone", offset_of!(LinkDir, txdone), size_of::<PlacedTimer>()),
+            (
+                "txdone",
+                offset_of!(LinkDir, txdone),
+                size_of::<PlacedTimer>(),
+            ),
             ("wake", offset_of!(LinkDir, wake), size_of::<Timer>()),
             ("sojourn_sum_ns", offset_of!(LinkDir, sojourn_sum_ns), 8),
             ("sojourn_max_ns", offset_of!(LinkDir, sojourn_max_ns), 8),
