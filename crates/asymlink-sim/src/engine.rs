@@ -708,6 +708,10 @@ impl World {
         }
     }
 
+    /// One event. The link events, the most common, are handled here; a connection's
+    /// timer and the rest of the events in functions of their own, so that their frames
+    /// (a connection call's buffers, an application's) are not this one's: every event
+    /// pays this function's entry and exit.
     fn dispatch(&mut self, ev: Ev) {
         match ev {
             Ev::TxDone(d) => self.tx_done(d),
@@ -717,20 +721,35 @@ impl World {
                     self.kick(d);
                 }
             }
-            Ev::Conn(c) => {
-                let slot = &mut self.conns[c as usize];
-                if !slot.timer.fire(self.now) {
-                    return; // stale entry
-                }
-                let due = slot
-                    .conn()
-                    .and_then(|x| x.poll_at())
-                    .is_some_and(|t| t <= self.now);
-                if due {
-                    self.conn_call(c, |x, now, io| x.on_timer(now, io));
-                } else {
-                    self.schedule_conn(c);
-                }
+            Ev::Conn(c) => self.conn_timer(c),
+            _ => self.dispatch_rest(ev),
+        }
+    }
+
+    /// A connection's timer event.
+    #[inline(never)]
+    fn conn_timer(&mut self, c: u32) {
+        let slot = &mut self.conns[c as usize];
+        if !slot.timer.fire(self.now) {
+            return; // stale entry
+        }
+        let due = slot
+            .conn()
+            .and_then(|x| x.poll_at())
+            .is_some_and(|t| t <= self.now);
+        if due {
+            self.conn_call(c, |x, now, io| x.on_timer(now, io));
+        } else {
+            self.schedule_conn(c);
+        }
+    }
+
+    /// The events other than a link's and a connection's timer.
+    #[inline(never)]
+    fn dispatch_rest(&mut self, ev: Ev) {
+        match ev {
+            Ev::TxDone(_) | Ev::Arrive(_) | Ev::Wake(_) | Ev::Conn(_) => {
+                unreachable!("handled by dispatch")
             }
             Ev::App(i) => {
                 let (a, token) = self.app_timers[i as usize];
@@ -1024,6 +1043,9 @@ impl World {
         }
     }
 
+    /// A packet reaches its host (out of line: its connection and application calls keep
+    /// their frames off the routers' path).
+    #[inline(never)]
     fn host_receive(&mut self, h: u32, mut p: SimPacket) {
         if p.is_compact() {
             let cid = p.dst_conn;
