@@ -30,6 +30,7 @@ from asymlink.lab.bench import (
 )
 from asymlink.lab.box import box_config
 from asymlink.lab.netns import client_addr
+from asymlink.lab.scenario import HOST_PRIORITY, TRAFFIC, traffic_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,6 +63,9 @@ def test_shipped_scenarios_parse() -> None:
     ({"probes": [{"kind": "traceroute", "from": "client", "to": "server"}]}, "probes[0].kind"),
     ({"box": {"interfaces": {"a": "x"}}}, "box.interfaces"),
     ({"forwarding": "magic"}, "forwarding"),
+    ({"hosts": {"realtime_priority": 100}}, "hosts.realtime_priority"),
+    ({"hosts": {"realtime_priority": True}}, "hosts.realtime_priority"),
+    ({"hosts": {"nice": 5}}, "hosts"),
 ])
 def test_scenario_errors_name_the_key(doc: dict, needle: str) -> None:
     with pytest.raises(LabError, match=needle.replace("[", r"\[").replace("]", r"\]")):
@@ -78,6 +82,24 @@ def test_the_lab_box_runs_under_sched_fifo_unless_the_scenario_says(tmp_path: Pa
     off = box_config(lab, {**body, "process": {"realtime_priority": 0}}, None)
     assert off["process"] == {}
     assert body == {"seed": 1, "emulation": {"to_a": {"rate": "8Mbit"}}}, "left as it was"
+
+
+def test_the_lab_hosts_run_under_sched_fifo_unless_the_scenario_says() -> None:
+    """The hosts' traffic tools run under SCHED_FIFO below the box (`HOST_PRIORITY`): a
+    tool the machine's other work preempts while it owns its socket leaves the segments
+    that arrive meanwhile in the socket's backlog, and the receiver then acknowledges them
+    back to back (docs/tcp.md, "The fixed bottleneck's queue")."""
+    assert 0 < HOST_PRIORITY < box_config(
+        cast(Lab, SimpleNamespace(dir=Path("/x"))), {}, None)["process"]["realtime_priority"]
+    flows = {"flows": [{"from": "server", "to": "client"}]}
+    sc = LabScenario.from_dict(flows)
+    assert sc.host_priority == HOST_PRIORITY
+    argv = traffic_argv(["sink", "--port", "5001"], "", sc.host_priority)
+    assert argv[:3] == ["chrt", "-f", str(HOST_PRIORITY)] and argv[-3:] == [
+        "cubic", "--port", "5001"]
+    off = LabScenario.from_dict({**flows, "hosts": {"realtime_priority": 0}})
+    assert off.host_priority == 0
+    assert traffic_argv(["sink"], "bbr", 0)[1:] == [TRAFFIC, "sink", "--cc", "bbr"]
 
 
 def test_unknown_shipped_name() -> None:
@@ -195,6 +217,10 @@ def test_lab_run_writes_tables_metrics_and_pcaps(live_ok: None, tmp_path: Path) 
     assert 2 < m["throughput_mbps"]["upload"] <= 20.5
     assert m["ping_rtt_ms"]["ping"]["count"] >= 5
     assert m["echo_latency_ms"]["typing"]["p50"] >= 10.0, "two 5 ms propagation delays"
+    # Every traffic tool ran under SCHED_FIFO at the lab's hosts' priority.
+    assert m["host_priority"] == {"download.send": HOST_PRIORITY, "download.sink": HOST_PRIORITY,
+                                  "upload.send": HOST_PRIORITY, "upload.sink": HOST_PRIORITY,
+                                  "ping": HOST_PRIORITY, "typing": HOST_PRIORITY}
     assert json.loads((tmp_path / "metrics.json").read_text()) == m
     flows = pd.read_csv(tmp_path / "flows.csv")
     assert {"cwnd_bytes", "srtt_ms", "bytes_delivered"} <= set(flows.columns)
@@ -257,4 +283,6 @@ def test_traffic_without_a_report_writes_nothing(tmp_path: Path) -> None:
     assert args.report is None
     traffic._write(None, {"kind": "sink"})
     traffic._write(str(tmp_path / "r.json"), {"kind": "sink"})
-    assert json.loads((tmp_path / "r.json").read_text()) == {"kind": "sink"}
+    # Every report records the scheduling the tool ran under (this test's: the ordinary).
+    assert json.loads((tmp_path / "r.json").read_text()) == {"kind": "sink",
+                                                             "sched_priority": 0}

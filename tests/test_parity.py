@@ -127,14 +127,31 @@ def test_the_mirror_writes_as_the_labs_sender() -> None:
 
 
 def test_reported_metrics_are_shown_but_do_not_decide() -> None:
-    pair = PAIRS["bbr-fixed"]
-    assert "bbr_in.steady.download.srtt_ms" in pair.reported
-    sim = {"bbr_in": {"steady": {"download": {"srtt_ms": 48.0}}}}
-    lab = {"bbr_in": {"steady": {"download": {"srtt_ms": 60.0}}}}
-    (row,) = compare({"bbr-fixed": (sim, lab)}, ["bbr_in.steady.download.srtt_ms"],
-                     gate=False)
+    pair = PAIRS["bbr-adsl"]
+    assert "bbr.upload.min_rtt_ms" in pair.reported
+    sim = {"bbr": {"upload": {"min_rtt_ms": 24.4}}}
+    lab = {"bbr": {"upload": {"min_rtt_ms": 38.9}}}
+    (row,) = compare({"bbr-adsl": (sim, lab)}, ["bbr.upload.min_rtt_ms"], gate=False)
     assert not row.gate and not row.within(TOLERANCE)
     assert "NO, reported" in table([row], TOLERANCE)
+
+
+def test_the_fixed_bottlenecks_srtt_and_echo_decide() -> None:
+    """With the hosts' traffic tools under SCHED_FIFO the lab keeps its own ACK timing on
+    `bbr-fixed` (docs/tcp.md, "The fixed bottleneck's queue"): the download's SRTT and the
+    echo behind it are compared, and a run whose queue grew as in the runs with the hosts
+    under the ordinary scheduler (SRTT 59.9-74.2 ms against the simulator's 48.2) fails."""
+    pair = PAIRS["bbr-fixed"]
+    srtt, echo = "bbr_in.steady.download.srtt_ms", "echo_latency_ms_in.steady.typing.p50"
+    assert {srtt, echo} <= set(pair.metrics) and not pair.reported
+    sim = {"bbr_in": {"steady": {"download": {"srtt_ms": 48.2}}},
+           "echo_latency_ms_in": {"steady": {"typing": {"p50": 46.0}}}}
+    for lab_srtt, lab_echo, ok in ((49.3, 47.5, True), (59.9, 62.0, False)):
+        lab = {"bbr_in": {"steady": {"download": {"srtt_ms": lab_srtt}}},
+               "echo_latency_ms_in": {"steady": {"typing": {"p50": lab_echo}}}}
+        rows = compare({"bbr-fixed": (sim, lab)}, [srtt, echo])
+        out = Outcome(pair, {"bbr-fixed": sim}, {"bbr-fixed": lab}, rows, TOLERANCE)
+        assert all(r.gate for r in rows) and out.ok == ok, (lab_srtt, lab_echo)
 
 
 def test_a_seeded_metric_is_compared_against_the_seeds_range() -> None:
@@ -218,8 +235,8 @@ def test_bbr_adsl_compares_what_spreads_against_twenty_phases(
     handshake stayed at 24.4-27.8 ms and the contended download at 0.90-1.10 Mbit/s,
     where lab runs reached 37 ms and 0.72 Mbit/s; over the phases the simulator reaches
     both modes too. On `bbr-fixed` the simulator does not spread with the seed (SRTT
-    47.9-48.2 ms), so a range would be the single-seed comparison: its SRTT and echo stay
-    reported."""
+    47.9-48.2 ms), so a range would be the single-seed comparison: its SRTT and echo are
+    compared against seed 1."""
     import asymlink.lab.scenario as lab_scenario
 
     pair = PAIRS["bbr-adsl"]

@@ -490,8 +490,8 @@ PAIRS: dict[str, Pair] = {
          "echo_latency_ms_in.steady.typing.p50"),
         "a download clocked by ACKs over a 100 kbit/s reverse link, without and with "
         "classic ACK filtering"),
-    # The download's mean RTT (SRTT: `TCP_INFO` in the lab) is compared here; on the fixed
-    # bottleneck it is reported (below).
+    # The download's mean RTT (SRTT: `TCP_INFO` in the lab) is compared here and on the
+    # fixed bottleneck (below).
     "bbr": Pair(
         "bbr", ("bbr-ackfilter-off", "bbr-ackfilter-on"),
         ("throughput_mbps_in.steady.download",
@@ -502,23 +502,19 @@ PAIRS: dict[str, Pair] = {
          "echo_latency_ms_in.steady.typing.p50"),
         "a BBR download (Linux tcp_bbr / the simulator's BBR) over a 100 kbit/s reverse "
         "link without and with ACK filtering"),
-    # The echo behind the download and the download's SRTT are reported on the fixed
-    # bottleneck, not compared: they follow the FIFO queue BBR keeps, which grows while its
-    # bandwidth estimate (the largest delivery-rate sample of 10 rounds) is above
-    # 9.75 Mbit/s, where pacing at 99 % of it outruns the line. The box's line, even under
-    # SCHED_FIFO, stalls a few ms now and then on a loaded machine and then releases
-    # packets back to back, and so do the hosts' stacks (the client's ACKs); such a burst's
-    # sample lifts the estimate: within 13 % of the simulator in 13 of 14 lab runs at load
-    # 6-10, 19 % off in one; in 8 of 12 at load 15-21, 25-43 % off in 4 (docs/tcp.md). The
-    # simulator does not spread with the seed here (SRTT 47.9-48.2 ms over seeds 1-10), so
-    # a range over seeds would compare against the same value.
+    # On the fixed bottleneck the echo behind the download and the download's SRTT follow
+    # the FIFO queue BBR keeps, which grows while its bandwidth estimate (the largest
+    # delivery-rate sample of 10 rounds) is above 9.75 Mbit/s, where pacing at 99 % of it
+    # outruns the line: a burst of ACKs lifts it. The lab keeps the hosts' own ACK timing
+    # (their traffic tools under SCHED_FIFO, `scenario.HOST_PRIORITY`; docs/tcp.md, "The
+    # fixed bottleneck's queue"), and the rows decide.
     "bbr-fixed": Pair(
         "bbr-fixed", ("bbr-fixed",),
-        ("throughput_mbps_in.steady.download",),
+        ("throughput_mbps_in.steady.download",
+         "bbr_in.steady.download.srtt_ms",
+         "echo_latency_ms_in.steady.typing.p50"),
         (),
-        "a BBR download over a fixed 10 Mbit/s, 40 ms bottleneck with a 100-packet FIFO",
-        reported=("bbr_in.steady.download.srtt_ms",
-                  "echo_latency_ms_in.steady.typing.p50")),
+        "a BBR download over a fixed 10 Mbit/s, 40 ms bottleneck with a 100-packet FIFO"),
     # What `bbr-adsl` measures spreads from run to run in both runtimes, with phases no run
     # controls: where the echo's keystrokes fall against the download's ACKs (a keystroke
     # just ahead of an ACK can make a delivery-rate sample above the line's rate, which

@@ -29,6 +29,10 @@ modem_buffer = "50p"          # loss, drop, modem_buffer, trace (a file relative
 rate = "8Mbit"
 modem_buffer = "50p"
 
+[hosts]                       # optional: how the hosts' traffic tools run
+realtime_priority = 10        # SCHED_FIFO priority (default 10, below the box's 20);
+                              # 0: the ordinary scheduler
+
 [[flows]]                     # a bulk TCP transfer (real Linux TCP)
 name = "download"
 from = "server"               # sender: client | server | client2 ... client8 (further
@@ -92,6 +96,16 @@ from asymlink.lab.netns import MAX_CLIENTS, TCP_CC, Lab, LabError, client_index
 from asymlink.validate import ConfigError
 
 TRAFFIC = str(Path(__file__).with_name("traffic.py"))
+#: The SCHED_FIFO priority the hosts' traffic tools (senders, sinks, probes) run at unless a
+#: scenario's `[hosts] realtime_priority` says otherwise (0: the ordinary scheduler): below
+#: the box's (`box.PROCESS`), so the box's line still preempts them. A TCP socket's owner
+#: holds its lock while it reads or writes; segments and ACKs that arrive meanwhile wait in
+#: the socket's backlog until the owner releases it. An owner preempted by the machine's
+#: other work (a loaded machine's ordinary scheduler makes it wait milliseconds) releases
+#: them late and together: the receiver then sends their ACKs back to back, which a BBR
+#: sender takes for delivery faster than the line (docs/tcp.md, "The fixed bottleneck's
+#: queue"). The tools sleep between events and take a few percent of a core.
+HOST_PRIORITY = 10
 ROLES = ("client", "server", *(f"client{k}" for k in range(2, MAX_CLIENTS + 1)))
 
 T = TypeVar("T")
@@ -166,6 +180,9 @@ class LabScenario:
     windows: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: Client hosts behind the box (`client`, `client2`, ...).
     clients: int = 1
+    #: The hosts' traffic tools' SCHED_FIFO priority (`[hosts] realtime_priority`; 0: the
+    #: ordinary scheduler).
+    host_priority: int = HOST_PRIORITY
 
     @classmethod
     def from_file(cls, path: Path) -> LabScenario:
@@ -179,7 +196,8 @@ class LabScenario:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], origin: str = "scenario") -> LabScenario:
         known = {"name", "description", "duration", "interval", "forwarding", "box", "access",
-                 "router_commands", "flows", "probes", "capture", "windows", "clients"}
+                 "router_commands", "flows", "probes", "capture", "windows", "clients",
+                 "hosts"}
         extra = set(doc) - known
         if extra:
             raise LabScenarioError(
@@ -200,6 +218,14 @@ class LabScenario:
             access=access_line(doc.get("access", {})),
             capture=bool(doc.get("capture", False)),
         )
+        hosts = doc.get("hosts", {})
+        if not isinstance(hosts, dict):
+            raise LabScenarioError("hosts", "must be a table")
+        _only(hosts, {"realtime_priority"}, "hosts")
+        prio = hosts.get("realtime_priority", HOST_PRIORITY)
+        if not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 99:
+            raise LabScenarioError("hosts.realtime_priority", "must be an integer 0-99")
+        sc.host_priority = prio
         cmds = doc.get("router_commands", [])
         if cmds and fwd != "kernel":
             raise LabScenarioError("router_commands", 'needs forwarding = "kernel"')
@@ -378,10 +404,18 @@ def _roles(d: dict[str, Any], key: str) -> tuple[str, str]:
 # --- running ------------------------------------------------------------------------------
 
 
-def _traffic(lab: Lab, role: str, args: list[str], cc: str = "") -> subprocess.Popen[bytes]:
-    """Start the traffic tool (`args[0]` its command) in `role`'s namespace; every TCP
-    socket it opens uses `cc`, by default `TCP_CC`."""
-    return lab.spawn(role, [sys.executable, TRAFFIC, args[0], "--cc", cc or TCP_CC, *args[1:]],
+def traffic_argv(args: list[str], cc: str = "", priority: int = HOST_PRIORITY) -> list[str]:
+    """The command line of the traffic tool (`args[0]` its command): every TCP socket it
+    opens uses `cc`, by default `TCP_CC`; under SCHED_FIFO at `priority` (`chrt`), or the
+    ordinary scheduler with 0."""
+    rt = ["chrt", "-f", str(priority)] if priority else []
+    return [*rt, sys.executable, TRAFFIC, args[0], "--cc", cc or TCP_CC, *args[1:]]
+
+
+def _traffic(lab: Lab, role: str, args: list[str], cc: str = "",
+             priority: int = HOST_PRIORITY) -> subprocess.Popen[bytes]:
+    """Start the traffic tool in `role`'s namespace (`traffic_argv`)."""
+    return lab.spawn(role, traffic_argv(args, cc, priority),
                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -434,14 +468,15 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
                 "sink", "--port", str(f.port), "--seconds", str(sc.duration + slack + 2),
                 "--interval", str(sc.interval), "--ready", str(ready),
                 "--report", str(work / f"{f.name}.sink.json"), "--t0", "0",
-                "--window", str(f.window)]))
+                "--window", str(f.window)], priority=sc.host_priority))
         for p in sc.probes:
             if p.kind == "echo":
                 ready = work / f"{p.name}.ready"
                 servers.append(ready)
                 procs.append(_traffic(lab, p.receiver, [
                     "echo-server", "--port", str(p.port), "--seconds",
-                    str(sc.duration + slack + 2), "--ready", str(ready)]))
+                    str(sc.duration + slack + 2), "--ready", str(ready)],
+                    priority=sc.host_priority))
         _wait_for(servers, 10)
         t0 = time.monotonic() + 0.5
         # The sinks sample on their own clock; give them the shared origin via their report
@@ -453,13 +488,13 @@ def _run(sc: LabScenario, out: Path, lab: Lab) -> dict[str, Any]:
                     "--interval", str(sc.interval), "--report", str(work / f"{f.name}.send.json")]
             if f.rate:
                 args += ["--rate", str(f.rate)]
-            clients.append(_traffic(lab, f.sender, args, f.cc))
+            clients.append(_traffic(lab, f.sender, args, f.cc, sc.host_priority))
         for p in sc.probes:
             cmd = "echo-client" if p.kind == "echo" else "ping"
             clients.append(_traffic(lab, p.sender, [
                 cmd, "--to", lab.addr(p.receiver), "--port", str(p.port), "--start", str(p.start),
                 "--stop", str(p.stop), "--every", str(p.every), "--t0", repr(t0),
-                "--report", str(work / f"{p.name}.probe.json")]))
+                "--report", str(work / f"{p.name}.probe.json")], priority=sc.host_priority))
         procs += clients
         queue_rows: list[dict[str, Any]] = []
         sojourn_last: dict[str, tuple[float, int]] = {}
@@ -734,12 +769,16 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
     summary = []
     delivered: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     tcp_cc: dict[str, str] = {}
+    #: The SCHED_FIFO priority each traffic tool ran at (0: the ordinary scheduler).
+    priority: dict[str, int] = {}
     bbr: dict[str, Any] = {}
     phase_rows: list[dict[str, Any]] = []
     for f in sc.flows:
         sink = json.loads((work / f"{f.name}.sink.json").read_text())
         send = json.loads((work / f"{f.name}.send.json").read_text())
         tcp_cc[f.name] = send.get("cc", "")
+        priority[f"{f.name}.send"] = send.get("sched_priority", 0)
+        priority[f"{f.name}.sink"] = sink.get("sched_priority", 0)
         st = np.array([s[0] - t0 for s in sink["samples"]])
         sb = np.array([s[1] for s in sink["samples"]], dtype=float)
         delivered[f.name] = (st, sb)
@@ -775,10 +814,12 @@ def _collect(sc: LabScenario, out: Path, work: Path, t0: float, final: dict[str,
     for p in sc.probes:
         rep = json.loads((work / f"{p.name}.probe.json").read_text())
         probes[p.name] = [(t, v) for t, v in rep["samples"]]
+        priority[p.name] = rep.get("sched_priority", 0)
         for t, v in rep["samples"]:
             meas.append({"t": t, "flow": p.name, "metric": rep["metric"], "value": v})
     metrics: dict[str, Any] = {"scenario": sc.name, "forwarding": sc.forwarding,
-                               "duration_s": sc.duration, "tcp_congestion_control": tcp_cc}
+                               "duration_s": sc.duration, "tcp_congestion_control": tcp_cc,
+                               "host_priority": priority}
     metrics.update(window_metrics(sc, delivered, probes))
     if bbr:
         metrics["bbr"] = bbr

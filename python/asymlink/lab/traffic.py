@@ -21,8 +21,9 @@ Commands:
 * `ping`    — ICMP echo over a raw socket (root in the namespace): `ping_rtt_s`; `--bind`
               chooses the source address.
 
-Times in reports are seconds since `--t0` (a `time.monotonic()` value shared by every
-process of a run; namespaces share the monotonic clock).
+Every report records the process's SCHED_FIFO priority (`sched_priority`, 0 under the
+ordinary scheduler). Times in reports are seconds since `--t0` (a `time.monotonic()`
+value shared by every process of a run; namespaces share the monotonic clock).
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ def _now(t0: float) -> float:
     return time.monotonic() - t0
 
 
+def sched_priority() -> int:
+    """This process's SCHED_FIFO priority (0 under any other policy), as every report
+    records it: the lab runs the tools under SCHED_FIFO (`chrt`)."""
+    if os.sched_getscheduler(0) != os.SCHED_FIFO:
+        return 0
+    return int(os.sched_getparam(0).sched_priority)
+
+
 def _write(path: str | None, report: dict[str, Any]) -> None:
     """Write `report` atomically to `path` (a temporary file renamed over it); nothing
     without a path. Never rename over a device: as root, replacing /dev/null with a
@@ -60,7 +69,7 @@ def _write(path: str | None, report: dict[str, Any]) -> None:
         return
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(report, f)
+        json.dump({**report, "sched_priority": sched_priority()}, f)
     os.replace(tmp, path)
 
 

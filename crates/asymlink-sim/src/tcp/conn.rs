@@ -21,6 +21,7 @@ use asymlink_core::wire::{
     Ecn, Headers, IpRepr, SackBlock, SeqNumber, TcpFlags, TcpOptions, TcpRepr, Timestamp, Transport,
 };
 use core::net::IpAddr;
+use std::sync::Arc;
 
 /// Connection states (RFC 9293 §3.3.2; LISTEN lives in the host).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,13 +211,16 @@ const TLP_INITIAL: Duration = Duration::from_secs(1);
 /// one a segment arrives for is rarely in the caches, and every cache line it touches is a
 /// miss. The fields read on every segment at either end come first, then those of the
 /// receiver's data path, then the sender's ACK path; what recovery, RACK, D-SACK, Linux's
-/// writer and the handshake use comes last. A test checks how many lines each path spans.
+/// writer and the handshake use comes last. The configuration is shared (a pointer) and
+/// the timers take eight bytes each. A test checks how many lines each path spans.
 #[repr(C, align(64))]
 pub struct Connection {
     // The counters (the fields every segment adds to are their last) and the
     // configuration (the fields read on every segment are its first).
     stats: ConnStats,
-    cfg: TcpConfig,
+    /// The configuration, shared by the connections of equal configurations (see
+    /// [`shared_config`]): its lines stay in the caches however many connections there are.
+    cfg: Arc<TcpConfig>,
     // Read or written on every segment, at either end (send side: offsets from iss;
     // receive side: offsets from irs).
     snd_una: u64,
@@ -237,15 +241,15 @@ pub struct Connection {
     peer_fin_at: Option<u64>,
     /// A duplicate to report in the next ACK's first SACK block (RFC 2883).
     dsack_block: Option<(u64, u64)>,
-    rto_at: Option<Instant>,
+    rto_at: Deadline,
     /// RACK reordering timer and tail-loss probe timer (at most one armed; Linux keeps
     /// them in the retransmission timer's slot, the RTO stays armed here behind them).
-    reo_at: Option<Instant>,
-    tlp_at: Option<Instant>,
-    delack_at: Option<Instant>,
-    persist_at: Option<Instant>,
-    wake_at: Option<Instant>,
-    linger_at: Option<Instant>,
+    reo_at: Deadline,
+    tlp_at: Deadline,
+    delack_at: Deadline,
+    persist_at: Deadline,
+    wake_at: Deadline,
+    linger_at: Deadline,
     id: ConnId,
     mss: u32,
     iss: u32,
@@ -374,6 +378,90 @@ pub struct Connection {
     dsack_seen: bool,
 }
 
+/// A timer's deadline, or none: `u64::MAX` ns, the end of time, which no timer is ever
+/// set to (every deadline is a bounded interval after the current time). Eight bytes
+/// where an `Option<Instant>` takes sixteen, and the earliest of several is their minimum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Deadline(u64);
+
+impl Deadline {
+    const NONE: Deadline = Deadline(u64::MAX);
+
+    #[inline(always)]
+    fn at(t: Instant) -> Deadline {
+        debug_assert!(t.0 != u64::MAX, "a deadline at the end of time");
+        Deadline(t.0)
+    }
+
+    #[inline(always)]
+    fn get(self) -> Option<Instant> {
+        self.is_some().then_some(Instant(self.0))
+    }
+
+    #[inline(always)]
+    fn is_some(self) -> bool {
+        self != Deadline::NONE
+    }
+
+    #[inline(always)]
+    fn is_none(self) -> bool {
+        self == Deadline::NONE
+    }
+
+    /// Set and at or before `now` (which is before the end of time).
+    #[inline(always)]
+    fn is_due(self, now: Instant) -> bool {
+        debug_assert!(now.0 != u64::MAX);
+        self.0 <= now.0
+    }
+}
+
+impl From<Option<Instant>> for Deadline {
+    #[inline(always)]
+    fn from(t: Option<Instant>) -> Deadline {
+        t.map_or(Deadline::NONE, Deadline::at)
+    }
+}
+
+/// The configurations in use on this thread, most recent first: a connection whose
+/// configuration equals one of them shares it (usually all of a simulation's flows have
+/// one of a few), so that reading its configuration on every segment does not cost each
+/// connection's handling cache misses of its own (and 352 bytes each).
+const SHARED_CONFIGS: usize = 8;
+
+thread_local! {
+    static CONFIGS: core::cell::RefCell<Vec<Arc<TcpConfig>>> =
+        const { core::cell::RefCell::new(Vec::new()) };
+}
+
+/// `cfg`, shared with the connections before that had an equal configuration.
+fn shared_config(cfg: &TcpConfig) -> Arc<TcpConfig> {
+    CONFIGS.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(i) = c.iter().position(|x| **x == *cfg) {
+            let x = c.remove(i);
+            c.insert(0, x.clone());
+            return x;
+        }
+        let x = Arc::new(cfg.clone());
+        c.truncate(SHARED_CONFIGS - 1);
+        c.insert(0, x.clone());
+        x
+    })
+}
+
+/// [`Connection::autotune`] to change: `autotune` read only when `on` (the configuration's
+/// `rcv_autotune`).
+#[inline(always)]
+fn tuned(on: bool, autotune: &mut Option<RcvAutotune>) -> Option<&mut RcvAutotune> {
+    debug_assert_eq!(autotune.is_some(), on);
+    if on {
+        autotune.as_mut()
+    } else {
+        None
+    }
+}
+
 fn seq_of(base: u32, off: u64) -> SeqNumber {
     SeqNumber(base.wrapping_add(off as u32))
 }
@@ -395,7 +483,7 @@ impl Connection {
         let mss = cfg.mss;
         Connection {
             id,
-            cfg: cfg.clone(),
+            cfg: shared_config(cfg),
             paced: cfg.pacing || cfg.max_pacing_rate.is_some() || cfg.cc == CcAlgo::Bbr,
             state: State::Closed,
             local,
@@ -485,16 +573,16 @@ impl Connection {
             last_ack_sent: 0,
             peer_fin: false,
             peer_fin_at: None,
-            rto_at: None,
-            reo_at: None,
-            tlp_at: None,
-            delack_at: None,
-            persist_at: None,
+            rto_at: Deadline::NONE,
+            reo_at: Deadline::NONE,
+            tlp_at: Deadline::NONE,
+            delack_at: Deadline::NONE,
+            persist_at: Deadline::NONE,
             persist_backoff: 0,
             reading: true,
             unread: 0,
-            wake_at: None,
-            linger_at: None,
+            wake_at: Deadline::NONE,
+            linger_at: Deadline::NONE,
             bbr: None,
             pacer: Pacer::new(cfg.max_pacing_rate.map(|r| r.bits_per_sec() / 8)),
             syn_tries: 0,
@@ -583,6 +671,14 @@ impl Connection {
             .track_deliveries(self.rack_on() || self.cfg.cc == CcAlgo::Bbr);
     }
 
+    /// BBR's model exists (it is made at the first ACK): asked of the shared configuration
+    /// first, so that a connection of another congestion control does not read the line
+    /// of `bbr` on every send.
+    #[inline(always)]
+    fn bbr_on(&self) -> bool {
+        self.cfg.cc == CcAlgo::Bbr && self.bbr.is_some()
+    }
+
     /// RACK loss detection in use: configured, and SACK negotiated (Linux runs RACK only
     /// with SACK).
     fn rack_on(&self) -> bool {
@@ -642,7 +738,7 @@ impl Connection {
             self.last_ack_sent = self.rcv.rcv_nxt();
         }
         self.push_out(now, tcp, 0, Ecn::NotEct, io);
-        self.rto_at = Some(now + self.rtt.rto());
+        self.rto_at = Deadline::at(now + self.rtt.rto());
     }
 
     // ---------------------------------------------------------------- accessors
@@ -754,9 +850,8 @@ impl Connection {
     /// The earliest deadline of any timer.
     #[inline]
     pub fn poll_at(&self) -> Option<Instant> {
-        // Without a branch per timer (the engine asks after every call). No timer is ever
-        // set to the end of time (`u64::MAX` ns): every deadline is a bounded interval
-        // after the current time, so that value can stand for "none".
+        // Without a branch per timer (the engine asks after every call): "none" is the
+        // end of time (see `Deadline`).
         let t = [
             self.rto_at,
             self.delack_at,
@@ -767,8 +862,8 @@ impl Connection {
             self.linger_at,
         ]
         .into_iter()
-        .fold(u64::MAX, |t, x| t.min(x.map_or(u64::MAX, |i| i.0)));
-        (t != u64::MAX).then_some(Instant(t))
+        .fold(Deadline::NONE, Deadline::min);
+        t.get()
     }
 
     // ---------------------------------------------------------------- application API
@@ -809,7 +904,7 @@ impl Connection {
     /// Linux `tcp_rate_check_app_limited`, at each `send()` (with BBR): less than a segment
     /// unsent, room in cwnd, no lost segment waiting: what follows is app-limited.
     fn check_app_limited(&mut self) {
-        if self.bbr.is_none() {
+        if !self.bbr_on() {
             return;
         }
         let unsent = self.data_end().saturating_sub(self.snd_max);
@@ -894,7 +989,10 @@ impl Connection {
     /// after the segment's ACK.
     fn app_clamps_window(&mut self) {
         let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
-        if let (Some(c), Some(a)) = (self.cfg.window_clamp, self.autotune.as_mut()) {
+        if let (Some(c), Some(a)) = (
+            self.cfg.window_clamp,
+            tuned(self.cfg.rcv_autotune, &mut self.autotune),
+        ) {
             a.set_window_clamp(c, rcv_wnd);
         }
     }
@@ -928,7 +1026,7 @@ impl Connection {
                 self.snd_una = 1;
                 let acked = self.sb.ack_to(1, 0);
                 self.update_rtt(now, &acked, t);
-                self.rto_at = None;
+                self.rto_at = Deadline::NONE;
                 self.state = State::Established;
                 self.snd_wnd = (t.window as u64) << self.snd_wscale;
                 self.snd_wl1 = 1;
@@ -1121,9 +1219,9 @@ impl Connection {
             self.on_fin_acked(now, io);
         }
         self.rto_at = if self.snd_una < self.snd_max {
-            Some(now + self.rtt.rto())
+            Deadline::at(now + self.rtt.rto())
         } else {
-            None
+            Deadline::NONE
         };
     }
 
@@ -1145,7 +1243,7 @@ impl Connection {
         self.snd_wl1 = 0;
         self.snd_wl2 = 1;
         self.max_snd_wnd = self.snd_wnd;
-        self.rto_at = None;
+        self.rto_at = Deadline::NONE;
         self.state = State::Established;
         self.ack_now = true;
         self.start_autotune(now);
@@ -1155,7 +1253,7 @@ impl Connection {
 
     /// The window a SYN or SYN-ACK offers.
     fn syn_window(&self) -> u64 {
-        match &self.autotune {
+        match self.autotune() {
             Some(a) => a.initial_window(),
             None => self.cfg.rcvbuf,
         }
@@ -1164,8 +1262,20 @@ impl Connection {
     /// Established: autotuning's first measurement starts (`tcp_init_buffer_space`).
     fn start_autotune(&mut self, now: Instant) {
         let read = self.stats.bytes_delivered;
-        if let Some(a) = self.autotune.as_mut() {
+        if let Some(a) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
             a.start(now, self.mss, read, self.rcv_wscale);
+        }
+    }
+
+    /// Receive-buffer autotuning, read only when the shared configuration asks for it
+    /// (`autotune` is set exactly then): a connection without it does not touch the line.
+    #[inline(always)]
+    fn autotune(&self) -> Option<&RcvAutotune> {
+        debug_assert_eq!(self.autotune.is_some(), self.cfg.rcv_autotune);
+        if self.cfg.rcv_autotune {
+            self.autotune.as_ref()
+        } else {
+            None
         }
     }
 
@@ -1768,8 +1878,8 @@ impl Connection {
             if let Some(w) = loss.wait {
                 // Linux arms the reordering timer in the retransmission timer's slot, in
                 // place of a pending probe, at most one RTO away.
-                self.reo_at = Some(now + (w + REO_SLACK).min(self.rtt.rto()));
-                self.tlp_at = None;
+                self.reo_at = Deadline::at(now + (w + REO_SLACK).min(self.rtt.rto()));
+                self.tlp_at = Deadline::NONE;
                 reo_armed = true;
             }
         }
@@ -1795,7 +1905,7 @@ impl Connection {
         if una_advanced && !reo_armed {
             // Linux `tcp_set_xmit_timer`: an ACK of new data arms the probe timer, or the
             // RTO (already restarted above), in place of the reordering timer.
-            self.reo_at = None;
+            self.reo_at = Deadline::NONE;
             self.schedule_tlp(now, true);
         }
     }
@@ -1933,7 +2043,7 @@ impl Connection {
         self.stats.fast_retransmits += 1;
         self.cwnd_reduced_by_loss();
         io.events.push(ConnEvent::FastRetransmit);
-        self.tlp_at = None;
+        self.tlp_at = Deadline::NONE;
         self.tlp_high_seq = None;
         if self.cfg.cc == CcAlgo::Bbr {
             // BBR's packet conservation sets cwnd at this ACK; the output path sends.
@@ -2045,7 +2155,7 @@ impl Connection {
             && self.tlp_open()
             && self.can_send_data();
         if !may_probe {
-            self.tlp_at = None;
+            self.tlp_at = Deadline::NONE;
             return;
         }
         let pto = match self.rtt.srtt() {
@@ -2062,10 +2172,10 @@ impl Connection {
         let cap = if rto_restarted {
             Some(self.rtt.rto())
         } else {
-            self.rto_at.filter(|&t| t > now).map(|t| t - now)
+            self.rto_at.get().filter(|&t| t > now).map(|t| t - now)
         };
-        self.tlp_at = Some(now + cap.map_or(pto, |c| pto.min(c)));
-        self.reo_at = None;
+        self.tlp_at = Deadline::at(now + cap.map_or(pto, |c| pto.min(c)));
+        self.reo_at = Deadline::NONE;
     }
 
     /// The probe timer fired (Linux `tcp_send_loss_probe`): send one new segment if the
@@ -2095,7 +2205,7 @@ impl Connection {
         self.tlp_retrans = retrans;
         self.stats.loss_probes += 1;
         io.events.push(ConnEvent::LossProbe);
-        self.rto_at = Some(now + self.rtt.rto());
+        self.rto_at = Deadline::at(now + self.rtt.rto());
     }
 
     /// One new segment for a probe: up to one MSS of data waiting, if all of it fits in
@@ -2296,7 +2406,7 @@ impl Connection {
             if self.ack_pending >= self.cfg.delayed_ack {
                 self.ack_now = true;
             } else if self.delack_at.is_none() {
-                self.delack_at = Some(now + self.cfg.delack_timeout);
+                self.delack_at = Deadline::at(now + self.cfg.delack_timeout);
             }
         }
     }
@@ -2312,7 +2422,7 @@ impl Connection {
             if len != self.rcv_mss {
                 // A new segment size: Linux re-estimates the buffer's payload ratio.
                 let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
-                if let Some(a) = self.autotune.as_mut() {
+                if let Some(a) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
                     a.measure_ratio(len, rcv_wnd);
                 }
             }
@@ -2355,9 +2465,9 @@ impl Connection {
         let Some(ts) = t.opts.timestamp.filter(|ts| self.ts_ok && ts.ecr != 0) else {
             return;
         };
-        let full = len >= self.rcv_mss;
         let queue_empty = self.unread == 0;
-        if let Some(a) = self.autotune.as_mut() {
+        if let Some(a) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
+            let full = len >= self.rcv_mss;
             let ms = ts_clock(now).wrapping_sub(ts.ecr);
             if ms < 60_000 {
                 a.measure_ts(ts.ecr, Duration::from_millis(ms as u64), full, queue_empty);
@@ -2375,7 +2485,7 @@ impl Connection {
         let queued = self.rcv.ooo_bytes() + self.unread;
         let rcv_wnd = self.rcv_edge.saturating_sub(self.last_ack_sent);
         let mut grew = false;
-        if let Some(at) = self.autotune.as_mut() {
+        if let Some(at) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
             if a.delivered > 0 {
                 at.measure_window(now, self.rcv.rcv_nxt(), rcv_wnd);
                 // The segment is in the buffer until the application reads it.
@@ -2478,14 +2588,14 @@ impl Connection {
         }
         ato = ato.min(Duration::from_millis(200));
         let mut timeout = now + ato;
-        if let Some(t) = self.delack_at {
+        if let Some(t) = self.delack_at.get() {
             if t <= now + ato / 4 {
                 self.ack_now = true;
                 return;
             }
             timeout = timeout.min(t);
         }
-        self.delack_at = Some(timeout);
+        self.delack_at = Deadline::at(timeout);
     }
 
     /// Linux `__tcp_select_window` leaves quick-ACK mode when less than half of the
@@ -2495,7 +2605,7 @@ impl Connection {
             return;
         }
         let queued = self.rcv.ooo_bytes() + self.unread;
-        let (full, free) = match &self.autotune {
+        let (full, free) = match self.autotune() {
             Some(a) => (a.full_window(), a.free_space(queued)),
             None => (self.cfg.rcvbuf, self.cfg.rcvbuf.saturating_sub(queued)),
         };
@@ -2507,7 +2617,7 @@ impl Connection {
     /// The window the receive buffer allows now (before any receive-window policy).
     fn free_window(&self) -> u64 {
         let queued = self.rcv.ooo_bytes() + self.unread;
-        match &self.autotune {
+        match self.autotune() {
             Some(a) => a.window(queued),
             None => self.cfg.rcvbuf.saturating_sub(queued),
         }
@@ -2518,12 +2628,12 @@ impl Connection {
     /// window update at once (`tcp_cleanup_rbuf`).
     fn on_app_read(&mut self, now: Instant) {
         let (read, unread, span) = (self.stats.bytes_delivered, self.unread, self.rcv.ooo_span());
-        if let Some(a) = self.autotune.as_mut() {
+        if let Some(a) = tuned(self.cfg.rcv_autotune, &mut self.autotune) {
             a.on_read(now, read, unread, span);
         }
         if self.cfg.delack_mode == DelackMode::Linux && !self.ack_now && !self.peer_fin {
             let left = self.rcv_edge.saturating_sub(self.rcv.rcv_nxt());
-            let clamp = match &self.autotune {
+            let clamp = match self.autotune() {
                 Some(a) => a.window_clamp(),
                 None => self.cfg.rcvbuf,
             };
@@ -2546,13 +2656,13 @@ impl Connection {
 
     /// Run the timers due at `now`.
     pub fn on_timer(&mut self, now: Instant, io: &mut ConnIo<'_>) {
-        if self.linger_at.is_some_and(|t| t <= now) {
-            self.linger_at = None;
+        if self.linger_at.is_due(now) {
+            self.linger_at = Deadline::NONE;
             self.enter_closed(now, io, false);
             return;
         }
-        if self.delack_at.is_some_and(|t| t <= now) {
-            self.delack_at = None;
+        if self.delack_at.is_due(now) {
+            self.delack_at = Deadline::NONE;
             if self.ack_pending > 0 {
                 if self.cfg.delack_mode == DelackMode::Linux && self.pingpong {
                     // Linux `tcp_delack_timer_handler`: the delayed ACK was missed in
@@ -2567,24 +2677,24 @@ impl Connection {
                 self.send_pure_ack(now, io);
             }
         }
-        if self.reo_at.is_some_and(|t| t <= now) {
-            self.reo_at = None;
+        if self.reo_at.is_due(now) {
+            self.reo_at = Deadline::NONE;
             self.on_reo(now, io);
         }
-        if self.tlp_at.is_some_and(|t| t <= now) {
-            self.tlp_at = None;
+        if self.tlp_at.is_due(now) {
+            self.tlp_at = Deadline::NONE;
             self.on_tlp(now, io);
         }
-        if self.rto_at.is_some_and(|t| t <= now) {
-            self.rto_at = None;
+        if self.rto_at.is_due(now) {
+            self.rto_at = Deadline::NONE;
             self.on_rto(now, io);
         }
-        if self.persist_at.is_some_and(|t| t <= now) {
-            self.persist_at = None;
+        if self.persist_at.is_due(now) {
+            self.persist_at = Deadline::NONE;
             self.send_probe(now, io);
         }
-        if self.wake_at.is_some_and(|t| t <= now) {
-            self.wake_at = None;
+        if self.wake_at.is_due(now) {
+            self.wake_at = Deadline::NONE;
             self.try_send(now, io);
         }
     }
@@ -2618,8 +2728,8 @@ impl Connection {
         }
         self.stats.timeouts += 1;
         io.events.push(ConnEvent::Timeout);
-        self.reo_at = None;
-        self.tlp_at = None;
+        self.reo_at = Deadline::NONE;
+        self.tlp_at = Deadline::NONE;
         self.tlp_high_seq = None;
         self.prr = None;
         self.dsack_undo = None;
@@ -2703,7 +2813,7 @@ impl Connection {
         self.stats.window_probes += 1;
         self.push_out(now, tcp, 0, Ecn::NotEct, io);
         self.persist_backoff = (self.persist_backoff + 1).min(16);
-        self.persist_at = Some(now + self.persist_interval());
+        self.persist_at = Deadline::at(now + self.persist_interval());
     }
 
     /// The persist timer's interval: the RTO doubled per probe sent, at most `rto_max`.
@@ -2755,7 +2865,7 @@ impl Connection {
             // What the loop below concludes then (a receiver, after each segment): nothing
             // is sent, the burst is over, the window is not closed.
             self.pacer.end_burst();
-            self.persist_at = None;
+            self.persist_at = Deadline::NONE;
             self.persist_backoff = 0;
             return;
         }
@@ -2803,7 +2913,7 @@ impl Connection {
         loop {
             if paced {
                 if let Some(t) = self.pacer.check(now, burst) {
-                    self.wake_at = earliest(self.wake_at, Some(t));
+                    self.wake_at = Deadline::from(earliest(self.wake_at.get(), Some(t)));
                     break;
                 }
             }
@@ -2829,7 +2939,7 @@ impl Connection {
                 Some(l) => l,
                 None => self.new_data_limit(),
             };
-            limit = self.bbr.is_none().then_some(lim);
+            limit = (!self.bbr_on()).then_some(lim);
             // Room for a short segment at the end of the GSO packet being built: at
             // least one segment already in it, fewer than it may carry (see
             // `next_segment_cut`).
@@ -3084,11 +3194,11 @@ impl Connection {
     fn arm_persist(&mut self, now: Instant) {
         if self.window_closed() {
             if self.persist_at.is_none() {
-                self.persist_at = Some(now + self.persist_interval());
+                self.persist_at = Deadline::at(now + self.persist_interval());
             }
         } else {
             // The window opened (or data is in flight): the backoff starts over.
-            self.persist_at = None;
+            self.persist_at = Deadline::NONE;
             self.persist_backoff = 0;
         }
     }
@@ -3109,7 +3219,7 @@ impl Connection {
                 Admit::Mark(d) => Some(Ok(Some(d))),
                 Admit::Drop => Some(Err(())),
                 Admit::Wait(t) => {
-                    self.wake_at = earliest(self.wake_at, Some(t));
+                    self.wake_at = Deadline::from(earliest(self.wake_at.get(), Some(t)));
                     None
                 }
             },
@@ -3303,7 +3413,7 @@ impl Connection {
             if fin { scoreboard::FIN } else { 0 },
         ));
         self.snd_max = end;
-        if self.bbr.is_some() {
+        if self.bbr_on() {
             let order = self.sb.get(self.sb.len() - 1).order();
             self.bbr_on_sent(now, order, idle, nothing_out);
         }
@@ -3316,7 +3426,7 @@ impl Connection {
             };
         }
         if self.rto_at.is_none() {
-            self.rto_at = Some(now + self.rtt.rto());
+            self.rto_at = Deadline::at(now + self.rtt.rto());
         }
         self.stats.bytes_sent += len;
         if len > 0 {
@@ -3384,7 +3494,7 @@ impl Connection {
             self.last_data_sent = Some(now);
         }
         if self.rto_at.is_none() {
-            self.rto_at = Some(now + self.rtt.rto());
+            self.rto_at = Deadline::at(now + self.rtt.rto());
         }
         if let Ok(dscp) = verdict {
             // RFC 3168 §6.1.5: retransmissions are not ECN-capable.
@@ -3563,7 +3673,7 @@ impl Connection {
             // Any segment carrying ACK acknowledges everything received so far.
             self.ack_pending = 0;
             self.ack_now = false;
-            self.delack_at = None;
+            self.delack_at = Deadline::NONE;
             self.last_ack_sent = self.rcv.rcv_nxt();
         }
         self.ip_ident = self.ip_ident.wrapping_add(1);
@@ -3596,23 +3706,23 @@ impl Connection {
         // Linger long enough to re-acknowledge a retransmitted FIN (not 2 MSL: the
         // simulator never reuses a port pair).
         let linger = self.rtt.rto().max(Duration::from_secs(1)).saturating_mul(2);
-        self.linger_at = Some(now + linger);
-        self.rto_at = None;
-        self.reo_at = None;
-        self.tlp_at = None;
-        self.persist_at = None;
-        self.wake_at = None;
+        self.linger_at = Deadline::at(now + linger);
+        self.rto_at = Deadline::NONE;
+        self.reo_at = Deadline::NONE;
+        self.tlp_at = Deadline::NONE;
+        self.persist_at = Deadline::NONE;
+        self.wake_at = Deadline::NONE;
     }
 
     fn enter_closed(&mut self, _now: Instant, io: &mut ConnIo<'_>, reset: bool) {
         self.state = State::Closed;
-        self.rto_at = None;
-        self.reo_at = None;
-        self.tlp_at = None;
-        self.delack_at = None;
-        self.persist_at = None;
-        self.wake_at = None;
-        self.linger_at = None;
+        self.rto_at = Deadline::NONE;
+        self.reo_at = Deadline::NONE;
+        self.tlp_at = Deadline::NONE;
+        self.delack_at = Deadline::NONE;
+        self.persist_at = Deadline::NONE;
+        self.wake_at = Deadline::NONE;
+        self.linger_at = Deadline::NONE;
         io.events.push(if reset {
             ConnEvent::Reset
         } else {
@@ -3701,25 +3811,7 @@ mod layout {
             stats.segments_received,
             stats.bytes_delivered,
             stats.bytes_acked,
-            cfg.sndbuf,
-            cfg.rcvbuf,
-            cfg.delack_timeout,
-            cfg.window_clamp,
-            cfg.delayed_ack,
-            cfg.quickack,
-            cfg.dupthresh,
-            cfg.cc,
-            cfg.delack_mode,
-            cfg.rack,
-            cfg.tlp,
-            cfg.hystart,
-            cfg.dsack,
-            cfg.grow_by,
-            cfg.cwnd_validation,
-            cfg.idle_restart,
-            cfg.nagle,
-            cfg.nagle_rule,
-            cfg.prr,
+            cfg,
             snd_una,
             snd_max,
             snd_wnd,
@@ -3785,11 +3877,14 @@ mod layout {
     }
 
     /// The fields a segment reads span few cache lines: the receiver's data path (with
-    /// Linux's delayed-ACK engine and autotuning) and the sender's ACK path (with the
-    /// congestion control's first 40 bytes: window, threshold, MSS, growth carry, kinds).
+    /// Linux's delayed-ACK engine and autotuning, and without: the `rfc` and `paper`
+    /// profiles) and the sender's ACK path (with the congestion control's first 40 bytes:
+    /// window, threshold, MSS, growth carry, kinds). The configuration is a pointer to one
+    /// shared by many connections.
     #[test]
     fn a_segment_reads_few_cache_lines() {
         assert_eq!(std::mem::align_of::<Connection>(), 64);
+        let plain_receiver = lines(&common());
         let mut receiver = common();
         receiver.extend(spans![ato, lrcvtime, rcv_mss, last_seg_size, autotune]);
         let mut sender = common();
@@ -3806,7 +3901,13 @@ mod layout {
         ]);
         sender.push(("cc", offset_of!(Connection, cc), 40));
         let (r, s) = (lines(&receiver), lines(&sender));
-        assert_eq!(r.len(), 13, "receiver's lines {r:?}");
-        assert_eq!(s.len(), 18, "sender's lines {s:?}");
+        assert_eq!(r.len(), 10, "receiver's lines {r:?}");
+        assert_eq!(
+            plain_receiver.len(),
+            8,
+            "plain receiver's lines {plain_receiver:?}"
+        );
+        assert_eq!(s.len(), 15, "sender's lines {s:?}");
+        assert_eq!(std::mem::size_of::<Connection>(), 1_664);
     }
 }
