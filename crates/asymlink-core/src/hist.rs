@@ -193,28 +193,40 @@ const BIN_BITS: u32 = 11;
 /// Histograms of `K` kinds of durations (at most 32), recorded through a buffer of
 /// 16 bin numbers held inline and counted 16 at a time (see the module documentation).
 /// Reading them gives the same counts and percentiles as recording every value at once.
+///
+/// What a value touches comes first (`repr(C)`: the first-bin counts, the buffer; 46
+/// bytes for three kinds); the histograms themselves are behind a pointer read only by a
+/// batch, allocated with the first one.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct Batched<const K: usize> {
-    hists: [Histogram; K],
     /// Values of each kind in the first bin (below 16.4 µs: on a link, a packet that
     /// hardly waited, the most common value) not counted yet: a count each, not a
-    /// pending entry.
-    first: [u64; K],
+    /// pending entry (counted with a batch at the latest when one reaches 2^32 − 1).
+    first: [u32; K],
+    n: u8,
     /// Bin | kind << `BIN_BITS` of the values not counted yet.
     pending: [u16; PENDING],
-    n: u8,
+    hists: Option<Box<[Histogram; K]>>,
 }
 
 impl<const K: usize> Default for Batched<K> {
     fn default() -> Self {
         Batched {
-            hists: std::array::from_fn(|_| Histogram::default()),
             first: [0; K],
-            pending: [0; PENDING],
             n: 0,
+            pending: [0; PENDING],
+            hists: None,
         }
     }
 }
+
+/// A histogram with nothing counted.
+static EMPTY: Histogram = Histogram {
+    counts: Vec::new(),
+    high: Vec::new(),
+    total: 0,
+};
 
 impl<const K: usize> Batched<K> {
     /// Count one value of kind `kind` (`< K`).
@@ -222,6 +234,9 @@ impl<const K: usize> Batched<K> {
     pub fn record(&mut self, kind: usize, ns: u64) {
         debug_assert!(kind < K && K <= 32);
         if ns < FIRST_BIN_END {
+            if self.first[kind] == u32::MAX {
+                self.flush();
+            }
             self.first[kind] += 1;
             return;
         }
@@ -234,17 +249,25 @@ impl<const K: usize> Batched<K> {
 
     /// Count the pending values.
     pub fn flush(&mut self) {
+        let hists = self
+            .hists
+            .get_or_insert_with(|| Box::new(std::array::from_fn(|_| Histogram::default())));
         for &e in &self.pending[..self.n as usize] {
             let (bin, kind) = (
                 (e & ((1 << BIN_BITS) - 1)) as usize,
                 (e >> BIN_BITS) as usize,
             );
-            self.hists[kind].add_bin(bin);
+            hists[kind].add_bin(bin);
         }
         self.n = 0;
-        for (h, f) in self.hists.iter_mut().zip(&mut self.first) {
-            h.add_count(0, std::mem::take(f));
+        for (h, f) in hists.iter_mut().zip(&mut self.first) {
+            h.add_count(0, u64::from(std::mem::take(f)));
         }
+    }
+
+    /// The counted values of `kind`.
+    fn hist(&self, kind: usize) -> &Histogram {
+        self.hists.as_ref().map_or(&EMPTY, |h| &h[kind])
     }
 
     /// The sorted bins of the pending values of `kind` (all kinds: `None`).
@@ -263,21 +286,27 @@ impl<const K: usize> Batched<K> {
 
     /// Values of `kind` counted.
     pub fn len(&self, kind: usize) -> u64 {
-        self.hists[kind].len() + self.pending_bins(Some(kind)).1 as u64 + self.first[kind]
+        self.hist(kind).len() + self.pending_bins(Some(kind)).1 as u64 + u64::from(self.first[kind])
     }
 
     /// The `q` quantile (0..=1) of the values of `kind`, ns (the middle of its bin); 0
     /// when there are none.
     pub fn quantile(&self, kind: usize, q: f64) -> u64 {
         let (bins, m) = self.pending_bins(Some(kind));
-        quantile_of(&[&self.hists[kind]], self.first[kind], &bins[..m], q)
+        quantile_of(
+            &[self.hist(kind)],
+            u64::from(self.first[kind]),
+            &bins[..m],
+            q,
+        )
     }
 
     /// The `q` quantile of the values of every kind together.
     pub fn quantile_all(&self, q: f64) -> u64 {
         let (bins, m) = self.pending_bins(None);
-        let hists: [&Histogram; K] = std::array::from_fn(|k| &self.hists[k]);
-        quantile_of(&hists, self.first.iter().sum(), &bins[..m], q)
+        let hists: [&Histogram; K] = std::array::from_fn(|k| self.hist(k));
+        let first = self.first.iter().map(|&f| u64::from(f)).sum();
+        quantile_of(&hists, first, &bins[..m], q)
     }
 }
 
@@ -393,7 +422,7 @@ mod tests {
         b.flush();
         assert_eq!(b.n, 0);
         for (k, h) in each.iter().enumerate() {
-            assert_eq!(b.hists[k].counts, h.counts);
+            assert_eq!(b.hist(k).counts, h.counts);
             assert_eq!(b.len(k), h.len());
         }
         assert_eq!(Batched::<3>::default().quantile_all(0.5), 0);
@@ -405,6 +434,36 @@ mod tests {
             (1, 8_192, 8_192)
         );
         assert_eq!((b.len(0), b.quantile(0, 0.5)), (0, 0));
+    }
+
+    #[test]
+    fn batched_first_bin_counts_carry_into_the_histogram_and_the_rest_is_apart() {
+        // What a value touches is one cache line; the histograms come with the first batch.
+        assert_eq!(std::mem::size_of::<Batched<3>>(), 56);
+        assert_eq!(std::mem::offset_of!(Batched<3>, hists), 48);
+        let mut b = Batched::<3>::default();
+        for _ in 0..100 {
+            b.record(2, 10);
+        }
+        assert!(b.hists.is_none());
+        assert_eq!((b.len(2), b.quantile(2, 0.5)), (100, 8_192));
+        // A first-bin count about to pass 2^32 − 1 is counted with a batch first.
+        b.first[2] = u32::MAX - 1;
+        b.record(1, 3_000_000);
+        b.record(2, 10);
+        assert!(b.hists.is_none());
+        b.record(2, 10);
+        assert_eq!(b.first[2], 1);
+        assert_eq!(b.n, 0);
+        let h = b.hist(2);
+        assert_eq!(
+            (h.count(0), h.len()),
+            (u64::from(u32::MAX), u64::from(u32::MAX))
+        );
+        assert_eq!(b.len(2), 1u64 << 32);
+        assert_eq!(b.len(1), 1);
+        assert_eq!(b.hist(1).count(bin_of(3_000_000)), 1);
+        assert_eq!(b.quantile_all(1.0), b.quantile(1, 0.5));
     }
 
     #[test]

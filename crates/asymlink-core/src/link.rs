@@ -252,8 +252,10 @@ pub struct Tx<'a, P> {
     pub pkt: &'a P,
 }
 
-/// Counters of one link direction.
+/// Counters of one link direction: those every packet changes first (`repr(C)`, 56
+/// bytes), then those of losses and the modem buffer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct LinkStats {
     /// Packets handed over by the discipline.
     pub offered: u64,
@@ -267,6 +269,10 @@ pub struct LinkStats {
     /// trace's mean rate, so that `busy_ns` over the run's length is the share of the
     /// trace's capacity used).
     pub busy_ns: u64,
+    /// Packets that finished propagation.
+    pub delivered: u64,
+    /// IP bytes delivered.
+    pub delivered_bytes: u64,
     /// Packets lost on the line (random and scripted loss).
     pub lost: u64,
     /// Of those, packets the `drop` script chose.
@@ -275,10 +281,6 @@ pub struct LinkStats {
     pub modem_dropped: u64,
     /// Highest modem-buffer occupancy in packets.
     pub max_modem_packets: u32,
-    /// Packets that finished propagation.
-    pub delivered: u64,
-    /// IP bytes delivered.
-    pub delivered_bytes: u64,
 }
 
 /// Ask the processor to bring the cache line that holds `*r` (its first byte) into its
@@ -409,54 +411,40 @@ impl OnWire for crate::packet::HeaderPacket {
 }
 
 /// A drop-tail FIFO that is a link's own discipline, its packets waiting in the delay
-/// line's ring ([`Link::own_fifo`]).
+/// line's ring ([`Link::own_fifo`]). The limit and the counters a packet changes come
+/// first (`QdiscStats`' first 64 bytes): the discard counters after them are cold.
 #[derive(Debug)]
+#[repr(C)]
 struct OwnFifo {
     limit: Limit,
     stats: QdiscStats,
 }
 
+/// Bytes of [`QdiscStats`] a packet through a link's own FIFO reads or writes (its
+/// per-packet counters; the discard counters after them are touched only by discards).
+const QDISC_STATS_HOT: usize = 64;
+
 /// One direction of a link (see the module documentation).
+///
+/// The fields are in the order a packet goes through them (`repr(C)`), those it reads or
+/// writes first, the configuration it needs only when the packet length changes (rate,
+/// link layer), the random stream and the modem buffer's byte count last: where tens of
+/// thousands of link directions are simulated, none of a direction's state is cached
+/// when its next packet comes, and every cache line its packet touches is a trip to
+/// memory ([`Link::hot_len`]).
 #[derive(Debug)]
+#[repr(C)]
 pub struct Link<P: OnWire> {
-    rate: Option<Rate>,
-    packet_ns: u64,
-    /// The trace-driven line, if any (then `rate` and `packet_ns` are unused and
-    /// `free_at` is the time of its current opportunity).
-    trace: Option<TraceLine>,
-    delay_ns: u64,
-    loss: f64,
-    /// The delay jitter, if any; boxed as `script` is.
-    jitter: Option<Box<JitterLine>>,
-    /// Boxed: rarely configured, and a link direction's size counts where thousands are
-    /// simulated.
-    script: Option<Box<Script>>,
-    ll: LinkLayer,
-    /// The last packet length serialised at the rate (not trace-driven), with its wire
-    /// length and transmission time: successive packets of a direction mostly have one
-    /// length (`u64::MAX`: none yet).
-    memo_len: u64,
-    memo_wire: u32,
-    memo_ns: u64,
-    modem: Option<Limit>,
-    rng: Rng,
-    /// The modem buffer: (packet, when it became available to the serialiser).
-    buffer: VecDeque<(P, Instant)>,
-    buffer_bytes: u64,
-    /// The serialiser is busy until then (trace-driven: the time of the current
-    /// opportunity, when the line can next start a packet).
-    free_at: Instant,
-    /// Trace-driven: when the last packet's last byte went.
-    last_end: Instant,
     /// The delay line: packets with their arrival times, in order; with the link's own
     /// FIFO, followed by the `queued` packets waiting for the serialiser.
     wire: VecDeque<P::Entry>,
     /// Entries at the tail of `wire` that wait for the serialiser (the link's own FIFO).
     queued: usize,
-    /// The link's own FIFO, if the discipline is one kept in the delay line's ring.
-    own: Option<OwnFifo>,
-    /// The delay line may give memory back from then on (ns).
-    wire_shrink_at: u64,
+    stats: LinkStats,
+    /// The serialiser is busy until then (trace-driven: the time of the current
+    /// opportunity, when the line can next start a packet).
+    free_at: Instant,
+    modem: Option<Limit>,
     /// The discipline's last "not before" answer (or the instant it answered "empty").
     ready: Option<Instant>,
     /// The discipline answered `Empty` and has not been asked since.
@@ -465,7 +453,48 @@ pub struct Link<P: OnWire> {
     idle_dequeue: bool,
     /// A packet went onto the serialiser since the discipline last answered `Empty`.
     idle_pending: bool,
-    stats: LinkStats,
+    /// The last packet length serialised at the rate (not trace-driven), with its wire
+    /// length and transmission time: successive packets of a direction mostly have one
+    /// length (`u64::MAX`: none yet).
+    memo_wire: u32,
+    memo_len: u64,
+    memo_ns: u64,
+    delay_ns: u64,
+    loss: f64,
+    /// The delay jitter, if any; boxed as `script` is.
+    jitter: Option<Box<JitterLine>>,
+    /// Boxed: rarely configured, and a link direction's size counts where thousands are
+    /// simulated.
+    script: Option<Box<Script>>,
+    /// The trace-driven line, if any (then `rate` and `packet_ns` are unused and
+    /// `free_at` is the time of its current opportunity); boxed as `script` is.
+    trace: Option<Box<TraceLine>>,
+    /// The modem buffer: (packet, when it became available to the serialiser).
+    buffer: VecDeque<(P, Instant)>,
+    /// The link's own FIFO, if the discipline is one kept in the delay line's ring (its
+    /// limit and per-packet counters are the last fields a packet touches).
+    own: Option<OwnFifo>,
+    // Read only when a packet's length changes, with loss or jitter, with a modem
+    // buffer, or now and then.
+    rate: Option<Rate>,
+    packet_ns: u64,
+    ll: LinkLayer,
+    rng: Rng,
+    buffer_bytes: u64,
+    /// Trace-driven: when the last packet's last byte went.
+    last_end: Instant,
+    /// The delay line may give memory back from then on (ns).
+    wire_shrink_at: u64,
+}
+
+impl<P: OnWire> Link<P> {
+    /// Bytes at the start of a link direction that hold every field a packet through it
+    /// reads or writes when its line is a plain serialiser and delay (with or without its
+    /// own FIFO); the configuration read when the packet length changes, the random
+    /// stream, the modem buffer's byte count and the discard counters come after.
+    pub fn hot_len() -> usize {
+        core::mem::offset_of!(Self, own) + core::mem::offset_of!(OwnFifo, stats) + QDISC_STATS_HOT
+    }
 }
 
 impl<P: Pkt + OnWire> Link<P> {
@@ -535,7 +564,7 @@ impl<P: Pkt + OnWire> Link<P> {
             (Some(new), t) => {
                 let line = TraceLine::new(new, self.free_at);
                 self.free_at = line.next_time();
-                *t = Some(line);
+                *t = Some(Box::new(line));
             }
         }
         self.delay_ns = cfg.delay.map_or(0, |s| dur_ns(s.0));
@@ -781,7 +810,9 @@ impl<P: Pkt + OnWire> Link<P> {
     ) -> bool {
         let random = loss > 0.0 && rng.bernoulli(loss);
         let scripted = script.as_mut().is_some_and(|s| s.on_transmit(pkt));
-        stats.scripted += scripted as u64;
+        if scripted {
+            stats.scripted += 1;
+        }
         random || scripted
     }
 
@@ -1122,6 +1153,80 @@ mod tests {
         fn available_since(&self, _: &HeaderPacket, _: Instant) -> Instant {
             Instant::ZERO
         }
+    }
+
+    /// Each field's byte range in a link direction.
+    macro_rules! spans {
+        ($($($f:ident).+),* $(,)?) => {{
+            type L = Link<HeaderPacket>;
+            vec![$((
+                stringify!($($f).+),
+                core::mem::offset_of!(L, $($f).+),
+                size_of_field(|l: &L| &l.$($f).+),
+            )),*]
+        }};
+    }
+
+    fn size_of_field<T, U>(_: impl Fn(&T) -> &U) -> usize {
+        core::mem::size_of::<U>()
+    }
+
+    /// What a packet reads or writes of a plain line (serialiser and delay) as it is
+    /// offered, goes onto the line and arrives, without and with its own FIFO.
+    fn a_packets_fields() -> Vec<(&'static str, usize, usize)> {
+        let own = core::mem::offset_of!(Link<HeaderPacket>, own);
+        let stats = own + core::mem::offset_of!(OwnFifo, stats);
+        let mut v = spans![
+            wire,
+            queued,
+            stats.offered,
+            stats.sent,
+            stats.sent_bytes,
+            stats.wire_bytes,
+            stats.busy_ns,
+            stats.delivered,
+            stats.delivered_bytes,
+            free_at,
+            modem,
+            ready,
+            feed_empty,
+            idle_dequeue,
+            idle_pending,
+            memo_wire,
+            memo_len,
+            memo_ns,
+            delay_ns,
+            loss,
+            jitter,
+            script,
+            trace,
+            buffer,
+        ];
+        v.push(("own.limit", own, core::mem::size_of::<Limit>()));
+        // The FIFO's counters of offers, enqueues, dequeues and the backlog with its
+        // high-water marks (`QdiscStats` is `repr(C)`, those first).
+        v.push(("own.stats", stats, QDISC_STATS_HOT));
+        v
+    }
+
+    /// The fields a packet through a plain line touches are the first
+    /// [`Link::hot_len`] bytes, in six cache lines (five and a half: the line starts
+    /// where the simulator's link direction puts it); the rest of a link direction is
+    /// not read.
+    #[test]
+    fn a_packet_touches_the_first_cache_lines_only() {
+        let hot = Link::<HeaderPacket>::hot_len();
+        let fields = a_packets_fields();
+        for &(name, o, n) in &fields {
+            assert!(o + n <= hot, "{name} at {o}..{} beyond {hot}", o + n);
+        }
+        let bytes: usize = fields.iter().map(|f| f.2).sum();
+        assert!(
+            hot <= bytes + 40,
+            "{hot} bytes hold {bytes} of a packet's fields"
+        );
+        assert_eq!(hot.div_ceil(64), 6, "{hot}");
+        assert!(core::mem::size_of::<Link<HeaderPacket>>() > hot + 200);
     }
 
     fn cfg(toml_src: &str) -> LinkConfig {

@@ -110,13 +110,11 @@ impl QueueEvent for Ev {
 }
 
 /// Where a link direction takes its packets from.
-#[allow(
-    clippy::large_enum_variant,
-    reason = "one per link direction, built once; boxing would add a pointer chase per packet"
-)]
 pub(crate) enum Source {
-    /// Its own classifier + discipline.
-    Own(Egress<SimPacket>),
+    /// Its own classifier + discipline (boxed: a link direction's size counts where tens
+    /// of thousands are simulated, and most take their packets from a middlebox or their
+    /// own FIFO).
+    Own(Box<Egress<SimPacket>>),
     /// A middlebox direction.
     Mb(u32, Dir),
     /// The line's own drop-tail FIFO, its packets waiting in the delay line's ring
@@ -126,17 +124,14 @@ pub(crate) enum Source {
 
 /// One direction of a link: the core's link fed by its discipline, plus the simulator's
 /// bookkeeping (events, tables, captures).
+///
+/// Where tens of thousands of link directions are simulated, none of a direction's state
+/// is cached when its next packet comes, and each cache line a packet touches is a trip
+/// to memory: the fields a packet reads or writes come first (`repr(C)`, from a cache
+/// line's start), the line's own first ([`Link::hot_len`]), and the names and captures,
+/// read by the tables and by discards, last.
+#[repr(C, align(64))]
 pub(crate) struct LinkDir {
-    /// Display name of this direction: `<link>:<dir_name>` (queue and link tables).
-    pub name: String,
-    /// Name of the link it belongs to.
-    pub link: String,
-    /// `"to_a"` or `"to_b"`.
-    pub dir_name: &'static str,
-    /// The node this direction delivers to.
-    pub to: NodeId,
-    /// The line: modem buffer, serialiser, loss, delay line (shared with the live box).
-    pub line: Link<SimPacket>,
     /// Where packets to send come from: its own discipline or a middlebox direction.
     pub source: Source,
     /// The live `TxDone` event (the transmitter frees up). It is scheduled only while
@@ -146,17 +141,15 @@ pub(crate) struct LinkDir {
     pub txdone: PlacedTimer,
     /// The live `Wake` event (a discipline asked to be polled then).
     pub wake: Timer,
-    /// Pure ACKs sent: packets, IP bytes, wire bytes.
-    pub tx_acks: (u64, u64, u64),
     /// Sum and maximum of the sojourn times (offer to start of transmission), ns.
     pub sojourn_sum_ns: u64,
     pub sojourn_max_ns: u64,
+    /// Pure ACKs sent: packets, IP bytes, wire bytes.
+    pub tx_acks: (u64, u64, u64),
     /// Distribution of the sojourn times of TCP, UDP and other packets, by
     /// `SimPacket::proto` (percentiles in `queue_summary`; the direction's own are those
     /// of the three together).
     pub sojourn_hist: crate::hist::Batched<3>,
-    /// Indices into `World::captures` of the pcap files recording this direction.
-    pub captures: Vec<usize>,
     /// Whether nothing on this direction reads a packet's headers beyond what a compact
     /// packet answers itself (its own egress or the middlebox direction feeding it, no
     /// drop script, no capture): compact packets pass it as they are; elsewhere they get
@@ -166,6 +159,19 @@ pub(crate) struct LinkDir {
     /// middlebox's packet that is a common segment leaves its header box behind as it
     /// goes onto the line ([`SimPacket::shed`]).
     pub bare_line: bool,
+    /// The node this direction delivers to.
+    pub to: NodeId,
+    /// The line: modem buffer, serialiser, loss, delay line (shared with the live box).
+    pub line: Link<SimPacket>,
+    /// Indices into `World::captures` of the pcap files recording this direction (read
+    /// only where the line is not bare).
+    pub captures: Vec<usize>,
+    /// Display name of this direction: `<link>:<dir_name>` (queue and link tables).
+    pub name: String,
+    /// Name of the link it belongs to.
+    pub link: String,
+    /// `"to_a"` or `"to_b"`.
+    pub dir_name: &'static str,
 }
 
 /// A link direction's source as the core link sees it.
@@ -702,6 +708,10 @@ impl World {
         }
     }
 
+    /// One event. The link events, the most common, are handled here; a connection's
+    /// timer and the rest of the events in functions of their own, so that their frames
+    /// (a connection call's buffers, an application's) are not this one's: every event
+    /// pays this function's entry and exit.
     fn dispatch(&mut self, ev: Ev) {
         match ev {
             Ev::TxDone(d) => self.tx_done(d),
@@ -711,20 +721,35 @@ impl World {
                     self.kick(d);
                 }
             }
-            Ev::Conn(c) => {
-                let slot = &mut self.conns[c as usize];
-                if !slot.timer.fire(self.now) {
-                    return; // stale entry
-                }
-                let due = slot
-                    .conn()
-                    .and_then(|x| x.poll_at())
-                    .is_some_and(|t| t <= self.now);
-                if due {
-                    self.conn_call(c, |x, now, io| x.on_timer(now, io));
-                } else {
-                    self.schedule_conn(c);
-                }
+            Ev::Conn(c) => self.conn_timer(c),
+            _ => self.dispatch_rest(ev),
+        }
+    }
+
+    /// A connection's timer event.
+    #[inline(never)]
+    fn conn_timer(&mut self, c: u32) {
+        let slot = &mut self.conns[c as usize];
+        if !slot.timer.fire(self.now) {
+            return; // stale entry
+        }
+        let due = slot
+            .conn()
+            .and_then(|x| x.poll_at())
+            .is_some_and(|t| t <= self.now);
+        if due {
+            self.conn_call(c, |x, now, io| x.on_timer(now, io));
+        } else {
+            self.schedule_conn(c);
+        }
+    }
+
+    /// The events other than a link's and a connection's timer.
+    #[inline(never)]
+    fn dispatch_rest(&mut self, ev: Ev) {
+        match ev {
+            Ev::TxDone(_) | Ev::Arrive(_) | Ev::Wake(_) | Ev::Conn(_) => {
+                unreachable!("handled by dispatch")
             }
             Ev::App(i) => {
                 let (a, token) = self.app_timers[i as usize];
@@ -828,15 +853,18 @@ impl World {
             return;
         }
         let had_head = line.next_arrival().is_some();
+        let bare = *bare_line;
         let shed =
-            (*bare_line && matches!(source, Source::Mb(..))).then_some((&conn_addrs[..], pool_hdr));
+            (bare && matches!(source, Source::Mb(..))).then_some((&conn_addrs[..], pool_hdr));
         let mut feed = Feeder { source, mbs, shed };
         let not_before = line.pull(now, &mut feed, drops, &mut |tx| {
             let p = tx.pkt;
             *packet_hops += 1;
             *trace_hash = trace_mix(*trace_hash, tx.start.as_nanos(), d, p);
-            for &c in caps.iter() {
-                captures[c].write(tx.start, p.hdr());
+            if !bare {
+                for &c in caps.iter() {
+                    captures[c].write(tx.start, p.hdr());
+                }
             }
             if p.hop().is_pure_ack() {
                 tx_acks.0 += 1;
@@ -1015,6 +1043,9 @@ impl World {
         }
     }
 
+    /// A packet reaches its host (out of line: its connection and application calls keep
+    /// their frames off the routers' path).
+    #[inline(never)]
     fn host_receive(&mut self, h: u32, mut p: SimPacket) {
         if p.is_compact() {
             let cid = p.dst_conn;
@@ -1614,4 +1645,76 @@ fn trace_mix(mut h: u64, t: u64, dir: u32, p: &SimPacket) -> u64 {
         h ^= h >> 29;
     }
     h
+}
+
+#[cfg(test)]
+mod layout {
+    use super::{LinkDir, Source};
+    use crate::packet::SimPacket;
+    use crate::queue::{PlacedTimer, Timer};
+    use asymlink_core::link::Link;
+    use std::collections::BTreeSet;
+    use std::mem::{align_of, offset_of, size_of};
+
+    /// The cache lines of `spans` (offset, length) from the start of a link direction.
+    fn lines(spans: &[(&str, usize, usize)]) -> BTreeSet<usize> {
+        spans
+            .iter()
+            .flat_map(|&(_, o, n)| o / 64..(o + n).div_ceil(64))
+            .collect()
+    }
+
+    /// What a packet reads or writes of the link direction it crosses (its own FIFO, a
+    /// middlebox or its own discipline feeding it, on a plain line): the events, the
+    /// counters and sojourns, the flags and the node it goes to, and the line's first
+    /// bytes ([`Link::hot_len`]).
+    fn a_hops_fields() -> Vec<(&'static str, usize, usize)> {
+        vec![
+            ("source", offset_of!(LinkDir, source), size_of::<Source>()),
+            (
+                "txdone",
+                offset_of!(LinkDir, txdone),
+                size_of::<PlacedTimer>(),
+            ),
+            ("wake", offset_of!(LinkDir, wake), size_of::<Timer>()),
+            ("sojourn_sum_ns", offset_of!(LinkDir, sojourn_sum_ns), 8),
+            ("sojourn_max_ns", offset_of!(LinkDir, sojourn_max_ns), 8),
+            ("tx_acks", offset_of!(LinkDir, tx_acks), 24),
+            (
+                "sojourn_hist",
+                offset_of!(LinkDir, sojourn_hist),
+                size_of::<crate::hist::Batched<3>>(),
+            ),
+            ("plain", offset_of!(LinkDir, plain), 1),
+            ("bare_line", offset_of!(LinkDir, bare_line), 1),
+            ("to", offset_of!(LinkDir, to), 4),
+            (
+                "line",
+                offset_of!(LinkDir, line),
+                Link::<SimPacket>::hot_len(),
+            ),
+        ]
+    }
+
+    /// A hop touches the first eight cache lines of its link direction (of 17 a link
+    /// direction spans), and those are whole lines of the direction's own.
+    #[test]
+    fn a_hop_touches_eight_cache_lines_of_its_link_direction() {
+        assert_eq!(align_of::<LinkDir>(), 64);
+        let fields = a_hops_fields();
+        let hot = lines(&fields);
+        assert_eq!(hot, (0..8).collect(), "{fields:?}");
+        assert_eq!(size_of::<Source>(), 16);
+        // The names and captures are beyond them.
+        let end = fields.iter().map(|f| f.1 + f.2).max().unwrap_or(0);
+        for cold in [
+            offset_of!(LinkDir, captures),
+            offset_of!(LinkDir, name),
+            offset_of!(LinkDir, link),
+            offset_of!(LinkDir, dir_name),
+        ] {
+            assert!(cold >= end, "{cold} < {end}");
+        }
+        assert!(size_of::<LinkDir>().div_ceil(64) >= 10);
+    }
 }

@@ -118,7 +118,7 @@ pub(crate) fn build_links(
                 dir_name: dname,
                 to: to as NodeId,
                 line: Link::new(ds, Rng::new(loss_seed(seed, &l.name, dname)), false),
-                source: Source::Own(egress),
+                source: Source::Own(Box::new(egress)),
                 txdone: crate::queue::PlacedTimer::default(),
                 wake: Timer::default(),
                 tx_acks: (0, 0, 0),
