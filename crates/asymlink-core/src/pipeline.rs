@@ -194,7 +194,9 @@ impl<P: Pkt + Send + 'static> QdiscHolder<P> for InPlace<P> {
 }
 
 /// A classifier in front of a discipline: one direction's egress. `Q` holds the
-/// discipline: boxed by default, [`InPlace`] in a [`Middlebox`].
+/// discipline: boxed by default, [`InPlace`] in a [`Middlebox`]. Laid out (`repr(C)`) in
+/// the order a packet reads it: the classifier, then the discipline.
+#[repr(C)]
 pub struct Egress<P, Q = Box<dyn Qdisc<P>>> {
     /// Boxed: most egresses have none, and an egress's size counts where thousands of
     /// link directions are simulated.
@@ -474,10 +476,21 @@ pub struct MiddleboxStats {
 }
 
 /// Two egresses plus rewriters: the sans-IO middlebox.
+///
+/// Laid out (`repr(C)`) with what every call reads first: the rewriters, the counters, and
+/// both directions' [`Qdisc::has_timers`], [`Egress::observes_peer`] and
+/// [`Egress::wants_idle_dequeue`] (copied from the egresses when the middlebox is made),
+/// so that a call in one direction reads nothing of the other direction's egress unless
+/// its discipline watches the direction called.
+#[repr(C)]
 pub struct Middlebox<P> {
     rewriters: Vec<Box<dyn Rewriter<P>>>,
-    dirs: [Egress<P, InPlace<P>>; 2],
     stats: MiddleboxStats,
+    /// Per direction (indexed by [`Dir::index`]): the egress's flags.
+    timed: [bool; 2],
+    observes: [bool; 2],
+    idle: [bool; 2],
+    dirs: [Egress<P, InPlace<P>>; 2],
 }
 
 impl<P: Pkt + Send + 'static> Middlebox<P> {
@@ -512,11 +525,7 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
                 ));
             }
         }
-        let mut mb = Middlebox {
-            rewriters,
-            dirs: [to_b, to_a],
-            stats: MiddleboxStats::default(),
-        };
+        let mut mb = Middlebox::with(rewriters, [to_b, to_a]);
         // Each direction learns the other's (empty) state and capacity from the start.
         mb.observe(Instant::ZERO, Dir::ToB);
         mb.observe(Instant::ZERO, Dir::ToA);
@@ -529,15 +538,22 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
         to_b: Egress<P>,
         to_a: Egress<P>,
     ) -> Self {
+        Middlebox::with(rewriters, [to_b.in_place(), to_a.in_place()])
+    }
+
+    fn with(rewriters: Vec<Box<dyn Rewriter<P>>>, dirs: [Egress<P, InPlace<P>>; 2]) -> Self {
         Middlebox {
             rewriters,
-            dirs: [to_b.in_place(), to_a.in_place()],
             stats: MiddleboxStats::default(),
+            timed: [dirs[0].timed, dirs[1].timed],
+            observes: [dirs[0].observes, dirs[1].observes],
+            idle: [dirs[0].idle, dirs[1].idle],
+            dirs,
         }
     }
 
     fn observe(&mut self, now: Instant, changed: Dir) {
-        if !self.dirs[changed.reverse().index()].observes {
+        if !self.observes[changed.reverse().index()] {
             return;
         }
         let obs = self.dirs[changed.index()].observation();
@@ -574,7 +590,21 @@ impl<P: Pkt + Send + 'static> Middlebox<P> {
     /// discipline with timers ([`Qdisc::has_timers`]). Fixed when the middlebox is built.
     #[inline]
     pub fn has_timers(&self) -> bool {
-        !self.rewriters.is_empty() || self.dirs[0].timed || self.dirs[1].timed
+        !self.rewriters.is_empty() || self.timed[0] || self.timed[1]
+    }
+
+    /// Whether `dir`'s discipline watches the opposite direction
+    /// ([`Egress::observes_peer`]).
+    #[inline]
+    pub fn observes_peer(&self, dir: Dir) -> bool {
+        self.observes[dir.index()]
+    }
+
+    /// Whether `dir`'s discipline must be asked when its link goes idle
+    /// ([`Egress::wants_idle_dequeue`]).
+    #[inline]
+    pub fn wants_idle_dequeue(&self, dir: Dir) -> bool {
+        self.idle[dir.index()]
     }
 
     /// Earliest deadline of any rewriter or discipline.
@@ -672,6 +702,35 @@ mod tests {
         let rw = mb("rewrite = [{ kind = \"set_dscp\", dscp = 10, dir = \"to_b\" }]");
         assert!(rw.has_timers());
         assert_eq!(rw.poll_at(), None);
+    }
+
+    #[test]
+    fn a_middlebox_answers_its_egresses_flags() {
+        let mb = |src: &str| -> Middlebox<HeaderPacket> {
+            let cfg: MiddleboxConfig = toml::from_str(src).unwrap();
+            Middlebox::new(&cfg, [None, None], 1).unwrap()
+        };
+        let shaper = mb("[to_b]\nqdisc = { kind = \"tbf\", rate = \"1Mbit\" }\n\
+             [to_a]\nqdisc = { kind = \"ack_shaper\", threshold = \"3KB\", \
+             max_delay = \"50ms\", leak = { kind = \"interval\", interval = \"10ms\" } }");
+        let fq = mb("[to_b]\nqdisc = { kind = \"fq_codel\" }");
+        let parts: Middlebox<HeaderPacket> = Middlebox::from_parts(
+            Vec::new(),
+            Egress::from_qdisc(Box::new(crate::qdisc::Fifo::new(Default::default())), None),
+            Egress::from_qdisc(Box::new(crate::qdisc::Fifo::new(Default::default())), None),
+        );
+        for m in [&shaper, &fq, &parts] {
+            for d in [Dir::ToB, Dir::ToA] {
+                let e = m.egress(d);
+                assert_eq!(m.observes_peer(d), e.observes_peer(), "{}", d.name());
+                assert_eq!(m.observes_peer(d), e.qdisc().observes_peer());
+                assert_eq!(m.wants_idle_dequeue(d), e.wants_idle_dequeue());
+                assert_eq!(m.wants_idle_dequeue(d), e.qdisc().wants_idle_dequeue());
+            }
+        }
+        assert!(shaper.observes_peer(Dir::ToA));
+        assert!(!shaper.observes_peer(Dir::ToB));
+        assert!(shaper.has_timers() && !fq.has_timers() && !parts.has_timers());
     }
 
     /// Line mode's pipeline at home (HTB both ways, a classifier toward the line).

@@ -547,7 +547,7 @@ fn parse_entry(
     crate::line::expand(&mut t)?;
     let config: MiddleboxConfig = crate::config::from_toml_table(t, "")?;
     let mb = Middlebox::<HeaderPacket>::new(&config, [None, None], 0)?;
-    let wants_idle = [Dir::ToB, Dir::ToA].map(|d| mb.egress(d).wants_idle_dequeue());
+    let wants_idle = [Dir::ToB, Dir::ToA].map(|d| mb.wants_idle_dequeue(d));
     let plan = Arc::new(SubscriberPlan {
         config,
         table: raw,
@@ -688,40 +688,45 @@ pub struct Reconfigured {
 }
 
 /// The top-level pipeline and the subscribers' trees, as one middlebox.
+///
+/// Laid out (`repr(C)`) with what every call reads first — the schedule, the totals and
+/// the top level's epoch — then the top-level pipeline, and what only building, evicting
+/// and reporting read last.
+#[repr(C)]
 pub struct SubscriberBox<P> {
-    /// The top-level pipeline, held here rather than behind a pointer: without
-    /// subscribers it takes every packet.
-    top: Middlebox<P>,
     /// Whether the table has entries (asked for every packet; the table's entries are
     /// behind a shared pointer).
     has_subscribers: bool,
-    table: SubscriberTable,
-    max: usize,
-    seed: u64,
-    generation: u64,
-    slots: Vec<Slot<P>>,
-    live: usize,
-    active: [VecDeque<u32>; 2],
-    waiting: [BinaryHeap<Reverse<(Instant, u32)>>; 2],
-    timers: BinaryHeap<Reverse<(Instant, u32)>>,
-    backlog: [Backlog; 2],
-    stats: SubscriberStats,
-    idle_timeout: Option<Duration>,
-    next_sweep: Option<Instant>,
-    /// Per subscriber (table order).
-    counters: Vec<SubscriberCounters>,
-    /// The discipline counters of evicted trees, per direction.
-    retired: [QdiscStats; 2],
-    /// The largest total backlog seen, per direction.
-    max_backlog: [Backlog; 2],
-    /// Subscribers whose discipline of a direction watches the link go idle.
-    idle_watchers: [Vec<u32>; 2],
     /// Times the top-level pipeline's queues went empty (both directions): a subscriber's
     /// count of packets parked there lapses with it.
     top_epoch: u32,
     /// The subscribers' parked packets counted in this epoch, all together (while none,
     /// a packet leaving the top level is not looked up).
     parked_total: u32,
+    slots: Vec<Slot<P>>,
+    backlog: [Backlog; 2],
+    /// The largest total backlog seen, per direction.
+    max_backlog: [Backlog; 2],
+    active: [VecDeque<u32>; 2],
+    waiting: [BinaryHeap<Reverse<(Instant, u32)>>; 2],
+    /// Subscribers whose discipline of a direction watches the link go idle.
+    idle_watchers: [Vec<u32>; 2],
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    next_sweep: Option<Instant>,
+    /// The top-level pipeline, held here rather than behind a pointer: without
+    /// subscribers it takes every packet.
+    top: Middlebox<P>,
+    table: SubscriberTable,
+    max: usize,
+    seed: u64,
+    generation: u64,
+    live: usize,
+    stats: SubscriberStats,
+    idle_timeout: Option<Duration>,
+    /// Per subscriber (table order).
+    counters: Vec<SubscriberCounters>,
+    /// The discipline counters of evicted trees, per direction.
+    retired: [QdiscStats; 2],
 }
 
 /// The subscribers (table indices) whose tree watches the link go idle, per direction.
@@ -934,10 +939,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     ) -> Option<R> {
         let mb = self.tree_mut(s)?;
         let r = f(mb);
-        let observes = [
-            mb.egress(Dir::ToB).observes_peer(),
-            mb.egress(Dir::ToA).observes_peer(),
-        ];
+        let observes = [mb.observes_peer(Dir::ToB), mb.observes_peer(Dir::ToA)];
         let mut read = [None; 2];
         for d in [Dir::ToB, Dir::ToA] {
             if called.is_none_or(|c| c == d) || observes[d.index()] {
@@ -983,8 +985,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
         let r = mb.poll_transmit(now, dir, drops);
         let new = mb.backlog(dir);
         let other = mb
-            .egress(dir.reverse())
-            .observes_peer()
+            .observes_peer(dir.reverse())
             .then(|| mb.backlog(dir.reverse()));
         self.note_held(s, d, new);
         if let Some(b) = other {
@@ -1161,9 +1162,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     fn rewake(&mut self, s: usize, dir: Dir) {
         let d = dir.index();
         if matches!(self.slots[s].sched[d], Sched::Waiting(_))
-            && self
-                .tree(s)
-                .is_some_and(|mb| mb.egress(dir).observes_peer())
+            && self.tree(s).is_some_and(|mb| mb.observes_peer(dir))
         {
             self.slots[s].sched[d] = Sched::Active;
             self.active[d].push_back(s as u32);
@@ -1206,7 +1205,7 @@ impl<P: Pkt + Send + 'static> SubscriberBox<P> {
     }
 
     fn default_wants_idle(&self, dir: Dir) -> bool {
-        self.top.egress(dir).wants_idle_dequeue()
+        self.top.wants_idle_dequeue(dir)
     }
 
     /// Slot `s`'s tree, if alive (slot 0: the top level).

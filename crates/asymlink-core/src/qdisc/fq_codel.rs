@@ -320,12 +320,14 @@ const FREE: u32 = u32::MAX;
 /// that belongs to the bucket only if the slot says so (a stale index entry needs no
 /// clearing). With at most 65 536 buckets a slot number fits 16 bits.
 #[derive(Debug, Default)]
+#[repr(C)]
 struct SlotIndex {
     /// Buckets of the table; 0 until the first packet.
     n: u32,
     /// Empty while there are at most [`SCAN`] slots.
     index: Vec<u16>,
     owner: Vec<u32>,
+    /// Only when a bucket takes or gives back a slot: last.
     free: Vec<u16>,
 }
 
@@ -404,22 +406,25 @@ impl SlotIndex {
 /// The flow queues of a discipline, held for the buckets in use only, with what a bucket
 /// must remember between its busy spells so that it schedules exactly as a table of all
 /// `n` buckets would: CoDel's state while it still matters, and the ACK history.
+///
+/// Laid out (`repr(C)`) with what a lookup reads first, the idle buckets' states last.
 #[derive(Debug)]
+#[repr(C)]
 struct FlowTable<P, A> {
-    n: u32,
     slots: SlotIndex,
     flows: Vec<Flow<P, A>>,
     /// With the ACK filter, each slot's ACK history (else empty).
     acks: Vec<FlowAcks>,
+    n: u32,
     ack_filter: bool,
+    /// Size of `idle_vars` at which states too old to matter are pruned.
+    prune_at: usize,
     /// ACK histories of buckets out of use (with the ACK filter): a connection that comes
     /// back to its bucket continues from its history.
     idle_acks: BTreeMap<u32, FlowAcks>,
     /// AQM states of buckets out of use that still matter (CoDel: a new dropping episode
     /// would resume from them; COBALT: count not yet decayed, or BLUE's `p` above 0).
     idle_vars: BTreeMap<u32, A>,
-    /// Size of `idle_vars` at which states too old to matter are pruned.
-    prune_at: usize,
 }
 
 impl<P, A: FlowAqm> FlowTable<P, A> {
@@ -842,22 +847,27 @@ fn check_common(
 
 /// An FQ-CoDel discipline, with RFC 8289 CoDel ([`CodelVars`], the default) or COBALT
 /// ([`CobaltVars`]) on each flow queue.
+///
+/// Laid out (`repr(C)`) in the order a packet's enqueue and dequeue read it, so that they
+/// touch few cache lines: the hash and the limits, the flow table, the lists, the
+/// per-packet counters; COBALT's generator last.
 #[derive(Debug)]
+#[repr(C)]
 pub struct FqCodel<P, A = CodelVars> {
+    perturb: u64,
+    n_flows: u32,
     limit: Limit,
     memory: u64,
     quantum: i64,
-    perturb: u64,
     params: CodelParams,
-    /// BLUE's draws (COBALT only), from the discipline's seed.
-    rng: Rng,
     /// The flow queues of the buckets in use, `n_flows` buckets.
     table: FlowTable<P, A>,
-    n_flows: u32,
     lists: Lists,
     stats: QdiscStats,
     counters: CodelCounters,
     new_flow_count: u64,
+    /// BLUE's draws (COBALT only), from the discipline's seed.
+    rng: Rng,
 }
 
 impl<P: Pkt, A: FlowAqm> FqCodel<P, A> {
@@ -996,31 +1006,36 @@ struct Host {
 
 /// Host-then-flow fair queueing with CoDel (or COBALT, see [`FqCodel`]) on every flow
 /// queue.
+///
+/// Laid out (`repr(C)`) in the order a packet's enqueue and dequeue read it, so that they
+/// touch few cache lines: the last packet's ways, the hashes and the limits, the host and
+/// flow tables, the host lists, the per-packet counters; COBALT's generator last.
 #[derive(Debug)]
+#[repr(C)]
 pub struct HostFqCodel<P, A = CodelVars> {
+    /// Where the last packet offered went, checked before use: packets mostly come in
+    /// runs of one flow, whose ways then need no search.
+    last: Option<LastWays>,
     key: HostKey,
+    n_hosts: u32,
+    perturb: u64,
     limit: Limit,
     memory: u64,
     quantum: i64,
     host_quantum: i64,
-    perturb: u64,
     params: CodelParams,
-    /// BLUE's draws (COBALT only), from the discipline's seed.
-    rng: Rng,
-    /// The flow queues of the flow buckets in use (`flows` buckets).
-    flows: FlowTable<P, A>,
     /// The host buckets in use (`n_hosts` buckets) and their slots' hosts.
     host_slots: SlotIndex,
     hosts: Vec<Host>,
-    n_hosts: u32,
+    /// The flow queues of the flow buckets in use (`flows` buckets).
+    flows: FlowTable<P, A>,
     host_lists: Lists,
-    /// Where the last packet offered went, checked before use: packets mostly come in
-    /// runs of one flow, whose ways then need no search.
-    last: Option<LastWays>,
     stats: QdiscStats,
     counters: CodelCounters,
     new_flow_count: u64,
     new_host_count: u64,
+    /// BLUE's draws (COBALT only), from the discipline's seed.
+    rng: Rng,
 }
 
 /// The host and flow ways (tags, buckets, slots) a packet was queued in. A tag is in use

@@ -176,25 +176,30 @@ pub struct HtbClassCounters {
 
 /// A class's state: what dequeue and the charge read and write per packet (its name is
 /// kept apart, in [`Htb::names`]; indices fit a byte, the tree has at most 64 classes).
+/// Laid out in that order (`repr(C)`, each class on its own cache lines): what the search
+/// for a lender reads first (tokens, the last refill, the bucket depths, the round robin's
+/// deficit: one line), then the costs and the counters the charge writes, the leaf's
+/// discipline last.
+#[repr(C, align(64))]
 struct Class<P> {
     parent: Option<u8>,
     /// The level it serves at as a lender ([`Htb::level`]).
     level: u8,
+    prio: u8,
+    tokens: i64,
+    ctokens: i64,
+    t_c: Instant,
+    buffer_ns: i64,
+    cbuffer_ns: i64,
+    quantum: i64,
+    deficit: i64,
     /// The costs of a wire length at `rate` and at `ceil` (one cost serves both when the
     /// two rates are equal).
     rate: TxCost,
     ceil: TxCost,
-    buffer_ns: i64,
-    cbuffer_ns: i64,
-    tokens: i64,
-    ctokens: i64,
-    t_c: Instant,
-    prio: u8,
-    quantum: i64,
-    deficit: i64,
+    counters: HtbClassCounters,
     /// The leaf's discipline, in place (leaves only).
     leaf: Option<Leaf<P>>,
-    counters: HtbClassCounters,
 }
 
 impl<P> Class<P> {
@@ -283,27 +288,30 @@ fn elapsed(from: Instant, to: Instant) -> i64 {
     to.0.saturating_sub(from.0).min(MBUFFER_NS as u64) as i64
 }
 
-/// A hierarchical token bucket scheduler.
+/// A hierarchical token bucket scheduler. Laid out (`repr(C)`) with what every packet reads
+/// first (the classes, the classifier classes' leaves, the backlogged leaves, the flags, the
+/// link layer, the per-packet counters, the round robin) and the names last.
+#[repr(C)]
 pub struct Htb<P> {
     classes: Vec<Class<P>>,
-    /// The classes' names, in configuration order.
-    names: Vec<String>,
     /// Leaf index for each classifier class id (`None`: not taken by any leaf).
     leaf_of_class: Vec<Option<usize>>,
     default: Option<usize>,
-    ll: LinkLayer,
-    ingress: bool,
-    /// Round-robin position per (level, prio): the leaf served last (`NO_LEAF`: none yet).
-    rr: [[u8; PRIOS as usize]; MAX_DEPTH + 1],
     /// The leaves that hold packets (bit i: class i), so that dequeue visits only them.
     backlogged: u64,
-    stats: QdiscStats,
+    ingress: bool,
     /// Whether some leaf has timers, watches the other direction, wants to see the link
     /// go idle, or reads headers (the leaves are fixed when the tree is built).
     timed: bool,
     observes: bool,
     idle: bool,
     reads: bool,
+    ll: LinkLayer,
+    stats: QdiscStats,
+    /// Round-robin position per (level, prio): the leaf served last (`NO_LEAF`: none yet).
+    rr: [[u8; PRIOS as usize]; MAX_DEPTH + 1],
+    /// The classes' names, in configuration order.
+    names: Vec<String>,
 }
 
 impl<P: Pkt + Send + 'static> Htb<P> {
