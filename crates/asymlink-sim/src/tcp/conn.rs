@@ -218,8 +218,9 @@ pub struct Connection {
     // The counters (the fields every segment adds to are their last) and the
     // configuration (the fields read on every segment are its first).
     stats: ConnStats,
-    /// The configuration, shared by the connections of equal configurations (see
-    /// [`shared_config`]): its lines stay in the caches however many connections there are.
+    /// The configuration, shared by the connections of equal configurations (the world
+    /// gives its flows' equal configurations one allocation): its lines stay in the caches
+    /// however many connections there are.
     cfg: Arc<TcpConfig>,
     // Read or written on every segment, at either end (send side: offsets from iss;
     // receive side: offsets from irs).
@@ -423,33 +424,6 @@ impl From<Option<Instant>> for Deadline {
     }
 }
 
-/// The configurations in use on this thread, most recent first: a connection whose
-/// configuration equals one of them shares it (usually all of a simulation's flows have
-/// one of a few), so that reading its configuration on every segment does not cost each
-/// connection's handling cache misses of its own (and 352 bytes each).
-const SHARED_CONFIGS: usize = 8;
-
-thread_local! {
-    static CONFIGS: core::cell::RefCell<Vec<Arc<TcpConfig>>> =
-        const { core::cell::RefCell::new(Vec::new()) };
-}
-
-/// `cfg`, shared with the connections before that had an equal configuration.
-fn shared_config(cfg: &TcpConfig) -> Arc<TcpConfig> {
-    CONFIGS.with(|c| {
-        let mut c = c.borrow_mut();
-        if let Some(i) = c.iter().position(|x| **x == *cfg) {
-            let x = c.remove(i);
-            c.insert(0, x.clone());
-            return x;
-        }
-        let x = Arc::new(cfg.clone());
-        c.truncate(SHARED_CONFIGS - 1);
-        c.insert(0, x.clone());
-        x
-    })
-}
-
 /// [`Connection::autotune`] to change: `autotune` read only when `on` (the configuration's
 /// `rcv_autotune`).
 #[inline(always)]
@@ -475,7 +449,7 @@ fn unwrap(base: u32, near: u64, v: SeqNumber) -> u64 {
 impl Connection {
     fn blank(
         id: ConnId,
-        cfg: &TcpConfig,
+        cfg: &Arc<TcpConfig>,
         local: (IpAddr, u16),
         remote: (IpAddr, u16),
         iss: u32,
@@ -483,7 +457,7 @@ impl Connection {
         let mss = cfg.mss;
         Connection {
             id,
-            cfg: shared_config(cfg),
+            cfg: Arc::clone(cfg),
             paced: cfg.pacing || cfg.max_pacing_rate.is_some() || cfg.cc == CcAlgo::Bbr,
             state: State::Closed,
             local,
@@ -594,7 +568,7 @@ impl Connection {
     pub fn connect(
         now: Instant,
         id: ConnId,
-        cfg: &TcpConfig,
+        cfg: &Arc<TcpConfig>,
         local: (IpAddr, u16),
         remote: (IpAddr, u16),
         iss: u32,
@@ -616,7 +590,7 @@ impl Connection {
     pub fn accept(
         now: Instant,
         id: ConnId,
-        cfg: &TcpConfig,
+        cfg: &Arc<TcpConfig>,
         local: (IpAddr, u16),
         syn: &Headers,
         iss: u32,

@@ -6,6 +6,7 @@ use asymlink_core::time::{Duration, Instant};
 use asymlink_core::units::Rate;
 use core::net::{IpAddr, Ipv4Addr};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 struct Pipe {
     delay: Duration,
@@ -101,7 +102,7 @@ impl Pair {
         p.c[0] = Some(Connection::connect(
             Instant::ZERO,
             0,
-            cfg,
+            &Arc::new(cfg.clone()),
             (addr(1), 40000),
             (addr(2), 80),
             1_000,
@@ -185,7 +186,7 @@ impl Pair {
                         conditioner: None,
                         rwnd: None,
                     };
-                    let cfg = self.server_cfg.clone().unwrap();
+                    let cfg = Arc::new(self.server_cfg.clone().unwrap());
                     self.c[to] = Connection::accept(
                         self.now,
                         1,
