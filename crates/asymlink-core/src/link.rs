@@ -420,9 +420,9 @@ struct OwnFifo {
     stats: QdiscStats,
 }
 
-/// Bytes of [`QdiscStats`] a packet through a link's own FIFO reads or writes (its
-/// per-packet counters; the discard counters after them are touched only by discards).
-const QDISC_STATS_HOT: usize = 64;
+/// Bytes of [`QdiscStats`] a packet through a link's own FIFO reads or writes: its
+/// per-packet counters, up to the discard counters (touched only by discards).
+const QDISC_STATS_HOT: usize = core::mem::offset_of!(QdiscStats, rejected);
 
 /// One direction of a link (see the module documentation).
 ///
