@@ -1725,6 +1725,9 @@ impl World {
             node_world: node_world.to_vec(),
             out: (0..worlds).map(|_| Vec::new()).collect(),
             told: vec![Vec::new(); worlds],
+            buckets: (0..worlds).map(|_| Default::default()).collect(),
+            first_step: vec![0; worlds],
+            spare: Vec::new(),
             labels: Vec::new(),
             inbox: Vec::new(),
             inbox_free: Vec::new(),
@@ -1784,35 +1787,90 @@ impl World {
         part.scratch = got;
     }
 
-    /// Take the packets handed to this world, as events of their arrivals (at `from` at
-    /// the earliest: the window this world is about to process).
-    pub(crate) fn take_handovers(&mut self, got: &mut Vec<Handover>, from: Instant) {
+    /// Sort the packets world `from` handed to this one into the steps (of `step_len`)
+    /// of their arrivals.
+    pub(crate) fn receive(&mut self, from: usize, got: &mut Vec<Handover>, step_len: u64) {
+        let part = self.part.as_mut().expect("a partitioned run's world");
+        let buckets = &mut part.buckets[from];
         for h in got.drain(..) {
-            let part = self.part.as_mut().expect("a partitioned run's world");
-            if let Some(a) = h.addrs {
-                let c = h.pkt.src_conn as usize;
-                if self.conn_addrs.len() <= c {
-                    self.conn_addrs.resize(c + 1, a.addrs);
-                }
-                self.conn_addrs[c] = a.addrs;
-                if part.labels.len() <= c {
-                    part.labels.resize(c + 1, u32::MAX);
-                }
-                part.labels[c] = a.label;
+            let k = h.at.as_nanos() / step_len;
+            // A packet for a step already processed (late: counted by its sender) goes
+            // into the first step kept.
+            let i = k.saturating_sub(part.first_step[from]) as usize;
+            while buckets.len() <= i {
+                buckets.push_back(part.spare.pop().unwrap_or_default());
             }
-            let slot = (h.dir, h.pkt);
-            let i = match part.inbox_free.pop() {
-                Some(i) => {
-                    part.inbox[i as usize] = Some(slot);
-                    i
-                }
-                None => {
-                    part.inbox.push(Some(slot));
-                    (part.inbox.len() - 1) as u32
-                }
-            };
-            self.queue.push(h.at.max(from), Ev::Remote(i));
+            buckets[i].push(h);
         }
+    }
+
+    /// Put the packets handed to this world that arrive before `end` on its queue (at
+    /// `from` at the earliest: the step about to be processed), world by world, each
+    /// world's in the order sent; the others stay for a later step.
+    pub(crate) fn arrivals_before(&mut self, from: Instant, end: Instant, step_len: u64) {
+        let worlds = self.part().buckets.len();
+        for v in 0..worlds {
+            loop {
+                let part = self.part.as_mut().expect("a partitioned run's world");
+                let first = part.first_step[v];
+                if part.buckets[v].is_empty() || first * step_len >= end.as_nanos() {
+                    break;
+                }
+                let mut b = part.buckets[v].pop_front().unwrap_or_default();
+                part.first_step[v] = first + 1;
+                let whole = (first + 1) * step_len <= end.as_nanos();
+                let mut kept = Vec::new();
+                for h in b.drain(..) {
+                    if !whole && h.at >= end {
+                        kept.push(h);
+                    } else {
+                        self.take_handover(h, from);
+                    }
+                }
+                let part = self.part.as_mut().expect("a partitioned run's world");
+                part.spare.push(b);
+                if !kept.is_empty() {
+                    // The rest of a step cut short: it stays first.
+                    part.buckets[v].push_front(kept);
+                    part.first_step[v] = first;
+                    break;
+                }
+            }
+            // The buckets start at the step `end` is in (whether or not packets came).
+            let part = self.part.as_mut().expect("a partitioned run's world");
+            if part.buckets[v].is_empty() {
+                part.first_step[v] = part.first_step[v].max(end.as_nanos() / step_len);
+            }
+        }
+    }
+
+    /// A packet handed to this world, as the event of its arrival (at `from` at the
+    /// earliest).
+    fn take_handover(&mut self, h: Handover, from: Instant) {
+        let part = self.part.as_mut().expect("a partitioned run's world");
+        if let Some(a) = h.addrs {
+            let c = h.pkt.src_conn as usize;
+            if self.conn_addrs.len() <= c {
+                self.conn_addrs.resize(c + 1, a.addrs);
+            }
+            self.conn_addrs[c] = a.addrs;
+            if part.labels.len() <= c {
+                part.labels.resize(c + 1, u32::MAX);
+            }
+            part.labels[c] = a.label;
+        }
+        let slot = (h.dir, h.pkt);
+        let i = match part.inbox_free.pop() {
+            Some(i) => {
+                part.inbox[i as usize] = Some(slot);
+                i
+            }
+            None => {
+                part.inbox.push(Some(slot));
+                (part.inbox.len() - 1) as u32
+            }
+        };
+        self.queue.push(h.at.max(from), Ev::Remote(i));
     }
 
     /// A packet handed over by another world arrives at the far end of its link.
@@ -1824,17 +1882,17 @@ impl World {
         self.deliver(to, p);
     }
 
-    /// The end of the window about to be processed.
+    /// A lookahead past the start of the step about to be processed.
     pub(crate) fn set_horizon(&mut self, t: Instant) {
         self.part().horizon = t;
     }
 
-    /// The packets handed over in this window, per receiving world.
+    /// The packets handed over in this step, per receiving world.
     pub(crate) fn outboxes(&mut self) -> &mut [Vec<Handover>] {
         &mut self.part().out
     }
 
-    /// Packets this world handed over that arrive before the window's end.
+    /// Packets this world handed over sooner than a lookahead after its step's start.
     pub(crate) fn late_handovers(&self) -> u64 {
         self.part.as_ref().map_or(0, |p| p.late)
     }

@@ -72,6 +72,16 @@ impl Simulation {
 
     /// Build from an already validated scenario.
     pub fn from_spec(spec: scenario::Spec, opts: RunOptions) -> Result<Simulation, ConfigError> {
+        if opts.threads > parallel::MAX_THREADS {
+            return Err(ConfigError::new(
+                "threads",
+                format!(
+                    "at most {} threads, got {}",
+                    parallel::MAX_THREADS,
+                    opts.threads
+                ),
+            ));
+        }
         let plan = (opts.threads > 1).then(|| parallel::plan(&spec, opts.threads));
         let engine = match plan {
             Some(plan) if plan.worlds > 1 => Engine::Many(std::sync::Mutex::new(
@@ -133,7 +143,7 @@ impl Simulation {
     }
 
     /// Per thread of a partitioned run: the wall time it spent processing its world's
-    /// windows and waiting for the other worlds, in seconds (empty for one thread).
+    /// steps and waiting for the other worlds, in seconds (empty for one thread).
     pub fn thread_times(&self) -> Vec<(f64, f64)> {
         match &self.engine {
             Engine::One(_) => Vec::new(),

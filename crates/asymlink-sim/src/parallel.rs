@@ -2,10 +2,10 @@
 //! processing its own nodes' events, with packets handed over where a link crosses from
 //! one world to another.
 //!
-//! The worlds advance in windows no longer than the shortest propagation delay of a link
-//! between two of them (the lookahead): a packet whose transmission starts in a window
-//! arrives in a later one, so a world can process a window without waiting on the
-//! others, and hands its crossing packets over at the window's end. Each world is a
+//! A packet that starts on a link between two worlds arrives no sooner than the shortest
+//! propagation delay of such a link (the lookahead) later, so a world may process its
+//! events up to a lookahead past the other worlds' clocks without waiting on them; it
+//! hands its crossing packets over as it goes ([`Worlds::run_steps`]). Each world is a
 //! whole [`World`] built from the same scenario; its link directions that leave one of
 //! its nodes for another world's export their packets ([`Link::set_export`]), and it
 //! delivers the packets handed to it as events of their arrival times.
@@ -27,8 +27,12 @@ use crate::packet::SimPacket;
 use crate::scenario::Spec;
 use asymlink_core::config::ConfigError;
 use asymlink_core::time::{Duration, Instant};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+/// The most threads a run may ask for (each world is a whole copy of the scenario's
+/// links and nodes).
+pub(crate) const MAX_THREADS: usize = 64;
 
 /// A packet handed from one world to another.
 pub(crate) struct Handover {
@@ -47,16 +51,23 @@ pub(crate) struct Handover {
 pub(crate) struct Part {
     /// Per node: its world.
     pub node_world: Vec<u32>,
-    /// Per world: the packets handed to it in this window.
+    /// Per world: the packets handed to it in this step.
     pub out: Vec<Vec<Handover>>,
     /// Per world: a bit per connection whose addresses were handed to it.
     pub told: Vec<Vec<u64>>,
     /// The labels of other worlds' connections (`u32::MAX`: not known), by `ConnId`.
     pub labels: Vec<u32>,
+    /// Per world: the packets it handed to this one, by the step of their arrival
+    /// (`buckets[v][i]`: step `first_step[v] + i`), each step's in the order sent.
+    pub buckets: Vec<std::collections::VecDeque<Vec<Handover>>>,
+    pub first_step: Vec<u64>,
+    /// Emptied buckets, for reuse.
+    pub spare: Vec<Vec<Handover>>,
     /// Packets handed to this world, waiting for their arrival events (`Ev::Remote`).
     pub inbox: Vec<Option<(u32, SimPacket)>>,
     pub inbox_free: Vec<u32>,
-    /// The end of the window being processed: a packet handed over arrives at or after it.
+    /// A lookahead past the start of the step being processed: a packet handed over
+    /// arrives at or after it (the other worlds may have processed everything before).
     pub horizon: Instant,
     /// Packets handed over that arrive before the horizon (see [`Worlds::late`]).
     pub late: u64,
@@ -74,16 +85,15 @@ pub(crate) struct Plan {
     pub lookahead: Duration,
 }
 
-/// An estimate of a node's share of the work, in units of a host's: a router's grows
-/// with its links and the middleboxes at it (measured on the access network: a home
-/// router with its box and two links costs about two hosts, the DSLAM's and the core's
-/// links about 0.4 of a host each).
-fn weight(spec: &Spec, node: usize, degree: &[u32]) -> f64 {
+/// An estimate of a node's share of the work: a host (its TCP and applications) 1.4, a
+/// router 0.4 per link and 1.2 per middlebox at it (from the access network's event
+/// loop timed by node, then the host's weight chosen among 1.0, 1.4 and 1.7 by the
+/// two-thread run's wall time: see docs/performance.md, "Two cores").
+fn weight(spec: &Spec, node: usize, degree: &[u32], boxes: &[u32]) -> f64 {
     if matches!(spec.nodes[node].kind, crate::scenario::NodeKind::Host) {
-        return 1.0;
+        return 1.4;
     }
-    let boxes = spec.middleboxes.iter().filter(|m| m.node == node).count();
-    0.4 * degree[node] as f64 + 1.2 * boxes as f64
+    0.4 * degree[node] as f64 + 1.2 * boxes[node] as f64
 }
 
 fn find(parent: &mut [usize], mut x: usize) -> usize {
@@ -116,11 +126,15 @@ pub(crate) fn plan(spec: &Spec, threads: usize) -> Plan {
         }
     }
     // (A middlebox feeds the directions leaving its node: its node's world runs them.)
+    let mut boxes = vec![0u32; n];
+    for m in &spec.middleboxes {
+        boxes[m.node] += 1;
+    }
     let roots: Vec<usize> = (0..n).map(|i| find(&mut parent, i)).collect();
     let mut comp_weight = vec![0.0f64; n];
     let mut has_host = vec![false; n];
     for i in 0..n {
-        comp_weight[roots[i]] += weight(spec, i, &degree);
+        comp_weight[roots[i]] += weight(spec, i, &degree, &boxes);
         has_host[roots[i]] |= matches!(spec.nodes[i].kind, crate::scenario::NodeKind::Host);
     }
     let total: f64 = comp_weight.iter().sum();
@@ -187,62 +201,38 @@ pub(crate) fn plan(spec: &Spec, threads: usize) -> Plan {
     }
 }
 
-/// A barrier for threads that each have a core: they spin, and yield when kept waiting.
-struct SpinBarrier {
-    n: usize,
-    count: AtomicUsize,
-    generation: AtomicUsize,
-}
-
-impl SpinBarrier {
-    fn new(n: usize) -> SpinBarrier {
-        SpinBarrier {
-            n,
-            count: AtomicUsize::new(0),
-            generation: AtomicUsize::new(0),
-        }
-    }
-
-    fn wait(&self) {
-        let g = self.generation.load(Ordering::Acquire);
-        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
-            self.count.store(0, Ordering::Relaxed);
-            self.generation.fetch_add(1, Ordering::Release);
-            return;
-        }
-        let mut spins = 0u32;
-        while self.generation.load(Ordering::Acquire) == g {
-            if spins < 2_000 {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-    }
-}
-
-/// The packets in transit between the worlds: `[from][to][window parity]`. A world
-/// writes a window's packets into the window's parity and takes what it was handed in the
-/// previous window's parity as its next window starts: the writer of a parity next writes
-/// it two windows on, after a barrier its readers pass only once they took it.
+/// The packets in transit between the worlds, `[from][to]`, in the order sent, and each
+/// world's clock: it has processed its events before that instant and put here every
+/// packet they handed over.
 struct Channels {
     n: usize,
-    slots: Vec<Mutex<Vec<Handover>>>,
+    slots: Vec<Padded<Mutex<Vec<Handover>>>>,
+    clocks: Vec<Padded<AtomicU64>>,
 }
+
+/// A value alone in its cache lines (two: the pair a prefetcher fetches together), so
+/// that one thread's writes do not take another's line away.
+#[repr(align(128))]
+struct Padded<T>(T);
 
 impl Channels {
     fn new(n: usize) -> Channels {
         Channels {
             n,
-            slots: (0..n * n * 2).map(|_| Mutex::new(Vec::new())).collect(),
+            slots: (0..n * n).map(|_| Padded(Mutex::new(Vec::new()))).collect(),
+            clocks: (0..n).map(|_| Padded(AtomicU64::new(0))).collect(),
         }
     }
 
-    fn slot(&self, from: usize, to: usize, parity: usize) -> &Mutex<Vec<Handover>> {
-        &self.slots[(from * self.n + to) * 2 + parity]
+    fn slot(&self, from: usize, to: usize) -> &Mutex<Vec<Handover>> {
+        &self.slots[from * self.n + to].0
     }
 }
+
+/// Steps per lookahead: a world processes a step once every other world is at most a
+/// lookahead behind the step's end, so it may run up to this many steps ahead of the
+/// slowest, which smooths out the steps' uneven work.
+const STEPS_PER_LOOKAHEAD: u64 = 2;
 
 /// The worlds of a partitioned run.
 pub(crate) struct Worlds {
@@ -251,14 +241,14 @@ pub(crate) struct Worlds {
     pub dir_world: Vec<u32>,
     pub mb_world: Vec<u32>,
     lookahead: u64,
-    /// Every world has processed its events before this instant and taken what it was
-    /// handed before it, but for the last window's packets (in `parity ^ 1`).
+    /// The length of a step (a fraction of the lookahead).
+    step: u64,
+    /// Every world has processed its events before this instant.
     at: u64,
-    parity: usize,
     /// The next sampling instant of the monitors (none past the end).
     next_sample: Option<u64>,
     channels: Channels,
-    /// Per world: wall time processing its windows, and waiting for the others.
+    /// Per world: wall time processing its steps, and waiting for the others.
     pub busy: Vec<(std::time::Duration, std::time::Duration)>,
 }
 
@@ -277,12 +267,26 @@ impl Worlds {
             .iter()
             .flat_map(|l| [plan.node_world[l.a], plan.node_world[l.b]])
             .collect();
-        let mut worlds = Vec::with_capacity(plan.worlds);
-        for me in 0..plan.worlds as u32 {
-            let mut w = World::build_part(spec.clone(), opts, Some(me))?;
-            w.partition(me, plan.worlds, &plan.node_world, &dir_world);
-            worlds.push(w);
-        }
+        // Each world built on its own thread.
+        let built: Vec<Result<World, ConfigError>> = std::thread::scope(|s| {
+            let builds: Vec<_> = (0..plan.worlds as u32)
+                .map(|me| {
+                    let (spec, plan, dir_world) = (spec.clone(), &plan, &dir_world);
+                    s.spawn(move || {
+                        let mut w = World::build_part(spec, opts, Some(me))?;
+                        w.partition(me, plan.worlds, &plan.node_world, dir_world);
+                        Ok(w)
+                    })
+                })
+                .collect();
+            builds
+                .into_iter()
+                .map(|b| b.join().expect("building a world"))
+                .collect()
+        });
+        let worlds = built
+            .into_iter()
+            .collect::<Result<Vec<World>, ConfigError>>()?;
         let w0 = &worlds[0];
         let mb_world: Vec<u32> = w0
             .mbs
@@ -299,8 +303,8 @@ impl Worlds {
             dir_world,
             mb_world,
             lookahead: plan.lookahead.as_nanos().max(1) as u64,
+            step: (plan.lookahead.as_nanos() as u64 / STEPS_PER_LOOKAHEAD).max(1),
             at: 0,
-            parity: 0,
             next_sample: Some(0),
             channels: Channels::new(plan.worlds),
             busy: vec![Default::default(); plan.worlds],
@@ -330,59 +334,73 @@ impl Worlds {
                 .next_sample
                 .unwrap_or(u64::MAX)
                 .min(limit.saturating_add(1));
-            self.run_windows(stop);
+            self.run_steps(stop);
         }
         for w in &mut self.worlds {
             w.run_until(Instant::from_nanos(limit));
         }
     }
 
-    /// Run windows from `self.at` until `stop` (exclusive), one thread per world.
-    fn run_windows(&mut self, stop: u64) {
+    /// Run from `self.at` until `stop` (exclusive), one thread per world. Each world
+    /// advances in steps of a fixed grid (cut at `stop`); before a step it waits until
+    /// every other world's clock is at most a lookahead behind the step's end (nothing
+    /// the others will still send arrives in it), takes what they handed it, puts the
+    /// packets that arrive in the step on its queue (in the order of the worlds, each in
+    /// the order sent: the same whatever the threads' timing), processes the step, hands
+    /// its own packets over and sets its clock to the step's end.
+    fn run_steps(&mut self, stop: u64) {
         let start = self.at;
-        let parity = self.parity;
         let lookahead = self.lookahead;
+        let step_len = self.step;
         let n = self.worlds.len();
-        let barrier = SpinBarrier::new(n);
         let channels = &self.channels;
-        let barrier = &barrier;
-        // Every world runs the same windows: the count of windows tells the parity.
         let step = move |me: usize, w: &mut World| {
             let mut at = start;
-            let mut parity = parity;
             let mut busy = std::time::Duration::ZERO;
             let mut waited = std::time::Duration::ZERO;
             while at < stop {
+                let end = stop.min((at / step_len + 1) * step_len);
                 let t0 = std::time::Instant::now();
-                let end = stop.min(at.saturating_add(lookahead));
-                for from in 0..n {
-                    if from != me {
-                        let mut got = channels
-                            .slot(from, me, parity ^ 1)
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner());
-                        w.take_handovers(&mut got, Instant::from_nanos(at));
+                for (v, clock) in channels.clocks.iter().enumerate() {
+                    let mut spins = 0u32;
+                    while v != me && clock.0.load(Ordering::Acquire).saturating_add(lookahead) < end
+                    {
+                        if spins < 4_000 {
+                            spins += 1;
+                            std::hint::spin_loop();
+                        } else {
+                            std::thread::yield_now();
+                        }
                     }
                 }
-                w.set_horizon(Instant::from_nanos(end));
+                let t1 = std::time::Instant::now();
+                waited += t1 - t0;
+                for v in 0..n {
+                    if v != me {
+                        let mut got = channels
+                            .slot(v, me)
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner());
+                        w.receive(v, &mut got, step_len);
+                    }
+                }
+                w.arrivals_before(Instant::from_nanos(at), Instant::from_nanos(end), step_len);
+                w.set_horizon(Instant::from_nanos(at.saturating_add(lookahead)));
                 w.run_until(Instant::from_nanos(end - 1));
                 for (to, out) in w.outboxes().iter_mut().enumerate() {
                     if to != me && !out.is_empty() {
                         let mut slot = channels
-                            .slot(me, to, parity)
+                            .slot(me, to)
                             .lock()
                             .unwrap_or_else(|p| p.into_inner());
                         slot.append(out);
                     }
                 }
-                let t1 = std::time::Instant::now();
-                barrier.wait();
-                busy += t1 - t0;
-                waited += t1.elapsed();
+                channels.clocks[me].0.store(end, Ordering::Release);
+                busy += t1.elapsed();
                 at = end;
-                parity ^= 1;
             }
-            (parity, busy, waited)
+            (busy, waited)
         };
         let (first, rest) = self.worlds.split_at_mut(1);
         let times = std::thread::scope(|s| {
@@ -397,8 +415,7 @@ impl Worlds {
             }
             times
         });
-        for (b, (parity, busy, waited)) in self.busy.iter_mut().zip(times) {
-            self.parity = parity;
+        for (b, (busy, waited)) in self.busy.iter_mut().zip(times) {
             b.0 += busy;
             b.1 += waited;
         }
@@ -461,8 +478,9 @@ impl Worlds {
         }
     }
 
-    /// Handovers that arrived before the receiving world's window had ended (none in a
-    /// correct run: a transmission that starts in a window arrives after it).
+    /// Packets handed over that arrive sooner than a lookahead after the start of the step
+    /// their sender was processing (none in a correct run: a transmission that starts in
+    /// a step arrives at least a lookahead later).
     pub fn late(&self) -> u64 {
         self.worlds.iter().map(|w| w.late_handovers()).sum()
     }

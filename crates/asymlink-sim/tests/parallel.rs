@@ -228,6 +228,20 @@ fn nodes_joined_by_links_without_delay_stay_in_one_world() {
 }
 
 #[test]
+fn too_many_threads_are_refused() {
+    let Err(e) = Simulation::from_toml(
+        CHAIN,
+        RunOptions {
+            threads: 65,
+            ..RunOptions::default()
+        },
+    ) else {
+        panic!("65 threads were accepted")
+    };
+    assert_eq!(e.to_string(), "threads: at most 64 threads, got 65");
+}
+
+#[test]
 fn captures_need_one_thread() {
     let src = format!("{CHAIN}capture = [{{ link = \"a-r1\", file = \"a.pcap\" }}]\n");
     let opts = RunOptions {
@@ -239,4 +253,30 @@ fn captures_need_one_thread() {
         panic!("captures were accepted with two threads")
     };
     assert!(e.to_string().contains("monitor.capture"), "{e}");
+}
+
+#[test]
+fn the_threads_timing_does_not_change_a_partitioned_run() {
+    // Several runs at once, more threads than cores: each world waits on the others at
+    // different moments in each run, and the traces must not care.
+    let src = access(8).replace("duration = \"4s\"", "duration = \"2s\"");
+    for threads in [2, 3] {
+        let hashes: Vec<(u64, u64, u64)> = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..3)
+                .map(|_| {
+                    s.spawn(|| {
+                        let (r, sim) = run(&src, threads);
+                        assert_eq!(sim.threads(), threads);
+                        (r.trace_hash, r.packet_hops, r.late_handovers)
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            hashes.iter().all(|h| *h == hashes[0]),
+            "{threads} threads: {hashes:?}"
+        );
+        assert_eq!(hashes[0].2, 0);
+    }
 }
