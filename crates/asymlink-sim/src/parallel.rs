@@ -16,9 +16,11 @@
 //! order, those next to world 0's nodes first, by an estimate of their work, until each
 //! world holds its share.
 //!
-//! A run is deterministic for a seed and a number of threads: the worlds' events are
-//! ordered as in one world, but events of different worlds at the same instant are not
-//! ordered against each other, so the trace is not the one-world run's.
+//! A run is deterministic for a seed and a number of threads, whatever the threads'
+//! timing: each world orders its own events as one world does, and the packets handed to
+//! it join its queue at fixed points ([`Worlds::run_steps`]). But events of different
+//! worlds at one instant are not ordered against each other as one world orders them, so
+//! the trace is not the one-world run's.
 //!
 //! [`Link::set_export`]: asymlink_core::link::Link::set_export
 
