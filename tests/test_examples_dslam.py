@@ -58,3 +58,29 @@ def test_a_small_network_runs_and_the_backhaul_carries_the_downloads() -> None:
     assert lines_down == pytest.approx(links["backhaul:to_b"], rel=0.2)
     table = busiest_links(res)
     assert len(table.rows) == 13 and table.rows[-1][0].startswith("... ")
+
+
+def test_two_threads_run_the_network_deterministically_and_like_one(tmp_path) -> None:
+    n = 20
+    sc = dslam(lines=n, duration="3s", load=0.7 * n / 10_000, seed=2)
+    one = asymlink.run(sc)
+    two = asymlink.run(sc, threads=2)
+    again = asymlink.run(sc, threads=2)
+    assert one.meta["threads"] == 1 and two.meta["threads"] == 2
+    assert two.meta["late_handovers"] == 0
+    assert two.meta["trace_hash"] == again.meta["trace_hash"] != one.meta["trace_hash"]
+    # Its own trace, the same network: the backhaul carries what it carries on one thread.
+    down = [r.links.groupby("link")["tx_bytes"].sum()["backhaul:to_b"] for r in (one, two)]
+    assert down[1] == pytest.approx(down[0], rel=0.05)
+    # The command line's --threads, and the summary saying so.
+    from click.testing import CliRunner
+
+    from asymlink.cli import cli
+    path = tmp_path / "access.toml"
+    path.write_text(dslam(lines=4, duration="1s", load=0.7 * 4 / 10_000, seed=2).to_toml())
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["run", str(path), "--out", str(out), "--threads", "2",
+                                   "--no-progress", "--csv"])
+    assert res.exit_code == 0, res.output
+    assert "- threads: 2 (a partitioned run; packets handed over late: 0)" in (
+        out / "summary.md").read_text()

@@ -86,8 +86,10 @@ def test_results_dict_shape(scenario_toml: str) -> None:
     res = sim.results()
     assert set(res) == {"meta", "tables"}
     assert set(res["meta"]) == {
-        "scenario", "seed", "duration_s", "wall_s", "events", "packet_hops", "trace_hash"
+        "scenario", "seed", "duration_s", "wall_s", "events", "packet_hops", "trace_hash",
+        "threads", "late_handovers",
     }
+    assert res["meta"]["threads"] == 1 and res["meta"]["late_handovers"] == 0
     assert res["meta"]["scenario"] == "tiny"
     assert isinstance(res["tables"], dict)
 

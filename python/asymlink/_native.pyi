@@ -56,6 +56,7 @@ class Simulation:
         origin: str,
         out_dir: str | PathLike[str] | None = None,
         seed: int | None = None,
+        threads: int = 1,
     ) -> Simulation: ...
     @property
     def now(self) -> float:

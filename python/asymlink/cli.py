@@ -119,9 +119,12 @@ def _load(path: Path | None, example: str | None) -> Scenario:
 @click.option("--interval", default=1.0, type=click.FloatRange(min=0, min_open=True),
               show_default=True, help="Throughput bin width in seconds (figures).")
 @click.option("--no-progress", is_flag=True, help="Do not show a progress bar.")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Divide the nodes between this many threads (a partitioned run: "
+                   "deterministic per seed and thread count, its own trace).")
 def run_cmd(scenario: Path | None, example: str | None, out_dir: Path, seed: int | None,
             as_csv: bool, assignments: tuple[str, ...], interval: float,
-            no_progress: bool) -> None:
+            no_progress: bool, threads: int) -> None:
     """Run SCENARIO (a TOML file) and write its results to --out."""
     from asymlink.plot import standard_figures
     from asymlink.report import print_run_summary, run_summary_markdown
@@ -131,7 +134,7 @@ def run_cmd(scenario: Path | None, example: str | None, out_dir: Path, seed: int
     sc = _load(scenario, example)
     if overrides:
         sc = sc.with_overrides(overrides)
-    results = run(sc, seed=seed, out_dir=out_dir, progress=not no_progress)
+    results = run(sc, seed=seed, out_dir=out_dir, progress=not no_progress, threads=threads)
     (results.to_csv if as_csv else results.to_parquet)(out_dir)
     standard_figures(results, out_dir / "figures", interval)
     (out_dir / "summary.md").write_text(run_summary_markdown(results))

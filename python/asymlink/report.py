@@ -213,8 +213,11 @@ def run_summary_markdown(results: Results) -> str:
         f"- wall clock: {fmt_number(m.get('wall_s', math.nan), 's')}",
         f"- events: {m.get('events')}, packet hops: {m.get('packet_hops')}",
         f"- trace hash: {m.get('trace_hash', 0):016x}",
-        "",
     ]
+    if m.get("threads", 1) > 1:
+        head.append(f"- threads: {m['threads']} (a partitioned run; packets handed over late: "
+                    f"{m.get('late_handovers', 0)})")
+    head.append("")
     return "\n".join([*head, *(t.markdown() for t in run_tables(results))])
 
 

@@ -156,6 +156,7 @@ def run(
     out_dir: str | PathLike[str] | None = None,
     progress: bool = False,
     memory_limit: float | None = None,
+    threads: int = 1,
 ) -> Results:
     """Run `scenario` (a Scenario or the path of a TOML file) to its end.
 
@@ -164,11 +165,13 @@ def run(
     stderr. Raises `ScenarioError` for an invalid scenario, `OSError` for an unreadable
     file, and `ScenarioError` (key `duration`) before running when the time series would
     need more than `memory_limit` bytes (default: 80 % of the memory available now), see
-    `estimate_memory`.
+    `estimate_memory`. `threads` > 1 divides the scenario's nodes between as many
+    worlds run side by side (deterministic for a seed and a number of threads, but not
+    the one-thread trace: see docs/performance.md, "Two cores").
     """
     if not isinstance(scenario, Scenario):
         scenario = Scenario.from_file(Path(scenario))
-    sim = scenario.simulation(seed=seed, out_dir=out_dir)
+    sim = scenario.simulation(seed=seed, out_dir=out_dir, threads=threads)
     check_memory(scenario, sim, memory_limit)
     with _progress(progress, scenario.name, sim.end) as advance:
         for step in range(1, STEPS):

@@ -98,10 +98,12 @@ class Scenario:
         return Scenario(tomli_w.dumps(data) if text is None else text, data, self._origin)
 
     def simulation(
-        self, *, seed: int | None = None, out_dir: str | PathLike[str] | None = None
+        self, *, seed: int | None = None, out_dir: str | PathLike[str] | None = None,
+        threads: int = 1,
     ) -> _native.Simulation:
-        """Build the native simulation. Raises `ScenarioError`."""
-        return _native.Simulation(self._text, self._origin, out_dir, seed)
+        """Build the native simulation (`threads` > 1: a partitioned run, see
+        docs/performance.md "Two cores"). Raises `ScenarioError`."""
+        return _native.Simulation(self._text, self._origin, out_dir, seed, threads)
 
     def validate(self) -> None:
         """Check the scenario with the engine (builds and discards a simulation)."""

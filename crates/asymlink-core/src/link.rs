@@ -453,6 +453,8 @@ pub struct Link<P: OnWire> {
     idle_dequeue: bool,
     /// A packet went onto the serialiser since the discipline last answered `Empty`.
     idle_pending: bool,
+    /// Its packets are taken off the line as they start ([`Link::set_export`]).
+    export: bool,
     /// The last packet length serialised at the rate (not trace-driven), with its wire
     /// length and transmission time: successive packets of a direction mostly have one
     /// length (`u64::MAX`: none yet).
@@ -528,6 +530,7 @@ impl<P: Pkt + OnWire> Link<P> {
             feed_empty: true,
             idle_dequeue,
             idle_pending: false,
+            export: false,
             stats: LinkStats::default(),
         };
         l.reconfigure(cfg, idle_dequeue);
@@ -970,6 +973,36 @@ impl<P: Pkt + OnWire> Link<P> {
         self.memo_len = u64::from(len);
         self.memo_wire = wire_len;
         self.memo_ns = bit_ns.max(self.packet_ns);
+    }
+
+    /// Have the packets that start transmission taken off the line at once, with their
+    /// arrival times, by [`Link::take_exported`] (they count as delivered then), for an
+    /// engine that runs the link's far end apart from its near end (a partitioned
+    /// simulation) to deliver. Set before the first packet.
+    pub fn set_export(&mut self, on: bool) {
+        self.export = on;
+    }
+
+    /// Whether the line's packets are taken off as they start ([`Link::set_export`]).
+    #[inline]
+    pub fn exports(&self) -> bool {
+        self.export
+    }
+
+    /// Move every packet on the delay line, with its arrival time, to `out`, in order
+    /// (an exporting line's, after each [`Link::pull`]: its delay line holds only the
+    /// packets that started since).
+    pub fn take_exported(&mut self, out: &mut Vec<(Instant, P)>) {
+        while self.wire.len() > self.queued {
+            let Some(e) = self.wire.pop_front() else {
+                break;
+            };
+            let at = P::arrival(&e);
+            let p = P::off_wire(e);
+            self.stats.delivered += 1;
+            self.stats.delivered_bytes += p.ip_len() as u64;
+            out.push((at, p));
+        }
     }
 
     /// When the head of the delay line arrives.

@@ -175,6 +175,7 @@ fn simulator_and_box_send_the_same_frames_at_the_same_nanoseconds() {
     let opts = RunOptions {
         out_dir: Some(dir.clone()),
         seed: None,
+        threads: 1,
     };
     let mut sim = Simulation::from_toml(&scenario(), opts).unwrap();
     sim.run();

@@ -39,15 +39,20 @@ impl Simulation {
     /// Trace files are relative to `origin`'s directory (the working directory when
     /// `origin` is `<string>`).
     #[new]
-    #[pyo3(signature = (toml_text, origin, out_dir=None, seed=None))]
+    #[pyo3(signature = (toml_text, origin, out_dir=None, seed=None, threads=1))]
     fn py_new(
         py: Python<'_>,
         toml_text: &str,
         origin: &str,
         out_dir: Option<PathBuf>,
         seed: Option<u64>,
+        threads: usize,
     ) -> PyResult<Self> {
-        let opts = RunOptions { out_dir, seed };
+        let opts = RunOptions {
+            out_dir,
+            seed,
+            threads,
+        };
         let base = (!origin.starts_with('<'))
             .then(|| std::path::Path::new(origin).parent())
             .flatten();
@@ -127,6 +132,8 @@ fn results_to_dict(py: Python<'_>, r: Results) -> PyResult<Bound<'_, PyDict>> {
     meta.set_item("events", r.events)?;
     meta.set_item("packet_hops", r.packet_hops)?;
     meta.set_item("trace_hash", r.trace_hash)?;
+    meta.set_item("threads", r.threads)?;
+    meta.set_item("late_handovers", r.late_handovers)?;
     let tables = PyDict::new(py);
     for table in r.tables {
         let columns = PyDict::new(py);

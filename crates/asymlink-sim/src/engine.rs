@@ -23,6 +23,7 @@
 use crate::apps::{self, Api, App, Cmd};
 use crate::monitor::Monitor;
 use crate::packet::{ConnAddrs, ConnId, NodeId, SimPacket, NO_CONN};
+use crate::parallel::{Handover, Part};
 use crate::pcap::Capture;
 use crate::queue::{EventQueue, PlacedTimer, QueueEvent, Timer};
 use crate::scenario::Spec;
@@ -68,6 +69,8 @@ pub(crate) enum Ev {
     Host(u32),
     /// Monitor sampling.
     Sample,
+    /// A packet handed over by another world arrives: an index into its part's inbox.
+    Remote(u32),
 }
 
 /// Indices an event carries are below this (28 bits; the other 4 are the kind).
@@ -87,6 +90,7 @@ impl QueueEvent for Ev {
             Ev::FlowStop(i) => (7, i),
             Ev::Host(i) => (8, i),
             Ev::Sample => (9, 0),
+            Ev::Remote(i) => (10, i),
         };
         debug_assert!(i < EV_INDEX_LIMIT);
         tag << 28 | i
@@ -105,7 +109,8 @@ impl QueueEvent for Ev {
             6 => Ev::FlowStart(i),
             7 => Ev::FlowStop(i),
             8 => Ev::Host(i),
-            _ => Ev::Sample,
+            9 => Ev::Sample,
+            _ => Ev::Remote(i),
         }
     }
 }
@@ -501,12 +506,30 @@ pub(crate) struct World {
     /// listens on (both discarded and counted).
     pub unroutable: u64,
     pub no_listener: u64,
+    /// This world's part of a partitioned run (none: the world is the whole scenario).
+    part: Option<Box<Part>>,
+}
+
+/// A connection's addresses and label, handed to another world with its first packet.
+pub(crate) struct ConnAddrsLabel {
+    pub addrs: ConnAddrs,
+    pub label: u32,
 }
 
 impl World {
     /// Build the world of a validated scenario: topology, links and middleboxes, routes,
     /// then flows and captures.
     pub fn build(spec: Spec, opts: &RunOptions) -> Result<World, ConfigError> {
+        World::build_part(spec, opts, None)
+    }
+
+    /// [`World::build`] for world `part` of a partitioned run ([`crate::parallel`]): only
+    /// world 0 starts the flows, and no world samples the monitors by itself.
+    pub fn build_part(
+        spec: Spec,
+        opts: &RunOptions,
+        part: Option<u32>,
+    ) -> Result<World, ConfigError> {
         let mut spec = spec;
         // The seed in effect (a run option overrides the file's), so results report it.
         let seed = opts.seed.unwrap_or(spec.seed);
@@ -556,9 +579,10 @@ impl World {
             pending_out: Vec::new(),
             unroutable: 0,
             no_listener: 0,
+            part: None,
             spec,
         };
-        w.add_flows();
+        w.add_flows(part.is_none_or(|p| p == 0));
         w.open_captures(opts)?;
         for (i, d) in w.dirs.iter_mut().enumerate() {
             // A plain FIFO without a classifier waits in the line's delay ring (where the
@@ -583,13 +607,15 @@ impl World {
         // The links live on as `dirs`; their configurations are not read after this
         // (tens of megabytes with tens of thousands of links).
         w.spec.links = Vec::new();
-        w.schedule(Instant::ZERO, Ev::Sample);
+        if part.is_none() {
+            w.schedule(Instant::ZERO, Ev::Sample);
+        }
         Ok(w)
     }
 
     /// The flows: their applications, listeners on both hosts (the app knows which end
     /// opens), and their start and stop events.
-    fn add_flows(&mut self) {
+    fn add_flows(&mut self, start: bool) {
         let seed = self.spec.seed;
         // The flows' configurations, most recent first: a flow whose configuration equals
         // one of the last few shares its allocation (a scenario's flows usually have one of
@@ -618,6 +644,9 @@ impl World {
                 };
                 self.hosts[h as usize].listeners.insert(f.port, app);
                 self.hosts[h as usize].udp.insert(f.port, app);
+            }
+            if !start {
+                continue;
             }
             self.schedule(
                 Instant::ZERO + Duration::from_secs_f64(f.start),
@@ -811,6 +840,7 @@ impl World {
                 let a = self.flows[f as usize].app;
                 self.app_call(a, |app, api| app.stop(api));
             }
+            Ev::Remote(i) => self.remote_arrival(i),
             Ev::Sample => {
                 self.sample();
                 let next = self.now + self.monitor.interval;
@@ -839,6 +869,7 @@ impl World {
             queue,
             conn_addrs,
             pool_hdr,
+            part,
             ..
         } = self;
         let LinkDir {
@@ -896,6 +927,12 @@ impl World {
             *sojourn_max_ns = (*sojourn_max_ns).max(sojourn);
             sojourn_hist.record(p.proto() as usize, sojourn);
         });
+        let exported = line.exports();
+        if exported {
+            // Off the line at once, for the world of its far end (see `hand_over`).
+            let part = part.as_mut().expect("an exporting line's world is a part");
+            line.take_exported(&mut part.scratch);
+        }
         if !had_head {
             if let Some(t) = line.next_arrival() {
                 queue.push(t, Ev::Arrive(d));
@@ -917,6 +954,9 @@ impl World {
         if !self.drops.is_empty() {
             let name = self.dirs[di].name.clone();
             self.handle_drops(&name);
+        }
+        if exported {
+            self.hand_over(d);
         }
         if let Some(m) = mb {
             self.schedule_mb(m);
@@ -1031,7 +1071,11 @@ impl World {
     }
 
     fn label_of(&self, c: ConnId) -> Option<u32> {
-        self.conns.get(c as usize).map(|s| s.label)
+        match (self.conns.get(c as usize), &self.part) {
+            (Some(s), _) => Some(s.label),
+            (None, Some(p)) => p.labels.get(c as usize).copied().filter(|&l| l != u32::MAX),
+            (None, None) => None,
+        }
     }
 
     // ------------------------------------------------------------------ nodes
@@ -1608,6 +1652,16 @@ impl World {
     }
 
     fn sample(&mut self) {
+        self.sample_flows();
+        if self.monitor.queues_on() || self.monitor.links_on() {
+            for (i, d) in self.dirs.iter().enumerate() {
+                sample_dir(&mut self.monitor, self.now, i, &self.mbs, d);
+            }
+        }
+    }
+
+    /// Record the flows' series at `now`.
+    pub(crate) fn sample_flows(&mut self) {
         let now = self.now;
         if self.monitor.flows_on() {
             for slot in self.conns.iter() {
@@ -1623,15 +1677,224 @@ impl World {
                 self.monitor.flow_row(now, slot.label, c, delivered);
             }
         }
-        if self.monitor.queues_on() || self.monitor.links_on() {
-            for (i, d) in self.dirs.iter().enumerate() {
-                let st = dir_stats(&self.mbs, d);
-                let ls = d.line.stats();
-                self.monitor
-                    .queue_row(now, i, &st, (d.sojourn_sum_ns, ls.sent));
-                self.monitor.link_row(now, i, ls.busy_ns, ls.sent_bytes);
+    }
+}
+
+/// Record link direction `i`'s queue and link series at `now` (if on).
+pub(crate) fn sample_dir(
+    monitor: &mut Monitor,
+    now: Instant,
+    i: usize,
+    mbs: &[MbState],
+    d: &LinkDir,
+) {
+    if !(monitor.queues_on() || monitor.links_on()) {
+        return;
+    }
+    let st = dir_stats(mbs, d);
+    let ls = d.line.stats();
+    monitor.queue_row(now, i, &st, (d.sojourn_sum_ns, ls.sent));
+    monitor.link_row(now, i, ls.busy_ns, ls.sent_bytes);
+}
+
+/// The trace hash of a partitioned run: the worlds' hashes, in order.
+pub(crate) fn hash_worlds(h: u64, next: u64) -> u64 {
+    let h = (h ^ next).wrapping_mul(0x100_0000_01B3);
+    h ^ h >> 29
+}
+
+// ---------------------------------------------------------------------- partitioned runs
+
+impl World {
+    /// Make this world part `me` of `worlds` ([`crate::parallel`]): its link directions
+    /// from its nodes to another world's (`dir_world` says which world sends on each,
+    /// `node_world` which receives) export their packets.
+    pub(crate) fn partition(
+        &mut self,
+        me: u32,
+        worlds: usize,
+        node_world: &[u32],
+        dir_world: &[u32],
+    ) {
+        for (i, d) in self.dirs.iter_mut().enumerate() {
+            if dir_world[i] == me && node_world[d.to as usize] != me {
+                d.line.set_export(true);
             }
         }
+        self.part = Some(Box::new(Part {
+            node_world: node_world.to_vec(),
+            out: (0..worlds).map(|_| Vec::new()).collect(),
+            told: vec![Vec::new(); worlds],
+            buckets: (0..worlds).map(|_| Default::default()).collect(),
+            first_step: vec![0; worlds],
+            spare: Vec::new(),
+            labels: Vec::new(),
+            inbox: Vec::new(),
+            inbox_free: Vec::new(),
+            horizon: Instant::ZERO,
+            late: 0,
+            scratch: Vec::new(),
+        }));
+    }
+
+    fn part(&mut self) -> &mut Part {
+        self.part.as_mut().expect("a partitioned run's world")
+    }
+
+    /// Hand the packets link direction `d` just exported to the world of its far end, with
+    /// each connection's addresses and label the first time that world gets its packets.
+    #[cold]
+    #[inline(never)]
+    fn hand_over(&mut self, d: u32) {
+        let World {
+            dirs,
+            part,
+            conn_addrs,
+            conns,
+            ..
+        } = self;
+        let part = part.as_mut().expect("a partitioned run's world");
+        let to = part.node_world[dirs[d as usize].to as usize] as usize;
+        let mut got = std::mem::take(&mut part.scratch);
+        for (at, pkt) in got.drain(..) {
+            if at < part.horizon {
+                part.late += 1;
+            }
+            let c = pkt.src_conn as usize;
+            let mut addrs = None;
+            if let Some(&a) = conn_addrs.get(c) {
+                let told = &mut part.told[to];
+                if told.len() <= c / 64 {
+                    told.resize(c / 64 + 1, 0);
+                }
+                if told[c / 64] & 1 << (c % 64) == 0 {
+                    told[c / 64] |= 1 << (c % 64);
+                    let label = conns
+                        .get(c)
+                        .map(|s| s.label)
+                        .or_else(|| part.labels.get(c).copied())
+                        .unwrap_or(u32::MAX);
+                    addrs = Some(Box::new(ConnAddrsLabel { addrs: a, label }));
+                }
+            }
+            part.out[to].push(Handover {
+                at,
+                dir: d,
+                pkt,
+                addrs,
+            });
+        }
+        part.scratch = got;
+    }
+
+    /// Sort the packets world `from` handed to this one into the steps (of `step_len`)
+    /// of their arrivals.
+    pub(crate) fn receive(&mut self, from: usize, got: &mut Vec<Handover>, step_len: u64) {
+        let part = self.part.as_mut().expect("a partitioned run's world");
+        let buckets = &mut part.buckets[from];
+        for h in got.drain(..) {
+            let k = h.at.as_nanos() / step_len;
+            // A packet for a step already processed (late: counted by its sender) goes
+            // into the first step kept.
+            let i = k.saturating_sub(part.first_step[from]) as usize;
+            while buckets.len() <= i {
+                buckets.push_back(part.spare.pop().unwrap_or_default());
+            }
+            buckets[i].push(h);
+        }
+    }
+
+    /// Put the packets handed to this world that arrive before `end` on its queue (at
+    /// `from` at the earliest: the step about to be processed), world by world, each
+    /// world's in the order sent; the others stay for a later step.
+    pub(crate) fn arrivals_before(&mut self, from: Instant, end: Instant, step_len: u64) {
+        let worlds = self.part().buckets.len();
+        for v in 0..worlds {
+            loop {
+                let part = self.part.as_mut().expect("a partitioned run's world");
+                let first = part.first_step[v];
+                if part.buckets[v].is_empty() || first * step_len >= end.as_nanos() {
+                    break;
+                }
+                let mut b = part.buckets[v].pop_front().unwrap_or_default();
+                part.first_step[v] = first + 1;
+                let whole = (first + 1) * step_len <= end.as_nanos();
+                let mut kept = Vec::new();
+                for h in b.drain(..) {
+                    if !whole && h.at >= end {
+                        kept.push(h);
+                    } else {
+                        self.take_handover(h, from);
+                    }
+                }
+                let part = self.part.as_mut().expect("a partitioned run's world");
+                part.spare.push(b);
+                if !kept.is_empty() {
+                    // The rest of a step cut short: it stays first.
+                    part.buckets[v].push_front(kept);
+                    part.first_step[v] = first;
+                    break;
+                }
+            }
+            // The buckets start at the step `end` is in (whether or not packets came).
+            let part = self.part.as_mut().expect("a partitioned run's world");
+            if part.buckets[v].is_empty() {
+                part.first_step[v] = part.first_step[v].max(end.as_nanos() / step_len);
+            }
+        }
+    }
+
+    /// A packet handed to this world, as the event of its arrival (at `from` at the
+    /// earliest).
+    fn take_handover(&mut self, h: Handover, from: Instant) {
+        let part = self.part.as_mut().expect("a partitioned run's world");
+        if let Some(a) = h.addrs {
+            let c = h.pkt.src_conn as usize;
+            if self.conn_addrs.len() <= c {
+                self.conn_addrs.resize(c + 1, a.addrs);
+            }
+            self.conn_addrs[c] = a.addrs;
+            if part.labels.len() <= c {
+                part.labels.resize(c + 1, u32::MAX);
+            }
+            part.labels[c] = a.label;
+        }
+        let slot = (h.dir, h.pkt);
+        let i = match part.inbox_free.pop() {
+            Some(i) => {
+                part.inbox[i as usize] = Some(slot);
+                i
+            }
+            None => {
+                part.inbox.push(Some(slot));
+                (part.inbox.len() - 1) as u32
+            }
+        };
+        self.queue.push(h.at.max(from), Ev::Remote(i));
+    }
+
+    /// A packet handed over by another world arrives at the far end of its link.
+    fn remote_arrival(&mut self, i: u32) {
+        let part = self.part();
+        let (d, p) = part.inbox[i as usize].take().expect("a handed-over packet");
+        part.inbox_free.push(i);
+        let to = self.dirs[d as usize].to;
+        self.deliver(to, p);
+    }
+
+    /// A lookahead past the start of the step about to be processed.
+    pub(crate) fn set_horizon(&mut self, t: Instant) {
+        self.part().horizon = t;
+    }
+
+    /// The packets handed over in this step, per receiving world.
+    pub(crate) fn outboxes(&mut self) -> &mut [Vec<Handover>] {
+        &mut self.part().out
+    }
+
+    /// Packets this world handed over sooner than a lookahead after its step's start.
+    pub(crate) fn late_handovers(&self) -> u64 {
+        self.part.as_ref().map_or(0, |p| p.late)
     }
 }
 

@@ -7,6 +7,7 @@ pub mod apps;
 pub mod bench;
 pub mod conditioner;
 mod engine;
+mod parallel;
 pub use asymlink_core::hist;
 pub mod monitor;
 pub mod packet;
@@ -32,12 +33,23 @@ pub struct RunOptions {
     pub out_dir: Option<PathBuf>,
     /// Override the scenario's seed.
     pub seed: Option<u64>,
+    /// Threads to run on (0 or 1: one): the nodes are divided between as many worlds,
+    /// which exchange packets at the links between them (see `docs/performance.md`,
+    /// "Two cores"). A run is deterministic for a seed and a number of threads.
+    pub threads: usize,
 }
 
 /// A simulation built from a scenario, advanced in steps.
 pub struct Simulation {
-    world: engine::World,
+    engine: Engine,
     wall: std::time::Duration,
+}
+
+/// One world, or the worlds of a partitioned run (behind a lock: building their results
+/// lends world 0 the others' parts).
+enum Engine {
+    One(Box<engine::World>),
+    Many(std::sync::Mutex<parallel::Worlds>),
 }
 
 impl Simulation {
@@ -60,56 +72,127 @@ impl Simulation {
 
     /// Build from an already validated scenario.
     pub fn from_spec(spec: scenario::Spec, opts: RunOptions) -> Result<Simulation, ConfigError> {
-        let world = engine::World::build(spec, &opts)?;
+        if opts.threads > parallel::MAX_THREADS {
+            return Err(ConfigError::new(
+                "threads",
+                format!(
+                    "at most {} threads, got {}",
+                    parallel::MAX_THREADS,
+                    opts.threads
+                ),
+            ));
+        }
+        let plan = (opts.threads > 1).then(|| parallel::plan(&spec, opts.threads));
+        let engine = match plan {
+            Some(plan) if plan.worlds > 1 => Engine::Many(std::sync::Mutex::new(
+                parallel::Worlds::build(spec, &opts, plan)?,
+            )),
+            _ => Engine::One(Box::new(engine::World::build(spec, &opts)?)),
+        };
         Ok(Simulation {
-            world,
+            engine,
             wall: std::time::Duration::ZERO,
         })
     }
 
+    /// World 0 (the only one, or the one with the hosts), and the others' counters.
+    fn with_world<R>(&self, f: impl FnOnce(&engine::World) -> R) -> R {
+        match &self.engine {
+            Engine::One(w) => f(w),
+            Engine::Many(m) => f(&m.lock().unwrap_or_else(|p| p.into_inner()).worlds[0]),
+        }
+    }
+
+    fn world0_mut(&mut self) -> &mut engine::World {
+        match &mut self.engine {
+            Engine::One(w) => w,
+            Engine::Many(m) => &mut m.get_mut().unwrap_or_else(|p| p.into_inner()).worlds[0],
+        }
+    }
+
     /// Current simulated time.
     pub fn now(&self) -> Instant {
-        self.world.now
+        self.with_world(|w| w.now)
     }
 
     /// The end of the run.
     pub fn end(&self) -> Instant {
-        self.world.end
+        self.with_world(|w| w.end)
     }
 
     /// The monitors' sampling interval, and which time series are recorded
     /// (flows, queues, links): what makes the results grow with the duration.
     pub fn monitor_plan(&self) -> (core::time::Duration, [bool; 3]) {
-        let m = &self.world.monitor;
-        (m.interval, [m.flows_on(), m.queues_on(), m.links_on()])
+        self.with_world(|w| {
+            let m = &w.monitor;
+            (m.interval, [m.flows_on(), m.queues_on(), m.links_on()])
+        })
     }
 
     /// Whether the run reached its end.
     pub fn is_finished(&self) -> bool {
-        self.world.now >= self.world.end
+        self.with_world(|w| w.now >= w.end)
+    }
+
+    /// Threads the run uses (the worlds its nodes are divided between).
+    pub fn threads(&self) -> usize {
+        match &self.engine {
+            Engine::One(_) => 1,
+            Engine::Many(m) => m.lock().unwrap_or_else(|p| p.into_inner()).worlds.len(),
+        }
+    }
+
+    /// Per thread of a partitioned run: the wall time it spent processing its world's
+    /// steps and waiting for the other worlds, in seconds (empty for one thread).
+    pub fn thread_times(&self) -> Vec<(f64, f64)> {
+        match &self.engine {
+            Engine::One(_) => Vec::new(),
+            Engine::Many(m) => m
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .busy
+                .iter()
+                .map(|(b, w)| (b.as_secs_f64(), w.as_secs_f64()))
+                .collect(),
+        }
     }
 
     /// Process events up to and including `t` (capped at the end).
     pub fn run_until(&mut self, t: Instant) {
         let start = std::time::Instant::now();
-        self.world.run_until(t);
+        match &mut self.engine {
+            Engine::One(w) => w.run_until(t),
+            Engine::Many(m) => m.get_mut().unwrap_or_else(|p| p.into_inner()).run_until(t),
+        }
         self.wall += start.elapsed();
     }
 
     /// Run to the end.
     pub fn run(&mut self) {
-        let end = self.world.end;
+        let end = self.end();
         self.run_until(end);
     }
 
     /// Events processed so far.
     pub fn events(&self) -> u64 {
-        self.world.events
+        match &self.engine {
+            Engine::One(w) => w.events,
+            Engine::Many(m) => {
+                let m = m.lock().unwrap_or_else(|p| p.into_inner());
+                m.worlds.iter().map(|w| w.events).sum()
+            }
+        }
     }
 
     /// Packet transmissions so far.
     pub fn packet_hops(&self) -> u64 {
-        self.world.packet_hops
+        match &self.engine {
+            Engine::One(w) => w.packet_hops,
+            Engine::Many(m) => {
+                let m = m.lock().unwrap_or_else(|p| p.into_inner());
+                m.worlds.iter().map(|w| w.packet_hops).sum()
+            }
+        }
     }
 
     /// Install a traffic conditioner on host `host` (by node name): its TCP connections
@@ -119,8 +202,9 @@ impl Simulation {
         host: &str,
         c: Box<dyn tcp::Conditioner>,
     ) -> Result<(), String> {
-        let h = self.world.host_by_name(host)?;
-        self.world.hosts[h].conditioner = Some(c);
+        let w = self.world0_mut();
+        let h = w.host_by_name(host)?;
+        w.hosts[h].conditioner = Some(c);
         Ok(())
     }
 
@@ -131,19 +215,36 @@ impl Simulation {
         host: &str,
         p: Box<dyn tcp::RwndPolicy>,
     ) -> Result<(), String> {
-        let h = self.world.host_by_name(host)?;
-        self.world.hosts[h].rwnd = Some(p);
+        let w = self.world0_mut();
+        let h = w.host_by_name(host)?;
+        w.hosts[h].rwnd = Some(p);
         Ok(())
     }
 
     /// Check the conservation identities of every discipline (see
     /// `asymlink_core::qdisc::QdiscStats::check`). Returns the first violation.
     pub fn check_conservation(&self) -> Result<(), String> {
-        self.world.check_conservation()
+        match &self.engine {
+            Engine::One(w) => w.check_conservation(),
+            Engine::Many(m) => m
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .with_merged(|w| w.check_conservation()),
+        }
     }
 
     /// Results so far.
     pub fn results(&self) -> Results {
-        summary::results(&self.world, self.wall.as_secs_f64())
+        let wall = self.wall.as_secs_f64();
+        match &self.engine {
+            Engine::One(w) => summary::results(w, wall),
+            Engine::Many(m) => {
+                let mut m = m.lock().unwrap_or_else(|p| p.into_inner());
+                let mut r = m.with_merged(|w| summary::results(w, wall));
+                r.threads = m.worlds.len() as u32;
+                r.late_handovers = m.late();
+                r
+            }
+        }
     }
 }

@@ -243,6 +243,63 @@ impl Monitor {
         e.detail.push(detail);
     }
 
+    /// Move `other`'s events into this recorder's, in order of time (this one's first at
+    /// equal times): the events of another world of a partitioned run.
+    pub fn take_events(&mut self, other: &mut Monitor) {
+        self.events_dropped += std::mem::take(&mut other.events_dropped);
+        let theirs = std::mem::take(&mut other.events);
+        if theirs.t.is_empty() {
+            return;
+        }
+        let ours = std::mem::take(&mut self.events);
+        let n = ours.t.len() + theirs.t.len();
+        let mut e = EventCols {
+            t: Vec::with_capacity(n),
+            kind: Vec::with_capacity(n),
+            at: Vec::with_capacity(n),
+            label: Vec::with_capacity(n),
+            detail: Vec::with_capacity(n),
+        };
+        let mut a = ours
+            .t
+            .into_iter()
+            .zip(ours.kind)
+            .zip(ours.at)
+            .zip(ours.label)
+            .zip(ours.detail)
+            .peekable();
+        let mut b = theirs
+            .t
+            .into_iter()
+            .zip(theirs.kind)
+            .zip(theirs.at)
+            .zip(theirs.label)
+            .zip(theirs.detail)
+            .peekable();
+        loop {
+            let take_a = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) => x.0 .0 .0 .0 <= y.0 .0 .0 .0,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let next = if take_a { a.next() } else { b.next() };
+            let Some(((((t, kind), at), label), detail)) = next else {
+                break;
+            };
+            if e.t.len() >= EVENT_CAP {
+                self.events_dropped += 1;
+                continue;
+            }
+            e.t.push(t);
+            e.kind.push(kind);
+            e.at.push(at);
+            e.label.push(label);
+            e.detail.push(detail);
+        }
+        self.events = e;
+    }
+
     /// An application measurement.
     pub fn measure(&mut self, now: Instant, flow: u32, metric: &'static str, value: f64) {
         let m = &mut self.measures;

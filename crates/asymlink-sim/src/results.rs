@@ -123,6 +123,11 @@ pub struct Results {
     /// A hash of the packet trace (every transmission: time, link, headers); equal for
     /// equal runs.
     pub trace_hash: u64,
+    /// Threads the run used (the worlds its nodes were divided between).
+    pub threads: u32,
+    /// Packets handed between worlds that arrived before the window they were sent in had
+    /// ended (0 in a correct partitioned run; counted, not hidden).
+    pub late_handovers: u64,
     /// Tables.
     pub tables: Vec<Table>,
 }

@@ -25,6 +25,8 @@ pub(crate) fn results(w: &World, wall_s: f64) -> Results {
         events: w.events,
         packet_hops: w.packet_hops,
         trace_hash: w.trace_hash,
+        threads: 1,
+        late_handovers: 0,
         tables,
     }
 }

@@ -68,6 +68,7 @@ fn captures_are_valid_pcap_with_correct_checksums() {
     let opts = RunOptions {
         out_dir: Some(dir.clone()),
         seed: None,
+        threads: 1,
     };
     let mut sim = Simulation::from_toml(SRC, opts).unwrap();
     sim.run();

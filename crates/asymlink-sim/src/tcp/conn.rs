@@ -3193,7 +3193,10 @@ impl Connection {
                 Admit::Mark(d) => Some(Ok(Some(d))),
                 Admit::Drop => Some(Err(())),
                 Admit::Wait(t) => {
-                    self.wake_at = Deadline::from(earliest(self.wake_at.get(), Some(t)));
+                    // Until the end of time: until the conditioner wakes the host's
+                    // connections (no deadline of the connection's own).
+                    let t = (t != Instant::MAX).then_some(t);
+                    self.wake_at = Deadline::from(earliest(self.wake_at.get(), t));
                     None
                 }
             },
