@@ -2107,6 +2107,60 @@ mod tests {
     }
 
     #[test]
+    fn an_exporting_line_hands_over_what_it_would_deliver() {
+        // The same packets through two lines, one exporting: the exported packets, with
+        // their arrival times, are the other's deliveries; waiting ones stay queued.
+        let line = || {
+            let mut l = Link::<HeaderPacket>::new(
+                &cfg("rate = \"8Mbit\"\ndelay = \"10ms\""),
+                Rng::new(1),
+                false,
+            );
+            assert!(l.own_fifo(&FifoConfig::default()));
+            l
+        };
+        let (mut plain, mut export) = (line(), line());
+        export.set_export(true);
+        assert!(export.exports() && !plain.exports());
+        let mut drops = Drops::new();
+        let mut feed = Queue::of(&[]);
+        let (mut delivered, mut exported) = (Vec::new(), Vec::new());
+        for ms in 0..100u64 {
+            let now = Instant::from_millis(ms);
+            if ms < 30 {
+                for l in [&mut plain, &mut export] {
+                    l.enqueue(pkt(1000 + ms as u32), &mut drops);
+                    l.enqueue(pkt(500 + ms as u32), &mut drops);
+                }
+            }
+            for l in [&mut plain, &mut export] {
+                l.pull(now, &mut feed, &mut drops, &mut |_| {});
+            }
+            let mut out = Vec::new();
+            export.take_exported(&mut out);
+            exported.extend(out.into_iter().map(|(t, p)| (t, p.ip_len())));
+            assert_eq!(export.next_arrival(), None, "nothing propagates on it");
+            while let Some(p) = plain.pop_arrival(now) {
+                delivered.push(p.ip_len());
+            }
+            if ms == 20 {
+                // 1 500 bytes per 2 ms at 8 Mbit/s: both lines hold the same waiting
+                // packets.
+                let waiting = |l: &Link<HeaderPacket>| l.own_stats().unwrap().backlog.packets;
+                assert_eq!(waiting(&plain), waiting(&export));
+                assert!(waiting(&export) > 0);
+            }
+        }
+        assert_eq!(exported.len(), 60);
+        assert_eq!(exported.iter().map(|e| e.1).collect::<Vec<_>>(), delivered);
+        assert!(exported.windows(2).all(|w| w[0].0 <= w[1].0));
+        // The first: 1 000 bytes from 0 (1 ms at 8 Mbit/s) and 10 ms of flight.
+        assert_eq!(exported[0].0, Instant::from_micros(11_000));
+        assert_eq!(export.stats().delivered, 60);
+        assert_eq!(export.stats(), plain.stats());
+    }
+
+    #[test]
     fn loss_seeds_differ_per_link_and_direction() {
         assert_eq!(loss_seed(1, "a", "to_a"), loss_seed(1, "a", "to_a"));
         assert_ne!(loss_seed(1, "a", "to_a"), loss_seed(1, "a", "to_b"));

@@ -95,7 +95,7 @@ impl Simulation {
         })
     }
 
-    /// World 0 (the only one, or the one with the hosts), and the others' counters.
+    /// `f` of world 0 (the only one, or the one with the hosts).
     fn with_world<R>(&self, f: impl FnOnce(&engine::World) -> R) -> R {
         match &self.engine {
             Engine::One(w) => f(w),

@@ -16,9 +16,11 @@
 //! order, those next to world 0's nodes first, by an estimate of their work, until each
 //! world holds its share.
 //!
-//! A run is deterministic for a seed and a number of threads: the worlds' events are
-//! ordered as in one world, but events of different worlds at the same instant are not
-//! ordered against each other, so the trace is not the one-world run's.
+//! A run is deterministic for a seed and a number of threads, whatever the threads'
+//! timing: each world orders its own events as one world does, and the packets handed to
+//! it join its queue at fixed points ([`Worlds::run_steps`]). But events of different
+//! worlds at one instant are not ordered against each other as one world orders them, so
+//! the trace is not the one-world run's.
 //!
 //! [`Link::set_export`]: asymlink_core::link::Link::set_export
 
@@ -27,7 +29,7 @@ use crate::packet::SimPacket;
 use crate::scenario::Spec;
 use asymlink_core::config::ConfigError;
 use asymlink_core::time::{Duration, Instant};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The most threads a run may ask for (each world is a whole copy of the scenario's
@@ -208,6 +210,19 @@ struct Channels {
     n: usize,
     slots: Vec<Padded<Mutex<Vec<Handover>>>>,
     clocks: Vec<Padded<AtomicU64>>,
+    /// A world's thread panicked: the others stop waiting for its clock.
+    failed: AtomicBool,
+}
+
+/// Raises [`Channels::failed`] if its world's thread unwinds.
+struct FailGuard<'a>(&'a AtomicBool);
+
+impl Drop for FailGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Release);
+        }
+    }
 }
 
 /// A value alone in its cache lines (two: the pair a prefetcher fetches together), so
@@ -221,6 +236,7 @@ impl Channels {
             n,
             slots: (0..n * n).map(|_| Padded(Mutex::new(Vec::new()))).collect(),
             clocks: (0..n).map(|_| Padded(AtomicU64::new(0))).collect(),
+            failed: AtomicBool::new(false),
         }
     }
 
@@ -355,6 +371,7 @@ impl Worlds {
         let n = self.worlds.len();
         let channels = &self.channels;
         let step = move |me: usize, w: &mut World| {
+            let _guard = FailGuard(&channels.failed);
             let mut at = start;
             let mut busy = std::time::Duration::ZERO;
             let mut waited = std::time::Duration::ZERO;
@@ -365,6 +382,10 @@ impl Worlds {
                     let mut spins = 0u32;
                     while v != me && clock.0.load(Ordering::Acquire).saturating_add(lookahead) < end
                     {
+                        if channels.failed.load(Ordering::Acquire) {
+                            // Another world's thread panicked: its panic is the run's.
+                            return (busy, waited);
+                        }
                         if spins < 4_000 {
                             spins += 1;
                             std::hint::spin_loop();
@@ -411,7 +432,10 @@ impl Worlds {
                 .collect();
             let mut times = vec![step(0, &mut first[0])];
             for h in others {
-                times.push(h.join().expect("a world's thread"));
+                match h.join() {
+                    Ok(t) => times.push(t),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
             }
             times
         });

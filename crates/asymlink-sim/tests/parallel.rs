@@ -280,3 +280,28 @@ fn the_threads_timing_does_not_change_a_partitioned_run() {
         assert_eq!(hashes[0].2, 0);
     }
 }
+
+/// A conditioner that panics on its first call.
+struct Fails;
+
+impl asymlink_sim::tcp::Conditioner for Fails {
+    fn admit(
+        &mut self,
+        _now: asymlink_core::time::Instant,
+        _conn: asymlink_sim::packet::ConnId,
+        _ip_len: u32,
+    ) -> asymlink_sim::tcp::Admit {
+        panic!("the conditioner failed")
+    }
+}
+
+#[test]
+fn a_panic_in_one_world_ends_the_run_instead_of_hanging_the_others() {
+    // The panic happens in world 0 (the hosts'); world 1 must stop waiting for its clock
+    // and the panic reach the caller, as with one thread.
+    let mut sim = build(CHAIN, 2);
+    sim.set_conditioner("a", Box::new(Fails)).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.run()));
+    let msg = r.expect_err("the run panicked");
+    assert_eq!(msg.downcast_ref::<&str>(), Some(&"the conditioner failed"));
+}
