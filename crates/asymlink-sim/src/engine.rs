@@ -1071,11 +1071,7 @@ impl World {
     }
 
     fn label_of(&self, c: ConnId) -> Option<u32> {
-        match (self.conns.get(c as usize), &self.part) {
-            (Some(s), _) => Some(s.label),
-            (None, Some(p)) => p.labels.get(c as usize).copied().filter(|&l| l != u32::MAX),
-            (None, None) => None,
-        }
+        label_of(&self.conns, self.part.as_deref(), c)
     }
 
     // ------------------------------------------------------------------ nodes
@@ -1680,6 +1676,16 @@ impl World {
     }
 }
 
+/// The label of connection `c`: its slot's, or in a partitioned run's world the one
+/// handed over with its first packet.
+fn label_of(conns: &[ConnSlot], part: Option<&Part>, c: ConnId) -> Option<u32> {
+    match (conns.get(c as usize), part) {
+        (Some(s), _) => Some(s.label),
+        (None, Some(p)) => p.labels.get(c as usize).copied().filter(|&l| l != u32::MAX),
+        (None, None) => None,
+    }
+}
+
 /// Record link direction `i`'s queue and link series at `now` (if on).
 pub(crate) fn sample_dir(
     monitor: &mut Monitor,
@@ -1742,8 +1748,8 @@ impl World {
     }
 
     /// Hand the packets link direction `d` just exported to the world of its far end, with
-    /// each connection's addresses and label the first time that world gets its packets.
-    #[cold]
+    /// each connection's addresses and label the first time that world gets its packets
+    /// (out of line: only a partitioned run's crossing directions call it).
     #[inline(never)]
     fn hand_over(&mut self, d: u32) {
         let World {
@@ -1769,11 +1775,7 @@ impl World {
                 }
                 if told[c / 64] & 1 << (c % 64) == 0 {
                     told[c / 64] |= 1 << (c % 64);
-                    let label = conns
-                        .get(c)
-                        .map(|s| s.label)
-                        .or_else(|| part.labels.get(c).copied())
-                        .unwrap_or(u32::MAX);
+                    let label = label_of(conns, Some(part), c as ConnId).unwrap_or(u32::MAX);
                     addrs = Some(Box::new(ConnAddrsLabel { addrs: a, label }));
                 }
             }

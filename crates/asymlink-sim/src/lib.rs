@@ -175,22 +175,21 @@ impl Simulation {
 
     /// Events processed so far.
     pub fn events(&self) -> u64 {
-        match &self.engine {
-            Engine::One(w) => w.events,
-            Engine::Many(m) => {
-                let m = m.lock().unwrap_or_else(|p| p.into_inner());
-                m.worlds.iter().map(|w| w.events).sum()
-            }
-        }
+        self.sum_worlds(|w| w.events)
     }
 
     /// Packet transmissions so far.
     pub fn packet_hops(&self) -> u64 {
+        self.sum_worlds(|w| w.packet_hops)
+    }
+
+    /// The sum of `f` over the worlds.
+    fn sum_worlds(&self, f: impl Fn(&engine::World) -> u64) -> u64 {
         match &self.engine {
-            Engine::One(w) => w.packet_hops,
+            Engine::One(w) => f(w),
             Engine::Many(m) => {
                 let m = m.lock().unwrap_or_else(|p| p.into_inner());
-                m.worlds.iter().map(|w| w.packet_hops).sum()
+                m.worlds.iter().map(f).sum()
             }
         }
     }
